@@ -1,0 +1,212 @@
+"""Build one backend's Python environment from a pinned, hashed requirements file.
+
+Environments are content-addressed: ``<root>/<name>-<sha12>`` where ``sha12`` is
+the first 12 hex digits of the requirements file's SHA-256 (and the Python
+version). A second build of the same file reuses the finished environment, so
+several checkouts (or test copies) of the workflow can share one root. Any edit
+to the file gives a new hash and a fresh environment.
+
+Installs go through ``uv pip install --require-hashes`` (uv hard-links from its
+cache, so a rebuild of a known set costs seconds, not gigabytes) or, with
+``--installer pip``, through ``pip install --require-hashes``. Nothing inside
+the installed libraries is patched. Debian's versioned allocator libraries are
+linked into ``<prefix>/lib`` under the names ``torch.backends.xeon.run_cpu``
+looks for (it searches only the environment's ``lib`` folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+COMPLETE_MARKER = ".complete.json"
+
+# Names run_cpu looks for, and where Debian/Ubuntu/Fedora put the real files.
+ALLOCATOR_LIBS = {
+    "libjemalloc.so": ["libjemalloc.so.2", "libjemalloc.so"],
+    "libtcmalloc.so": ["libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so"],
+}
+SYSTEM_LIB_DIRS = [
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+]
+
+PROBE = r"""
+import importlib, json, sys
+out = {"python": sys.version.split()[0]}
+for mod, key in [("torch", "torch"), ("torchvision", "torchvision"),
+                 ("intel_extension_for_pytorch", "ipex"), ("torch_xla", "torch_xla"),
+                 ("numpy", "numpy"), ("PIL", "pillow")]:
+    try:
+        m = importlib.import_module(mod)
+        out[key] = getattr(m, "__version__", "unknown")
+    except ImportError:
+        pass
+    except Exception as exc:  # an installed package that fails to import is an error
+        out[key] = "IMPORT FAILED: %s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+def requirements_hash(requirements: Path, python_version: str) -> str:
+    h = hashlib.sha256()
+    h.update(requirements.read_bytes())
+    h.update(f"\npython={python_version}\n".encode())
+    return h.hexdigest()
+
+
+def python_version(python: str) -> str:
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def find_system_lib(candidates: list[str], dirs: list[str] = SYSTEM_LIB_DIRS) -> str | None:
+    for d in dirs:
+        for name in candidates:
+            p = Path(d) / name
+            if p.exists():
+                return str(p.resolve())
+    return None
+
+
+def link_allocators(prefix: Path) -> dict[str, str | None]:
+    """Make Debian's versioned allocators visible to run_cpu; return what is in place."""
+    lib = prefix / "lib"
+    lib.mkdir(exist_ok=True)
+    found: dict[str, str | None] = {}
+    for link_name, candidates in ALLOCATOR_LIBS.items():
+        target = lib / link_name
+        if target.exists() and not target.is_symlink():
+            found[link_name] = str(target)  # shipped by a wheel: keep it
+            continue
+        real = find_system_lib(candidates)
+        if target.is_symlink():
+            target.unlink()
+        if real:
+            target.symlink_to(real)
+        found[link_name] = real
+    iomp = lib / "libiomp5.so"
+    found["libiomp5.so"] = str(iomp) if iomp.exists() else None
+    return found
+
+
+def _run(cmd: list[str], log) -> None:
+    print("+ " + " ".join(cmd), file=log, flush=True)
+    subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+
+
+def install(prefix: Path, requirements: Path, python: str, installer: str, log) -> None:
+    env = dict(os.environ)
+    if installer == "uv":
+        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        _run([uv, "venv", "--quiet", "--python", python, str(prefix)], log)
+        _run(
+            [uv, "pip", "install", "--python", str(prefix / "bin" / "python"),
+             "--require-hashes", "--no-progress", "-r", str(requirements)],
+            log,
+        )
+    elif installer == "pip":
+        _run([python, "-m", "venv", str(prefix)], log)
+        # The pinned set decides; a host-wide find-links (e.g. a local +cpu torch
+        # wheel) would otherwise win and fail the hash check.
+        env["PIP_FIND_LINKS"] = ""
+        cmd = [str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir",
+               "--require-hashes", "-r", str(requirements)]
+        print("+ " + " ".join(cmd), file=log, flush=True)
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
+    else:
+        raise ValueError(f"unknown installer {installer!r} (allowed: uv, pip)")
+
+
+def probe(prefix: Path) -> dict[str, str]:
+    out = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", PROBE], check=True, capture_output=True, text=True
+    )
+    versions = json.loads(out.stdout.strip().splitlines()[-1])
+    broken = {k: v for k, v in versions.items() if str(v).startswith("IMPORT FAILED")}
+    if broken:
+        raise RuntimeError(f"environment {prefix} installed but does not import: {broken}")
+    return versions
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build(name: str, requirements: Path, root: Path, python: str, installer: str, log) -> dict:
+    pyver = python_version(python)
+    digest = requirements_hash(requirements, pyver)
+    prefix = (root / f"{name}-{digest[:12]}").absolute()
+    marker = prefix / COMPLETE_MARKER
+    with locked(root / f".{name}-{digest[:12]}.lock"):
+        if marker.exists():
+            info = json.loads(marker.read_text())
+            info["reused"] = True
+            print(f"reusing {prefix} (built {info.get('built_at')})", file=log, flush=True)
+            return info
+        if prefix.exists():
+            print(f"removing incomplete environment {prefix}", file=log, flush=True)
+            shutil.rmtree(prefix)
+        install(prefix, requirements, python, installer, log)
+        allocators = link_allocators(prefix)
+        versions = probe(prefix)
+        info = {
+            "name": name,
+            "requirements": str(requirements),
+            "requirements_sha256": digest,
+            "prefix": str(prefix),
+            "python": str(prefix / "bin" / "python"),
+            "python_version": pyver,
+            "installer": installer,
+            "versions": versions,
+            "libs": allocators,
+            "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        marker.write_text(json.dumps(info, indent=2) + "\n")
+        info["reused"] = False
+        return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--requirements", required=True, type=Path)
+    ap.add_argument("--root", required=True, type=Path)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--installer", default="uv", choices=["uv", "pip"])
+    ap.add_argument("--out", required=True, type=Path, help="JSON file describing the environment")
+    args = ap.parse_args(argv)
+    info = build(args.name, args.requirements, args.root, args.python, args.installer, sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    print(f"environment {args.name}: {info['prefix']} torch {info['versions'].get('torch')}"
+          f"{' (reused)' if info['reused'] else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
