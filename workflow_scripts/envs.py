@@ -165,6 +165,8 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
     with locked(root / f".{name}-{digest[:12]}.lock"):
         if marker.exists():
             info = json.loads(marker.read_text())
+            # System allocators may have been installed since: link again (idempotent).
+            info["libs"] = link_allocators(prefix)
             info["reused"] = True
             print(f"reusing {prefix} (built {info.get('built_at')})", file=log, flush=True)
             return info

@@ -1,0 +1,48 @@
+# results/summary.csv (one row per trial) and the self-contained HTML report,
+# built from the records only.
+
+
+rule report:
+    input:
+        records=all_records(),
+    output:
+        summary=report(
+            "results/summary.csv",
+            caption="../workflow_scripts/captions/summary.rst",
+            category="Tables",
+        ),
+        html="results/report/index.html",
+        ladder=report(
+            "results/report/ladder.svg",
+            caption="../workflow_scripts/captions/ladder.rst",
+            category="Optimization ladder",
+        ),
+        batch_size=report(
+            "results/report/batch_size.svg",
+            caption="../workflow_scripts/captions/batch_size.rst",
+            category="Sweeps",
+        ),
+        num_workers=report(
+            "results/report/num_workers.svg",
+            caption="../workflow_scripts/captions/num_workers.rst",
+            category="Sweeps",
+        ),
+        threads=report(
+            "results/report/threads.svg",
+            caption="../workflow_scripts/captions/threads.rst",
+            category="Sweeps",
+        ),
+        backends=report(
+            "results/report/backends.svg",
+            caption="../workflow_scripts/captions/backends.rst",
+            category="Backends",
+        ),
+    log:
+        "logs/report.log",
+    params:
+        prices=prices_json(),
+        plots_dir="results/report",
+    shell:
+        "{PYTHON} -m workflow_scripts.report --records {input.records}"
+        " --summary {output.summary} --html {output.html} --plots-dir {params.plots_dir}"
+        " --prices-json {params.prices:q} > {log} 2>&1"

@@ -1,0 +1,447 @@
+"""Fast tests for workflow_scripts.records and workflow_scripts.report (no torch)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from workflow_scripts import records as rec
+from workflow_scripts import report
+
+PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends")
+FIRST_COLUMNS = [
+    "experiment",
+    "trial",
+    "backend",
+    "status",
+    "samples_per_s",
+    "step_time_median_s",
+    "step_time_p90_s",
+    "step_time_p95_s",
+    "step_time_p99_s",
+    "step_time_stdev_s",
+    "step_time_mean_s",
+    "time_to_first_step_s",
+    "setup_s",
+    "peak_rss_mb",
+    "final_loss",
+    "threads",
+    "precision",
+]
+
+SPEC = {
+    "id": "baseline",
+    "group": "ladder",
+    "claim_speedup": 1.0,
+    "backend": "eager",
+    "env": "upstream",
+    "model": "resnet50",
+    "batch_size": 16,
+    "image_size": 224,
+    "warmup_steps": 3,
+    "steps": 10,
+    "data": "synthetic",
+    "data_dir": None,
+    "num_workers": 0,
+    "precision": "fp32",
+    "channels_last": False,
+    "compile": "none",
+    "compile_mode": "default",
+    "ipex_optimize": False,
+    "threads": None,
+    "cpus": None,
+    "launcher": "none",
+    "allocator": "default",
+    "openmp": "gnu",
+    "lr": 0.01,
+    "seed": 0,
+    "timeout_s": 1800,
+    "env_vars": {},
+    "preset": "default",
+}
+PROVENANCE = {
+    "cpu_model": "AMD EPYC 9R14",
+    "cpu_flags": ["avx512f", "avx512_bf16", "avx512_vnni"],
+    "logical_cpus": 2,
+    "physical_cores": 1,
+    "numa_nodes": 1,
+    "affinity": "0-1",
+    "torch_num_threads": 2,
+    "torch_interop_threads": 2,
+    "env": {"OMP_NUM_THREADS": "2", "KMP_AFFINITY": None, "LD_PRELOAD": "/x/libtcmalloc.so"},
+    "ld_preload": ["/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"],
+    "openmp_runtime": "libgomp",
+    "versions": {
+        "python": "3.11.7",
+        "torch": "2.14.1+cu130",
+        "torchvision": "0.29.1",
+        "ipex": None,
+        "torch_xla": None,
+    },
+    "env_name": "upstream",
+    "env_lock_sha256": "08d8aaaabbbbccccdddd",
+    "image_digest": None,
+    "runtime": "local",
+    "git_revision": "abc123",
+    "git_dirty": False,
+    "hostname": "h",
+    "kernel": "6.1",
+    "started_at": "2026-11-21T10:00:00+00:00",
+    "finished_at": "2026-11-21T10:01:00+00:00",
+    "unknown_extra": {"ignored": True},
+}
+
+
+def make(experiment, trial=0, sps=10.0, status="ok", error=None, **spec_over):
+    spec = dict(SPEC, id=experiment, **spec_over)
+    metrics = {}
+    if sps is not None:
+        step = spec["batch_size"] / sps
+        metrics = {
+            "samples_per_s": sps,
+            "steps_timed": 10,
+            "step_time_s": {
+                "mean": step,
+                "median": step,
+                "p90": step * 1.1,
+                "p95": step * 1.2,
+                "p99": step * 1.3,
+                "stdev": 0.01,
+                "min": step * 0.9,
+                "max": step * 1.4,
+            },
+            "time_to_first_step_s": 4.2,
+            "setup_s": 1.1,
+            "peak_rss_mb": 2100.5,
+            "final_loss": 6.9,
+            "first_loss": 7.0,
+            "wall_s": 30.2,
+            "unknown_metric": 1,
+        }
+    return {
+        "schema_version": 1,
+        "experiment": experiment,
+        "trial": trial,
+        "spec": spec,
+        "status": status,
+        "error": error,
+        "metrics": metrics,
+        "step_times_s": [1.0],
+        "losses": [7.0],
+        "provenance": copy.deepcopy(PROVENANCE),
+    }
+
+
+FAIL_TAIL = 'Traceback:\n  x = a < b && c > d\nRuntimeError: "bad" <script>alert(1)</script>'
+
+
+def sample_records():
+    return [
+        make("baseline", 0, 10.0),
+        make("baseline", 1, 12.0),
+        make("bf16", 0, 22.0, precision="bf16", claim_speedup=2.3),
+        make("bf16-cl", 0, 33.0, precision="bf16", channels_last=True, claim_speedup=4.16),
+        make("bs8", 0, 9.0, group="batch_size", batch_size=8, threads=1),
+        make("bs32", 0, 14.0, group="batch_size", batch_size=32),
+        make("compiled", 0, 40.0, group="backends", backend="inductor", compile="inductor"),
+        make(
+            "ipex-bf16",
+            0,
+            None,
+            status="failed",
+            error={"type": "RuntimeError", "message": "boom & <fail>", "tail": FAIL_TAIL},
+            group="backends",
+            backend="ipex",
+            env="ipex",
+        ),
+        make(
+            "xla",
+            0,
+            None,
+            status="crashed",
+            error={"type": "Signal", "message": "killed", "tail": "SIGKILL <oom> & 'x'"},
+            group="backends",
+            backend="xla",
+            env="xla",
+        ),
+        # partial: no metrics and no provenance at all
+        {"experiment": "partial", "trial": 0, "spec": {"id": "partial", "group": "data"}},
+    ]
+
+
+def write_records(tmp_path, records):
+    paths = []
+    for r in records:
+        p = tmp_path / "records" / r["experiment"] / f"trial{r['trial']}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(r))
+        paths.append(p)
+    bad = tmp_path / "records" / "corrupt" / "trial3.json"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text('{"experiment": "corrupt", "metrics": {"samples_per_s": 1')
+    paths.append(bad)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    paths = write_records(tmp, sample_records())
+    records = rec.load_records(paths)
+    prices = [{"name": "c7i.2xlarge", "usd_per_hour": 0.357, "note": "on-demand <us-east-1>"}]
+    out = report.build_report(
+        records,
+        tmp / "summary.csv",
+        tmp / "report" / "index.html",
+        tmp / "report",
+        prices=prices,
+        title="Test <report>",
+    )
+    html_text = (tmp / "report" / "index.html").read_text()
+    return tmp, records, out, html_text
+
+
+def test_load_records_corrupt_becomes_crashed(tmp_path):
+    paths = write_records(tmp_path, sample_records()[:1])
+    paths.append(tmp_path / "missing" / "trial0.json")
+    records = rec.load_records(paths)
+    assert len(records) == 3
+    assert records[0]["status"] == "ok"
+    bad = records[1]
+    assert bad["status"] == "crashed"
+    assert bad["experiment"] == "corrupt" and bad["trial"] == 3
+    assert "unreadable" in bad["error"]["message"]
+    assert "samples_per_s" in bad["error"]["tail"]
+    assert records[2]["status"] == "crashed" and records[2]["experiment"] == "missing"
+
+
+def test_flatten_columns_and_values():
+    row = rec.flatten(make("bf16-cl", 2, 33.0, precision="bf16", channels_last=True))
+    assert list(row) == rec.COLUMNS
+    assert rec.COLUMNS[: len(FIRST_COLUMNS)] == FIRST_COLUMNS
+    assert rec.COLUMNS[-2:] == ["error_type", "error"]
+    assert row["trial"] == 2
+    assert row["samples_per_s"] == 33.0
+    assert row["step_time_median_s"] == pytest.approx(16 / 33)
+    assert row["threads"] == 2  # spec threads null -> torch_num_threads
+    assert row["omp_num_threads"] == "2"
+    assert row["kmp_affinity"] is None
+    assert row["ld_preload"] == "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+    assert row["cpu_flags"] == "avx512f avx512_bf16 avx512_vnni"
+    assert row["torch_version"] == "2.14.1+cu130"
+    assert row["ipex_version"] is None
+    assert row["channels_last"] is True
+    assert "unknown_extra" not in row and "unknown_metric" not in row
+
+
+def test_flatten_threads_prefers_spec():
+    assert rec.flatten(make("t1", threads=1))["threads"] == 1
+
+
+def test_flatten_never_crashes_on_junk():
+    for junk in ({}, {"metrics": None, "spec": [], "provenance": "x"}, {"error": "plain"}):
+        row = rec.flatten(junk)
+        assert list(row) == rec.COLUMNS
+        assert math.isnan(row["samples_per_s"])
+    assert rec.flatten({"error": "plain"})["error"] == "plain"
+    assert rec.flatten({})["status"] == "crashed"
+
+
+def test_error_keeps_message_and_tail():
+    r = make("x", sps=None, status="failed", error={"type": "E", "message": "m", "tail": "a\nb"})
+    row = rec.flatten(r)
+    assert row["error_type"] == "E"
+    assert row["error"] == "m\na\nb"
+
+
+def test_summary_csv(built):
+    tmp, _, out, _ = built
+    df = pd.read_csv(tmp / "summary.csv")
+    assert list(df.columns) == rec.COLUMNS
+    assert list(df.columns[: len(FIRST_COLUMNS)]) == FIRST_COLUMNS
+    assert len(df) == 11  # nothing dropped, incl. the corrupt file
+    assert list(df["experiment"])[:4] == ["baseline", "baseline", "bf16", "bf16-cl"]
+    bs8 = df[df["experiment"] == "bs8"].iloc[0]
+    assert bs8["threads"] == 1 and bs8["batch_size"] == 8
+    assert df[df["experiment"] == "bs32"].iloc[0]["threads"] == 2
+    failed = df[df["experiment"] == "ipex-bf16"].iloc[0]
+    assert failed["status"] == "failed"
+    assert math.isnan(failed["samples_per_s"]) and math.isnan(failed["step_time_p99_s"])
+    assert failed["error_type"] == "RuntimeError"
+    assert "<script>" in failed["error"]
+    partial = df[df["experiment"] == "partial"].iloc[0]
+    assert partial["status"] == "crashed" and math.isnan(partial["samples_per_s"])
+    corrupt = df[df["experiment"] == "corrupt"].iloc[0]
+    assert corrupt["status"] == "crashed" and corrupt["error_type"] == rec.UNREADABLE
+    assert out == {"trials": 11, "ok": 7, "failed": 4, "baseline": "baseline"}
+    header, first = (tmp / "summary.csv").read_text().splitlines()[:2]
+    assert header.startswith(",".join(FIRST_COLUMNS) + ",")
+    assert first.startswith("baseline,0,eager,ok,10.0,")  # whole numbers stay integers
+
+
+def test_summary_frame_empty():
+    df = rec.summary_frame([])
+    assert list(df.columns) == rec.COLUMNS and len(df) == 0
+
+
+def test_speedups_vs_baseline(built):
+    _, records, _, _ = built
+    stats = report.experiment_stats(rec.summary_frame(records))
+    base = stats.set_index("experiment").loc["baseline"]
+    assert base["n_trials"] == 2 and base["n_ok"] == 2
+    assert base["sps_median"] == 11.0 and base["sps_min"] == 10.0 and base["sps_max"] == 12.0
+    assert report.pick_baseline(stats) == "baseline"
+    ladder = report.ladder_frame(stats, "baseline").set_index("experiment")
+    assert list(ladder.index) == ["baseline", "bf16", "bf16-cl"]
+    assert ladder.loc["baseline", "speedup"] == pytest.approx(1.0)
+    assert ladder.loc["baseline", "speedup_min"] == pytest.approx(10 / 11)
+    assert ladder.loc["baseline", "speedup_max"] == pytest.approx(12 / 11)
+    assert ladder.loc["bf16", "speedup"] == pytest.approx(2.0)
+    assert ladder.loc["bf16-cl", "speedup"] == pytest.approx(3.0)
+    assert ladder.loc["bf16-cl", "claim_speedup"] == pytest.approx(4.16)
+
+    backends = report.backend_frame(stats, "baseline").set_index("backend")
+    assert list(backends.index) == ["eager", "inductor", "ipex", "xla"]
+    assert backends.loc["eager", "experiment"] == "bf16-cl"
+    assert backends.loc["inductor", "speedup"] == pytest.approx(40 / 11)
+    assert pd.isna(backends.loc["ipex", "experiment"])
+
+    grouped = report.with_group_speedup(stats).set_index("experiment")
+    assert grouped.loc["bs32", "group_baseline"] == "bs8"
+    assert grouped.loc["bs32", "group_speedup"] == pytest.approx(14 / 9)
+    assert grouped.loc["bf16", "group_speedup"] == pytest.approx(2.0)
+    # the backends group's first experiment succeeded; its failed members get NaN
+    assert grouped.loc["compiled", "group_speedup"] == pytest.approx(1.0)
+    assert math.isnan(grouped.loc["ipex-bf16", "group_speedup"])
+
+    costs = report.cost_frame(
+        stats, "baseline", report.parse_prices('[{"name":"a","usd_per_hour":2}]')
+    )
+    assert costs.loc[0, "baseline_samples_per_usd"] == pytest.approx(11 * 3600 / 2)
+    assert costs.loc[0, "best"] == "compiled"
+    assert costs.loc[0, "best_samples_per_usd"] == pytest.approx(40 * 3600 / 2)
+
+
+def test_baseline_falls_back_to_first_ladder_experiment():
+    frame = rec.summary_frame([make("fp32", sps=5.0), make("bf16", sps=10.0)])
+    stats = report.experiment_stats(frame)
+    assert report.pick_baseline(stats) == "fp32"
+    ladder = report.ladder_frame(stats, "fp32")
+    assert list(ladder["speedup"]) == pytest.approx([1.0, 2.0])
+
+
+def test_html_content(built):
+    _, _, _, html_text = built
+    assert "Test &lt;report&gt;" in html_text
+    order = [
+        'id="ladder"',
+        'id="batch_size"',
+        'id="num_workers"',
+        'id="threads"',
+        'id="backends"',
+        'id="cost"',
+        'id="other"',
+        'id="failures"',
+        'id="summary"',
+    ]
+    positions = [html_text.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "AMD EPYC 9R14" in html_text and "avx512_bf16" in html_text
+    assert "abc123" in html_text and "2.14.1+cu130" in html_text
+    # ladder table: speedup with spread for 2 trials, claim
+    assert "11.0 (10.0–12.0)" in html_text
+    assert "2.00×" in html_text and "3.00×" in html_text and "4.16×" in html_text
+    # cost: 11 samples/s * 3600 / 0.357
+    assert f"{11 * 3600 / 0.357:,.0f}" in html_text
+    assert "on-demand &lt;us-east-1&gt;" in html_text
+    # failures section lists failed ids with escaped tails
+    failures = html_text[html_text.index('id="failures"') : html_text.index('id="summary"')]
+    for name in ("ipex-bf16", "xla", "partial", "corrupt"):
+        assert name in failures
+    assert "<script>" not in html_text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in failures
+    assert "a &lt; b &amp;&amp; c &gt; d" in failures
+    assert "SIGKILL &lt;oom&gt; &amp;" in failures
+    assert re.search(r"<pre>[^<]*&lt;script&gt;", failures)
+    # other groups
+    other = html_text[html_text.index('id="other"') : html_text.index('id="failures"')]
+    assert "compiled" in other and "partial" in other
+    # five inline SVG figures
+    assert html_text.count("<svg") == 5
+
+
+def test_html_self_contained(built):
+    _, _, _, html_text = built
+    assert not re.search(r"https?://", html_text)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html_text)
+    assert "<link" not in html_text and "<script" not in html_text
+    assert "@import" not in html_text
+
+
+def test_plots_exist_and_are_svg(built):
+    tmp, _, _, _ = built
+    for name in PLOTS:
+        path = tmp / "report" / f"{name}.svg"
+        assert path.is_file()
+        root = ET.parse(path).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    # num_workers and threads have no data in this set
+    assert "no successful trials in this group" in (tmp / "report" / "threads.svg").read_text()
+    assert "no successful trials" not in (tmp / "report" / "ladder.svg").read_text()
+
+
+def test_inline_svg_ids_unique(built):
+    _, _, _, html_text = built
+    ids = re.findall(r'\bid="([^"]+)"', html_text)
+    assert len(ids) == len(set(ids))
+
+
+def test_empty_report(tmp_path):
+    out = report.build_report([], tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    assert out["trials"] == 0
+    for name in PLOTS:
+        assert "no successful trials in this group" in (tmp_path / "p" / f"{name}.svg").read_text()
+    assert list(pd.read_csv(tmp_path / "s.csv").columns) == rec.COLUMNS
+
+
+def test_cli(tmp_path):
+    paths = write_records(tmp_path, sample_records()[:6])
+    prices = json.dumps([{"name": "m", "usd_per_hour": 1.0, "note": "config"}])
+    cmd = [sys.executable, "-m", "workflow_scripts.report", "--records", *map(str, paths)]
+    cmd += ["--summary", str(tmp_path / "out" / "summary.csv")]
+    cmd += ["--html", str(tmp_path / "out" / "report" / "index.html")]
+    cmd += ["--plots-dir", str(tmp_path / "out" / "report"), "--prices-json", prices]
+    cmd += ["--title", "CLI"]
+    res = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    html_path = tmp_path / "out" / "report" / "index.html"
+    assert res.stdout.strip().splitlines()[-1] == f"report: {html_path} (7 trials, 1 failed)"
+    for name in PLOTS:
+        assert (tmp_path / "out" / "report" / f"{name}.svg").is_file()
+    assert len(pd.read_csv(tmp_path / "out" / "summary.csv")) == 7
+
+
+def test_junk_records_do_not_crash(tmp_path):
+    listing = tmp_path / "r" / "trial0.json"
+    listing.parent.mkdir()
+    listing.write_text("[1, 2]")
+    loaded = rec.load_records([listing])
+    assert loaded[0]["status"] == "crashed" and "JSON object" in loaded[0]["error"]["message"]
+    junk = [None, "x", {}, {"status": "ok", "metrics": {"samples_per_s": "n/a"}}, *loaded]
+    out = report.build_report(junk, tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    assert out["trials"] == 5 and out["ok"] == 1 and out["failed"] == 4
+    for name in PLOTS:
+        assert (tmp_path / "p" / f"{name}.svg").is_file()

@@ -1,0 +1,641 @@
+"""Fast tests of the study configuration loader (no torch, no Snakemake)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+# the repository root, for a pytest run without the project's pythonpath setting
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workflow_scripts.study import (
+    BUILTIN_DEFAULTS,
+    FIELDS,
+    StudyConfigError,
+    load_study,
+    main,
+    parse_cpus,
+    read_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "config.yaml"
+SCHEMA = ROOT / "workflow_scripts" / "schemas" / "config.schema.yaml"
+SPEC_KEYS = set(FIELDS) | {"env", "preset"}
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict:
+    return yaml.safe_load(CONFIG.read_text())
+
+
+def error_of(config: dict) -> str:
+    with pytest.raises(StudyConfigError) as info:
+        load_study(config)
+    return str(info.value)
+
+
+def ids(config: dict) -> list[str]:
+    return [spec["id"] for spec in load_study(config).experiments]
+
+
+# ---------------------------------------------------------------------------
+# the shipped config
+
+
+@pytest.mark.parametrize("preset", ["default", "quick", "paper"])
+def test_shipped_config_loads(shipped, preset):
+    study = load_study({**shipped, "preset": preset}, base_dir=ROOT)
+    assert study.experiments
+    assert len(study.by_id) == len(study.experiments)  # ids unique
+    for spec in study.experiments:
+        assert set(spec) == SPEC_KEYS
+        assert spec["preset"] == preset
+    assert study.settings["preset"] == preset
+    assert set(study.settings) >= {
+        "preset",
+        "runtime",
+        "trials",
+        "envs_root",
+        "installer",
+        "python",
+        "prices",
+        "image_folder",
+    }
+    assert study.envs == sorted({s["env"] for s in study.experiments})
+
+
+def test_shipped_default_study(shipped):
+    study = load_study(shipped)
+    ladder = [s["id"] for s in study.experiments if s["group"] == "ladder"]
+    assert ladder == [
+        "baseline",
+        "bf16",
+        "bf16-cl",
+        "inductor-fp32",
+        "inductor-bf16-cl",
+        "runcpu-tcmalloc",
+        "runcpu-jemalloc",
+        "ipex-baseline",
+        "ipex-optimize-bf16-cl",
+        "ipex-compile-bf16",
+        "xla-fp32",
+    ]
+    claims = {s["id"]: s["claim_speedup"] for s in study.experiments if s["claim_speedup"]}
+    assert claims == {
+        "bf16": 2.67,
+        "bf16-cl": 4.16,
+        "inductor-fp32": 1.27,
+        "runcpu-tcmalloc": 4.28,
+        "ipex-optimize-bf16-cl": 4.46,
+    }
+    assert study.ids[len(ladder) :] == [
+        "image-folder-nw1",
+        "batch-bs8",
+        "batch-bs32",
+        "workers-nw0",
+        "workers-nw1",
+        "workers-nw2",
+        "threads-t1",
+        "threads-t2",
+    ]
+    assert study.envs == ["ipex", "upstream", "xla"]
+    assert study.by_id["ipex-compile-bf16"]["compile"] == "ipex"
+    assert study.by_id["inductor-fp32"]["compile"] == "inductor"
+    assert study.by_id["baseline"]["compile"] == "none"
+    assert [p["usd_per_hour"] for p in study.settings["prices"]] == [0.1027, 0.357]
+    assert study.settings["image_folder"] == {"images_per_class": 32, "classes": 10, "size": 256}
+
+
+def test_shipped_quick_preset(shipped):
+    study = load_study({**shipped, "preset": "quick"})
+    assert {s["backend"] for s in study.experiments} == {"eager", "inductor", "ipex", "xla"}
+    assert study.settings["trials"] == 1
+    assert study.settings["image_folder"] == {"images_per_class": 4, "classes": 3, "size": 48}
+    assert study.by_id["baseline"]["model"] == "cnn"
+    assert study.by_id["resnet18"]["image_size"] == 64
+    assert study.by_id["folder"]["group"] == "data"
+    assert study.ids[-2:] == ["workers-nw0", "workers-nw1"]
+    assert all(s["timeout_s"] == 600 for s in study.experiments)
+
+
+def test_shipped_paper_preset_inherits_experiments(shipped):
+    default = load_study(shipped)
+    paper = load_study({**shipped, "preset": "paper"})
+    assert paper.ids == default.ids
+    assert paper.by_id["baseline"]["batch_size"] == 128
+    assert paper.by_id["baseline"]["steps"] == 90
+    assert paper.by_id["baseline"]["data"] == "per_sample"
+    assert paper.by_id["image-folder-nw1"]["data"] == "image_folder"  # explicit wins
+    assert paper.by_id["batch-bs8"]["batch_size"] == 8
+
+
+def test_schema_lists_every_field():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    assert set(schema["$defs"]["experiment"]["properties"]) == set(FIELDS)
+    sweep = set(schema["$defs"]["sweep"]["properties"])
+    assert sweep == (set(FIELDS) - {"id"}) | {"name"}
+    assert set(schema["$defs"]["defaults"]["properties"]) == set(FIELDS) - {
+        "id",
+        "group",
+        "claim_speedup",
+    }
+
+    def keywords(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield key
+                yield from keywords(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from keywords(value)
+
+    # no `default` keywords: snakemake's validate(set_default=True) would fill them in
+    assert "default" not in set(keywords(schema["$defs"])) - {"defaults"}
+    assert "default" not in schema["properties"]["preset"]
+
+
+# ---------------------------------------------------------------------------
+# resolution, sweeps, ids
+
+
+def test_builtin_defaults_fill_every_field():
+    (spec,) = load_study({"experiments": [{}]}).experiments
+    assert spec["id"] == "resnet50-fp32-bs16"
+    assert spec["group"] == "experiments"
+    assert spec["env"] == "upstream"
+    assert spec["compile"] == "none"
+    assert spec["preset"] == "default"
+    for field in FIELDS:
+        if field not in ("id", "group", "compile"):
+            assert spec[field] == BUILTIN_DEFAULTS[field]
+
+
+def test_sweep_cartesian_product_in_field_order():
+    config = {
+        "experiments": [{"id": "first"}],
+        "sweeps": [
+            {"precision": ["fp32", "bf16"], "batch_size": [8, 32], "channels_last": True},
+            {"name": "thr", "threads": [1, 2]},
+        ],
+    }
+    study = load_study(config)
+    got = [(s["precision"], s["batch_size"]) for s in study.experiments[1:5]]
+    assert got == [("fp32", 8), ("fp32", 32), ("bf16", 8), ("bf16", 32)]
+    assert study.ids == [
+        "first",
+        "resnet50-fp32-cl-bs8",
+        "resnet50-fp32-cl-bs32",
+        "resnet50-bf16-cl-bs8",
+        "resnet50-bf16-cl-bs32",
+        "thr-t1",
+        "thr-t2",
+    ]
+    assert all(s["channels_last"] for s in study.experiments[1:5])
+    assert study.by_id["resnet50-fp32-cl-bs8"]["group"] == "precision+batch_size"
+    assert study.by_id["thr-t1"]["group"] == "thr"
+
+
+def test_sweep_explicit_group_and_named_tags():
+    config = {
+        "sweeps": [
+            {
+                "name": "mix",
+                "group": "g",
+                "backend": "ipex",
+                "compile": [None, "ipex"],
+                "channels_last": [False, True],
+                "allocator": ["tcmalloc"],
+                "launcher": "run_cpu",
+                "steps": [5],
+            }
+        ]
+    }
+    study = load_study(config)
+    assert study.ids == [
+        "mix-compile-none-nocl-tcmalloc-steps5",
+        "mix-compile-none-cl-tcmalloc-steps5",
+        "mix-compile-ipex-nocl-tcmalloc-steps5",
+        "mix-compile-ipex-cl-tcmalloc-steps5",
+    ]
+    assert {s["group"] for s in study.experiments} == {"g"}
+
+
+def test_unnamed_sweep_appends_fields_the_id_does_not_show():
+    study = load_study({"sweeps": [{"steps": [5, 20], "seed": [1]}]})
+    assert study.ids == ["resnet50-fp32-bs16-steps5-seed1", "resnet50-fp32-bs16-steps20-seed1"]
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"precision": "bf16", "channels_last": True, "batch_size": 32}, "resnet50-bf16-cl-bs32"),
+        ({"backend": "inductor"}, "resnet50-inductor-fp32-bs16"),
+        (
+            {"backend": "ipex", "ipex_optimize": True, "precision": "bf16", "channels_last": True},
+            "resnet50-ipex-ipexopt-bf16-cl-bs16",
+        ),
+        ({"backend": "ipex", "compile": "ipex"}, "resnet50-ipex-compile-ipex-fp32-bs16"),
+        ({"backend": "ipex", "compile": "inductor"}, "resnet50-ipex-compile-inductor-fp32-bs16"),
+        (
+            {"backend": "inductor", "compile_mode": "max-autotune"},
+            "resnet50-inductor-max-autotune-fp32-bs16",
+        ),
+        ({"data": "per_sample", "num_workers": 2}, "resnet50-fp32-persample-nw2-bs16"),
+        ({"data": "image_folder"}, "resnet50-fp32-folder-bs16"),
+        ({"threads": 1}, "resnet50-fp32-t1-bs16"),
+        (
+            {"launcher": "run_cpu", "allocator": "jemalloc", "openmp": "intel"},
+            "resnet50-fp32-runcpu-jemalloc-iomp-bs16",
+        ),
+        ({"model": "cnn", "image_size": 64}, "cnn-fp32-bs16-px64"),
+        ({"id": "mine", "precision": "bf16"}, "mine"),
+    ],
+)
+def test_derived_ids(fields, expected):
+    assert ids({"experiments": [fields]}) == [expected]
+
+
+def test_px_tag_relative_to_resolved_defaults():
+    config = {"defaults": {"image_size": 64}, "experiments": [{}, {"image_size": 224}]}
+    assert ids(config) == ["resnet50-fp32-bs16", "resnet50-fp32-bs16-px224"]
+
+
+def test_integral_floats_become_ints():
+    (spec,) = load_study({"experiments": [{"batch_size": 8.0}]}).experiments
+    assert spec["batch_size"] == 8 and isinstance(spec["batch_size"], int)
+    assert spec["id"] == "resnet50-fp32-bs8"
+
+
+# ---------------------------------------------------------------------------
+# presets and overrides
+
+
+BASE = {
+    "trials": 2,
+    "image_folder": {"classes": 5},
+    "defaults": {"batch_size": 4, "steps": 7},
+    "experiments": [{"id": "top"}],
+    "sweeps": [{"name": "s", "threads": [1, 2]}],
+    "presets": {
+        "small": {"defaults": {"steps": 2}, "image_folder": {"size": 32}},
+        "other": {
+            "trials": 5,
+            "experiments": [{"id": "only"}],
+            "sweeps": [],
+        },
+        "nosweep": {"sweeps": []},
+    },
+}
+
+
+def test_preset_default_is_top_level():
+    study = load_study(BASE)
+    assert study.ids == ["top", "s-t1", "s-t2"]
+    assert study.settings["trials"] == 2
+    assert study.by_id["top"]["steps"] == 7
+    assert study.settings["image_folder"] == {"images_per_class": 32, "classes": 5, "size": 256}
+
+
+def test_preset_defaults_merge_key_by_key():
+    study = load_study({**BASE, "preset": "small"})
+    assert study.ids == ["top", "s-t1", "s-t2"]
+    spec = study.by_id["top"]
+    assert (spec["batch_size"], spec["steps"], spec["preset"]) == (4, 2, "small")
+    assert study.settings["image_folder"] == {"images_per_class": 32, "classes": 5, "size": 32}
+    assert study.settings["trials"] == 2
+
+
+def test_preset_lists_and_trials_replace():
+    study = load_study({**BASE, "preset": "other"})
+    assert study.ids == ["only"]
+    assert study.settings["trials"] == 5
+    assert load_study({**BASE, "preset": "nosweep"}).ids == ["top"]
+
+
+def test_preset_named_default_in_presets_is_applied():
+    config = copy.deepcopy(BASE)
+    config["presets"]["default"] = {"trials": 3}
+    assert load_study(config).settings["trials"] == 3
+
+
+def test_unknown_preset():
+    msg = error_of({**BASE, "preset": "quik"})
+    assert msg == (
+        "config error at preset: 'quik' is not a preset; available: default, nosweep, other, small"
+    )
+
+
+def test_config_style_overrides(shipped):
+    # snakemake --config preset=quick trials=2: top-level keys; values may be strings
+    study = load_study({**shipped, "preset": "quick", "trials": "3"})
+    assert study.settings["preset"] == "quick"
+    assert study.settings["trials"] == 1  # the preset's trials win
+    study = load_study({**shipped, "trials": "3", "installer": "pip"})
+    assert study.settings["trials"] == 3
+    assert study.settings["installer"] == "pip"
+    study = load_study({**shipped, "defaults": "{steps: 4}"})
+    assert study.by_id["baseline"]["steps"] == 4
+
+
+def test_read_config_sets(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("experiments: [{}]\n")
+    config = read_config(path, ["preset=quick", "trials=2", "python=null"])
+    assert config == {"experiments": [{}], "preset": "quick", "trials": 2, "python": None}
+    with pytest.raises(StudyConfigError, match="expected key=value"):
+        read_config(path, ["trials"])
+    with pytest.raises(StudyConfigError, match="cannot read"):
+        read_config(tmp_path / "missing.yaml")
+
+
+def test_specs_do_not_share_mutable_values():
+    study = load_study({"experiments": [{"id": "a"}, {"id": "b"}]})
+    study.by_id["a"]["env_vars"]["X"] = "1"
+    assert study.by_id["b"]["env_vars"] == {}
+    assert BUILTIN_DEFAULTS["env_vars"] == {}
+
+
+def test_load_study_does_not_mutate_input(shipped):
+    before = copy.deepcopy(shipped)
+    load_study({**shipped, "trials": "2"})
+    load_study(shipped)
+    assert shipped == before
+
+
+# ---------------------------------------------------------------------------
+# errors
+
+
+def test_unknown_field_nested_path():
+    msg = error_of({"experiments": [{"id": "a"}, {"presicion": "bf16"}]})
+    assert msg.startswith("config error at experiments[1].presicion: unknown field 'presicion'")
+    assert "did you mean 'precision'?" in msg
+    assert "allowed: id, group, claim_speedup, backend" in msg
+
+
+def test_unknown_field_in_preset_and_top_level():
+    msg = error_of({"frob": 1, "presets": {"q": {"defaults": {"stepz": 2}}}})
+    assert "config error at frob: unknown field 'frob'; allowed: preset, runtime" in msg
+    assert "config error at presets.q.defaults.stepz: unknown field 'stepz'" in msg
+
+
+def test_wrong_type():
+    msg = error_of({"experiments": [{"batch_size": "16"}]})
+    assert msg == (
+        "config error at experiments[0].batch_size: '16' is a string; allowed: an integer >= 1"
+    )
+    msg = error_of({"experiments": [{"threads": True}]})
+    assert "experiments[0].threads: true is a boolean; allowed: an integer >= 1 or null" in msg
+    msg = error_of({"experiments": [{"env_vars": {"X": 1}}]})
+    assert "experiments[0].env_vars.X: 1 is an integer; allowed: a string" in msg
+
+
+def test_bad_enum_value():
+    msg = error_of({"experiments": [{}, {}, {"precision": "fp16"}]})
+    assert msg == (
+        "config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16"
+    )
+    msg = error_of({"runtime": "podman", "experiments": [{}]})
+    assert msg == "config error at runtime: 'podman' is not allowed; allowed: local"
+
+
+def test_out_of_range_values():
+    msg = error_of({"experiments": [{"batch_size": 0, "lr": 0}], "trials": 0})
+    assert "experiments[0].batch_size: 0 is not allowed; allowed: an integer >= 1" in msg
+    assert "experiments[0].lr: 0 is not allowed; allowed: a number > 0" in msg
+    assert "at trials: 0 is not allowed; allowed: an integer >= 1" in msg
+
+
+def test_sweep_value_errors_name_the_list_item():
+    msg = error_of({"sweeps": [{"batch_size": [8, "x"], "precision": ["fp16"], "threads": []}]})
+    assert "sweeps[0].batch_size[1]: 'x' is a string; allowed: an integer >= 1" in msg
+    assert "sweeps[0].precision[0]: 'fp16' is not allowed; allowed: fp32, bf16" in msg
+    assert "sweeps[0].threads: an empty list is not allowed" in msg
+
+
+def test_list_in_experiments():
+    msg = error_of({"experiments": [{"batch_size": [8, 16]}]})
+    assert msg == (
+        "config error at experiments[0].batch_size: [8, 16] is a list; "
+        "an experiment takes single values (use sweeps for lists)"
+    )
+    msg = error_of({"defaults": {"precision": ["fp32"]}, "experiments": [{}]})
+    assert 'defaults.precision: ["fp32"] is a list; defaults take single values' in msg
+
+
+def test_sweep_rules():
+    msg = error_of({"sweeps": [{"batch_size": 8}]})
+    assert msg.startswith("config error at sweeps[0]: a sweep needs at least one field with a list")
+    msg = error_of({"sweeps": [{"id": "x", "batch_size": [8]}]})
+    assert "sweeps[0].id: a sweep cannot have an explicit id" in msg
+    assert "set 'name' instead" in msg
+    msg = error_of({"sweeps": [{"group": ["a"], "batch_size": [8]}]})
+    assert "sweeps[0].group: [\"a\"] is a list; 'group' cannot be swept" in msg
+
+
+def test_defaults_cannot_hold_per_experiment_fields():
+    msg = error_of({"defaults": {"id": "x"}, "experiments": [{}]})
+    assert (
+        msg == "config error at defaults.id: 'id' cannot have a default; set it on each experiment"
+    )
+
+
+def test_missing_required_price_field():
+    msg = error_of({"prices": [{"name": "x"}], "experiments": [{}]})
+    assert msg == "config error at prices[0]: missing required field 'usd_per_hour'"
+
+
+def test_duplicate_ids():
+    msg = error_of({"experiments": [{"batch_size": 16}], "sweeps": [{"batch_size": [8, 16]}]})
+    assert msg == (
+        "config error: duplicate experiment id 'resnet50-fp32-bs16' "
+        "(experiments[0] and sweeps[0] value batch_size=16); give one of them an explicit id"
+    )
+    msg = error_of({"sweeps": [{"name": "a", "threads": [1]}, {"name": "a", "threads": [1, 2]}]})
+    assert "duplicate experiment id 'a-t1' (sweeps[0] value threads=1 and sweeps[1] value" in msg
+    assert "give the sweeps different names" in msg
+
+
+def test_bad_ids():
+    msg = error_of({"experiments": [{"id": "has space"}]})
+    assert "experiments[0].id: 'has space' is not allowed; allowed: 1-100 letters" in msg
+    msg = error_of({"sweeps": [{"name": "x" * 99, "batch_size": [8]}]})
+    assert "is not allowed; allowed: 1-100 letters" in msg
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"compile": "ipex"},
+            (
+                "(id resnet50-compile-ipex-fp32-bs16): compile 'ipex' needs backend 'ipex' "
+                "(got backend 'eager')"
+            ),
+        ),
+        ({"ipex_optimize": True}, "ipex_optimize true needs backend 'ipex' (got backend 'eager')"),
+        (
+            {"backend": "inductor", "compile": "none"},
+            (
+                "backend 'inductor' means torch.compile with inductor (got compile 'none'); "
+                "use backend 'eager' for no compile"
+            ),
+        ),
+        (
+            {"compile": "inductor"},
+            "backend 'eager' means no torch.compile (got compile 'inductor')",
+        ),
+        (
+            {"backend": "xla", "compile": "inductor"},
+            "backend 'xla' needs compile 'none' (got compile 'inductor')",
+        ),
+        (
+            {"backend": "xla", "precision": "bf16"},
+            "backend 'xla' needs precision 'fp32' (got precision 'bf16')",
+        ),
+        ({"backend": "xla", "channels_last": True}, "backend 'xla' needs channels_last false"),
+        (
+            {"backend": "xla", "ipex_optimize": True},
+            "ipex_optimize true needs backend 'ipex' (got backend 'xla')",
+        ),
+        (
+            {"allocator": "jemalloc"},
+            "allocator 'jemalloc' needs launcher 'run_cpu' (got launcher 'none')",
+        ),
+        ({"openmp": "intel"}, "openmp 'intel' needs launcher 'run_cpu' (got launcher 'none')"),
+        ({"num_workers": 2}, "num_workers 2 needs data 'per_sample' or 'image_folder'"),
+        ({"data_dir": "imgs"}, "data_dir 'imgs' needs data 'image_folder' (got data 'synthetic')"),
+        ({"image_size": 16}, "model 'resnet50' needs image_size >= 32 (got image_size 16)"),
+        ({"model": "resnet18", "image_size": 31}, "model 'resnet18' needs image_size >= 32"),
+        ({"cpus": "3-1"}, "cpus '3-1' is not a CPU list (range '3-1' runs backwards)"),
+        ({"compile_mode": "max-autotune"}, "compile_mode 'max-autotune' needs a compile"),
+    ],
+)
+def test_impossible_combinations(fields, message):
+    msg = error_of({"experiments": [{"id": "x"}, fields]})
+    assert msg.startswith("config error at experiments[1] (id ")
+    assert message in msg
+
+
+def test_combination_error_in_sweep_names_sweep_and_id():
+    msg = error_of({"sweeps": [{"compile": "ipex", "batch_size": [8]}]})
+    assert msg == (
+        "config error at sweeps[0] (id resnet50-compile-ipex-fp32-bs8): "
+        "compile 'ipex' needs backend 'ipex' (got backend 'eager')"
+    )
+
+
+def test_combination_error_in_preset_names_preset_path():
+    config = {"experiments": [{}], "presets": {"p": {"experiments": [{"num_workers": 1}]}}}
+    assert load_study(config).ids == ["resnet50-fp32-bs16"]  # presets not selected: fine
+    msg = error_of({**config, "preset": "p"})
+    assert msg.startswith("config error at presets.p.experiments[0] (id resnet50-fp32-nw1-bs16)")
+
+
+def test_valid_combinations():
+    config = {
+        "experiments": [
+            {"data": "image_folder", "data_dir": "/data/imgs", "num_workers": 2},
+            {"model": "cnn", "image_size": 8},
+            {"launcher": "run_cpu", "allocator": "tcmalloc", "openmp": "intel"},
+            {"backend": "ipex", "compile": "inductor", "compile_mode": "max-autotune"},
+            {"cpus": "0-3,6", "threads": 2},
+        ]
+    }
+    assert len(load_study(config).experiments) == 5
+
+
+def test_parse_cpus():
+    assert parse_cpus("0-3,6") == [0, 1, 2, 3, 6]
+    assert parse_cpus("5") == [5]
+    with pytest.raises(ValueError):
+        parse_cpus("2-1")
+
+
+def test_empty_study():
+    assert "has no experiments" in error_of({})
+
+
+# ---------------------------------------------------------------------------
+# spec_json
+
+
+def test_spec_json_changes_exactly_with_the_spec():
+    base = {"experiments": [{"id": "a"}, {"id": "b", "precision": "bf16"}]}
+    study = load_study(base)
+    a, b = study.spec_json("a"), study.spec_json("b")
+    assert json.loads(a) == study.by_id["a"]
+    assert a == load_study(copy.deepcopy(base)).spec_json("a")  # deterministic
+    # the same spec written differently (explicit defaults, other field order)
+    same = {
+        "experiments": [
+            {"steps": 10, "id": "a", "backend": "eager", "compile": None},
+            {"id": "b", "precision": "bf16", "steps": 10},
+        ]
+    }
+    assert load_study(same).spec_json("a") == a
+    # an unrelated change (other experiment, prices, trials) leaves it alone
+    other = {
+        **base,
+        "experiments": [{"id": "a"}, {"id": "b", "precision": "fp32"}],
+        "trials": 4,
+        "prices": [{"name": "x", "usd_per_hour": 1}],
+    }
+    changed = load_study(other)
+    assert changed.spec_json("a") == a
+    assert changed.spec_json("b") != b
+    # any field change of the spec itself changes it
+    for fields in ({"steps": 11}, {"env_vars": {"X": "1"}}, {"seed": 1}, {"group": "g"}):
+        assert load_study({"experiments": [{"id": "a", **fields}]}).spec_json("a") != a
+    assert load_study({**base, "defaults": {"lr": 0.1}}).spec_json("a") != a
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.study", *args],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_quick():
+    proc = run_cli("--set", "preset=quick")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("preset quick: 11 experiments, envs ipex, upstream, xla")
+    lines = proc.stdout.splitlines()
+    assert any(line.split()[:4] == ["xla-fp32", "xla", "xla", "ladder"] for line in lines)
+    assert any(line.startswith("workers-nw1 ") and "num_workers=1" in line for line in lines)
+
+
+def test_cli_invalid(tmp_path):
+    proc = run_cli("--set", "preset=nope")
+    assert proc.returncode == 1
+    assert "config error at preset: 'nope' is not a preset; available: default, paper, quick" in (
+        proc.stderr
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  - precision: fp16\n")
+    proc = run_cli("--config", str(bad))
+    assert proc.returncode == 1
+    assert "experiments[0].precision: 'fp16' is not allowed; allowed: fp32, bf16" in proc.stderr
+
+
+def test_main_json(capsys):
+    assert main(["--config", str(CONFIG), "--set", "preset=quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["preset"] == "quick"
+    assert out["experiments"][0]["id"] == "baseline"

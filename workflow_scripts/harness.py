@@ -1,0 +1,239 @@
+"""One training run: build the model and data of a spec, time the steps, write a result.
+
+Runs inside a backend environment (torch, torchvision, maybe IPEX or torch-xla),
+in its own process, launched by ``workflow_scripts.launch``. Whatever happens
+(an exception in setup or in a step), it writes a JSON result with
+``status`` ok or failed; a crash that kills the process is recorded by the
+launcher instead.
+
+    python -m workflow_scripts.harness --spec-json '{...}' --out result.json [--image-folder DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import metrics, sysinfo
+
+SCHEMA_VERSION = 1
+
+
+def _rss_mb(who: int) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
+
+
+class Trainer:
+    """The article's training step, with each optimization a switch of the spec."""
+
+    def __init__(self, spec: dict, image_folder: str | None = None):
+        import torch
+
+        from . import data, models
+
+        self.spec = spec
+        self.torch = torch
+        torch.manual_seed(spec["seed"])
+        if spec.get("threads"):
+            torch.set_num_threads(int(spec["threads"]))
+        self.device = torch.device("cpu")
+        self.xla = spec["backend"] == "xla"
+        self.ipex = None
+        if spec["backend"] == "ipex":
+            import intel_extension_for_pytorch as ipex
+
+            self.ipex = ipex
+        if self.xla:
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            # Must come before the first backward in this process (see PLATFORM notes).
+            self.device = torch_xla.device()
+            self.xm = xm
+            self.torch_xla = torch_xla
+
+        n_classes = models.num_classes(spec["model"])
+        model = models.build(spec["model"], n_classes)
+        model.train()
+        self.memory_format = (
+            torch.channels_last if spec["channels_last"] else torch.contiguous_format
+        )
+        if spec["channels_last"]:
+            model = model.to(memory_format=torch.channels_last)
+        model = model.to(self.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
+        self.bf16 = spec["precision"] == "bf16"
+        if spec["ipex_optimize"]:
+            dtype = torch.bfloat16 if self.bf16 else torch.float32
+            model, optimizer = self.ipex.optimize(model, optimizer=optimizer, dtype=dtype)
+        if spec["compile"] == "inductor":
+            mode = None if spec["compile_mode"] == "default" else spec["compile_mode"]
+            model = torch.compile(model, backend="inductor", mode=mode)
+        elif spec["compile"] == "ipex":
+            model = torch.compile(model, backend="ipex")
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.batches = data.batches(spec, image_folder, n_classes)
+
+    def autocast(self):
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return self.torch.autocast("cpu", dtype=self.torch.bfloat16)
+
+    def step(self):
+        x, y = next(self.batches)
+        if self.spec["channels_last"]:
+            x = x.contiguous(memory_format=self.memory_format)
+        if self.xla:
+            x, y = x.to(self.device), y.to(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            out = self.model(x)
+            loss = self.loss_fn(out, y)
+        loss.backward()
+        self.optimizer.step()
+        if self.xla:
+            self.torch_xla.sync()
+            self.xm.wait_device_ops()
+        return loss.detach()
+
+
+def check_runtime_libraries(spec: dict) -> None:
+    """Fail when run_cpu could not put the requested allocator/OpenMP in force.
+
+    run_cpu only logs a warning when it does not find a library; a silent fallback
+    would label a default-allocator run as tcmalloc/jemalloc.
+    """
+    if spec["launcher"] != "run_cpu":
+        return
+    names = [os.path.basename(p) for p in sysinfo.mapped_libraries()]
+    wanted = []
+    if spec["allocator"] != "default":
+        wanted.append(f"lib{spec['allocator']}")
+    if spec["openmp"] == "intel":
+        wanted.append("libiomp5")
+    missing = [w for w in wanted if not any(n.startswith(w) for n in names)]
+    if missing:
+        hint = {
+            "libjemalloc": "libjemalloc2 (Debian/Ubuntu)",
+            "libtcmalloc": "libgoogle-perftools4 (Debian/Ubuntu)",
+            "libiomp5": "the intel-openmp wheel (in the environment's requirements)",
+        }
+        raise RuntimeError(
+            "run_cpu did not preload "
+            + ", ".join(missing)
+            + f" (LD_PRELOAD={os.environ.get('LD_PRELOAD')!r}); install "
+            + ", ".join(hint[m] for m in missing)
+            + " and rebuild the environment"
+        )
+
+
+def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
+    """Set up and run warm-up + timed steps; return the metrics part of a record."""
+    t0 = time.perf_counter()
+    import torch  # noqa: F401  (import time is reported apart from setup)
+
+    import_s = time.perf_counter() - t0
+    check_runtime_libraries(spec)
+    t0 = time.perf_counter()
+    trainer = Trainer(spec, image_folder)
+    setup_s = time.perf_counter() - t0
+    step_times: list[float] = []
+    losses: list[float] = []
+    first_step_s = math.nan
+    total = spec["warmup_steps"] + spec["steps"]
+    for i in range(total):
+        start = time.perf_counter()
+        loss = trainer.step()
+        elapsed = time.perf_counter() - start
+        value = float(loss.float().cpu().item()) if trainer.xla else float(loss.float().item())
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss is {value} at step {i + 1}")
+        losses.append(value)
+        if i == 0:
+            first_step_s = elapsed
+        if i >= spec["warmup_steps"]:
+            step_times.append(elapsed)
+        if progress:
+            progress(i + 1, total, elapsed, value)
+    return {
+        "samples_per_s": metrics.throughput(spec["batch_size"], step_times),
+        "steps_timed": len(step_times),
+        "step_time_s": metrics.distribution(step_times),
+        "time_to_first_step_s": first_step_s,
+        "setup_s": setup_s,
+        "import_s": import_s,
+        "final_loss": losses[-1],
+        "first_loss": losses[0],
+        "peak_rss_mb": _rss_mb(resource.RUSAGE_SELF),
+        "peak_rss_children_mb": _rss_mb(resource.RUSAGE_CHILDREN),
+        "step_times_s": step_times,
+        "losses": losses,
+    }
+
+
+def run(spec: dict, image_folder: str | None = None, progress=None) -> dict:
+    """A result dict; never raises for a failure of the training itself."""
+    started = sysinfo.now()
+    t0 = time.perf_counter()
+    result: dict = {"schema_version": SCHEMA_VERSION, "experiment": spec.get("id"), "spec": spec}
+    try:
+        m = train(spec, image_folder, progress)
+        result["step_times_s"] = m.pop("step_times_s")
+        result["losses"] = m.pop("losses")
+        result["metrics"] = m
+        result["status"] = "ok"
+        result["error"] = None
+    except BaseException as exc:  # noqa: BLE001 - a record must be written whatever happened
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        result["status"] = "failed"
+        result["metrics"] = {"peak_rss_mb": _rss_mb(resource.RUSAGE_SELF)}
+        result["error"] = {
+            "type": type(exc).__name__,
+            "message": str(exc)[:2000],
+            "tail": "".join(traceback.format_exception(exc))[-6000:],
+        }
+    result["metrics"]["wall_s"] = time.perf_counter() - t0
+    prov = sysinfo.collect()
+    with contextlib.suppress(Exception):
+        prov.update(sysinfo.torch_info())
+    prov["started_at"] = started
+    prov["finished_at"] = sysinfo.now()
+    result["provenance"] = prov
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Run one training experiment and write its result.")
+    ap.add_argument("--spec-json", required=True, help="resolved experiment spec as JSON")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--image-folder", default=None)
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    spec = json.loads(args.spec_json)
+
+    def progress(i, total, elapsed, loss):
+        print(f"step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}", file=sys.stderr, flush=True)
+
+    result = run(spec, args.image_folder, None if args.quiet else progress)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    os.replace(tmp, args.out)
+    if result["status"] != "ok":
+        print(result["error"]["tail"], file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""Read experiment records and flatten them into one summary row per trial.
+
+A record is the JSON file the harness writes for one trial of one experiment
+(``results/records/<experiment>/trial<k>.json``). Records of failed runs may be
+partial or malformed; nothing here raises on those. Missing numbers become NaN,
+missing text becomes None, and a file that cannot be read or parsed becomes a
+record with status ``crashed`` whose error says the record is unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+OK = "ok"
+STATUSES = ("ok", "failed", "crashed", "timeout")
+UNREADABLE = "UnreadableRecord"
+
+MAIN_COLUMNS = [
+    "experiment",
+    "trial",
+    "backend",
+    "status",
+    "samples_per_s",
+    "step_time_median_s",
+    "step_time_p90_s",
+    "step_time_p95_s",
+    "step_time_p99_s",
+    "step_time_stdev_s",
+    "step_time_mean_s",
+    "time_to_first_step_s",
+    "setup_s",
+    "peak_rss_mb",
+    "final_loss",
+    "threads",
+    "precision",
+]
+SPEC_COLUMNS = [
+    "group",
+    "claim_speedup",
+    "model",
+    "batch_size",
+    "image_size",
+    "data",
+    "num_workers",
+    "channels_last",
+    "compile",
+    "compile_mode",
+    "ipex_optimize",
+    "launcher",
+    "allocator",
+    "openmp",
+    "cpus",
+    "warmup_steps",
+    "steps",
+    "env",
+    "preset",
+]
+PROVENANCE_COLUMNS = [
+    "torch_num_threads",
+    "affinity",
+    "omp_num_threads",
+    "kmp_affinity",
+    "ld_preload",
+    "openmp_runtime",
+    "cpu_model",
+    "cpu_flags",
+    "logical_cpus",
+    "physical_cores",
+    "numa_nodes",
+    "python_version",
+    "torch_version",
+    "torchvision_version",
+    "ipex_version",
+    "torch_xla_version",
+    "env_lock_sha256",
+    "image_digest",
+    "runtime",
+    "git_revision",
+    "git_dirty",
+    "hostname",
+    "started_at",
+]
+ERROR_COLUMNS = ["error_type", "error"]
+COLUMNS = MAIN_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
+
+# Columns that hold numbers (NaN when missing); the rest hold text/bools (None).
+NUMERIC_COLUMNS = {
+    "samples_per_s",
+    "step_time_median_s",
+    "step_time_p90_s",
+    "step_time_p95_s",
+    "step_time_p99_s",
+    "step_time_stdev_s",
+    "step_time_mean_s",
+    "time_to_first_step_s",
+    "setup_s",
+    "peak_rss_mb",
+    "final_loss",
+    "threads",
+    "claim_speedup",
+    "batch_size",
+    "image_size",
+    "num_workers",
+    "warmup_steps",
+    "steps",
+    "torch_num_threads",
+    "logical_cpus",
+    "physical_cores",
+    "numa_nodes",
+}
+
+INTEGER_COLUMNS = {
+    "trial",
+    "threads",
+    "batch_size",
+    "image_size",
+    "num_workers",
+    "warmup_steps",
+    "steps",
+    "torch_num_threads",
+    "logical_cpus",
+    "physical_cores",
+    "numa_nodes",
+}
+
+_STEP_TIME_KEYS = ("median", "p90", "p95", "p99", "stdev", "mean")
+_TRIAL_RE = re.compile(r"trial[_-]?(\d+)", re.IGNORECASE)
+_TAIL_LINES = 20
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _num(value: Any) -> float:
+    """A finite-or-NaN float from anything; bools and junk become NaN."""
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _joined(value: Any, sep: str = " ") -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Iterable):
+        return sep.join(str(v) for v in value if v is not None)
+    return str(value)
+
+
+def _int_or_nan(value: Any) -> float | int:
+    n = _num(value)
+    if math.isnan(n):
+        return math.nan
+    return int(n) if n.is_integer() else n
+
+
+def _path_identity(path: Path) -> tuple[str, int | None]:
+    """(experiment, trial) guessed from ``.../<experiment>/trial<k>.json``."""
+    m = _TRIAL_RE.search(path.stem)
+    trial = int(m.group(1)) if m else None
+    experiment = path.parent.name if m and path.parent.name else path.stem
+    return experiment, trial
+
+
+def _unreadable(path: Path, reason: str, raw: str | None) -> dict:
+    experiment, trial = _path_identity(path)
+    tail = None
+    if raw:
+        tail = "\n".join(raw.splitlines()[-_TAIL_LINES:])
+    return {
+        "experiment": experiment,
+        "trial": trial,
+        "spec": {"id": experiment},
+        "status": "crashed",
+        "error": {
+            "type": UNREADABLE,
+            "message": f"record {path} is unreadable: {reason}",
+            "tail": tail,
+        },
+        "metrics": {},
+        "provenance": {},
+        "source_path": str(path),
+    }
+
+
+def load_records(paths: Iterable[str | Path]) -> list[dict]:
+    """Load records in the given order; unreadable files become crashed records."""
+    records: list[dict] = []
+    for p in paths:
+        path = Path(p)
+        raw: str | None = None
+        try:
+            raw = path.read_text(encoding="utf-8", errors="replace")
+            data = json.loads(raw)
+        except (OSError, ValueError) as exc:
+            records.append(_unreadable(path, f"{type(exc).__name__}: {exc}", raw))
+            continue
+        if not isinstance(data, dict):
+            records.append(
+                _unreadable(path, f"expected a JSON object, got {type(data).__name__}", raw)
+            )
+            continue
+        experiment, trial = _path_identity(path)
+        spec = _as_dict(data.get("spec"))
+        if not data.get("experiment"):
+            data["experiment"] = spec.get("id") or experiment
+        if data.get("trial") is None and trial is not None:
+            data["trial"] = trial
+        data.setdefault("source_path", str(path))
+        records.append(data)
+    return records
+
+
+def flatten(record: Mapping[str, Any]) -> dict:
+    """One summary row (ordered as :data:`COLUMNS`) from one record."""
+    record = _as_dict(record)
+    spec = _as_dict(record.get("spec"))
+    metrics = _as_dict(record.get("metrics"))
+    step = _as_dict(metrics.get("step_time_s"))
+    prov = _as_dict(record.get("provenance"))
+    env = _as_dict(prov.get("env"))
+    versions = _as_dict(prov.get("versions"))
+    error = record.get("error")
+
+    row: dict[str, Any] = {}
+    row["experiment"] = _text(record.get("experiment") or spec.get("id"))
+    row["trial"] = _int_or_nan(record.get("trial"))
+    row["backend"] = _text(spec.get("backend"))
+    status = record.get("status")
+    row["status"] = _text(status) if status else "crashed"
+    row["samples_per_s"] = _num(metrics.get("samples_per_s"))
+    for key in _STEP_TIME_KEYS:
+        row[f"step_time_{key}_s"] = _num(step.get(key))
+    row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))
+    row["setup_s"] = _num(metrics.get("setup_s"))
+    row["peak_rss_mb"] = _num(metrics.get("peak_rss_mb"))
+    row["final_loss"] = _num(metrics.get("final_loss"))
+    threads = _int_or_nan(spec.get("threads"))
+    if isinstance(threads, float) and math.isnan(threads):
+        threads = _int_or_nan(prov.get("torch_num_threads"))
+    row["threads"] = threads
+    row["precision"] = _text(spec.get("precision"))
+
+    for key in SPEC_COLUMNS:
+        value = spec.get(key)
+        if key in NUMERIC_COLUMNS:
+            row[key] = _int_or_nan(value) if key != "claim_speedup" else _num(value)
+        elif key == "cpus":
+            row[key] = _joined(value, ",")
+        elif isinstance(value, bool):
+            row[key] = value
+        else:
+            row[key] = _text(value)
+    if row["env"] is None:
+        row["env"] = _text(prov.get("env_name"))
+
+    row["torch_num_threads"] = _int_or_nan(prov.get("torch_num_threads"))
+    row["affinity"] = _joined(prov.get("affinity"), ",")
+    row["omp_num_threads"] = _text(env.get("OMP_NUM_THREADS"))
+    row["kmp_affinity"] = _text(env.get("KMP_AFFINITY"))
+    preload = prov.get("ld_preload")
+    row["ld_preload"] = _joined(preload) if preload is not None else _text(env.get("LD_PRELOAD"))
+    row["openmp_runtime"] = _text(prov.get("openmp_runtime"))
+    row["cpu_model"] = _text(prov.get("cpu_model"))
+    row["cpu_flags"] = _joined(prov.get("cpu_flags"))
+    row["logical_cpus"] = _int_or_nan(prov.get("logical_cpus"))
+    row["physical_cores"] = _int_or_nan(prov.get("physical_cores"))
+    row["numa_nodes"] = _int_or_nan(prov.get("numa_nodes"))
+    for name in ("python", "torch", "torchvision", "ipex", "torch_xla"):
+        row[f"{name}_version"] = _text(versions.get(name))
+    for key in ("env_lock_sha256", "image_digest", "runtime", "git_revision"):
+        row[key] = _text(prov.get(key))
+    dirty = prov.get("git_dirty")
+    row["git_dirty"] = dirty if isinstance(dirty, bool) else _text(dirty)
+    row["hostname"] = _text(prov.get("hostname"))
+    row["started_at"] = _text(prov.get("started_at"))
+
+    if isinstance(error, Mapping):
+        row["error_type"] = _text(error.get("type"))
+        parts = [_text(error.get("message")), _text(error.get("tail"))]
+        text = "\n".join(p for p in parts if p)
+        row["error"] = text or None
+    elif error:
+        row["error_type"] = None
+        row["error"] = _text(error)
+    else:
+        row["error_type"] = None
+        row["error"] = None
+    return {col: row[col] for col in COLUMNS}
+
+
+def error_parts(record: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(type, message, tail) of a record's error, each None when absent."""
+    error = _as_dict(record).get("error")
+    if isinstance(error, Mapping):
+        return _text(error.get("type")), _text(error.get("message")), _text(error.get("tail"))
+    if error:
+        return None, _text(error), None
+    return None, None, None
+
+
+def summary_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per record, in the order given, with :data:`COLUMNS`.
+
+    Numeric columns are floats with NaN for missing values, except counts that
+    hold only whole numbers, which become nullable integers (``Int64``) so the
+    CSV reads ``16`` rather than ``16.0``.
+    """
+    rows = [flatten(r) for r in records]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ["trial", *NUMERIC_COLUMNS]:
+        values = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+        if col in INTEGER_COLUMNS:
+            present = values.dropna()
+            if (present == present.round()).all():
+                values = values.astype("Int64")
+        frame[col] = values
+    return frame.reset_index(drop=True)

@@ -1,0 +1,235 @@
+"""What was really in force for a run: CPU, topology, threads, affinity, env, libraries.
+
+Standard library only: it runs inside every backend environment and in the
+workflow's own environment (for records of runs that crashed before reporting).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+# ISA flags that decide which CPU kernels PyTorch/oneDNN can use.
+DL_FLAGS = (
+    "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+)  # fmt: skip
+
+# Environment variables that change how a training step runs on a CPU.
+ENV_VARS = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY",
+    "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_SETTINGS", "LD_PRELOAD", "MALLOC_CONF",
+    "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CACHE_DIR",
+    "TORCHINDUCTOR_FREEZING", "PJRT_DEVICE", "XLA_FLAGS", "XLA_USE_BF16", "CCL_WORKER_COUNT",
+    "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
+)  # fmt: skip
+
+# Shared libraries whose presence in the process tells the runtime in force.
+MAPPED_LIBS = {
+    "libtcmalloc": "tcmalloc",
+    "libjemalloc": "jemalloc",
+    "libiomp5": "intel-openmp",
+    "libgomp": "gnu-openmp",
+}
+
+
+def cpu_list_str(cpus) -> str:
+    """Compact form of a CPU set: {0,1,2,5} -> '0-2,5'."""
+    cpus = sorted(cpus)
+    parts: list[str] = []
+    start = prev = None
+    for c in cpus:
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:
+            prev = c
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = prev = c
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(parts)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-2,5' -> [0, 1, 2, 5]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return sorted(set(out))
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        if not line.strip():
+            break  # first processor is enough
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    return info
+
+
+def topology() -> dict:
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    cores = set()
+    base = Path("/sys/devices/system/cpu")
+    for topo in base.glob("cpu[0-9]*/topology"):
+        try:
+            pkg = (topo / "physical_package_id").read_text().strip()
+            core = (topo / "core_id").read_text().strip()
+            cores.add((pkg, core))
+        except OSError:
+            pass
+    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    return {
+        "cpu_model": info.get("model name") or platform.processor() or "unknown",
+        "cpu_vendor": info.get("vendor_id"),
+        "cpu_flags": [f for f in DL_FLAGS if f in flags],
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": len(cores) or None,
+        "numa_nodes": len(nodes) or 1,
+    }
+
+
+def mapped_libraries() -> list[str]:
+    """Allocator/OpenMP libraries mapped into this process (what LD_PRELOAD really did)."""
+    found: list[str] = []
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return found
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        name = os.path.basename(path)
+        if any(name.startswith(prefix) for prefix in MAPPED_LIBS) and path not in found:
+            found.append(path)
+    return found
+
+
+def openmp_runtime(libs: list[str]) -> str | None:
+    names = [os.path.basename(p) for p in libs]
+    if any(n.startswith("libiomp5") for n in names):
+        return "intel-openmp"
+    if any(n.startswith("libgomp") for n in names):
+        return "gnu-openmp"
+    return None
+
+
+def git_revision(repo: str | os.PathLike | None = None) -> tuple[str | None, bool | None]:
+    repo = repo or Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        return rev, bool(dirty)
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("STUDY_GIT_REVISION"), None
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def collect(extra_env_vars: tuple[str, ...] = ()) -> dict:
+    """Provenance of the calling process (no torch needed)."""
+    prov = topology()
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = list(range(os.cpu_count() or 1))
+    libs = mapped_libraries()
+    rev, dirty = git_revision()
+    prov.update(
+        {
+            "affinity": cpu_list_str(affinity),
+            "affinity_count": len(affinity),
+            "env": {k: os.environ.get(k) for k in ENV_VARS + tuple(extra_env_vars)},
+            "ld_preload": [p for p in libs if not os.path.basename(p).startswith("libgomp")],
+            "mapped_libs": libs,
+            "openmp_runtime": openmp_runtime(libs),
+            "python_version": platform.python_version(),
+            "hostname": socket.gethostname(),
+            "kernel": platform.release(),
+            "git_revision": rev,
+            "git_dirty": dirty,
+            "load_avg": list(os.getloadavg()),
+            "pid": os.getpid(),
+        }
+    )
+    return prov
+
+
+def torch_info() -> dict:
+    """Versions and threading of the torch stack in this process (imports torch)."""
+    import importlib
+
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod, key in (
+        ("torchvision", "torchvision"),
+        ("intel_extension_for_pytorch", "ipex"),
+        ("torch_xla", "torch_xla"),
+        ("numpy", "numpy"),
+    ):
+        m = __import__("sys").modules.get(mod)
+        if m is None:
+            try:
+                spec = importlib.util.find_spec(mod)
+            except (ImportError, ValueError):
+                spec = None
+            versions[key] = _dist_version(mod) if spec else None
+        else:
+            versions[key] = getattr(m, "__version__", None)
+    parallel = torch.__config__.parallel_info()
+    m = re.search(r"ATen parallel backend: (.*)", parallel)
+    return {
+        "versions": versions,
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "aten_parallel_backend": m.group(1).strip() if m else None,
+        "mkldnn_enabled": bool(torch.backends.mkldnn.is_available()),
+        "cpu_capability": _cpu_capability(torch),
+    }
+
+
+def _cpu_capability(torch) -> str | None:
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except Exception:  # older torch
+        return None
+
+
+def _dist_version(module: str) -> str | None:
+    from importlib import metadata
+
+    names = {
+        "intel_extension_for_pytorch": "intel-extension-for-pytorch",
+        "torch_xla": "torch-xla",
+    }
+    try:
+        return metadata.version(names.get(module, module))
+    except metadata.PackageNotFoundError:
+        return None
