@@ -3,7 +3,6 @@
 # workflow_scripts/. Run: snakemake --cores all   (see README.md)
 from snakemake.utils import min_version, validate
 
-
 min_version("9.0")
 
 
@@ -20,7 +19,7 @@ include: "rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         summary="results/summary.csv",
         report="results/report/index.html",
-    default_target: True

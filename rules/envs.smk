@@ -10,16 +10,25 @@ rule build_env:
         env="results/envs/{env}.json",
     log:
         "logs/envs/{env}.log",
+    threads: 1
     params:
         root=SETTINGS["envs_root"],
         installer=SETTINGS["installer"],
         python=env_python(),
-    threads: 1
-    shell:
-        "{PYTHON} -m workflow_scripts.envs --name {wildcards.env}"
-        " --requirements {input.requirements} --root {params.root}"
-        " --installer {params.installer} --python {params.python}"
-        " --out {output.env} 2> {log}"
+    run:
+        from workflow_scripts import envs
+
+        envs.main(
+            [
+                f"--name={wildcards.env}",
+                f"--requirements={input.requirements}",
+                f"--root={params.root}",
+                f"--installer={params.installer}",
+                f"--python={params.python}",
+                f"--out={output.env}",
+                f"--log={log[0]}",
+            ]
+        )
 
 
 rule image_folder:
@@ -31,6 +40,15 @@ rule image_folder:
         classes=SETTINGS["image_folder"]["classes"],
         per_class=SETTINGS["image_folder"]["images_per_class"],
         size=SETTINGS["image_folder"]["size"],
-    shell:
-        "{PYTHON} -m workflow_scripts.imagefolder --out {output} --classes {params.classes}"
-        " --per-class {params.per_class} --size {params.size} > {log} 2>&1"
+    run:
+        from workflow_scripts import imagefolder
+
+        imagefolder.main(
+            [
+                f"--out={output[0]}",
+                f"--classes={params.classes}",
+                f"--per-class={params.per_class}",
+                f"--size={params.size}",
+                f"--log={log[0]}",
+            ]
+        )

@@ -11,13 +11,22 @@ rule run_experiment:
         record="results/records/{experiment}/trial{trial}.json",
     log:
         "logs/experiments/{experiment}/trial{trial}.log",
+    threads: workflow.cores
     params:
         spec=experiment_spec,
         image_folder=experiment_image_folder,
         runtime=SETTINGS["runtime"],
-    threads: workflow.cores
-    shell:
-        "{PYTHON} -m workflow_scripts.launch --spec-json {params.spec:q}"
-        " --env-json {input.env} --out {output.record} --log {log}"
-        " --trial {wildcards.trial} --image-folder={params.image_folder:q}"
-        " --runtime {params.runtime}"
+    run:
+        from workflow_scripts import launch
+
+        launch.main(
+            [
+                f"--spec-json={params.spec}",
+                f"--env-json={input.env}",
+                f"--out={output.record}",
+                f"--log={log[0]}",
+                f"--trial={wildcards.trial}",
+                f"--image-folder={params.image_folder}",
+                f"--runtime={params.runtime}",
+            ]
+        )

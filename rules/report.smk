@@ -41,8 +41,9 @@ rule report:
         "logs/report.log",
     params:
         prices=prices_json(),
-        plots_dir="results/report",
-    shell:
-        "{PYTHON} -m workflow_scripts.report --records {input.records}"
-        " --summary {output.summary} --html {output.html} --plots-dir {params.plots_dir}"
-        " --prices-json {params.prices:q} > {log} 2>&1"
+    run:
+        from workflow_scripts import report
+
+        report.run_rule(
+            input.records, output.summary, output.html, params.prices, log[0]
+        )

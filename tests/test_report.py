@@ -15,8 +15,6 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from workflow_scripts import records as rec
 from workflow_scripts import report

@@ -12,8 +12,6 @@ import pytest
 import yaml
 
 # the repository root, for a pytest run without the project's pythonpath setting
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from workflow_scripts.study import (
     BUILTIN_DEFAULTS,
     FIELDS,
@@ -83,6 +81,7 @@ def test_shipped_default_study(shipped):
         "runcpu-tcmalloc",
         "runcpu-jemalloc",
         "ipex-baseline",
+        "ipex-optimize-fp32",
         "ipex-optimize-bf16-cl",
         "ipex-compile-bf16",
         "xla-fp32",

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+
 class SyntheticPerSample(Dataset):
     """The article's dataset: each sample is torch.randn(3, H, W), label index % 10."""
 

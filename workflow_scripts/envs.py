@@ -118,8 +118,17 @@ def install(prefix: Path, requirements: Path, python: str, installer: str, log) 
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
         _run([uv, "venv", "--quiet", "--python", python, str(prefix)], log)
         _run(
-            [uv, "pip", "install", "--python", str(prefix / "bin" / "python"),
-             "--require-hashes", "--no-progress", "-r", str(requirements)],
+            [
+                uv,
+                "pip",
+                "install",
+                "--python",
+                str(prefix / "bin" / "python"),
+                "--require-hashes",
+                "--no-progress",
+                "-r",
+                str(requirements),
+            ],
             log,
         )
     elif installer == "pip":
@@ -127,8 +136,16 @@ def install(prefix: Path, requirements: Path, python: str, installer: str, log) 
         # The pinned set decides; a host-wide find-links (e.g. a local +cpu torch
         # wheel) would otherwise win and fail the hash check.
         env["PIP_FIND_LINKS"] = ""
-        cmd = [str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-cache-dir",
-               "--require-hashes", "-r", str(requirements)]
+        cmd = [
+            str(prefix / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-cache-dir",
+            "--require-hashes",
+            "-r",
+            str(requirements),
+        ]
         print("+ " + " ".join(cmd), file=log, flush=True)
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
     else:
@@ -186,7 +203,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
             "installer": installer,
             "versions": versions,
             "libs": allocators,
-            "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
         marker.write_text(json.dumps(info, indent=2) + "\n")
         info["reused"] = False
@@ -201,12 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--installer", default="uv", choices=["uv", "pip"])
     ap.add_argument("--out", required=True, type=Path, help="JSON file describing the environment")
+    ap.add_argument("--log", type=Path, default=None, help="installer output (default: stderr)")
     args = ap.parse_args(argv)
-    info = build(args.name, args.requirements, args.root, args.python, args.installer, sys.stderr)
+    if args.log:
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.log, "a") if args.log else contextlib.nullcontext(sys.stderr) as log:
+        try:
+            info = build(args.name, args.requirements, args.root, args.python, args.installer, log)
+        except (subprocess.CalledProcessError, RuntimeError) as exc:
+            where = f"; see {args.log}" if args.log else ""
+            raise SystemExit(f"building environment {args.name!r} failed: {exc}{where}") from None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    print(f"environment {args.name}: {info['prefix']} torch {info['versions'].get('torch')}"
-          f"{' (reused)' if info['reused'] else ''}")
+    print(
+        f"environment {args.name}: {info['prefix']} torch {info['versions'].get('torch')}"
+        f"{' (reused)' if info['reused'] else ''}"
+    )
     return 0
 
 

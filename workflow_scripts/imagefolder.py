@@ -42,10 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-class", type=int, default=32)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log", type=Path, default=None, help="also append the result line here")
     args = ap.parse_args(argv)
     make_image_folder(args.out, args.classes, args.per_class, args.size, args.seed)
     n = sum(1 for _ in args.out.rglob("*.jpg"))
-    print(f"image folder {args.out}: {args.classes} classes, {n} images of {args.size}px")
+    line = f"image folder {args.out}: {args.classes} classes, {n} images of {args.size}px"
+    print(line)
+    if args.log:
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.log, "a") as fh:
+            print(line, file=fh)
     return 0
 
 

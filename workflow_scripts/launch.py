@@ -77,15 +77,6 @@ def environment(spec: dict, env_info: dict, base: dict | None = None) -> dict[st
     return env
 
 
-def _preexec(cpus: list[int] | None):
-    def fn():
-        os.setsid()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
-    return fn
-
-
 def _tail(path: Path, limit: int = 6000) -> str:
     try:
         data = path.read_bytes()
@@ -122,7 +113,6 @@ def launch(
     result_path.unlink(missing_ok=True)
     cmd = command(spec, env_info["python"], result_path, image_folder)
     env = environment(spec, env_info)
-    cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") and spec["launcher"] != "run_cpu" else None
     started = sysinfo.now()
     t0 = time.perf_counter()
     status_override = None
@@ -131,7 +121,7 @@ def launch(
         logf.flush()
         proc = subprocess.Popen(
             cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-            preexec_fn=_preexec(cpus),
+            start_new_session=True,  # its own process group: a timeout kills every child
         )  # fmt: skip
         try:
             returncode = proc.wait(timeout=spec["timeout_s"])
@@ -149,7 +139,10 @@ def launch(
         try:
             record = json.loads(result_path.read_text())
         except ValueError as exc:
-            record = {"status": "crashed", "error": {"type": "UnreadableResult", "message": str(exc)}}
+            record = {
+                "status": "crashed",
+                "error": {"type": "UnreadableResult", "message": str(exc)},
+            }
     else:
         record = {}
     if status_override == "timeout":

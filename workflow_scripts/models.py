@@ -25,7 +25,10 @@ class SmallCNN(nn.Module):
             nn.AdaptiveAvgPool2d(4),
         )
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(64 * 16, 128), nn.ReLU(inplace=True), nn.Linear(128, num_classes)
+            nn.Flatten(),
+            nn.Linear(64 * 16, 128),
+            nn.ReLU(inplace=True),
+            nn.Linear(128, num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

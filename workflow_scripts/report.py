@@ -947,6 +947,14 @@ def build_report(
     return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
 
 
+def run_rule(records, summary, html, prices_json: str, log) -> int:
+    """The report rule's call: plots go next to the HTML file."""
+    return main(
+        ["--records", *map(str, records), f"--summary={summary}", f"--html={html}",
+         f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}"]
+    )  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", nargs="*", default=[], help="trial record JSON files")
@@ -957,6 +965,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--prices-json", default="[]", help="JSON list of {name, usd_per_hour, note}"
     )
     parser.add_argument("--title", default=DEFAULT_TITLE)
+    parser.add_argument("--log", type=Path, default=None, help="also append the result line here")
     args = parser.parse_args(argv)
     try:
         prices = parse_prices(args.prices_json)
@@ -964,7 +973,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--prices-json is not valid JSON: {exc}")
     records = load_records(args.records)
     result = build_report(records, args.summary, args.html, args.plots_dir, prices, args.title)
-    print(f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)")
+    line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
+    print(line)
+    if args.log:
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.log, "a") as fh:
+            print(line, file=fh)
     return 0
 
 

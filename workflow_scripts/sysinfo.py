@@ -149,7 +149,7 @@ def git_revision(repo: str | os.PathLike | None = None) -> tuple[str | None, boo
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def collect(extra_env_vars: tuple[str, ...] = ()) -> dict:
