@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
 from workflow_scripts import records as rec
 from workflow_scripts import report
+
+REPO = Path(__file__).resolve().parents[1]
 
 PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends")
 FIRST_COLUMNS = [
