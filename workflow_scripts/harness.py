@@ -104,7 +104,26 @@ class Trainer:
         if self.xla:
             self.torch_xla.sync()
             self.xm.wait_device_ops()
+        self.last = (x, out)
         return loss.detach()
+
+    def checks(self) -> dict:
+        """What the last step really ran with (dtype, memory format, compilation)."""
+        torch = self.torch
+        x, out = self.last
+        weights = [p for p in self.model.parameters() if p.dim() == 4]
+        cl = torch.channels_last
+        return {
+            "output_dtype": str(out.dtype).replace("torch.", ""),
+            "input_channels_last": bool(x.dim() == 4 and x.is_contiguous(memory_format=cl)),
+            "weights_channels_last": bool(weights)
+            and all(w.is_contiguous(memory_format=cl) for w in weights),
+            "compiled": type(self.model).__name__ == "OptimizedModule",
+            "device": str(x.device),
+            "dataloader_workers": self.spec["num_workers"]
+            if self.spec["data"] != "synthetic"
+            else 0,
+        }
 
 
 def check_runtime_libraries(spec: dict) -> None:
@@ -178,6 +197,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         "peak_rss_children_mb": _rss_mb(resource.RUSAGE_CHILDREN),
         "step_times_s": step_times,
         "losses": losses,
+        "checks": trainer.checks(),
     }
 
 
@@ -190,6 +210,7 @@ def run(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         m = train(spec, image_folder, progress)
         result["step_times_s"] = m.pop("step_times_s")
         result["losses"] = m.pop("losses")
+        result["checks"] = m.pop("checks")
         result["metrics"] = m
         result["status"] = "ok"
         result["error"] = None

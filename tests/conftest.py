@@ -1,0 +1,54 @@
+"""Shared fixtures: real backend environments and fully resolved experiment specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import envs, study
+
+REPO = Path(__file__).resolve().parents[1]
+# Backend environments are content-addressed, so every test (and every temporary
+# copy of the workflow) can share one root; set STUDY_ENVS_ROOT to move it.
+ENVS_ROOT = Path(os.environ.get("STUDY_ENVS_ROOT", REPO / ".venvs")).absolute()
+
+
+def build_env(name: str, tmp_path_factory) -> dict:
+    log_path = tmp_path_factory.mktemp(f"env-{name}") / "build.log"
+    with open(log_path, "w") as log:
+        try:
+            return envs.build(name, REPO / "envs" / f"{name}.txt", ENVS_ROOT, sys.executable, "uv", log)
+        except Exception:
+            print(log_path.read_text()[-5000:])
+            raise
+
+
+@pytest.fixture(scope="session")
+def upstream_env(tmp_path_factory) -> dict:
+    return build_env("upstream", tmp_path_factory)
+
+
+@pytest.fixture
+def make_spec():
+    """A fully resolved spec (through the real config loader) for a tiny model."""
+
+    def make(**fields) -> dict:
+        fields.setdefault("id", "t")
+        config = {
+            "defaults": {
+                "model": "cnn",
+                "image_size": 32,
+                "batch_size": 4,
+                "warmup_steps": 2,
+                "steps": 3,
+                "timeout_s": 300,
+            },
+            "experiments": [fields],
+        }
+        return json.loads(study.load_study(config).spec_json(fields["id"]))
+
+    return make

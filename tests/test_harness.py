@@ -1,0 +1,134 @@
+"""The harness and its launcher, running real training steps in the real upstream environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from workflow_scripts import imagefolder, launch
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def run(spec, env, tmp_path, **kwargs) -> dict:
+    out = tmp_path / "records" / f"{spec['id']}.json"
+    log = tmp_path / "logs" / f"{spec['id']}.log"
+    record = launch.launch(spec, env, out, log, **kwargs)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
+    if record["status"] == "ok":
+        assert record["error"] is None
+    return record
+
+
+def assert_ok(record: dict) -> dict:
+    assert record["status"] == "ok", record.get("error")
+    m = record["metrics"]
+    spec = record["spec"]
+    assert m["steps_timed"] == spec["steps"] == len(record["step_times_s"])
+    assert len(record["losses"]) == spec["warmup_steps"] + spec["steps"]
+    assert m["samples_per_s"] == pytest.approx(
+        spec["batch_size"] * spec["steps"] / sum(record["step_times_s"])
+    )
+    dist = m["step_time_s"]
+    assert dist["min"] <= dist["median"] <= dist["p90"] <= dist["p99"] <= dist["max"]
+    assert m["time_to_first_step_s"] > 0 and m["peak_rss_mb"] > 50
+    prov = record["provenance"]
+    assert prov["versions"]["torch"].startswith("2.14.")
+    assert prov["env_lock_sha256"] and prov["cpu_model"] and prov["logical_cpus"] >= 1
+    assert prov["torch_num_threads"] >= 1
+    return record
+
+
+def test_fp32_eager_baseline(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(make_spec(), upstream_env, tmp_path))
+    assert rec["checks"]["output_dtype"] == "float32"
+    assert not rec["checks"]["input_channels_last"] and not rec["checks"]["compiled"]
+    assert rec["provenance"]["openmp_runtime"] == "gnu-openmp"
+    assert rec["provenance"]["ld_preload"] == []
+
+
+def test_bf16_autocast_and_channels_last(upstream_env, make_spec, tmp_path):
+    spec = make_spec(precision="bf16", channels_last=True)
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    assert rec["checks"]["output_dtype"] == "bfloat16"
+    assert rec["checks"]["input_channels_last"] and rec["checks"]["weights_channels_last"]
+
+
+def test_compile_inductor(upstream_env, make_spec, tmp_path):
+    spec = make_spec(backend="inductor")
+    assert spec["compile"] == "inductor"
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    assert rec["checks"]["compiled"]
+    # the first step pays for tracing and code generation
+    assert rec["metrics"]["time_to_first_step_s"] > rec["metrics"]["step_time_s"]["median"]
+
+
+def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path):
+    folder = imagefolder.make_image_folder(tmp_path / "images", classes=3, per_class=6, size=40)
+    spec = make_spec(data="image_folder", num_workers=2, batch_size=4, steps=4)
+    rec = assert_ok(run(spec, upstream_env, tmp_path, image_folder=str(folder)))
+    assert rec["checks"]["dataloader_workers"] == 2
+    assert rec["metrics"]["peak_rss_children_mb"] > 0  # the workers were real processes
+
+
+def test_run_cpu_with_tcmalloc(upstream_env, make_spec, tmp_path):
+    spec = make_spec(launcher="run_cpu", allocator="tcmalloc")
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    prov = rec["provenance"]
+    assert any("libtcmalloc" in os.path.basename(p) for p in prov["ld_preload"])
+    assert "libtcmalloc" in prov["env"]["LD_PRELOAD"]
+    assert prov["openmp_runtime"] == "gnu-openmp"
+    assert "torch.backends.xeon.run_cpu" in prov["command"]
+
+
+def test_run_cpu_with_jemalloc_intel_openmp_one_thread(upstream_env, make_spec, tmp_path):
+    spec = make_spec(launcher="run_cpu", allocator="jemalloc", openmp="intel", threads=1)
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    prov = rec["provenance"]
+    names = [os.path.basename(p) for p in prov["ld_preload"]]
+    assert any(n.startswith("libjemalloc") for n in names)
+    assert any(n.startswith("libiomp5") for n in names)
+    assert prov["openmp_runtime"] == "intel-openmp"
+    assert prov["torch_num_threads"] == 1 and prov["env"]["OMP_NUM_THREADS"] == "1"
+    assert prov["env"]["KMP_AFFINITY"] and prov["env"]["MALLOC_CONF"]
+    assert prov["affinity_count"] == 1  # run_cpu pinned the process to one core
+
+
+def test_cpu_list_pins_the_process(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(make_spec(cpus="0", threads=1), upstream_env, tmp_path))
+    assert rec["provenance"]["affinity"] == "0"
+
+
+def test_failure_yields_a_record_with_the_error(upstream_env, make_spec, tmp_path):
+    spec = make_spec(data="image_folder", data_dir=str(tmp_path / "missing"))
+    rec = run(spec, upstream_env, tmp_path)
+    assert rec["status"] == "failed"
+    assert rec["error"]["type"] == "FileNotFoundError"
+    assert "missing" in rec["error"]["message"]
+    assert "Traceback" in rec["error"]["tail"]
+    assert rec["provenance"]["versions"]["torch"].startswith("2.14.")
+
+
+def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path):
+    spec = make_spec(model="resnet18", image_size=64, steps=100_000, timeout_s=8)
+    t0 = time.monotonic()
+    rec = run(spec, upstream_env, tmp_path)
+    assert time.monotonic() - t0 < 60
+    assert rec["status"] == "timeout"
+    assert "timeout_s=8" in rec["error"]["message"]
+    assert "run_trial.py" in rec["error"]["tail"]  # the output so far is kept
+
+
+def test_crash_without_result_is_recorded(make_spec, tmp_path):
+    crasher = tmp_path / "python"
+    crasher.write_text("#!/bin/sh\necho about to die >&2\nkill -SEGV $$\n")
+    crasher.chmod(0o755)
+    env = {"name": "fake", "prefix": str(tmp_path), "python": str(crasher)}
+    rec = run(make_spec(), env, tmp_path)
+    assert rec["status"] == "crashed"
+    assert "SIGSEGV" in rec["error"]["message"]
+    assert "about to die" in rec["error"]["tail"]
+    assert rec["provenance"]["cpu_model"]  # provenance collected outside the dead process
