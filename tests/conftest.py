@@ -21,7 +21,8 @@ def build_env(name: str, tmp_path_factory) -> dict:
     log_path = tmp_path_factory.mktemp(f"env-{name}") / "build.log"
     with open(log_path, "w") as log:
         try:
-            return envs.build(name, REPO / "envs" / f"{name}.txt", ENVS_ROOT, sys.executable, "uv", log)
+            requirements = REPO / "envs" / f"{name}.txt"
+            return envs.build(name, requirements, ENVS_ROOT, sys.executable, "uv", log)
         except Exception:
             print(log_path.read_text()[-5000:])
             raise
