@@ -44,6 +44,4 @@ rule report:
     run:
         from workflow_scripts import report
 
-        report.run_rule(
-            input.records, output.summary, output.html, params.prices, log[0]
-        )
+        report.run_rule(input.records, output.summary, output.html, params.prices, log[0])

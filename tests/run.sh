@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh Linux machine, then run them all.
+#   bash tests/run.sh [pytest arguments]      e.g.  bash tests/run.sh -m "not slow"
+# Installs (when missing): Debian's jemalloc and tcmalloc (the run_cpu allocator
+# tests), the workflow's virtualenv .venv from envs/workflow.txt. The backend
+# environments are built by the tests themselves (under .venvs/, or
+# $STUDY_ENVS_ROOT), from envs/*.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(libjemalloc2 libgoogle-perftools4)
+if command -v apt-get >/dev/null 2>&1; then
+    missing=()
+    for pkg in "${apt_packages[@]}"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        sudo=""
+        [ "$(id -u)" = 0 ] || sudo="sudo"
+        echo "installing ${missing[*]}"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+else
+    echo "warning: no apt-get; install jemalloc and tcmalloc yourself for the run_cpu tests" >&2
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+    -r envs/workflow.txt
+exec .venv/bin/python -m pytest "$@"
