@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -83,6 +84,11 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     for needle in ("ladder", "samples/s", "<svg", "bf16-cl", "xla-fp32", "per dollar"):
         assert needle in html
     assert not re.search(r"(src|href)=[\"']https?://", html)  # self-contained
+    # no two measurements overlapped in time
+    records = [json.loads(p.read_text()) for p in wd.glob("results/records/*/trial*.json")]
+    spans = sorted((r["provenance"]["launched_at"], r["provenance"]["ended_at"]) for r in records)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start, spans
 
     # 2. nothing changed: nothing runs
     before = mtimes(wd)
@@ -124,8 +130,6 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
             "results/summary.csv", "results/report/index.html",
         }  # fmt: skip
     finally:  # the edited set's environment is of no further use: do not keep gigabytes
-        import json
-
         prefix = json.loads((wd / "results/envs/xla.json").read_text())["prefix"]
         if prefix != json.loads(old_xla)["prefix"]:
             shutil.rmtree(prefix, ignore_errors=True)

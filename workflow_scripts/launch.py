@@ -114,6 +114,7 @@ def launch(
     cmd = command(spec, env_info["python"], result_path, image_folder)
     env = environment(spec, env_info)
     started = sysinfo.now()
+    launched_at = sysinfo.now("microseconds")
     t0 = time.perf_counter()
     status_override = None
     with open(log, "ab") as logf:
@@ -185,6 +186,8 @@ def launch(
             "image_digest": env_info.get("image_digest"),
             "command": cmd,
             "exit_code": returncode,
+            "launched_at": launched_at,  # the trial's process lifetime, as the launcher saw it
+            "ended_at": sysinfo.now("microseconds"),
             "process_wall_s": wall,
         }
     )

@@ -148,8 +148,8 @@ def git_revision(repo: str | os.PathLike | None = None) -> tuple[str | None, boo
         return os.environ.get("STUDY_GIT_REVISION"), None
 
 
-def now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+def now(timespec: str = "seconds") -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec=timespec)
 
 
 def collect(extra_env_vars: tuple[str, ...] = ()) -> dict:
