@@ -65,6 +65,8 @@ def test_shipped_config_loads(shipped, preset):
         "python",
         "prices",
         "image_folder",
+        "noise_threshold",
+        "noise_retries",
     }
     assert study.envs == sorted({s["env"] for s in study.experiments})
 
@@ -259,6 +261,69 @@ def test_unnamed_sweep_appends_fields_the_id_does_not_show():
 )
 def test_derived_ids(fields, expected):
     assert ids({"experiments": [fields]}) == [expected]
+
+
+def test_measurement_fields_and_settings():
+    (spec,) = load_study({"experiments": [{}]}).experiments
+    assert spec["probe_size"] == 1024 and spec["warm_compile_cache"] is False
+    settings = load_study({"experiments": [{}]}).settings
+    assert settings["noise_threshold"] == 0.85 and settings["noise_retries"] == 2
+    # --config hands them over as strings
+    config = {"experiments": [{}], "noise_threshold": "0.9", "noise_retries": "0"}
+    settings = load_study(config).settings
+    assert settings["noise_threshold"] == 0.9 and settings["noise_retries"] == 0
+    assert load_study({"experiments": [{}], "noise_threshold": 1}).settings["noise_threshold"] == 1
+
+
+def test_measurement_fields_do_not_change_ids():
+    config = {"experiments": [{"probe_size": 0, "warm_compile_cache": True}]}
+    assert ids(config) == ["resnet50-fp32-bs16"]
+    assert ids({"defaults": {"probe_size": 256}, "experiments": [{}]}) == ["resnet50-fp32-bs16"]
+
+
+def test_swept_measurement_fields_are_tagged():
+    config = {
+        "sweeps": [{"name": "p", "probe_size": [0, 512]}, {"warm_compile_cache": [False, True]}]
+    }
+    assert ids(config) == [
+        "p-probe0",
+        "p-probe512",
+        "resnet50-fp32-bs16-coldcache",
+        "resnet50-fp32-bs16-warmcache",
+    ]
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"experiments": [{"probe_size": -1}]},
+            "experiments[0].probe_size: -1 is not allowed; allowed: an integer >= 0",
+        ),
+        (
+            {"experiments": [{"warm_compile_cache": "yes"}]},
+            "experiments[0].warm_compile_cache: 'yes' is a string; allowed: true or false",
+        ),
+        (
+            {"experiments": [{}], "noise_threshold": 0},
+            "at noise_threshold: 0 is not allowed; allowed: a number > 0 and <= 1",
+        ),
+        (
+            {"experiments": [{}], "noise_threshold": 1.5},
+            "at noise_threshold: 1.5 is not allowed; allowed: a number > 0 and <= 1",
+        ),
+        (
+            {"experiments": [{}], "noise_retries": -1},
+            "at noise_retries: -1 is not allowed; allowed: an integer >= 0",
+        ),
+        (
+            {"experiments": [{}], "noise_retries": 1.5},
+            "at noise_retries: 1.5 is a number; allowed: an integer >= 0",
+        ),
+    ],
+)
+def test_measurement_field_errors(config, message):
+    assert message in error_of(config)
 
 
 def test_px_tag_relative_to_resolved_defaults():

@@ -69,6 +69,10 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "lr": 0.01,
     "seed": 0,
     "timeout_s": 1800,
+    # the noise probe's matrix size (N x N matmuls before the steps); 0 turns it off
+    "probe_size": 1024,
+    # keep torch.compile's caches between runs (default: a fresh, empty cache per trial)
+    "warm_compile_cache": False,
     "env_vars": {},
 }
 FIELDS = list(BUILTIN_DEFAULTS)
@@ -84,6 +88,7 @@ INT_FIELDS = (
     "threads",
     "seed",
     "timeout_s",
+    "probe_size",
 )
 
 # Top-level settings other than defaults/experiments/sweeps/presets.
@@ -96,11 +101,17 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "python": None,
     "image_folder": {"images_per_class": 32, "classes": 10, "size": 256},
     "prices": [],
+    # a trial is noisy when its probe ran below this fraction of comparable trials' median
+    "noise_threshold": 0.85,
+    # how often the launcher reruns a trial whose probe fell below the reference
+    "noise_retries": 2,
 }
 
 # Settings that are never strings: a string value from `--config` is read as YAML.
 NON_STRING_SETTINGS = (
     "trials",
+    "noise_threshold",
+    "noise_retries",
     "image_folder",
     "prices",
     "defaults",
@@ -211,6 +222,8 @@ def _allowed(schema: dict) -> str:
                 word += f" >= {schema['minimum']}"
             if "exclusiveMinimum" in schema:
                 word += f" > {schema['exclusiveMinimum']}"
+            if "maximum" in schema:
+                word += f" and <= {schema['maximum']}"
             words.append(word)
         elif t == "string":
             if "pattern" in schema:
@@ -326,7 +339,7 @@ def _schema_message(error: jsonschema.ValidationError) -> list[str]:
         return [
             _err(where, f"{_show(value)} is {article} {got}; allowed: {_allowed(error.schema)}")
         ]
-    if kind in ("enum", "minimum", "exclusiveMinimum", "pattern", "minLength"):
+    if kind in ("enum", "minimum", "exclusiveMinimum", "maximum", "pattern", "minLength"):
         return [_err(where, f"{_show(value)} is not allowed; allowed: {_allowed(error.schema)}")]
     if kind == "minItems":
         return [_err(where, "an empty list is not allowed; a swept field needs at least one value")]
@@ -418,6 +431,10 @@ def _tag(field: str, value: Any) -> str:
         return f"seed{value}"
     if field == "timeout_s":
         return f"timeout{value}"
+    if field == "probe_size":
+        return f"probe{value}"
+    if field == "warm_compile_cache":
+        return "warmcache" if value else "coldcache"
     return _safe(str(value))  # backend, model, compile_mode, precision
 
 
