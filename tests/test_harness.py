@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -64,6 +65,70 @@ def test_compile_inductor(upstream_env, make_spec, tmp_path):
     assert rec["checks"]["compiled"]
     # the first step pays for tracing and code generation
     assert rec["metrics"]["time_to_first_step_s"] > rec["metrics"]["step_time_s"]["median"]
+    # ... in a fresh compile cache of its own, removed afterwards
+    cache = rec["provenance"]["compile_cache"]
+    assert cache["fresh"] is True and cache["removed"] is True
+    assert rec["provenance"]["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache["dir"]
+    assert not os.path.exists(cache["dir"])
+
+
+def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path):
+    spec = make_spec(model="resnet18", image_size=64, batch_size=4)
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    probe = rec["probe"]
+    assert probe["fp32_gflops"] > 0 and probe["bf16_gflops"] > 0
+    assert probe["size"] == 1024 and probe["threads"] == rec["provenance"]["torch_num_threads"]
+    assert len(probe["load_avg_before"]) == 3 and probe["seconds"] >= 0.6
+    m = rec["metrics"]
+    # torchvision lists ResNet-18 at 1.82 "GFLOPS" at 224 px: multiply-adds, which
+    # FlopCounterMode counts as 2 FLOPs; convolutions scale with the pixel count, and a
+    # training step is ~3 forwards (backward: gradients of inputs and of weights).
+    forward = 2 * 1.82e9 * (64 / 224) ** 2
+    assert m["flops_per_sample"] == pytest.approx(3 * forward, rel=0.10)
+    assert m["achieved_gflops"] == pytest.approx(m["flops_per_sample"] * m["samples_per_s"] / 1e9)
+    assert m["peak_dtype"] == "fp32"
+    assert m["pct_of_peak"] == pytest.approx(100 * m["achieved_gflops"] / probe["fp32_gflops"])
+    assert 0 < m["pct_of_peak"] < 150
+    assert m["flops_error"] is None and m["flops_count_s"] > 0
+    cache = rec["provenance"]["compile_cache"]
+    assert cache["fresh"] is True and not os.path.exists(cache["dir"])
+
+
+def test_bf16_roofline_uses_the_bf16_probe(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(make_spec(precision="bf16"), upstream_env, tmp_path))
+    m = rec["metrics"]
+    assert m["peak_dtype"] == "bf16"
+    assert m["pct_of_peak"] == pytest.approx(
+        100 * m["achieved_gflops"] / rec["probe"]["bf16_gflops"]
+    )
+
+
+def test_probe_off(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(make_spec(probe_size=0, warm_compile_cache=True), upstream_env, tmp_path))
+    assert rec["probe"] is None
+    assert rec["metrics"]["flops_per_sample"] > 0 and rec["metrics"]["pct_of_peak"] is None
+    assert rec["provenance"]["compile_cache"]["fresh"] is False
+
+
+def test_probe_command_line(upstream_env, tmp_path):
+    env = launch.base_environment(upstream_env)
+    python = upstream_env["python"]
+    cmd = [python, "-m", "workflow_scripts.probe", "--size", "256", "--seconds", "0.05"]
+    res = subprocess.run(cmd, env=env, cwd=launch.REPO_ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    one = json.loads(res.stdout)
+    assert one["size"] == 256 and one["fp32_gflops"] > 0 and one["bf16_gflops"] > 0
+    out = tmp_path / "probe.json"
+    cmd += ["--calibrate", "--sizes", "128,256", "--threads", "1", "--repeats", "2"]
+    res = subprocess.run([*cmd, "--out", str(out)], env=env, cwd=launch.REPO_ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    ref = json.loads(out.read_text())
+    assert [(e["size"], e["threads"], len(e["runs"])) for e in ref["entries"]] == [
+        (128, 1, 2),
+        (256, 1, 2),
+    ]
+    assert ref["fp32_gflops"] > 0 and ref["torch_version"].startswith("2.14.")
 
 
 def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path):

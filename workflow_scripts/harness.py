@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import metrics, sysinfo
+from . import metrics, probe, sysinfo
 
 SCHEMA_VERSION = 1
 
@@ -156,8 +156,55 @@ def check_runtime_libraries(spec: dict) -> None:
         )
 
 
+def count_flops_per_sample(spec: dict) -> float:
+    """FLOPs of one training step per sample: one forward + backward at batch size 1.
+
+    Counted with ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per
+    multiply-add of the matmuls and convolutions, the bulk of the work; norms and
+    activations are not counted) on a fresh CPU copy of the model built with the
+    spec's seed, before any compile or ``ipex.optimize``. Eval mode: batch norm with
+    one sample fails in training mode on small images, and its FLOPs are not
+    counted anyway. The global RNG is left as it was.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from . import models
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec["seed"])
+        n_classes = models.num_classes(spec["model"])
+        model = models.build(spec["model"], n_classes)
+        model.eval()
+        size = spec["image_size"]
+        x = torch.randn(1, 3, size, size)
+        y = torch.zeros(1, dtype=torch.long)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+    return float(counter.get_total_flops())
+
+
+def roofline(
+    flops_per_sample: float | None, samples_per_s: float, probe_result: dict | None, precision: str
+) -> dict:
+    """Achieved GFLOP/s of the timed steps and its share of the probe's matmul rate
+    of the matching dtype (bf16 for bf16 autocast, else fp32)."""
+    out: dict = {"flops_per_sample": flops_per_sample}
+    ok = flops_per_sample is not None and math.isfinite(samples_per_s)
+    achieved = flops_per_sample * samples_per_s / 1e9 if ok else None
+    out["achieved_gflops"] = achieved
+    dtype = "bf16" if precision == "bf16" else "fp32"
+    peak = (probe_result or {}).get(f"{dtype}_gflops")
+    out["peak_dtype"] = dtype
+    out["pct_of_peak"] = 100.0 * achieved / peak if achieved is not None and peak else None
+    return out
+
+
 def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
-    """Set up and run warm-up + timed steps; return the metrics part of a record."""
+    """Set up and run warm-up + timed steps; return the metrics part of a record
+    (with ``probe``, the noise probe run just before the steps, or None)."""
     t0 = time.perf_counter()
     import torch  # noqa: F401  (import time is reported apart from setup)
 
@@ -166,6 +213,21 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     t0 = time.perf_counter()
     trainer = Trainer(spec, image_folder)
     setup_s = time.perf_counter() - t0
+    # After the setup (so after torch_xla claimed its device: XLA needs that before
+    # any backward in the process), before the steps; neither is part of setup_s.
+    t0 = time.perf_counter()
+    flops_error = None
+    try:
+        flops = count_flops_per_sample(spec)
+    except Exception as exc:  # noqa: BLE001 - a missing FLOP count must not fail the run
+        flops, flops_error = None, f"{type(exc).__name__}: {exc}"[:500]
+    flops_count_s = time.perf_counter() - t0
+    probe_result = None
+    if spec.get("probe_size"):
+        try:
+            probe_result = probe.run(int(spec["probe_size"]))
+        except Exception as exc:  # noqa: BLE001 - nor must a failed probe
+            probe_result = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     step_times: list[float] = []
     losses: list[float] = []
     first_step_s = math.nan
@@ -184,8 +246,12 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
             step_times.append(elapsed)
         if progress:
             progress(i + 1, total, elapsed, value)
+    samples_per_s = metrics.throughput(spec["batch_size"], step_times)
     return {
-        "samples_per_s": metrics.throughput(spec["batch_size"], step_times),
+        "samples_per_s": samples_per_s,
+        **roofline(flops, samples_per_s, probe_result, spec["precision"]),
+        "flops_count_s": flops_count_s,
+        "flops_error": flops_error,
         "steps_timed": len(step_times),
         "step_time_s": metrics.distribution(step_times),
         "time_to_first_step_s": first_step_s,
@@ -198,6 +264,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         "step_times_s": step_times,
         "losses": losses,
         "checks": trainer.checks(),
+        "probe": probe_result,
     }
 
 
@@ -211,6 +278,7 @@ def run(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         result["step_times_s"] = m.pop("step_times_s")
         result["losses"] = m.pop("losses")
         result["checks"] = m.pop("checks")
+        result["probe"] = m.pop("probe")
         result["metrics"] = m
         result["status"] = "ok"
         result["error"] = None

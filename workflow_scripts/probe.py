@@ -1,0 +1,236 @@
+"""Noise probe: how fast this process multiplies dense matrices, right now.
+
+A short calibration run of ``torch.matmul`` on two N x N matrices, in fp32 and in
+bf16, each repeated (after one warm-up) until at least ``min_seconds`` have
+passed, reported as GFLOP/s (2 N^3 floating-point operations per matmul). The
+harness runs it in the training process just before the steps, so it sees the
+same threads, pinning and allocator; a trial whose probe is well below what the
+machine usually reaches was disturbed by something else running.
+
+Standard library and torch only (it runs in the backend environments); torch is
+imported inside the functions, so the launcher and the report can use the pure
+helpers (:func:`summarize`, :func:`reference_rate`) without it.
+
+    python -m workflow_scripts.probe --size 1024                # one probe, as JSON
+    python -m workflow_scripts.probe --calibrate --sizes 1024 --threads auto --repeats 3 \\
+        --out results/calibration/probe.json                    # the reference
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_SIZE = 1024
+MIN_SECONDS = 0.3
+DTYPES = ("fp32", "bf16")
+
+
+def load_avg() -> list[float] | None:
+    try:
+        return [round(x, 3) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def matmul_gflops(size: int, dtype: str, min_seconds: float = MIN_SECONDS) -> float:
+    """GFLOP/s of ``torch.matmul`` on two size x size CPU matrices of ``dtype``.
+
+    One untimed warm-up, then matmuls until ``min_seconds`` have passed. The
+    inputs come from a private generator: the global RNG (which the training
+    data may use) is left alone.
+    """
+    import torch
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator().manual_seed(1234)
+    a = torch.randn(size, size, generator=gen).to(torch_dtype)
+    b = torch.randn(size, size, generator=gen).to(torch_dtype)
+    with torch.no_grad():
+        torch.matmul(a, b)  # warm-up: packing, thread pool, kernel selection
+        reps = 0
+        t0 = time.perf_counter()
+        while True:
+            torch.matmul(a, b)
+            reps += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_seconds:
+                break
+    return 2.0 * size**3 * reps / elapsed / 1e9
+
+
+def run(size: int = DEFAULT_SIZE, min_seconds: float = MIN_SECONDS) -> dict:
+    """One probe in this process, with its current threads (the record's ``probe``)."""
+    import torch
+
+    before = load_avg()
+    t0 = time.perf_counter()
+    rates = {f"{d}_gflops": matmul_gflops(size, d, min_seconds) for d in DTYPES}
+    return {
+        **rates,
+        "size": size,
+        "threads": torch.get_num_threads(),
+        "load_avg_before": before,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def summarize(runs: list[dict]) -> dict:
+    """The median rate of each dtype over several probes of one size and thread count."""
+    out: dict = {}
+    for d in DTYPES:
+        values = [r[f"{d}_gflops"] for r in runs if _finite(r.get(f"{d}_gflops"))]
+        out[f"{d}_gflops"] = statistics.median(values) if values else None
+    first = runs[0] if runs else {}
+    out["size"] = first.get("size")
+    out["threads"] = first.get("threads")
+    out["runs"] = runs
+    return out
+
+
+def auto_threads(n: int) -> list[int]:
+    """Thread counts worth a reference on n CPUs: 1, 2, 4, ... and n itself."""
+    counts, t = [], 1
+    while t < n:
+        counts.append(t)
+        t *= 2
+    return [*counts, n]
+
+
+def calibrate(
+    sizes: list[int],
+    threads: list[int] | str = "auto",
+    repeats: int = 3,
+    min_seconds: float = MIN_SECONDS,
+) -> dict:
+    """The reference: ``repeats`` probes (median) per size and thread count.
+
+    ``threads``: counts to measure, 0 meaning torch's default (all the CPUs this
+    process may use), or ``"auto"`` for :func:`auto_threads` of that default; counts
+    that resolve to the same number are measured once.
+    """
+    import torch
+
+    default = torch.get_num_threads()
+    if threads == "auto":
+        threads = auto_threads(default)
+    counts = list(dict.fromkeys(t if t > 0 else default for t in threads or [0]))
+    before = load_avg()
+    t0 = time.perf_counter()
+    entries = []
+    for size in sizes:
+        for count in counts:
+            torch.set_num_threads(count)
+            entries.append(summarize([run(size, min_seconds) for _ in range(repeats)]))
+    torch.set_num_threads(default)
+    main = next(
+        (e for e in entries if e["threads"] == default),
+        entries[0] if entries else {},
+    )
+    return {
+        "kind": "calibration",
+        "size": main.get("size"),
+        "threads": main.get("threads"),
+        "fp32_gflops": main.get("fp32_gflops"),
+        "bf16_gflops": main.get("bf16_gflops"),
+        "entries": entries,
+        "repeats": repeats,
+        "min_seconds": min_seconds,
+        "default_threads": default,
+        "load_avg_before": before,
+        "seconds": time.perf_counter() - t0,
+        "torch_version": torch.__version__,
+        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def reference_rate(
+    reference: dict | None, size, threads, dtype: str = "fp32"
+) -> tuple[float | None, str]:
+    """The reference rate for a probe of ``size`` run with ``threads`` threads, and how
+    it was found: an entry measured with the same size and threads, else the entry of
+    that size with the nearest thread count scaled linearly by threads (matmul scales
+    about linearly with cores), else None with the reason."""
+    key = f"{dtype}_gflops"
+    if not isinstance(reference, dict):
+        return None, "no reference probe"
+    entries = [e for e in reference.get("entries") or [] if isinstance(e, dict)]
+    if not entries and _finite(reference.get(key)):
+        entries = [reference]  # a single probe used as the reference
+    same_size = [e for e in entries if e.get("size") == size and _finite(e.get(key))]
+    if not same_size:
+        return None, f"the reference has no probe of size {size}"
+    for e in same_size:
+        if e.get("threads") == threads:
+            return float(e[key]), f"reference size {size}, {threads} threads"
+    if not _finite(threads) or threads <= 0:
+        return None, f"the probe's thread count {threads!r} is unknown"
+    with_threads = [e for e in same_size if _finite(e.get("threads")) and e["threads"] > 0]
+    if not with_threads:
+        return None, "the reference probes have no thread count"
+    near = min(with_threads, key=lambda e: (abs(e["threads"] - threads), -e["threads"]))
+    rate = float(near[key]) * threads / near["threads"]
+    return rate, (
+        f"reference size {size}, {near['threads']} threads scaled linearly to {threads} threads"
+    )
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Measure dense matmul GFLOP/s (fp32 and bf16).")
+    ap.add_argument("--size", type=int, default=DEFAULT_SIZE, help="N of the N x N matrices")
+    ap.add_argument("--seconds", type=float, default=MIN_SECONDS, help="time per dtype")
+    ap.add_argument(
+        "--threads",
+        default=None,
+        help="intra-op threads; with --calibrate a comma list (0 = all) or auto (the default)",
+    )
+    ap.add_argument(
+        "--calibrate", action="store_true", help="median of --repeats probes per size and threads"
+    )
+    ap.add_argument("--sizes", default=None, help="comma list of sizes for --calibrate")
+    ap.add_argument("--repeats", type=int, default=3, help="probes per entry with --calibrate")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    if args.calibrate:
+        sizes = _ints(args.sizes) if args.sizes else [args.size]
+        threads = _ints(args.threads) if args.threads not in (None, "auto") else "auto"
+        result = calibrate(sizes, threads, args.repeats, args.seconds)
+    else:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(int(args.threads))
+        result = run(args.size, args.seconds)
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, args.out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
