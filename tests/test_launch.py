@@ -1,0 +1,309 @@
+"""The launcher's noise reruns, compile caches and calibration, with a fake backend python.
+
+The fake ``python`` is a real executable the launcher runs as a subprocess, as it
+runs a backend environment's interpreter; it writes the result a harness would,
+with the probe rates of a plan, one entry per attempt. Fast: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import launch, probe
+
+FAKE_HARNESS = """#!{python}
+import json, os, sys
+from pathlib import Path
+
+here = Path(__file__).parent
+plan = json.loads((here / "plan.json").read_text())
+counter = here / "count"
+n = int(counter.read_text()) if counter.exists() else 0
+counter.write_text(str(n + 1))
+step = plan[min(n, len(plan) - 1)]
+cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+result = {{
+    "status": step.get("status", "ok"),
+    "error": None,
+    "metrics": {{
+        "samples_per_s": step.get("sps", 10.0),
+        "step_time_s": {{"median": 0.4}},
+        "time_to_first_step_s": 0.5,
+        "peak_rss_mb": 100.0,
+        "pct_of_peak": 12.5,
+        "peak_dtype": "fp32",
+    }},
+    "probe": {{
+        "fp32_gflops": step["fp32"],
+        "bf16_gflops": step.get("bf16", 40.0),
+        "size": step.get("size", 1024),
+        "threads": step.get("threads", 2),
+        "load_avg_before": [0.5, 0.4, 0.3],
+        "seconds": 0.7,
+    }},
+    "provenance": {{
+        "env": {{"TORCHINDUCTOR_CACHE_DIR": cache,
+                 "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR")}},
+        "cache_existed": bool(cache and os.path.isdir(cache)),
+    }},
+}}
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+out.write_text(json.dumps(result))
+"""
+
+FAKE_PROBE = """#!{python}
+import json, sys
+from pathlib import Path
+
+assert sys.argv[1:5] == ["-u", "-m", "workflow_scripts.probe", "--calibrate"], sys.argv
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+threads = sys.argv[sys.argv.index("--threads") + 1]
+entries = [{{"size": 1024, "threads": t, "fp32_gflops": 50.0 * t, "bf16_gflops": 20.0 * t,
+             "runs": []}} for t in (1, 2)]
+out.write_text(json.dumps({{"kind": "calibration", "size": 1024, "threads": 2,
+                            "fp32_gflops": 100.0, "bf16_gflops": 40.0, "entries": entries,
+                            "asked_threads": threads}}))
+"""
+
+REFERENCE = {
+    "kind": "calibration",
+    "size": 1024,
+    "threads": 2,
+    "fp32_gflops": 100.0,
+    "bf16_gflops": 40.0,
+    "entries": [
+        {"size": 1024, "threads": 1, "fp32_gflops": 52.0, "bf16_gflops": 21.0},
+        {"size": 1024, "threads": 2, "fp32_gflops": 100.0, "bf16_gflops": 40.0},
+    ],
+}
+
+
+def fake_env(tmp_path: Path, script: str, plan: list[dict] | None = None) -> dict:
+    folder = tmp_path / "fakeenv"
+    folder.mkdir(exist_ok=True)
+    python = folder / "python"
+    python.write_text(script.format(python=sys.executable))
+    python.chmod(0o755)
+    if plan is not None:
+        (folder / "plan.json").write_text(json.dumps(plan))
+    return {"name": "fake", "prefix": str(folder), "python": str(python)}
+
+
+def attempts_run(env: dict) -> int:
+    return int((Path(env["prefix"]) / "count").read_text())
+
+
+def run(tmp_path, spec, plan, **kwargs) -> tuple[dict, dict]:
+    env = fake_env(tmp_path, FAKE_HARNESS, plan)
+    out = tmp_path / "records" / "t" / "trial0.json"
+    kwargs.setdefault("retry_delay_s", 0)
+    record = launch.launch(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
+    assert not out.with_name("trial0.harness.json").exists()
+    return record, env
+
+
+@pytest.fixture(autouse=True)
+def no_inherited_caches(monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+
+
+# --------------------------------------------------------------------------- noise reruns
+
+
+def test_noisy_attempts_are_rerun_until_the_probe_is_clean(make_spec, tmp_path):
+    plan = [{"fp32": 50.0, "sps": 5.0}, {"fp32": 80.0, "sps": 8.0}, {"fp32": 95.0, "sps": 10.0}]
+    record, env = run(tmp_path, make_spec(), plan, reference=REFERENCE, max_retries=2)
+    assert attempts_run(env) == 3
+    assert record["attempts"] == 3
+    assert record["status"] == "ok"
+    assert record["probe"]["fp32_gflops"] == 95.0
+    assert record["metrics"]["samples_per_s"] == 10.0  # the kept attempt's measurement
+    discarded = record["discarded_attempts"]
+    assert [d["attempt"] for d in discarded] == [1, 2]
+    assert [d["probe"]["fp32_gflops"] for d in discarded] == [50.0, 80.0]
+    assert [d["samples_per_s"] for d in discarded] == [5.0, 8.0]
+    assert "0.50 x the reference 100.0 GFLOP/s" in discarded[0]["reason"]
+    assert "below the threshold 0.85" in discarded[1]["reason"]
+    check = record["noise_check"]
+    assert check["passed"] is True and check["ratio"] == pytest.approx(0.95)
+    assert check["reference_fp32_gflops"] == 100.0
+    log = (tmp_path / "logs" / "t.log").read_text()
+    assert log.count("discarded") == 2 and log.count("$ ") == 3
+    line = launch.progress_line(record)
+    assert "probe 95 GFLOP/s fp32" in line and "2 discarded as noisy" in line
+
+
+def test_retries_are_bounded(make_spec, tmp_path):
+    record, env = run(tmp_path, make_spec(), [{"fp32": 10.0}], reference=REFERENCE, max_retries=2)
+    assert attempts_run(env) == 3 == record["attempts"]
+    assert len(record["discarded_attempts"]) == 2
+    assert record["noise_check"]["passed"] is False  # the last attempt is kept, flagged
+    assert "still below the noise threshold" in launch.progress_line(record)
+
+
+def test_zero_retries_runs_once(make_spec, tmp_path):
+    record, env = run(tmp_path, make_spec(), [{"fp32": 10.0}], reference=REFERENCE, max_retries=0)
+    assert attempts_run(env) == 1 and record["attempts"] == 1
+    assert record["discarded_attempts"] == [] and record["noise_check"]["passed"] is False
+
+
+def test_clean_probe_runs_once(make_spec, tmp_path):
+    record, env = run(tmp_path, make_spec(), [{"fp32": 86.0}], reference=REFERENCE)
+    assert attempts_run(env) == 1 and record["attempts"] == 1
+    assert record["discarded_attempts"] == [] and record["noise_check"]["passed"] is True
+
+
+def test_no_reference_no_reruns(make_spec, tmp_path):
+    record, env = run(tmp_path, make_spec(), [{"fp32": 1.0}], reference=None)
+    assert attempts_run(env) == 1 and record["attempts"] == 1
+    assert record["noise_check"] is None and record["discarded_attempts"] == []
+
+
+def test_failed_runs_are_not_rerun(make_spec, tmp_path):
+    plan = [{"fp32": 1.0, "status": "failed"}]
+    record, env = run(tmp_path, make_spec(), plan, reference=REFERENCE)
+    assert attempts_run(env) == 1 and record["status"] == "failed"
+    assert record["noise_check"] is None
+
+
+def test_reference_matches_the_probe_threads(make_spec, tmp_path):
+    # 1 thread: compared with the 1-thread reference (52), not the all-CPU one (100)
+    record, _ = run(tmp_path, make_spec(), [{"fp32": 48.0, "threads": 1}], reference=REFERENCE)
+    assert record["attempts"] == 1
+    assert record["noise_check"]["reference_fp32_gflops"] == 52.0
+
+
+def test_reference_without_the_probe_size_checks_nothing(make_spec, tmp_path):
+    record, _ = run(tmp_path, make_spec(), [{"fp32": 1.0, "size": 512}], reference=REFERENCE)
+    assert record["attempts"] == 1
+    assert record["noise_check"]["passed"] is None
+    assert "no probe of size 512" in record["noise_check"]["reference"]
+
+
+def test_cli_reads_the_reference_and_settings(make_spec, tmp_path, capsys):
+    env = fake_env(tmp_path, FAKE_HARNESS, [{"fp32": 60.0}, {"fp32": 90.0}])
+    env_json = tmp_path / "env.json"
+    env_json.write_text(json.dumps(env))
+    ref = tmp_path / "probe.json"
+    ref.write_text(json.dumps(REFERENCE))
+    out = tmp_path / "r" / "trial1.json"
+    common = [f"--spec-json={json.dumps(make_spec())}", f"--env-json={env_json}", f"--out={out}"]
+    common += [f"--log={tmp_path / 'l.log'}", "--trial=1", "--retry-delay=0"]
+    assert launch.main([*common, f"--reference-probe={ref}", "--max-retries=1"]) == 0
+    record = json.loads(out.read_text())
+    assert record["attempts"] == 2 and record["trial"] == 1
+    assert "[attempt 2: 1 discarded as noisy]" in capsys.readouterr().out
+    # a stricter threshold than the default, and no reference at all
+    (Path(env["prefix"]) / "count").unlink()
+    assert launch.main([*common, f"--reference-probe={ref}", "--noise-threshold=0.65"]) == 0
+    assert json.loads(out.read_text())["attempts"] == 2  # 60 < 65, then 90
+    (Path(env["prefix"]) / "count").unlink()
+    assert launch.main([*common, "--reference-probe="]) == 0
+    assert json.loads(out.read_text())["attempts"] == 1
+
+
+def test_unreadable_reference_means_no_reruns(tmp_path):
+    bad = tmp_path / "probe.json"
+    bad.write_text("{not json")
+    log = tmp_path / "x.log"
+    assert launch.read_reference(bad, log) is None
+    assert "unusable" in log.read_text()
+    assert launch.read_reference(None) is None
+
+
+# --------------------------------------------------------------------------- compile caches
+
+
+def test_fresh_compile_cache_per_attempt_removed_afterwards(make_spec, tmp_path):
+    plan = [{"fp32": 10.0}, {"fp32": 99.0}]
+    record, _ = run(tmp_path, make_spec(), plan, reference=REFERENCE)
+    cache = record["provenance"]["compile_cache"]
+    assert cache["fresh"] is True and cache["removed"] is True
+    assert not os.path.exists(cache["dir"])
+    env = record["provenance"]["env"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == cache["dir"]
+    assert env["TRITON_CACHE_DIR"] == os.path.join(cache["dir"], "triton")
+    assert record["provenance"]["cache_existed"]  # it was there while the run ran
+    assert "t-trial0-2" in Path(cache["dir"]).name  # the second attempt had its own
+
+
+def test_warm_compile_cache_keeps_the_default(make_spec, tmp_path):
+    record, _ = run(tmp_path, make_spec(warm_compile_cache=True), [{"fp32": 99.0}])
+    cache = record["provenance"]["compile_cache"]
+    assert cache["fresh"] is False
+    assert Path(cache["dir"]).name.startswith("torchinductor_")
+    assert record["provenance"]["env"]["TORCHINDUCTOR_CACHE_DIR"] is None
+
+
+def test_spec_cache_dir_is_respected(make_spec, tmp_path):
+    spec = make_spec(env_vars={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")})
+    record, _ = run(tmp_path, spec, [{"fp32": 99.0}])
+    assert record["provenance"]["compile_cache"] == {"dir": str(tmp_path / "mine"), "fresh": False}
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_calibrate_writes_the_reference(tmp_path, capsys):
+    env = fake_env(tmp_path, FAKE_PROBE)
+    env_json = tmp_path / "env.json"
+    env_json.write_text(json.dumps(env))
+    out = tmp_path / "calibration" / "probe.json"
+    args = ["calibrate", f"--env-json={env_json}", f"--out={out}", f"--log={tmp_path / 'c.log'}"]
+    assert launch.main([*args, "--sizes=1024"]) == 0
+    ref = json.loads(out.read_text())
+    assert ref["asked_threads"] == "auto" and ref["env_name"] == "fake"
+    assert ref["provenance"]["cpu_model"]
+    assert probe.reference_rate(ref, 1024, 1) == (50.0, "reference size 1024, 1 threads")
+    assert "fp32 100.0 GFLOP/s" in capsys.readouterr().out
+
+
+def test_failed_calibration_leaves_an_empty_reference(tmp_path):
+    env = fake_env(tmp_path, "#!/bin/sh\necho no torch here >&2\nexit 3\n")
+    out = tmp_path / "probe.json"
+    ref = launch.calibrate(env, out, tmp_path / "c.log", [1024])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(ref, default=str))
+    assert ref["entries"] == [] and "no torch here" in ref["error"]["tail"]
+    assert probe.reference_rate(ref, 1024, 2)[0] is None
+
+
+# --------------------------------------------------------------------------- probe helpers
+
+
+def test_reference_rate_lookup_and_scaling():
+    assert probe.reference_rate(REFERENCE, 1024, 2) == (100.0, "reference size 1024, 2 threads")
+    assert probe.reference_rate(REFERENCE, 1024, 1, "bf16")[0] == 21.0
+    rate, how = probe.reference_rate(REFERENCE, 1024, 4)  # nearest (2) scaled linearly
+    assert rate == 200.0 and "scaled linearly to 4 threads" in how
+    assert probe.reference_rate(REFERENCE, 1024, 3)[0] == 150.0  # ties: the larger count
+    assert probe.reference_rate(REFERENCE, 2048, 2)[0] is None
+    assert probe.reference_rate(None, 1024, 2) == (None, "no reference probe")
+    assert probe.reference_rate(REFERENCE, 1024, None)[0] is None
+    single = {"fp32_gflops": 80.0, "bf16_gflops": 30.0, "size": 1024, "threads": 2}
+    assert probe.reference_rate(single, 1024, 2)[0] == 80.0  # one probe as the reference
+
+
+def test_summarize_takes_medians():
+    runs = [
+        {"fp32_gflops": 90.0, "bf16_gflops": 30.0, "size": 512, "threads": 2},
+        {"fp32_gflops": 100.0, "bf16_gflops": None, "size": 512, "threads": 2},
+        {"fp32_gflops": 70.0, "bf16_gflops": 50.0, "size": 512, "threads": 2},
+    ]
+    out = probe.summarize(runs)
+    assert out["fp32_gflops"] == 90.0 and out["bf16_gflops"] == 40.0
+    assert (out["size"], out["threads"], out["runs"]) == (512, 2, runs)
+    assert probe.summarize([])["fp32_gflops"] is None
+
+
+def test_auto_threads():
+    assert probe.auto_threads(1) == [1]
+    assert probe.auto_threads(2) == [1, 2]
+    assert probe.auto_threads(6) == [1, 2, 4, 6]
+    assert probe.auto_threads(8) == [1, 2, 4, 8]
