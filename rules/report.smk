@@ -37,11 +37,24 @@ rule report:
             caption="../workflow_scripts/captions/backends.rst",
             category="Backends",
         ),
+        roofline=report(
+            "results/report/roofline.svg",
+            caption="../workflow_scripts/captions/roofline.rst",
+            category="Roofline",
+        ),
     log:
         "logs/report.log",
     params:
         prices=prices_json(),
+        noise_threshold=SETTINGS["noise_threshold"],
     run:
         from workflow_scripts import report
 
-        report.run_rule(input.records, output.summary, output.html, params.prices, log[0])
+        report.run_rule(
+            input.records,
+            output.summary,
+            output.html,
+            params.prices,
+            log[0],
+            noise_threshold=params.noise_threshold,
+        )

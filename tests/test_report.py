@@ -19,7 +19,7 @@ from workflow_scripts import report
 
 REPO = Path(__file__).resolve().parents[1]
 
-PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends")
+PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends", "roofline")
 FIRST_COLUMNS = [
     "experiment",
     "trial",
@@ -350,6 +350,8 @@ def test_html_content(built):
         'id="num_workers"',
         'id="threads"',
         'id="backends"',
+        'id="roofline"',
+        'id="noise"',
         'id="cost"',
         'id="other"',
         'id="failures"',
@@ -377,8 +379,8 @@ def test_html_content(built):
     # other groups
     other = html_text[html_text.index('id="other"') : html_text.index('id="failures"')]
     assert "compiled" in other and "partial" in other
-    # five inline SVG figures
-    assert html_text.count("<svg") == 5
+    # six inline SVG figures
+    assert html_text.count("<svg") == len(PLOTS) == 6
 
 
 def test_html_self_contained(built):

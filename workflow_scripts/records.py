@@ -5,6 +5,12 @@ A record is the JSON file the harness writes for one trial of one experiment
 partial or malformed; nothing here raises on those. Missing numbers become NaN,
 missing text becomes None, and a file that cannot be read or parsed becomes a
 record with status ``crashed`` whose error says the record is unreadable.
+
+Noise: each trial's record carries the probe it ran just before its steps (dense
+matmul GFLOP/s in fp32 and bf16). :func:`summary_frame` marks a trial ``noisy``
+when either rate is below ``noise_threshold`` times the median rate of the ok
+trials measured the same way (same environment, probe size and thread count, so
+that a 1-thread trial is not compared with 2-thread ones, nor torch 2.8 with 2.14).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 OK = "ok"
+DEFAULT_NOISE_THRESHOLD = 0.85
 STATUSES = ("ok", "failed", "crashed", "timeout")
 UNREADABLE = "UnreadableRecord"
 
@@ -41,6 +48,22 @@ MAIN_COLUMNS = [
     "threads",
     "precision",
 ]
+# The trial's noise probe, its noise verdict, the launcher's reruns and the roofline.
+MEASUREMENT_COLUMNS = [
+    "noisy",
+    "probe_fp32_gflops",
+    "probe_bf16_gflops",
+    "probe_fp32_median_gflops",
+    "probe_bf16_median_gflops",
+    "probe_size",
+    "probe_threads",
+    "load_avg_1m",
+    "attempts",
+    "discarded_attempts",
+    "flops_per_sample",
+    "achieved_gflops",
+    "pct_of_peak",
+]
 SPEC_COLUMNS = [
     "group",
     "claim_speedup",
@@ -59,6 +82,7 @@ SPEC_COLUMNS = [
     "cpus",
     "warmup_steps",
     "steps",
+    "warm_compile_cache",
     "env",
     "preset",
 ]
@@ -81,6 +105,7 @@ PROVENANCE_COLUMNS = [
     "torch_xla_version",
     "env_lock_sha256",
     "image_digest",
+    "compile_cache_fresh",
     "runtime",
     "git_revision",
     "git_dirty",
@@ -88,7 +113,7 @@ PROVENANCE_COLUMNS = [
     "started_at",
 ]
 ERROR_COLUMNS = ["error_type", "error"]
-COLUMNS = MAIN_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
+COLUMNS = MAIN_COLUMNS + MEASUREMENT_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
 
 # Columns that hold numbers (NaN when missing); the rest hold text/bools (None).
 NUMERIC_COLUMNS = {
@@ -104,6 +129,18 @@ NUMERIC_COLUMNS = {
     "peak_rss_mb",
     "final_loss",
     "threads",
+    "probe_fp32_gflops",
+    "probe_bf16_gflops",
+    "probe_fp32_median_gflops",
+    "probe_bf16_median_gflops",
+    "probe_size",
+    "probe_threads",
+    "load_avg_1m",
+    "attempts",
+    "discarded_attempts",
+    "flops_per_sample",
+    "achieved_gflops",
+    "pct_of_peak",
     "claim_speedup",
     "batch_size",
     "image_size",
@@ -119,6 +156,10 @@ NUMERIC_COLUMNS = {
 INTEGER_COLUMNS = {
     "trial",
     "threads",
+    "probe_size",
+    "probe_threads",
+    "attempts",
+    "discarded_attempts",
     "batch_size",
     "image_size",
     "num_workers",
@@ -265,6 +306,21 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["threads"] = threads
     row["precision"] = _text(spec.get("precision"))
 
+    probe = _as_dict(record.get("probe"))
+    row["noisy"] = False  # set by summary_frame, which sees every trial
+    row["probe_fp32_gflops"] = _num(probe.get("fp32_gflops"))
+    row["probe_bf16_gflops"] = _num(probe.get("bf16_gflops"))
+    row["probe_fp32_median_gflops"] = math.nan
+    row["probe_bf16_median_gflops"] = math.nan
+    row["probe_size"] = _int_or_nan(probe.get("size"))
+    row["probe_threads"] = _int_or_nan(probe.get("threads"))
+    load = probe.get("load_avg_before")
+    row["load_avg_1m"] = _num(load[0]) if isinstance(load, list) and load else math.nan
+    row["attempts"] = _int_or_nan(record.get("attempts"))
+    discarded = record.get("discarded_attempts")
+    row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
+    row.update(_roofline(metrics, probe, row["precision"], row["samples_per_s"]))
+
     for key in SPEC_COLUMNS:
         value = spec.get(key)
         if key in NUMERIC_COLUMNS:
@@ -294,6 +350,8 @@ def flatten(record: Mapping[str, Any]) -> dict:
         row[f"{name}_version"] = _text(versions.get(name))
     for key in ("env_lock_sha256", "image_digest", "runtime", "git_revision"):
         row[key] = _text(prov.get(key))
+    fresh = _as_dict(prov.get("compile_cache")).get("fresh")
+    row["compile_cache_fresh"] = fresh if isinstance(fresh, bool) else None
     dirty = prov.get("git_dirty")
     row["git_dirty"] = dirty if isinstance(dirty, bool) else _text(dirty)
     row["hostname"] = _text(prov.get("hostname"))
@@ -313,6 +371,47 @@ def flatten(record: Mapping[str, Any]) -> dict:
     return {col: row[col] for col in COLUMNS}
 
 
+def _roofline(metrics: Mapping, probe: Mapping, precision: str | None, sps: float) -> dict:
+    """flops_per_sample, achieved GFLOP/s and % of the probe's rate of the run's dtype;
+    the harness records all three, older or partial records get them computed."""
+    flops = _num(metrics.get("flops_per_sample"))
+    achieved = _num(metrics.get("achieved_gflops"))
+    if math.isnan(achieved):
+        achieved = flops * sps / 1e9
+    pct = _num(metrics.get("pct_of_peak"))
+    if math.isnan(pct):
+        peak = _num(probe.get("bf16_gflops" if precision == "bf16" else "fp32_gflops"))
+        pct = 100.0 * achieved / peak if peak > 0 else math.nan
+    return {"flops_per_sample": flops, "achieved_gflops": achieved, "pct_of_peak": pct}
+
+
+def noise_group_keys(frame: pd.DataFrame) -> pd.Series:
+    """The comparison group of each trial's probe: environment, probe size, threads."""
+    parts = [frame[c].astype("string").fillna("?") for c in ("env", "probe_size", "probe_threads")]
+    return parts[0] + "/" + parts[1] + "/" + parts[2]
+
+
+def mark_noisy(frame: pd.DataFrame, threshold: float = DEFAULT_NOISE_THRESHOLD) -> pd.DataFrame:
+    """Fill ``noisy`` and the probe medians it compares with (see the module docstring).
+
+    Only ok trials with a probe count towards the medians and can be noisy; a trial
+    is noisy when its fp32 or its bf16 rate is below ``threshold`` x its group's median.
+    """
+    frame = frame.copy()
+    keys = noise_group_keys(frame)
+    ok = (frame["status"] == OK).to_numpy()
+    noisy = pd.Series(False, index=frame.index)
+    for dtype in ("fp32", "bf16"):
+        rate = pd.to_numeric(frame[f"probe_{dtype}_gflops"], errors="coerce").astype("float64")
+        usable = pd.Series(ok, index=frame.index) & rate.notna() & (rate > 0)
+        medians = rate[usable].groupby(keys[usable]).median()
+        median = keys.map(medians).astype("float64").where(usable)
+        frame[f"probe_{dtype}_median_gflops"] = median
+        noisy |= usable & (rate < threshold * median)
+    frame["noisy"] = noisy.astype(bool)
+    return frame
+
+
 def error_parts(record: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
     """(type, message, tail) of a record's error, each None when absent."""
     error = _as_dict(record).get("error")
@@ -323,15 +422,17 @@ def error_parts(record: Mapping[str, Any]) -> tuple[str | None, str | None, str 
     return None, None, None
 
 
-def summary_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per record, in the order given, with :data:`COLUMNS`.
+def summary_frame(
+    records: Iterable[Mapping[str, Any]], noise_threshold: float = DEFAULT_NOISE_THRESHOLD
+) -> pd.DataFrame:
+    """One row per record, in the order given, with :data:`COLUMNS`, noisy trials marked.
 
     Numeric columns are floats with NaN for missing values, except counts that
     hold only whole numbers, which become nullable integers (``Int64``) so the
     CSV reads ``16`` rather than ``16.0``.
     """
     rows = [flatten(r) for r in records]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = mark_noisy(pd.DataFrame(rows, columns=COLUMNS), noise_threshold)
     for col in ["trial", *NUMERIC_COLUMNS]:
         values = pd.to_numeric(frame[col], errors="coerce").astype("float64")
         if col in INTEGER_COLUMNS:

@@ -5,10 +5,12 @@ Usage::
     python -m workflow_scripts.report --records R1.json R2.json ... \\
         --summary results/summary.csv --html results/report/index.html \\
         --plots-dir results/report [--prices-json '[{"name": ..., "usd_per_hour": ...}]'] \\
-        [--title T]
+        [--noise-threshold 0.85] [--title T]
 
 Per experiment, throughput is the median of ``samples_per_s`` over its ok trials
-(the spread min-max is shown when there are several). Speedups are relative to
+that were not marked noisy (see ``records.mark_noisy``; when every ok trial was
+noisy, over all of them, flagged), with the spread min-max and the coefficient of
+variation when there are several. Speedups are relative to
 the ladder's baseline: the experiment ``baseline`` if present, else the first
 experiment of group ``ladder`` in record order. The plot files in ``--plots-dir``
 have fixed names (:data:`PLOT_NAMES`) and are always written, with a "no
@@ -29,15 +31,23 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from workflow_scripts.records import OK, error_parts, load_records, summary_frame
+from workflow_scripts.records import (
+    DEFAULT_NOISE_THRESHOLD,
+    OK,
+    error_parts,
+    load_records,
+    noise_group_keys,
+    summary_frame,
+)
 
 matplotlib.use("Agg")  # no display; pyplot picks the backend lazily, so this is in time
 
-PLOT_NAMES = ("ladder", "batch_size", "num_workers", "threads", "backends")
+PLOT_NAMES = ("ladder", "batch_size", "num_workers", "threads", "backends", "roofline")
 SWEEPS = {
     # group: (x column, x label, section title)
     "batch_size": ("batch_size", "batch size (samples per step)", "Batch size"),
@@ -96,17 +106,32 @@ def _isnan(x: Any) -> bool:
         return False
 
 
+def spread_stats(values: pd.Series) -> dict[str, float]:
+    """Median, min, max and coefficient of variation (sample stdev / mean) of a series;
+    the CV needs two values or more."""
+    v = pd.to_numeric(values, errors="coerce").astype("float64").dropna()
+    if not len(v):
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "cv": math.nan}
+    mean = v.mean()
+    cv = float(v.std(ddof=1) / mean) if len(v) > 1 and mean > 0 else math.nan
+    return {"median": float(v.median()), "min": float(v.min()), "max": float(v.max()), "cv": cv}
+
+
 def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per experiment, in order of first appearance.
 
-    ``n_ok`` counts trials with status ok and a finite ``samples_per_s``; the
-    throughput (``sps_median``, ``sps_min``, ``sps_max``) and the timing columns
-    (medians over trials) use only those trials.
+    ``n_ok`` counts trials with status ok and a finite ``samples_per_s``, ``n_noisy``
+    those of them marked noisy. The throughput (``sps_median``, ``sps_min``,
+    ``sps_max``, ``sps_cv``) and the other medians use the ``n_used`` trials: the
+    ok ones that are not noisy, or, when all ok trials are noisy, all of them
+    (``noisy_only`` true).
     """
     frame = frame.copy()
     frame["experiment"] = frame["experiment"].fillna("(unknown)")
     sps = pd.to_numeric(frame["samples_per_s"], errors="coerce").astype("float64")
     frame["_usable"] = (frame["status"] == OK) & sps.notna()
+    noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
+    frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
     first_cols = [
         "group",
@@ -137,27 +162,40 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "time_to_first_step_s",
         "peak_rss_mb",
     ]
+    roofline_cols = [
+        "flops_per_sample",
+        "achieved_gflops",
+        "pct_of_peak",
+        "probe_fp32_gflops",
+        "probe_bf16_gflops",
+    ]
     rows = []
     for experiment, sub in frame.groupby("experiment", sort=False):
         ok = sub[sub["_usable"]]
-        pick = ok if len(ok) else sub
+        clean = ok[~ok["_noisy"]]
+        used = clean if len(clean) else ok
+        pick = used if len(used) else sub
         row: dict[str, Any] = {"experiment": experiment}
         for col in first_cols:
             value = _first(pick[col])
             row[col] = _first(sub[col]) if value is None else value
         row["n_trials"] = len(sub)
         row["n_ok"] = len(ok)
+        row["n_noisy"] = int(ok["_noisy"].sum())
+        row["n_used"] = len(used)
+        row["noisy_only"] = bool(len(ok) and not len(clean))
         counts = sub["status"].fillna("crashed").value_counts(sort=False)
         row["statuses"] = ", ".join(f"{k}×{v}" if v > 1 else str(k) for k, v in counts.items())
-        row["sps_median"] = ok["_sps"].median() if len(ok) else math.nan
-        row["sps_min"] = ok["_sps"].min() if len(ok) else math.nan
-        row["sps_max"] = ok["_sps"].max() if len(ok) else math.nan
-        for col in timing_cols:
-            values = pd.to_numeric(ok[col], errors="coerce").astype("float64")
-            row[col] = values.median() if len(ok) else math.nan
+        spread = spread_stats(used["_sps"])
+        for key in ("median", "min", "max", "cv"):
+            row[f"sps_{key}"] = spread[key]
+        for col in timing_cols + roofline_cols:
+            values = pd.to_numeric(used[col], errors="coerce").astype("float64")
+            row[col] = values.median() if len(used) else math.nan
         rows.append(row)
-    columns = ["experiment", *first_cols, "n_trials", "n_ok", "statuses"]
-    columns += ["sps_median", "sps_min", "sps_max", *timing_cols]
+    columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
+    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
+    columns += [*timing_cols, *roofline_cols]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -355,8 +393,22 @@ def fmt_text(x: Any) -> str:
     return str(x)
 
 
+def fmt_cv(cv: Any) -> str:
+    """A coefficient of variation as a percentage ("" with fewer than two trials)."""
+    return "" if _isnan(cv) else f"{100 * float(cv):.1f}%"
+
+
 def _trials(row: Mapping) -> str:
-    return f"{row['n_ok']}/{row['n_trials']}"
+    text = f"{row['n_ok']}/{row['n_trials']}"
+    n_noisy = row.get("n_noisy", 0)
+    if not _isnan(n_noisy) and n_noisy:
+        text += f" ({int(n_noisy)} noisy" + (", all used)" if row.get("noisy_only") else ")")
+    return text
+
+
+def _n_used(row: Mapping) -> int:
+    n = row.get("n_used", row.get("n_ok", 0))
+    return 0 if _isnan(n) else int(n)
 
 
 def _group_note(sub: pd.DataFrame, baseline: str | None) -> str:
@@ -390,8 +442,11 @@ def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
                 "compile": fmt_text(r["compile"]),
                 "launcher/allocator": launch,
                 "ok trials": _trials(r),
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], r["n_ok"]),
-                "speedup": fmt_speedup(r["speedup"], r["speedup_min"], r["speedup_max"], r["n_ok"]),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "CV": fmt_cv(r["sps_cv"]),
+                "speedup": fmt_speedup(
+                    r["speedup"], r["speedup_min"], r["speedup_max"], _n_used(r)
+                ),
                 "article's claim": fmt_speedup(r["claim_speedup"]),
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
                 "step p90 (s)": fmt_num(r["step_time_p90_s"], 3),
@@ -417,7 +472,8 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
                 "workers": fmt_int(r["num_workers"]),
                 "threads": fmt_int(r["threads"]),
                 "ok trials": _trials(r),
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], r["n_ok"]),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "CV": fmt_cv(r["sps_cv"]),
                 "speedup vs baseline": fmt_speedup(r.get("speedup")),
                 "vs first in group": fmt_speedup(r.get("group_speedup")),
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
@@ -604,6 +660,62 @@ def plot_backends(backends: pd.DataFrame, base: float, path: Path) -> str:
         return _save(fig, path)
 
 
+def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
+    """Experiments with a FLOP count: achieved GFLOP/s against the probe's matmul rate
+    of the dtype they trained in (bf16 for bf16 autocast, else fp32)."""
+    rows = []
+    for _, r in stats.iterrows():
+        if _isnan(r["flops_per_sample"]):
+            continue
+        dtype = "bf16" if r["precision"] == "bf16" else "fp32"
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "dtype": dtype,
+                "flops_per_sample": r["flops_per_sample"],
+                "samples_per_s": r["sps_median"],
+                "achieved_gflops": r["achieved_gflops"],
+                "peak_gflops": r[f"probe_{dtype}_gflops"],
+                "pct_of_peak": r["pct_of_peak"],
+            }
+        )
+    columns = ["experiment", "dtype", "flops_per_sample", "samples_per_s", "achieved_gflops"]
+    return pd.DataFrame(rows, columns=[*columns, "peak_gflops", "pct_of_peak"])
+
+
+def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
+    """A bar per experiment: achieved GFLOP/s as a % of the matmul probe of its dtype."""
+    title = "Roofline: training FLOP/s as a share of the matmul probe's rate"
+    roof = roof[pd.to_numeric(roof["pct_of_peak"], errors="coerce").notna()]
+    if not len(roof):
+        return _no_data(title, path)
+    colors = {"fp32": "#1f77b4", "bf16": "#ff7f0e"}
+    n = len(roof)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(7.5, max(2.6, 0.42 * n + 1.4)))
+        y = list(range(n))
+        pct = roof["pct_of_peak"].astype("float64")
+        ax.barh(y, pct, height=0.6, color=[colors[d] for d in roof["dtype"]], zorder=2)
+        xmax = _nanmax(*pct, 100.0)
+        for yy, (_, r) in zip(y, roof.iterrows()):
+            label = f"{r['pct_of_peak']:.0f}% ({fmt_num(r['achieved_gflops'])} GFLOP/s)"
+            ax.text(r["pct_of_peak"] + 0.01 * xmax, yy, label, va="center", fontsize=8)
+        ax.axvline(100.0, color="#555555", ls="--", lw=1, zorder=1)
+        ax.set_yticks(y, [f"{e} ({d})" for e, d in zip(roof["experiment"], roof["dtype"])])
+        ax.invert_yaxis()
+        ax.set_xlim(0, xmax * 1.3)
+        ax.set_xlabel("achieved GFLOP/s, % of the dense matmul probe of the same dtype")
+        ax.set_title(title)
+        ax.grid(axis="y", visible=False)
+        handles = [
+            matplotlib.patches.Patch(color=c, label=f"{d} (vs the {d} probe)")
+            for d, c in colors.items()
+            if d in set(roof["dtype"])
+        ]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+        return _save(fig, path)
+
+
 # --------------------------------------------------------------------------- HTML
 
 _XML_PROLOG = re.compile(r"<\?xml[^>]*\?>\s*|<!DOCTYPE[^>]*>\s*", re.DOTALL)
@@ -673,11 +785,13 @@ HOW_TO_READ = (
     "Each experiment trains the same model for a fixed number of steps after a warm-up "
     "and reports throughput in samples per second (higher is better). When an experiment "
     "ran several trials the report shows the median, with the min–max spread in "
-    "parentheses. Speedups are ratios of median throughput to the baseline experiment "
-    "({baseline}). The article's claimed speedups were measured on a different, much "
-    "larger machine, so compare the direction and rough size of each step rather than "
-    "absolute numbers; results here depend on this machine's CPU, core count and ISA "
-    "extensions (listed below). Failed trials are listed near the end with their errors."
+    "parentheses and the coefficient of variation (CV: standard deviation / mean), over "
+    "the trials not marked noisy (see Measurement noise). Speedups are ratios of median "
+    "throughput to the baseline experiment ({baseline}). The article's claimed speedups "
+    "were measured on a different, much larger machine, so compare the direction and "
+    "rough size of each step rather than absolute numbers; results here depend on this "
+    "machine's CPU, core count and ISA extensions (listed below). Failed trials are "
+    "listed near the end with their errors."
 )
 
 
@@ -774,6 +888,107 @@ def failures_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
     return "\n".join(blocks)
 
 
+def _ratio(a: Any, b: Any) -> str:
+    if _isnan(a) or _isnan(b) or not float(b):
+        return ""
+    return f"{float(a) / float(b):.2f}"
+
+
+def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float) -> str:
+    """Which trials were noisy or rerun, and why: their probe against the median."""
+    ok = frame["status"] == OK
+    probed = ok & pd.to_numeric(frame["probe_fp32_gflops"], errors="coerce").notna()
+    noisy = frame[frame["noisy"].fillna(False).astype(bool)]
+    discarded = []
+    for i, record in enumerate(records):
+        attempts = record.get("discarded_attempts") if isinstance(record, Mapping) else None
+        for a in attempts if isinstance(attempts, list) else []:
+            a = a if isinstance(a, Mapping) else {}
+            p = a.get("probe") if isinstance(a.get("probe"), Mapping) else {}
+            discarded.append(
+                {
+                    "experiment": fmt_text(frame["experiment"].iloc[i]),
+                    "trial": fmt_int(frame["trial"].iloc[i]),
+                    "attempt": fmt_int(a.get("attempt")),
+                    "probe fp32 (GFLOP/s)": fmt_num(p.get("fp32_gflops")),
+                    "probe bf16 (GFLOP/s)": fmt_num(p.get("bf16_gflops")),
+                    "samples/s": fmt_num(a.get("samples_per_s")),
+                    "reason": fmt_text(a.get("reason")),
+                }
+            )
+    intro = (
+        f"<p>Just before its timed steps, each trial measures how fast its own process "
+        f"multiplies dense matrices (the noise probe: fp32 and bf16 matmuls, about 0.3 s "
+        f"each). A trial is marked <b>noisy</b> when either rate is below "
+        f"<b>{threshold:g}</b> × the median of the ok trials measured the same way (same "
+        f"environment, probe size and thread count): something else was using the CPU. "
+        f"Noisy trials are left out of the medians, spreads and CVs of this report "
+        f"(unless all of an experiment's ok trials are noisy: then they are used, and "
+        f"flagged in the tables).</p>"
+        f'<p class="counts"><b>{len(noisy)}</b> of <b>{int(probed.sum())}</b> ok trials '
+        f"with a probe marked noisy; <b>{len(discarded)}</b> "
+        f"attempt{'' if len(discarded) == 1 else 's'} discarded and rerun "
+        f"by the launcher (their fp32 probe was below the threshold × the reference probe "
+        f"measured when the study started); <b>{int((ok & ~probed).sum())}</b> ok trials "
+        f"without a probe (probe_size 0, or older records).</p>"
+    )
+    rows = []
+    for _, r in noisy.iterrows():
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "trial": fmt_int(r["trial"]),
+                "samples/s": fmt_num(r["samples_per_s"]),
+                "probe fp32": fmt_num(r["probe_fp32_gflops"]),
+                "median fp32": fmt_num(r["probe_fp32_median_gflops"]),
+                "fp32 ratio": _ratio(r["probe_fp32_gflops"], r["probe_fp32_median_gflops"]),
+                "probe bf16": fmt_num(r["probe_bf16_gflops"]),
+                "median bf16": fmt_num(r["probe_bf16_median_gflops"]),
+                "bf16 ratio": _ratio(r["probe_bf16_gflops"], r["probe_bf16_median_gflops"]),
+                "load avg 1 min": fmt_num(r["load_avg_1m"], 2),
+            }
+        )
+    groups = []
+    sub = frame[probed]
+    for key, part in sub.groupby(noise_group_keys(sub), sort=False):
+        groups.append(
+            {
+                "environment / probe size / threads": key,
+                "ok trials": len(part),
+                "noisy": int(part["noisy"].sum()),
+                "median fp32 (GFLOP/s)": fmt_num(part["probe_fp32_gflops"].median()),
+                "median bf16 (GFLOP/s)": fmt_num(part["probe_bf16_gflops"].median()),
+            }
+        )
+    return (
+        intro
+        + "<h3>Noisy trials (probe rates in GFLOP/s)</h3>"
+        + (_table(pd.DataFrame(rows)) if rows else '<p class="empty">No noisy trials.</p>')
+        + "<h3>Attempts discarded by the launcher</h3>"
+        + (
+            _table(pd.DataFrame(discarded))
+            if discarded
+            else '<p class="empty">No attempts discarded.</p>'
+        )
+        + "<h3>Probe medians per comparison group</h3>"
+        + (_table(pd.DataFrame(groups)) if groups else '<p class="empty">No probes.</p>')
+    )
+
+
+def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "experiment": roof["experiment"],
+            "dtype": roof["dtype"],
+            "GFLOP per sample": [fmt_num(v / 1e9, 3) for v in roof["flops_per_sample"]],
+            "samples/s": [fmt_num(v) for v in roof["samples_per_s"]],
+            "achieved GFLOP/s": [fmt_num(v) for v in roof["achieved_gflops"]],
+            "probe GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
+            "% of probe": [fmt_num(v, 1) for v in roof["pct_of_peak"]],
+        }
+    )
+
+
 def build_report(
     records: Sequence[Mapping],
     summary_path: Path,
@@ -781,13 +996,15 @@ def build_report(
     plots_dir: Path,
     prices: Any = None,
     title: str = DEFAULT_TITLE,
+    noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
 ) -> dict:
-    """Write the summary CSV, the five plots and the HTML page; return counts."""
+    """Write the summary CSV, the plots (:data:`PLOT_NAMES`) and the HTML page; return
+    counts."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
     for folder in (summary_path.parent, html_path.parent, plots_dir):
         folder.mkdir(parents=True, exist_ok=True)
     records = list(records)
-    frame = summary_frame(records)
+    frame = summary_frame(records, noise_threshold)
     frame.to_csv(summary_path, index=False)
     price_list = parse_prices(prices)
 
@@ -803,6 +1020,8 @@ def build_report(
     for group in SWEEPS:
         svgs[group] = plot_sweep(stats, group, plots_dir / f"{group}.svg")
     svgs["backends"] = plot_backends(backends, base, plots_dir / "backends.svg")
+    roof = roofline_frame(stats)
+    svgs["roofline"] = plot_roofline(roof, plots_dir / "roofline.svg")
 
     n = len(frame)
     n_ok = int((frame["status"] == OK).sum())
@@ -853,7 +1072,8 @@ def build_report(
                 "precision": fmt_text(r["precision"]),
                 "compile": fmt_text(r["compile"]),
                 "ok trials": _trials(r) if fmt_text(r["experiment"]) else "",
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], r["n_ok"]),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "CV": fmt_cv(r["sps_cv"]),
                 "speedup vs baseline": fmt_speedup(r["speedup"]),
             }
         )
@@ -864,6 +1084,24 @@ def build_report(
             _table(pd.DataFrame(bk_rows)) + _figure("backends", svgs["backends"]),
         )
     )
+    roof_note = (
+        '<p class="note">FLOPs per sample: one forward + backward pass of the model at '
+        "batch size 1, counted by torch.utils.flop_counter (2 FLOPs per multiply-add of "
+        "the convolutions and matrix products; normalization and activations are not "
+        "counted). Achieved GFLOP/s = FLOPs per sample × samples/s; its share of the "
+        "noise probe's dense matmul rate (same process, same threads, same dtype) says "
+        "how far the training step is from what the matrix units deliver here.</p>"
+    )
+    sections.append(
+        (
+            "roofline",
+            "Roofline",
+            roof_note
+            + (_table(roofline_display(roof)) if len(roof) else "")
+            + _figure("roofline", svgs["roofline"]),
+        )
+    )
+    sections.append(("noise", "Measurement noise", noise_html(frame, records, noise_threshold)))
 
     cost_note = (
         '<p class="note">Prices come from the workflow configuration, not from a live '
@@ -947,11 +1185,14 @@ def build_report(
     return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
 
 
-def run_rule(records, summary, html, prices_json: str, log) -> int:
+def run_rule(
+    records, summary, html, prices_json: str, log, noise_threshold=DEFAULT_NOISE_THRESHOLD
+) -> int:
     """The report rule's call: plots go next to the HTML file."""
     return main(
         ["--records", *map(str, records), f"--summary={summary}", f"--html={html}",
-         f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}"]
+         f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}",
+         f"--noise-threshold={noise_threshold}"]
     )  # fmt: skip
 
 
@@ -964,6 +1205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--prices-json", default="[]", help="JSON list of {name, usd_per_hour, note}"
     )
+    parser.add_argument(
+        "--noise-threshold",
+        type=float,
+        default=DEFAULT_NOISE_THRESHOLD,
+        help="a trial is noisy when its probe is below this fraction of comparable trials' median",
+    )
     parser.add_argument("--title", default=DEFAULT_TITLE)
     parser.add_argument("--log", type=Path, default=None, help="also append the result line here")
     args = parser.parse_args(argv)
@@ -972,7 +1219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         parser.error(f"--prices-json is not valid JSON: {exc}")
     records = load_records(args.records)
-    result = build_report(records, args.summary, args.html, args.plots_dir, prices, args.title)
+    result = build_report(
+        records, args.summary, args.html, args.plots_dir, prices, args.title, args.noise_threshold
+    )
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
     print(line)
     if args.log:

@@ -1,0 +1,286 @@
+"""Noise marking, spread/CV and the roofline in records.py and report.py (fast, no torch)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workflow_scripts import records as rec
+from workflow_scripts import report
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def trial(
+    experiment,
+    k=0,
+    sps=10.0,
+    fp32=100.0,
+    bf16=40.0,
+    threads=2,
+    env="upstream",
+    status="ok",
+    precision="fp32",
+    discarded=(),
+    flops=1e9,
+    **metrics,
+):
+    """A record as the launcher writes it (only the fields these tests need)."""
+    probe = None
+    if fp32 is not None:
+        probe = {
+            "fp32_gflops": fp32,
+            "bf16_gflops": bf16,
+            "size": 1024,
+            "threads": threads,
+            "load_avg_before": [0.25, 0.5, 0.75],
+            "seconds": 0.7,
+        }
+    m = {"samples_per_s": sps, "flops_per_sample": flops, **metrics} if sps is not None else {}
+    return {
+        "experiment": experiment,
+        "trial": k,
+        "status": status,
+        "spec": {
+            "id": experiment,
+            "group": "ladder",
+            "backend": "eager",
+            "env": env,
+            "precision": precision,
+            "batch_size": 16,
+        },
+        "metrics": m,
+        "probe": probe,
+        "attempts": 1 + len(discarded),
+        "discarded_attempts": list(discarded),
+        "provenance": {"compile_cache": {"dir": "/tmp/x", "fresh": True}},
+    }
+
+
+def frame(records, threshold=0.85):
+    return rec.summary_frame(records, threshold).set_index(["experiment", "trial"])
+
+
+# --------------------------------------------------------------------------- summary columns
+
+
+def test_measurement_columns():
+    r = trial("a", sps=20.0, fp32=100.0, bf16=40.0, flops=2e9, achieved_gflops=40.0)
+    r["metrics"]["pct_of_peak"] = 40.0
+    row = rec.flatten(r)
+    assert list(row) == rec.COLUMNS
+    assert rec.COLUMNS[-2:] == ["error_type", "error"]
+    assert row["probe_fp32_gflops"] == 100.0 and row["probe_bf16_gflops"] == 40.0
+    assert row["probe_size"] == 1024 and row["probe_threads"] == 2
+    assert row["load_avg_1m"] == 0.25
+    assert row["attempts"] == 1 and row["discarded_attempts"] == 0
+    assert row["flops_per_sample"] == 2e9
+    assert row["achieved_gflops"] == 40.0 and row["pct_of_peak"] == 40.0
+    assert row["compile_cache_fresh"] is True
+    assert row["noisy"] is False
+
+
+def test_roofline_computed_when_the_record_lacks_it():
+    row = rec.flatten(trial("a", sps=20.0, fp32=100.0, bf16=50.0, flops=2e9))
+    assert row["achieved_gflops"] == pytest.approx(40.0)  # 2e9 * 20 / 1e9
+    assert row["pct_of_peak"] == pytest.approx(40.0)  # of the fp32 probe
+    row = rec.flatten(trial("b", sps=20.0, fp32=100.0, bf16=50.0, flops=2e9, precision="bf16"))
+    assert row["pct_of_peak"] == pytest.approx(80.0)  # bf16 autocast: of the bf16 probe
+    row = rec.flatten(trial("c", fp32=None))
+    assert math.isnan(row["pct_of_peak"]) and math.isnan(row["probe_fp32_gflops"])
+    assert math.isnan(row["load_avg_1m"])
+
+
+# --------------------------------------------------------------------------- noisy marking
+
+
+def test_noisy_below_threshold_times_the_median():
+    records = [
+        trial("a", 0, fp32=100.0),
+        trial("a", 1, fp32=98.0),
+        trial("a", 2, fp32=80.0),  # 0.80 x the median 99: noisy
+        trial("b", 0, fp32=102.0),
+        trial("b", 1, fp32=101.0, bf16=30.0),  # bf16 0.75 x its median 40: noisy
+        trial("b", 2, fp32=86.0),  # 0.87: not noisy
+    ]
+    f = frame(records)
+    assert f["noisy"].to_dict() == {
+        ("a", 0): False,
+        ("a", 1): False,
+        ("a", 2): True,
+        ("b", 0): False,
+        ("b", 1): True,
+        ("b", 2): False,
+    }
+    assert f["noisy"].dtype == bool
+    assert (f["probe_fp32_median_gflops"] == 99.0).all()  # median of all six
+    assert (f["probe_bf16_median_gflops"] == 40.0).all()
+    # a looser threshold marks fewer
+    assert frame(records, threshold=0.75)["noisy"].sum() == 0
+
+
+def test_only_ok_trials_with_a_probe_count_and_can_be_noisy():
+    records = [
+        trial("a", 0, fp32=100.0),
+        trial("a", 1, fp32=100.0),
+        trial("a", 2, fp32=10.0, status="failed", sps=None),  # not noisy: failed
+        trial("a", 3, fp32=None),  # no probe (probe_size 0): not noisy
+        trial("a", 4, fp32=84.0),
+    ]
+    f = frame(records)
+    assert f["noisy"].tolist() == [False, False, False, False, True]
+    assert f.loc[("a", 4), "probe_fp32_median_gflops"] == 100.0  # the failed 10 left out
+    assert math.isnan(f.loc[("a", 2), "probe_fp32_median_gflops"])
+
+
+def test_trials_are_compared_with_their_own_threads_and_environment():
+    records = [
+        trial("t2", 0, fp32=100.0, threads=2),
+        trial("t2", 1, fp32=100.0, threads=2),
+        trial("t1", 0, fp32=50.0, threads=1),  # half the rate on half the threads: fine
+        trial("t1", 1, fp32=52.0, threads=1),
+        trial("ipex", 0, fp32=70.0, env="ipex"),  # older torch: its own median
+        trial("ipex", 1, fp32=72.0, env="ipex"),
+    ]
+    f = frame(records)
+    assert not f["noisy"].any()
+    assert f.loc[("t1", 0), "probe_fp32_median_gflops"] == 51.0
+    assert f.loc[("ipex", 0), "probe_fp32_median_gflops"] == 71.0
+
+
+def test_empty_and_probe_less_frames():
+    assert rec.summary_frame([])["noisy"].tolist() == []
+    f = rec.summary_frame([trial("a", fp32=None), {"status": "ok"}])
+    assert f["noisy"].tolist() == [False, False]
+
+
+# --------------------------------------------------------------------------- spread and CV
+
+
+def test_spread_stats():
+    s = report.spread_stats(pd.Series([10.0, 12.0, 11.0]))
+    assert (s["median"], s["min"], s["max"]) == (11.0, 10.0, 12.0)
+    assert s["cv"] == pytest.approx(1.0 / 11.0)  # sample stdev 1, mean 11
+    assert math.isnan(report.spread_stats(pd.Series([5.0]))["cv"])
+    assert math.isnan(report.spread_stats(pd.Series([], dtype=float))["median"])
+
+
+def test_experiment_stats_leave_noisy_trials_out():
+    records = [
+        trial("a", 0, sps=10.0, fp32=100.0),
+        trial("a", 1, sps=12.0, fp32=100.0),
+        trial("a", 2, sps=5.0, fp32=50.0),  # noisy: slow because disturbed
+        trial("b", 0, sps=20.0, fp32=40.0, env="ipex"),
+        trial("b", 1, sps=30.0, fp32=10.0, env="ipex"),  # noisy
+    ]
+    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    a = stats.loc["a"]
+    assert (a["n_trials"], a["n_ok"], a["n_noisy"], a["n_used"]) == (3, 3, 1, 2)
+    assert (a["sps_median"], a["sps_min"], a["sps_max"]) == (11.0, 10.0, 12.0)
+    assert a["sps_cv"] == pytest.approx(2**0.5 / 11.0)
+    assert not a["noisy_only"]
+    b = stats.loc["b"]
+    assert (b["n_used"], b["sps_median"]) == (1, 20.0) and math.isnan(b["sps_cv"])
+    assert report._trials(a) == "3/3 (1 noisy)"
+
+
+def test_all_noisy_trials_are_used_and_flagged():
+    # both of x's trials are noisy against the median (80) of the group's four probes
+    records = [
+        trial("clean", 0, fp32=100.0),
+        trial("clean", 1, fp32=100.0),
+        trial("x", 0, sps=7.0, fp32=50.0),
+        trial("x", 1, sps=9.0, fp32=60.0),
+    ]
+    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    x = stats.loc["x"]
+    assert x["noisy_only"] and x["n_noisy"] == 2 and x["n_used"] == 2
+    assert x["sps_median"] == 8.0
+    assert report._trials(x) == "2/2 (2 noisy, all used)"
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("noise")
+    discarded = [
+        {
+            "attempt": 1,
+            "probe": {"fp32_gflops": 41.0, "bf16_gflops": 20.0},
+            "samples_per_s": 4.0,
+            "reason": "probe fp32 41.0 GFLOP/s = 0.41 x the reference 100.0 GFLOP/s",
+        }
+    ]
+    records = [
+        trial("baseline", 0, sps=10.0, fp32=100.0, flops=2e9),
+        trial("baseline", 1, sps=12.0, fp32=99.0, flops=2e9, discarded=discarded),
+        trial("baseline", 2, sps=6.0, fp32=60.0, flops=2e9),  # noisy
+        trial("bf16", 0, sps=20.0, fp32=101.0, bf16=50.0, flops=2e9, precision="bf16"),
+    ]
+    paths = []
+    for r in records:
+        p = tmp / "records" / r["experiment"] / f"trial{r['trial']}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(r))
+        paths.append(p)
+    out = report.build_report(
+        rec.load_records(paths), tmp / "summary.csv", tmp / "r" / "index.html", tmp / "r"
+    )
+    return tmp, paths, out, (tmp / "r" / "index.html").read_text()
+
+
+def test_report_noise_section(built):
+    _, _, _, html = built
+    noise = html[html.index('id="noise"') : html.index('id="cost"')]
+    assert "<b>1</b> of <b>4</b> ok trials" in noise
+    assert "<b>1</b> attempt discarded" in noise
+    assert "0.60" in noise  # the noisy trial's fp32 probe against the median (100)
+    assert "0.41 x the reference 100.0 GFLOP/s" in noise
+    assert "upstream/1024/2" in noise  # the comparison group
+    # the ladder uses the clean trials: median 11 (10-12), CV 12.9%
+    ladder = html[html.index('id="ladder"') : html.index('id="batch_size"')]
+    assert "11.0 (10.0–12.0)" in ladder and "12.9%" in ladder and "3/3 (1 noisy)" in ladder
+
+
+def test_report_roofline(built):
+    tmp, _, _, html = built
+    section = html[html.index('id="roofline"') : html.index('id="noise"')]
+    # baseline: 2 GFLOP x 11 samples/s = 22 GFLOP/s = 22% of the fp32 probe (median 99.5)
+    assert "22.0" in section and "22.1" in section
+    # bf16: 40 GFLOP/s of the 50 GFLOP/s bf16 probe
+    assert "80.0" in section and "bf16" in section
+    svg = (tmp / "r" / "roofline.svg").read_text()
+    assert "baseline (fp32)" in svg and "bf16 (bf16)" in svg and "80%" in svg
+    summary = pd.read_csv(tmp / "summary.csv")
+    cols = ["noisy", "probe_fp32_gflops", "probe_bf16_gflops", "load_avg_1m"]
+    cols += ["flops_per_sample", "achieved_gflops", "pct_of_peak"]
+    assert set(cols) <= set(summary.columns)
+    assert summary["noisy"].tolist() == [False, False, True, False]
+    assert summary["discarded_attempts"].tolist() == [0, 1, 0, 0]
+
+
+def test_report_without_roofline_data(tmp_path):
+    out = report.build_report(
+        [trial("a", flops=None)], tmp_path / "s.csv", tmp_path / "i.html", tmp_path
+    )
+    assert out["ok"] == 1
+    assert "no successful trials" in (tmp_path / "roofline.svg").read_text()
+
+
+def test_cli_noise_threshold(built, tmp_path):
+    _, paths, _, _ = built
+    cmd = [sys.executable, "-m", "workflow_scripts.report", "--records", *map(str, paths)]
+    cmd += ["--summary", str(tmp_path / "s.csv"), "--html", str(tmp_path / "i.html")]
+    cmd += ["--plots-dir", str(tmp_path), "--noise-threshold", "0.5"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not pd.read_csv(tmp_path / "s.csv")["noisy"].any()  # 60 >= 0.5 x 99.5
+    assert "<b>0.5</b>" in (tmp_path / "i.html").read_text()
