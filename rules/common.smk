@@ -17,6 +17,21 @@ PYTHON = sys.executable
 TRIALS = list(range(SETTINGS["trials"]))
 ENVS = STUDY.envs
 IMAGE_FOLDER = "resources/image_folder"
+# The reference noise probe (rule calibrate), measured in the upstream environment
+# (any backend environment would do: the probe needs only torch), for the probe sizes
+# the experiments use and for 1, 2, 4, ... and all CPUs (the launcher scales the
+# nearest count for others).
+CALIBRATION = "results/calibration/probe.json"
+CALIBRATION_ENV = "upstream" if "upstream" in ENVS else ENVS[0]
+PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_size"] > 0})
+
+# Scheduling order. Snakemake starts the ready job of the highest priority first
+# (with either scheduler, ilp or greedy). Trial k of every experiment runs before
+# trial k+1 of any: the trial's priority falls with its index, and the jobs that
+# experiments wait for (environments, image folder, calibration) come before all of
+# them, so no trial k+1 can start while a trial k still waits for its environment.
+# Priorities change no job's inputs, so they never cause a rerun.
+SETUP_PRIORITY = len(TRIALS) + 1
 
 
 wildcard_constraints:
@@ -25,8 +40,16 @@ wildcard_constraints:
     trial=r"\d+",
 
 
+def trial_priority(wildcards):
+    """Trial 0 highest: len(TRIALS) for trial 0 down to 1 for the last. Positive: the
+    ilp scheduler's objective rewards starting a job by its priority, and would
+    rather start nothing than a job of negative priority."""
+    return len(TRIALS) - int(wildcards.trial)
+
+
 def all_records():
-    """Every trial record of the study, trial k of every experiment before trial k+1."""
+    """Every trial record of the study, trial k of every experiment before trial k+1
+    (the order of the report's rows; the run order comes from trial_priority)."""
     return [
         f"results/records/{exp['id']}/trial{trial}.json"
         for trial in TRIALS
@@ -35,11 +58,15 @@ def all_records():
 
 
 def experiment_inputs(wildcards):
-    """The environment an experiment runs in, and the image folder if it reads one."""
+    """The environment an experiment runs in, the image folder if it reads one, and the
+    reference probe if it runs the noise probe: ancient(), so that a new calibration
+    reruns no experiment."""
     spec = STUDY.by_id[wildcards.experiment]
     inputs = {"env": f"results/envs/{spec['env']}.json"}
     if spec["data"] == "image_folder" and not spec["data_dir"]:
         inputs["images"] = IMAGE_FOLDER
+    if spec["probe_size"] > 0:
+        inputs["reference_probe"] = ancient(CALIBRATION)
     return inputs
 
 
@@ -61,3 +88,7 @@ def env_python():
 
 def prices_json():
     return json.dumps(SETTINGS["prices"])
+
+
+def int_list(values):
+    return ",".join(str(v) for v in values)

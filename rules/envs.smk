@@ -10,6 +10,7 @@ rule build_env:
         env="results/envs/{env}.json",
     log:
         "logs/envs/{env}.log",
+    priority: SETUP_PRIORITY
     threads: 1
     params:
         root=SETTINGS["envs_root"],
@@ -36,6 +37,7 @@ rule image_folder:
         directory(IMAGE_FOLDER),
     log:
         "logs/image_folder.log",
+    priority: SETUP_PRIORITY
     params:
         classes=SETTINGS["image_folder"]["classes"],
         per_class=SETTINGS["image_folder"]["images_per_class"],

@@ -2,6 +2,45 @@
 # no two measurements ever overlap (overlapping runs on a small machine skewed
 # timings up to 10x). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
+# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority.
+# A trial whose noise probe falls below noise_threshold x the reference probe is
+# run again (noise_retries times at most); these two settings are read in the run
+# block rather than passed as params, so changing them reruns no experiment.
+
+
+# The reference noise probe: 3 probes (median) per probe size and thread count, with
+# the machine to itself. It never fails: without a reference, trials run unchecked.
+# Its params do not depend on the experiments, and the probe sizes are read in the
+# run block: editing an experiment must not rerun it. When calibrate runs, Snakemake
+# does not look at the experiments behind it (their reference_probe input is ancient)
+# for their own reasons to rerun in the same invocation. Recalibrate with
+# `snakemake -R calibrate --until calibrate` when nothing else is pending.
+rule calibrate:
+    input:
+        env=f"results/envs/{CALIBRATION_ENV}.json",
+    output:
+        probe=CALIBRATION,
+    log:
+        "logs/calibration.log",
+    priority: SETUP_PRIORITY
+    threads: workflow.cores
+    params:
+        threads="auto",
+        repeats=3,
+    run:
+        from workflow_scripts import launch
+
+        launch.main(
+            [
+                "calibrate",
+                f"--env-json={input.env}",
+                f"--out={output.probe}",
+                f"--log={log[0]}",
+                f"--sizes={int_list(PROBE_SIZES)}",
+                f"--threads={params.threads}",
+                f"--repeats={params.repeats}",
+            ]
+        )
 
 
 rule run_experiment:
@@ -11,6 +50,7 @@ rule run_experiment:
         record="results/records/{experiment}/trial{trial}.json",
     log:
         "logs/experiments/{experiment}/trial{trial}.log",
+    priority: trial_priority
     threads: workflow.cores
     params:
         spec=experiment_spec,
@@ -19,14 +59,4 @@ rule run_experiment:
     run:
         from workflow_scripts import launch
 
-        launch.main(
-            [
-                f"--spec-json={params.spec}",
-                f"--env-json={input.env}",
-                f"--out={output.record}",
-                f"--log={log[0]}",
-                f"--trial={wildcards.trial}",
-                f"--image-folder={params.image_folder}",
-                f"--runtime={params.runtime}",
-            ]
-        )
+        launch.run_rule(input, output, params, wildcards, log, SETTINGS)
