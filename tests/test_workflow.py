@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -84,6 +85,16 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     for needle in ("ladder", "samples/s", "<svg", "bf16-cl", "xla-fp32", "per dollar"):
         assert needle in html
     assert not re.search(r"(src|href)=[\"']https?://", html)  # self-contained
+    # every trial ran its noise probe, counted its FLOPs and placed itself on the roofline
+    assert (summary["probe_fp32_gflops"] > 0).all() and (summary["probe_bf16_gflops"] > 0).all()
+    assert (summary["flops_per_sample"] > 0).all()
+    assert summary["pct_of_peak"].between(0, 150).all()
+    assert set(summary["noisy"]) <= {True, False} and (summary["attempts"] >= 1).all()
+    assert summary["compile_cache_fresh"].all()
+    calibration = json.loads((wd / "results/calibration/probe.json").read_text())
+    assert calibration["fp32_gflops"] > 0 and calibration["entries"]
+    for needle in ("Roofline", "Measurement noise", "roofline"):
+        assert needle in html
     # no two measurements overlapped in time
     records = [json.loads(p.read_text()) for p in wd.glob("results/records/*/trial*.json")]
     spans = sorted((r["provenance"]["launched_at"], r["provenance"]["ended_at"]) for r in records)
@@ -95,6 +106,14 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     again = snakemake(wd)
     assert experiments_run(again) == []
     assert "Nothing to be done" in again.stdout + again.stderr
+    assert mtimes(wd) == before
+
+    # 2b. a new reference probe (recalibration) reruns no experiment
+    old_reference = (wd / "results/calibration/probe.json").read_text()
+    snakemake(wd, "--forcerun", "calibrate", "--until", "calibrate")
+    assert (wd / "results/calibration/probe.json").read_text() != old_reference
+    again = snakemake(wd)
+    assert experiments_run(again) == []
     assert mtimes(wd) == before
 
     # 3. one experiment's settings change: exactly it and the report rerun
@@ -138,6 +157,72 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     snakemake(wd, "--report", "report.html")
     report = (wd / "report.html").read_text(errors="replace")
     assert "ladder.svg" in report and "speedup" in report.lower()
+
+
+def dry_run_jobs(workdir: Path, *config: str) -> list[dict]:
+    """The jobs of a dry run, each {rule, wildcards, priority, input}, in the listed order."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", *config]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs: list[dict] = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("rule "):
+            jobs.append({"rule": line[5:].rstrip(":"), "wildcards": "", "priority": 0})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            if key in ("wildcards", "input"):
+                jobs[-1][key] = value
+            elif key == "priority":
+                jobs[-1]["priority"] = int(value)
+    return jobs
+
+
+@pytest.mark.slow  # dry runs only (no torch), but several seconds each
+def test_trials_run_in_rounds_by_priority(tmp_path):
+    """Trial k of every experiment before trial k+1 of any: priorities, not dependencies
+    (Snakemake's dry run does not select jobs, so the order itself shows only in a run)."""
+    wd = copy_workflow(tmp_path / "wf")
+    jobs = dry_run_jobs(wd, "trials=3")
+    runs = [j for j in jobs if j["rule"] == "run_experiment"]
+    assert len(runs) == 3 * 20
+    for job in runs:
+        trial = int(job["wildcards"].rsplit("trial=", 1)[1])
+        assert job["priority"] == 3 - trial
+        # no trial waits for another trial's files
+        assert "results/records" not in job["input"]
+        assert "results/calibration/probe.json" in job["input"]
+    setup = [j for j in jobs if j["rule"] in ("build_env", "image_folder", "calibrate")]
+    assert {j["rule"] for j in setup} == {"build_env", "image_folder", "calibrate"}
+    assert all(j["priority"] == 4 for j in setup)
+
+
+@pytest.mark.slow
+def test_calibration_is_an_ancient_input(tmp_path):
+    """A newer reference probe reruns no experiment (outputs faked with their mtimes)."""
+    wd = copy_workflow(tmp_path / "wf")
+    ids = [j["wildcards"] for j in dry_run_jobs(wd, "preset=quick") if j["wildcards"]]
+    outputs = [wd / f"results/envs/{e}.json" for e in ("ipex", "upstream", "xla")]
+    outputs += [wd / "resources/image_folder", wd / "results/calibration/probe.json"]
+    for wildcards in ids:
+        if wildcards.startswith("experiment="):
+            exp = wildcards.split(",")[0].split("=")[1]
+            outputs.append(wd / f"results/records/{exp}/trial0.json")
+    outputs += [wd / "results/summary.csv"]
+    outputs += [wd / f"results/report/{n}" for n in ("index.html", "ladder.svg", "batch_size.svg")]
+    outputs += [wd / f"results/report/{n}.svg" for n in ("num_workers", "threads", "backends")]
+    outputs += [wd / "results/report/roofline.svg"]
+    now = time.time()
+    for i, path in enumerate(outputs):  # each newer than what it is made from
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.name == "image_folder":
+            path.mkdir()
+        else:
+            path.write_text("{}")
+        os.utime(path, (now + 10 + i, now + 10 + i))
+    assert dry_run_jobs(wd, "preset=quick") == []
+    probe = wd / "results/calibration/probe.json"
+    os.utime(probe, (now + 1000, now + 1000))  # a new calibration, newer than every record
+    assert dry_run_jobs(wd, "preset=quick") == []
 
 
 @pytest.mark.parametrize(
