@@ -28,8 +28,9 @@ def assert_ok(record: dict) -> dict:
     assert record["status"] == "ok", record.get("error")
     m = record["metrics"]
     spec = record["spec"]
-    assert m["steps_timed"] == spec["steps"] == len(record["step_times_s"])
-    assert len(record["losses"]) == spec["warmup_steps"] + spec["steps"]
+    assert m["steps_timed"] == len(record["step_times_s"])
+    assert m["steps_timed"] == spec["steps"] or m["time_budget_hit"]
+    assert len(record["losses"]) == spec["warmup_steps"] + m["steps_timed"]
     assert m["samples_per_s"] == pytest.approx(
         spec["batch_size"] * spec["steps"] / sum(record["step_times_s"])
     )
@@ -49,6 +50,16 @@ def test_fp32_eager_baseline(upstream_env, make_spec, tmp_path):
     assert not rec["checks"]["input_channels_last"] and not rec["checks"]["compiled"]
     assert rec["provenance"]["openmp_runtime"] == "gnu-openmp"
     assert rec["provenance"]["ld_preload"] == []
+
+
+def test_time_budget_stops_timing_early(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(make_spec(steps=500, time_budget_s=0.05), upstream_env, tmp_path))
+    assert rec["metrics"]["time_budget_hit"]
+    assert 2 <= rec["metrics"]["steps_timed"] < 500
+    # it stops at the first step that finds the budget spent (but times 2 steps at least)
+    times = rec["step_times_s"]
+    assert sum(times) >= 0.05
+    assert len(times) == 2 or sum(times[:-1]) < 0.05
 
 
 def test_bf16_autocast_and_channels_last(upstream_env, make_spec, tmp_path):

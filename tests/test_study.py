@@ -99,6 +99,7 @@ def test_shipped_default_study(shipped):
     assert study.ids[len(ladder) :] == [
         "image-folder-nw1",
         "batch-bs8",
+        "batch-bs16",
         "batch-bs32",
         "workers-nw0",
         "workers-nw1",
@@ -107,6 +108,8 @@ def test_shipped_default_study(shipped):
         "threads-t2",
     ]
     assert study.envs == ["ipex", "upstream", "xla"]
+    assert {s["time_budget_s"] for s in study.experiments} == {120}
+    assert study.by_id["batch-bs32"]["precision"] == "fp32"  # input sweeps on the baseline
     assert study.by_id["ipex-compile-bf16"]["compile"] == "ipex"
     assert study.by_id["inductor-fp32"]["compile"] == "inductor"
     assert study.by_id["baseline"]["compile"] == "none"

@@ -232,7 +232,12 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     losses: list[float] = []
     first_step_s = math.nan
     total = spec["warmup_steps"] + spec["steps"]
+    budget = spec.get("time_budget_s")
+    budget_hit = False
     for i in range(total):
+        if budget and len(step_times) >= min(2, spec["steps"]) and sum(step_times) >= budget:
+            budget_hit = True  # enough timed steps for the budget: stop early
+            break
         start = time.perf_counter()
         loss = trainer.step()
         elapsed = time.perf_counter() - start
@@ -246,6 +251,8 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
             step_times.append(elapsed)
         if progress:
             progress(i + 1, total, elapsed, value)
+    if not step_times:
+        raise RuntimeError("no timed step ran")
     samples_per_s = metrics.throughput(spec["batch_size"], step_times)
     return {
         "samples_per_s": samples_per_s,
@@ -253,6 +260,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         "flops_count_s": flops_count_s,
         "flops_error": flops_error,
         "steps_timed": len(step_times),
+        "time_budget_hit": budget_hit,
         "step_time_s": metrics.distribution(step_times),
         "time_to_first_step_s": first_step_s,
         "setup_s": setup_s,

@@ -53,6 +53,7 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "image_size": 224,
     "warmup_steps": 3,
     "steps": 10,
+    "time_budget_s": None,
     "data": "synthetic",
     "data_dir": None,
     "num_workers": 0,
@@ -427,6 +428,8 @@ def _tag(field: str, value: Any) -> str:
         return f"steps{value}"
     if field == "lr":
         return f"lr{value:g}"
+    if field == "time_budget_s":
+        return f"budget{value:g}" if value else "nobudget"
     if field == "seed":
         return f"seed{value}"
     if field == "timeout_s":
