@@ -105,13 +105,15 @@ def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path):
     assert cache["fresh"] is True and not os.path.exists(cache["dir"])
 
 
-def test_bf16_roofline_uses_the_bf16_probe(upstream_env, make_spec, tmp_path):
+def test_bf16_roofline_uses_the_faster_probe(upstream_env, make_spec, tmp_path):
     rec = assert_ok(run(make_spec(precision="bf16"), upstream_env, tmp_path))
     m = rec["metrics"]
-    assert m["peak_dtype"] == "bf16"
-    assert m["pct_of_peak"] == pytest.approx(
-        100 * m["achieved_gflops"] / rec["probe"]["bf16_gflops"]
-    )
+    probe = rec["probe"]
+    # the ceiling is the faster of the bf16 and fp32 matmul (bf16 is emulated without AVX-512 BF16)
+    peak = max(probe["bf16_gflops"], probe["fp32_gflops"])
+    assert m["peak_dtype"] == ("bf16" if probe["bf16_gflops"] >= probe["fp32_gflops"] else "fp32")
+    assert m["pct_of_peak"] == pytest.approx(100 * m["achieved_gflops"] / peak)
+    assert 0 < m["pct_of_peak"] < 150
 
 
 def test_probe_off(upstream_env, make_spec, tmp_path):

@@ -189,17 +189,31 @@ def count_flops_per_sample(spec: dict) -> float:
 def roofline(
     flops_per_sample: float | None, samples_per_s: float, probe_result: dict | None, precision: str
 ) -> dict:
-    """Achieved GFLOP/s of the timed steps and its share of the probe's matmul rate
-    of the matching dtype (bf16 for bf16 autocast, else fp32)."""
+    """Achieved GFLOP/s of the timed steps and its share of the probe's matmul rate.
+
+    The ceiling is the rate of the dtype the run computes in: fp32, or for bf16
+    autocast the faster of the bf16 and fp32 rates (on a CPU without native bf16,
+    oneDNN may compute in fp32 and the emulated bf16 matmul is no ceiling).
+    """
     out: dict = {"flops_per_sample": flops_per_sample}
     ok = flops_per_sample is not None and math.isfinite(samples_per_s)
     achieved = flops_per_sample * samples_per_s / 1e9 if ok else None
     out["achieved_gflops"] = achieved
-    dtype = "bf16" if precision == "bf16" else "fp32"
-    peak = (probe_result or {}).get(f"{dtype}_gflops")
+    dtype, peak = peak_rate(probe_result or {}, precision)
     out["peak_dtype"] = dtype
     out["pct_of_peak"] = 100.0 * achieved / peak if achieved is not None and peak else None
     return out
+
+
+def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:
+    """(dtype, GFLOP/s) of the ceiling for a run of this precision."""
+    fp32 = probe_result.get("fp32_gflops")
+    if precision != "bf16":
+        return "fp32", fp32
+    bf16 = probe_result.get("bf16_gflops")
+    if bf16 is not None and (fp32 is None or bf16 >= fp32):
+        return "bf16", bf16
+    return "fp32", fp32
 
 
 def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:

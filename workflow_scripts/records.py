@@ -380,7 +380,9 @@ def _roofline(metrics: Mapping, probe: Mapping, precision: str | None, sps: floa
         achieved = flops * sps / 1e9
     pct = _num(metrics.get("pct_of_peak"))
     if math.isnan(pct):
-        peak = _num(probe.get("bf16_gflops" if precision == "bf16" else "fp32_gflops"))
+        peak = _num(probe.get("fp32_gflops"))
+        if precision == "bf16":  # the faster of bf16 and fp32 (see harness.peak_rate)
+            peak = max(peak, _num(probe.get("bf16_gflops")))
         pct = 100.0 * achieved / peak if peak > 0 else math.nan
     return {"flops_per_sample": flops, "achieved_gflops": achieved, "pct_of_peak": pct}
 

@@ -662,12 +662,14 @@ def plot_backends(backends: pd.DataFrame, base: float, path: Path) -> str:
 
 def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
     """Experiments with a FLOP count: achieved GFLOP/s against the probe's matmul rate
-    of the dtype they trained in (bf16 for bf16 autocast, else fp32)."""
+    of the dtype they trained in (for bf16 autocast the faster of bf16 and fp32)."""
     rows = []
     for _, r in stats.iterrows():
         if _isnan(r["flops_per_sample"]):
             continue
-        dtype = "bf16" if r["precision"] == "bf16" else "fp32"
+        dtype = "fp32"  # bf16 autocast: the faster of the two probes (harness.peak_rate)
+        if r["precision"] == "bf16" and not r["probe_bf16_gflops"] < r["probe_fp32_gflops"]:
+            dtype = "bf16"
         rows.append(
             {
                 "experiment": r["experiment"],
