@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+from .cli import announce
+
 
 def make_image_folder(root: str | Path, classes: int, per_class: int, size: int, seed: int = 0):
     """Each class gets its own background colour; rectangles of random colour add noise."""
@@ -47,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     make_image_folder(args.out, args.classes, args.per_class, args.size, args.seed)
     n = sum(1 for _ in args.out.rglob("*.jpg"))
     line = f"image folder {args.out}: {args.classes} classes, {n} images of {args.size}px"
-    print(line)
-    if args.log:
-        args.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.log, "a") as fh:
-            print(line, file=fh)
+    announce(line, args.log)
     return 0
 
 

@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
+from workflow_scripts.cli import announce
 from workflow_scripts.records import (
     DEFAULT_NOISE_THRESHOLD,
     OK,
@@ -1225,11 +1226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records, args.summary, args.html, args.plots_dir, prices, args.title, args.noise_threshold
     )
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
-    print(line)
-    if args.log:
-        args.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.log, "a") as fh:
-            print(line, file=fh)
+    announce(line, args.log)
     return 0
 
 
