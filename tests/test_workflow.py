@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ENVS_ROOT, REPO
+from workflow_scripts import study
 
 WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs"]
 REQUIRED_COLUMNS = [
@@ -184,7 +185,8 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     jobs = dry_run_jobs(wd, "trials=3")
     runs = [j for j in jobs if j["rule"] == "run_experiment"]
-    assert len(runs) == 3 * 20
+    n_experiments = len(study.load_study(study.read_config(wd / "config.yaml")).experiments)
+    assert len(runs) == 3 * n_experiments
     for job in runs:
         trial = int(job["wildcards"].rsplit("trial=", 1)[1])
         assert job["priority"] == 3 - trial
