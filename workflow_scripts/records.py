@@ -116,19 +116,9 @@ ERROR_COLUMNS = ["error_type", "error"]
 COLUMNS = MAIN_COLUMNS + MEASUREMENT_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
 
 # Columns that hold numbers (NaN when missing); the rest hold text/bools (None).
+_TEXT_MAIN_COLUMNS = ("experiment", "trial", "backend", "status", "precision")
 NUMERIC_COLUMNS = {
-    "samples_per_s",
-    "step_time_median_s",
-    "step_time_p90_s",
-    "step_time_p95_s",
-    "step_time_p99_s",
-    "step_time_stdev_s",
-    "step_time_mean_s",
-    "time_to_first_step_s",
-    "setup_s",
-    "peak_rss_mb",
-    "final_loss",
-    "threads",
+    *(c for c in MAIN_COLUMNS if c not in _TEXT_MAIN_COLUMNS),
     "probe_fp32_gflops",
     "probe_bf16_gflops",
     "probe_fp32_median_gflops",

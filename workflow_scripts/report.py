@@ -13,8 +13,8 @@ noisy, over all of them, flagged), with the spread min-max and the coefficient o
 variation when there are several. Speedups are relative to
 the ladder's baseline: the experiment ``baseline`` if present, else the first
 experiment of group ``ladder`` in record order. The plot files in ``--plots-dir``
-have fixed names (:data:`PLOT_NAMES`) and are always written, with a "no
-successful trials" placeholder when a group has no data.
+have fixed names (:data:`PLOT_NAMES`) and are always written: a group without
+data gets a figure that says "no successful trials in this group".
 """
 
 from __future__ import annotations
