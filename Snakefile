@@ -14,6 +14,7 @@ validate(config, "workflow_scripts/schemas/config.schema.yaml")
 
 include: "rules/common.smk"
 include: "rules/envs.smk"
+include: "rules/images.smk"
 include: "rules/experiments.smk"
 include: "rules/report.smk"
 
@@ -23,3 +24,4 @@ rule all:
     input:
         summary="results/summary.csv",
         report="results/report/index.html",
+        images=expand("results/images/{image}.json", image=IMAGES),

@@ -1,9 +1,11 @@
 # Helpers shared by the rules: the expanded study and the input functions.
 import json
 import sys
+from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)
 
+from workflow_scripts import images  # noqa: E402
 from workflow_scripts.study import StudyConfigError, load_study  # noqa: E402
 
 try:
@@ -17,6 +19,23 @@ PYTHON = sys.executable
 TRIALS = list(range(SETTINGS["trials"]))
 ENVS = STUDY.envs
 IMAGE_FOLDER = "resources/image_folder"
+# Where the experiments run: local virtualenvs, or podman/docker images ("auto" picks).
+try:
+    RUNTIME, _note = images.resolve_runtime(
+        SETTINGS["runtime"], SETTINGS["container_engine_conf"]
+    )
+except images.ImageError as exc:
+    raise WorkflowError(str(exc)) from None
+if _note:
+    print(_note, file=sys.stderr)
+IN_CONTAINERS = RUNTIME in images.ENGINES
+CONTAINERS = SETTINGS["containers"]
+WHEELHOUSE = CONTAINERS["wheelhouse"]
+# In containers the study builds every image (oneccl too, for the distributed runs),
+# parents first; the locks their builds install.
+IMAGES = list(images.IMAGES) if IN_CONTAINERS else []
+LOCKS = sorted({lock for i in IMAGES for lock in images.locks_of(i)})
+
 # The reference noise probe (rule calibrate), measured in the upstream environment
 # (any backend environment would do: the probe needs only torch), for the probe sizes
 # the experiments use and for 1, 2, 4, ... and all CPUs (the launcher scales the
@@ -36,6 +55,8 @@ SETUP_PRIORITY = len(TRIALS) + 1
 
 wildcard_constraints:
     env="|".join(ENVS) or "none",
+    image="|".join(images.IMAGES),
+    lock="|".join(LOCKS) or "none",
     experiment="|".join(STUDY.ids),
     trial=r"\d+",
 
@@ -62,12 +83,44 @@ def experiment_inputs(wildcards):
     reference probe if it runs the noise probe: ancient(), so that a new calibration
     reruns no experiment."""
     spec = STUDY.by_id[wildcards.experiment]
-    inputs = {"env": f"results/envs/{spec['env']}.json"}
+    if IN_CONTAINERS:
+        inputs = {"image": image_json(images.image_for(spec))}
+    else:
+        inputs = {"env": f"results/envs/{spec['env']}.json"}
     if spec["data"] == "image_folder" and not spec["data_dir"]:
         inputs["images"] = IMAGE_FOLDER
     if spec["probe_size"] > 0:
         inputs["reference_probe"] = ancient(CALIBRATION)
     return inputs
+
+
+def image_json(image):
+    return f"results/images/{image}.json"
+
+
+def calibration_inputs(wildcards):
+    """The probe runs where the trials run: the upstream environment or eager image."""
+    if IN_CONTAINERS:
+        return {"image": image_json("eager" if "eager" in IMAGES else IMAGES[-1])}
+    return {"env": f"results/envs/{CALIBRATION_ENV}.json"}
+
+
+def image_inputs(wildcards):
+    """An image's build inputs: its build context, its parent's record (a rebuilt
+    parent rebuilds its children) and the lock it installs, from the wheelhouse."""
+    parent, lock = images.IMAGES[wildcards.image]
+    inputs = {}
+    if parent:
+        context = f"containers/{wildcards.image}"
+        inputs["context"] = sorted(str(p) for p in Path(context).iterdir() if p.is_file())
+        inputs["parent"] = image_json(parent)
+    if lock:
+        inputs["lock"] = f"{WHEELHOUSE}/locks/{lock}.txt"
+    return inputs
+
+
+def base_image_json():
+    return json.dumps(CONTAINERS["base"], sort_keys=True)
 
 
 def experiment_spec(wildcards):

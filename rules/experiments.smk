@@ -17,7 +17,7 @@
 # `snakemake -R calibrate --until calibrate` when nothing else is pending.
 rule calibrate:
     input:
-        env=f"results/envs/{CALIBRATION_ENV}.json",
+        unpack(calibration_inputs),
     output:
         probe=CALIBRATION,
     log:
@@ -33,7 +33,7 @@ rule calibrate:
         launch.main(
             [
                 "calibrate",
-                f"--env-json={input.env}",
+                f"--env-json={input.get('image') or input.env}",
                 f"--out={output.probe}",
                 f"--log={log[0]}",
                 f"--sizes={int_list(PROBE_SIZES)}",
@@ -55,7 +55,7 @@ rule run_experiment:
     params:
         spec=experiment_spec,
         image_folder=experiment_image_folder,
-        runtime=SETTINGS["runtime"],
+        runtime=RUNTIME,
     run:
         from workflow_scripts import launch
 

@@ -2,13 +2,17 @@
 # Set up everything the tests need on a fresh Linux machine, then run them all.
 #   bash tests/run.sh [pytest arguments]      e.g.  bash tests/run.sh -m "not slow"
 # Installs (when missing): Debian's jemalloc and tcmalloc (the run_cpu allocator
-# tests), the workflow's virtualenv .venv from envs/workflow.txt. The backend
-# environments are built by the tests themselves (under .venvs/, or
-# $STUDY_ENVS_ROOT), from envs/*.txt.
+# tests), podman + runc + mmdebstrap (the container tests build every image and
+# run the quick preset in them), the workflow's virtualenv .venv from
+# envs/workflow.txt. The backend environments and images are built by the tests
+# themselves (under .venvs/ or $STUDY_ENVS_ROOT; the wheelhouse under
+# ~/.cache/cpu-train-study/wheelhouse or $STUDY_WHEELHOUSE), from envs/*.txt.
+# The container tests pass containers/engine/containers.conf to podman (this CI
+# host kind needs it); set STUDY_CONTAINERS_CONF= (empty) where podman's defaults work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(libjemalloc2 libgoogle-perftools4)
+apt_packages=(libjemalloc2 libgoogle-perftools4 podman runc mmdebstrap)
 if command -v apt-get >/dev/null 2>&1; then
     missing=()
     for pkg in "${apt_packages[@]}"; do

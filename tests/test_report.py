@@ -91,6 +91,8 @@ PROVENANCE = {
     },
     "env_name": "upstream",
     "env_lock_sha256": "08d8aaaabbbbccccdddd",
+    "image": None,
+    "image_id": None,
     "image_digest": None,
     "runtime": "local",
     "git_revision": "abc123",

@@ -469,8 +469,11 @@ def test_bad_enum_value():
     assert msg == (
         "config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16"
     )
-    msg = error_of({"runtime": "podman", "experiments": [{}]})
-    assert msg == "config error at runtime: 'podman' is not allowed; allowed: local"
+    msg = error_of({"runtime": "singularity", "experiments": [{}]})
+    assert msg == (
+        "config error at runtime: 'singularity' is not allowed; "
+        "allowed: auto, local, podman, docker"
+    )
 
 
 def test_out_of_range_values():

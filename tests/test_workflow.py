@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ENVS_ROOT, REPO
 from workflow_scripts import study
 
-WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs"]
+WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "containers"]
 REQUIRED_COLUMNS = [
     "experiment", "trial", "backend", "status", "samples_per_s", "step_time_median_s",
     "step_time_p90_s", "step_time_p95_s", "step_time_p99_s", "step_time_stdev_s",
@@ -40,7 +40,7 @@ def copy_workflow(dest: Path) -> Path:
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}"]
+    cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}"]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=3000)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -161,8 +161,10 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
 
 
 def dry_run_jobs(workdir: Path, *config: str) -> list[dict]:
-    """The jobs of a dry run, each {rule, wildcards, priority, input}, in the listed order."""
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", *config]
+    """The jobs of a dry run, each {rule, wildcards, priority, input}, in the listed order
+    (runtime local unless the config given says otherwise)."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", "runtime=local"]
+    cmd += config
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs: list[dict] = []
@@ -236,7 +238,8 @@ def test_calibration_is_an_ancient_input(tmp_path):
 )
 def test_bad_config_stops_before_any_job(tmp_path, override, message):
     wd = copy_workflow(tmp_path / "wf")
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", override]
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
+    cmd.append(override)
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
@@ -248,7 +251,7 @@ def test_bad_experiment_field_names_path_value_and_allowed(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     config = (wd / "config.yaml").read_text()
     (wd / "config.yaml").write_text(config.replace("precision: bf16", "precision: fp16", 1))
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr

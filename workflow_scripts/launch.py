@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import probe, sysinfo
+from . import images, probe, sysinfo
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENTRY = Path(__file__).resolve().parent / "run_trial.py"
@@ -95,8 +95,28 @@ def base_environment(env_info: dict, base: dict | None = None) -> dict[str, str]
     return env
 
 
+def container_base_environment(env_info: dict) -> dict[str, str]:
+    """A container run's variables: the image's environment, nothing from the host."""
+    prefix = env_info["prefix"]
+    return {
+        "VIRTUAL_ENV": prefix,
+        "PATH": f"{prefix}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",  # a writable home for any uid (runs use the invoking user's)
+    }
+
+
+def in_container(env_info: dict) -> bool:
+    """An image record (results/images/<image>.json) rather than a local environment."""
+    return bool(env_info.get("image_id") and env_info.get("engine"))
+
+
 def environment(spec: dict, env_info: dict, base: dict | None = None) -> dict[str, str]:
-    env = base_environment(env_info, base)
+    if in_container(env_info):
+        env = container_base_environment(env_info)
+    else:
+        env = base_environment(env_info, base)
     if spec.get("threads"):
         env["OMP_NUM_THREADS"] = str(spec["threads"])
     if spec["backend"] == "xla":
@@ -136,7 +156,9 @@ def default_inductor_cache_dir(env: dict[str, str]) -> str:
     return os.path.join(tmp, f"torchinductor_{user}")
 
 
-def compile_cache(spec: dict, env: dict[str, str], label: str) -> tuple[dict, Path | None]:
+def compile_cache(
+    spec: dict, env: dict[str, str], label: str, container: bool = False
+) -> tuple[dict, Path | None]:
     """Point the run's compile caches at a fresh temporary folder (unless the spec keeps
     them warm, or sets TORCHINDUCTOR_CACHE_DIR itself); return what was used and the
     folder to remove afterwards."""
@@ -144,6 +166,11 @@ def compile_cache(spec: dict, env: dict[str, str], label: str) -> tuple[dict, Pa
     if spec.get("warm_compile_cache") or own:
         where = env.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_cache_dir(env)
         return {"dir": where, "fresh": False}, None
+    if container:
+        # every container starts from the image: its /tmp is fresh and goes with it
+        env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor-cache"
+        env["TRITON_CACHE_DIR"] = "/tmp/torchinductor-cache/triton"
+        return {"dir": "/tmp/torchinductor-cache (in the container)", "fresh": True}, None
     folder = Path(tempfile.mkdtemp(prefix=f"compile-cache-{label}-"))
     env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     env["TRITON_CACHE_DIR"] = str(folder / "triton")
@@ -239,19 +266,85 @@ def _attempt(
     attempt: int,
 ) -> dict:
     """One run of the trial in its own process: its record (not yet written)."""
-    result_path = out.with_name(out.stem + ".harness.json")
+    result_path = out.with_name(out.stem + ".harness.json").resolve()
     result_path.unlink(missing_ok=True)
-    cmd = command(spec, env_info["python"], result_path, image_folder)
+    container = in_container(env_info)
+    cmd = command(spec, env_info["python"], result_path, _absolute(image_folder))
     env = environment(spec, env_info)
-    cache, cache_folder = compile_cache(spec, env, f"{spec['id']}-trial{trial}-{attempt}")
+    cache, cache_folder = compile_cache(
+        spec, env, f"{spec['id']}-trial{trial}-{attempt}", container
+    )
+    name = None
+    if container:
+        if not images.image_present(env_info):
+            return _image_missing(spec, env_info, trial, runtime, cache)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"study-{spec['id']}-t{trial}-a{attempt}")
+        name += f"-{os.getpid()}"
+        mounts = run_mounts(out, image_folder, cache)
+        cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
+        cmd = images.run_prefix(
+            env_info, name, mounts, env, cpus=cpus, shm_size=env_info.get("shm_size", "2g"),
+            workdir=str(REPO_ROOT),
+        ) + cmd  # fmt: skip
+        env = images.engine_env(env_info.get("engine_conf"))
     try:
         record = _run(spec, env_info, cmd, env, result_path, log, trial, runtime)
     finally:
+        if name is not None:
+            images.remove_container(env_info, name)
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
             cache["removed"] = not cache_folder.exists()
     record["provenance"]["compile_cache"] = cache
     return record
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
+
+
+def run_mounts(out: Path, image_folder: str | None, cache: dict) -> list[tuple[str, str]]:
+    """What a container run sees of the host, each at its own path: the sources
+    read-only, the record's folder writable, the image folder read-only, and a warm
+    compile cache if the spec keeps one."""
+    mounts = [(str(REPO_ROOT), "ro"), (str(out.parent.resolve()), "rw")]
+    if image_folder:
+        mounts.append((_absolute(image_folder), "ro"))
+    if not cache["fresh"]:
+        Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
+        mounts.append((cache["dir"], "rw"))
+    return mounts
+
+
+def _image_missing(spec: dict, env_info: dict, trial: int, runtime: str, cache: dict) -> dict:
+    """The failure record of a run whose image is no longer in the engine's storage."""
+    record = {
+        "status": "failed",
+        "error": {
+            "type": "ImageMissing",
+            "message": (
+                f"image {env_info.get('image')} ({env_info['image_id']}) is not in "
+                f"{env_info['engine']}'s storage; rebuild it: snakemake -R build_image "
+                f"--until results/images/{env_info.get('image')}.json"
+            ),
+        },
+        "metrics": {},
+        "schema_version": SCHEMA_VERSION,
+        "experiment": spec["id"],
+        "trial": trial,
+        "spec": spec,
+        "provenance": {**sysinfo.collect(), **_image_provenance(env_info), "runtime": runtime},
+    }
+    record["provenance"]["compile_cache"] = cache
+    return record
+
+
+def _image_provenance(env_info: dict) -> dict:
+    return {
+        "image": env_info.get("image"),
+        "image_id": env_info.get("image_id"),
+        "image_digest": env_info.get("image_digest"),
+    }
 
 
 def _run(
@@ -334,7 +427,7 @@ def _run(
             "env_name": env_info.get("name"),
             "env_prefix": env_info.get("prefix"),
             "env_lock_sha256": env_info.get("requirements_sha256"),
-            "image_digest": env_info.get("image_digest"),
+            **_image_provenance(env_info),
             "command": cmd,
             "exit_code": returncode,
             "launched_at": launched_at,  # the trial's process lifetime, as the launcher saw it
@@ -343,6 +436,8 @@ def _run(
         }
     )
     prov.setdefault("versions", env_info.get("versions", {}))
+    if not prov.get("git_revision"):  # no git in the images: the host's checkout
+        prov["git_revision"], prov["git_dirty"] = sysinfo.git_revision(REPO_ROOT)
     record["provenance"] = prov
     result_path.unlink(missing_ok=True)
     return record
@@ -401,9 +496,18 @@ def calibrate(
     cmd = [
         env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
         "--sizes", ",".join(map(str, sizes)), "--threads", threads,
-        "--repeats", str(repeats), "--out", str(out),
+        "--repeats", str(repeats), "--out", str(out.resolve()),
     ]  # fmt: skip
     env = base_environment(env_info)
+    name = None
+    if in_container(env_info):
+        name = f"study-calibrate-{os.getpid()}"
+        mounts = [(str(REPO_ROOT), "ro"), (str(out.parent.resolve()), "rw")]
+        cmd = images.run_prefix(
+            env_info, name, mounts, container_base_environment(env_info),
+            shm_size=env_info.get("shm_size", "2g"), workdir=str(REPO_ROOT),
+        ) + cmd  # fmt: skip
+        env = images.engine_env(env_info.get("engine_conf"))
     out.unlink(missing_ok=True)
     try:
         with open(log, "ab") as logf:
@@ -421,9 +525,12 @@ def calibrate(
             "entries": [],
             "error": {"type": type(exc).__name__, "message": str(exc)[:2000], "tail": _tail(log)},
         }
+    finally:
+        if name is not None:
+            images.remove_container(env_info, name)
     result["env_name"] = env_info.get("name")
     result["env_lock_sha256"] = env_info.get("requirements_sha256")
-    result["provenance"] = sysinfo.collect()
+    result["provenance"] = {**sysinfo.collect(), **_image_provenance(env_info)}
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     return result
 
@@ -461,12 +568,14 @@ def calibrate_main(argv: list[str]) -> int:
 def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
     """The run_experiment rule's call, with Snakemake's objects. The noise settings come
     from the study settings, not from params: changing them reruns no experiment."""
+    env_json = inputs.get("image") or inputs.get("env")
     return main(
-        [f"--spec-json={params.spec}", f"--env-json={inputs.env}", f"--out={output.record}",
+        [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
          f"--log={log[0]}", f"--trial={wildcards.trial}", f"--image-folder={params.image_folder}",
          f"--runtime={params.runtime}", f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
-         f"--noise-threshold={settings['noise_threshold']}"]
+         f"--noise-threshold={settings['noise_threshold']}",
+         f"--shm-size={settings['containers']['shm_size']}"]
     )  # fmt: skip
 
 
@@ -486,9 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
     ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
     ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
+    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
     env_info = json.loads(args.env_json.read_text())
+    env_info["shm_size"] = args.shm_size
     reference = read_reference(
         Path(args.reference_probe) if args.reference_probe else None, args.log
     )

@@ -104,6 +104,8 @@ PROVENANCE_COLUMNS = [
     "ipex_version",
     "torch_xla_version",
     "env_lock_sha256",
+    "image",
+    "image_id",
     "image_digest",
     "compile_cache_fresh",
     "runtime",
@@ -338,7 +340,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["numa_nodes"] = _int_or_nan(prov.get("numa_nodes"))
     for name in ("python", "torch", "torchvision", "ipex", "torch_xla"):
         row[f"{name}_version"] = _text(versions.get(name))
-    for key in ("env_lock_sha256", "image_digest", "runtime", "git_revision"):
+    for key in ("env_lock_sha256", "image", "image_id", "image_digest", "runtime", "git_revision"):
         row[key] = _text(prov.get(key))
     fresh = _as_dict(prov.get("compile_cache")).get("fresh")
     row["compile_cache_fresh"] = fresh if isinstance(fresh, bool) else None

@@ -846,8 +846,9 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
 
     version_rows = []
     envs = frame["env"].fillna("(unknown)")
-    for env, sub in frame.groupby(envs, sort=False):
-        row = {"env": env}
+    where = frame["image"].fillna("")  # container image, if any (eager/inductor share an env)
+    for (env, image), sub in frame.groupby([envs, where], sort=False):
+        row = {"env": env + (f" (image {image})" if image else "")}
         for col, label in (
             ("python_version", "python"),
             ("torch_version", "torch"),
@@ -855,7 +856,8 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
             ("ipex_version", "ipex"),
             ("torch_xla_version", "torch_xla"),
             ("openmp_runtime", "OpenMP runtime"),
-            ("image_digest", "image"),
+            ("image_id", "image ID"),
+            ("image_digest", "image digest"),
         ):
             row[label] = ", ".join(_uniq(sub[col]))
         row["lock sha256"] = ", ".join(s[:12] for s in _uniq(sub["env_lock_sha256"]))

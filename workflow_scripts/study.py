@@ -95,7 +95,24 @@ INT_FIELDS = (
 # Top-level settings other than defaults/experiments/sweeps/presets.
 SETTING_DEFAULTS: dict[str, Any] = {
     "preset": "default",
-    "runtime": "local",
+    "runtime": "auto",
+    # a containers.conf for podman on this kind of host (opt-in; None = the engine's own)
+    "container_engine_conf": None,
+    "containers": {
+        # the root image: Debian minbase from mmdebstrap, or a registry image by digest
+        "base": {
+            "source": "mmdebstrap",
+            "suite": "bookworm",
+            "mirror": "http://deb.debian.org/debian",
+            "image": None,
+        },
+        # where the host downloads the locked wheels the image builds install from
+        "wheelhouse": "resources/wheelhouse",
+        # image names: <prefix>-<image>:latest (runs always use the image ID)
+        "prefix": "localhost/cpu-train-study",
+        # /dev/shm of a run (DataLoader workers pass batches through it)
+        "shm_size": "2g",
+    },
     "trials": 1,
     "envs_root": ".venvs",
     "installer": "uv",
@@ -114,6 +131,7 @@ NON_STRING_SETTINGS = (
     "noise_threshold",
     "noise_retries",
     "image_folder",
+    "containers",
     "prices",
     "defaults",
     "experiments",
@@ -692,6 +710,17 @@ def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
         **config.get("image_folder", {}),
         **overlay.get("image_folder", {}),
     }
+    given = config.get("containers", {})
+    settings["containers"] = {
+        **SETTING_DEFAULTS["containers"],
+        **given,
+        "base": {**SETTING_DEFAULTS["containers"]["base"], **given.get("base", {})},
+    }
+    base = settings["containers"]["base"]
+    if base["source"] == "registry" and not base["image"]:
+        raise StudyConfigError(
+            _err("containers.base.image", "source registry needs an image, pinned by digest")
+        )
     settings["prices"] = [{"note": "", **p} for p in settings["prices"]]
     names = [p["name"] for p in settings["prices"]]
     for i, name in enumerate(names):

@@ -1,0 +1,199 @@
+"""Container runtime: image lineage, runtime resolution, and the quick preset run in
+podman images built by the workflow (tests/run.sh installs podman, runc, mmdebstrap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO
+from tests.test_workflow import copy_workflow, dry_run_jobs, experiments_run
+from workflow_scripts import images, study
+
+# Shared across test runs and workflow copies: the wheelhouse (8+ GB of wheels) and the
+# engine's storage (a rebuild of unchanged images is a layer-cache hit).
+WHEELHOUSE = os.environ.get(
+    "STUDY_WHEELHOUSE", os.path.expanduser("~/.cache/cpu-train-study/wheelhouse")
+)
+# This kind of CI host needs the opt-in containers.conf (runc, no default ulimits);
+# set STUDY_CONTAINERS_CONF= (empty) on a machine where podman's defaults work.
+ENGINE_CONF = os.environ.get(
+    "STUDY_CONTAINERS_CONF", str(REPO / "containers/engine/containers.conf")
+)
+PODMAN = shutil.which("podman") is not None
+
+
+def container_config(*extra: str) -> list[str]:
+    config = [
+        "preset=quick", "runtime=podman",
+        # the default image names: the base image (reused by its settings' hash) and
+        # the layer cache are shared with the user's own runs
+        f"containers={{wheelhouse: {WHEELHOUSE}}}",
+    ]  # fmt: skip
+    if ENGINE_CONF:
+        config.append(f"container_engine_conf={ENGINE_CONF}")
+    return [*config, *extra]
+
+
+def test_lineage_and_locks():
+    assert images.lineage("oneccl") == ["os", "common", "eager", "inductor", "oneccl"]
+    assert images.lineage("xla") == ["os", "common", "xla"]
+    # inductor adds a toolchain to eager: one copy of torch, the same lock
+    assert images.locks_of("inductor") == ["upstream"]
+    assert images.locks_of("oneccl") == ["upstream", "oneccl"]
+    for name, (parent, lock) in images.IMAGES.items():
+        if parent:
+            assert (REPO / "containers" / name / "Containerfile").is_file()
+        if lock:
+            assert (REPO / "envs" / f"{lock}.txt").is_file()
+
+
+def test_each_experiment_runs_in_its_backends_image():
+    s = study.load_study(study.read_config(REPO / "config.yaml"))
+    where = {spec["id"]: images.image_for(spec) for spec in s.experiments}
+    assert where["baseline"] == "eager" and where["runcpu-tcmalloc"] == "eager"
+    assert where["inductor-fp32"] == where["inductor-bf16-cl"] == "inductor"
+    assert where["ipex-optimize-fp32"] == where["ipex-compile-bf16"] == "ipex"
+    assert where["xla-fp32"] == "xla"
+    for spec in s.experiments:
+        assert images.IMAGE_ENV[where[spec["id"]]] == spec["env"]
+
+
+def resolve(runtime: str, path: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": path}
+    cmd = [sys.executable, "-m", "workflow_scripts.images", "resolve", runtime]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_auto_without_an_engine_falls_back_to_local_and_says_so(tmp_path):
+    proc = resolve("auto", str(tmp_path))  # a PATH with no podman and no docker
+    assert proc.returncode == 0, proc.stderr
+    runtime, note = proc.stdout.split("\n", 1)
+    assert runtime == "local"
+    assert "podman not found" in note and "docker not found" in note and "locally" in note
+
+
+def test_an_explicit_engine_that_does_not_work_is_an_error(tmp_path):
+    proc = resolve("docker", str(tmp_path))
+    assert proc.returncode == 1
+    assert "runtime docker requested, but docker not found" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "containers, message",
+    [
+        ({"base": {"source": "registry"}}, "needs an image, pinned by digest"),
+        ({"base": {"source": "registry", "image": "debian:bookworm"}}, "pinned by digest"),
+        ({"shm_size": "lots"}, "2g"),
+        ({"prefix": "Has/Upper"}, "lower-case"),
+    ],
+)
+def test_bad_container_settings(containers, message):
+    with pytest.raises(study.StudyConfigError, match=message):
+        study.load_study({"containers": containers, "experiments": [{"id": "a"}]})
+
+
+def test_runtime_must_be_known():
+    with pytest.raises(study.StudyConfigError, match="singularity"):
+        study.load_study({"runtime": "singularity", "experiments": [{"id": "a"}]})
+
+
+@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+def test_dry_run_builds_every_image_parents_first(tmp_path):
+    wd = copy_workflow(tmp_path / "wf")
+    jobs = dry_run_jobs(wd, *container_config())
+    builds = [j["wildcards"].split("=", 1)[1] for j in jobs if j["rule"] == "build_image"]
+    assert set(builds) == set(images.IMAGES)
+    runs = [j for j in jobs if j["rule"] == "run_experiment"]
+    assert runs and not [j for j in jobs if j["rule"] == "build_env"]
+    for job in runs:
+        assert "results/images/" in job["input"]
+
+
+def image_records(wd) -> dict[str, dict]:
+    return {
+        p.stem: json.loads(p.read_text()) for p in (wd / "results/images").glob("*.json")
+    }
+
+
+def snakemake(wd, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    cmd += ["--config", *container_config()]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=5400)
+    assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
+    wd = copy_workflow(tmp_path / "wf")
+
+    # 1. every image is built, every experiment runs in its backend's image
+    first = snakemake(wd)
+    built = image_records(wd)
+    assert set(built) == set(images.IMAGES)
+    for name, rec in built.items():
+        assert rec["image_id"].startswith("sha256:") and rec["image_digest"].startswith("sha256:")
+        parent = images.IMAGES[name][0]
+        if parent:
+            assert rec["parent"]["image_id"] == built[parent]["image_id"]
+    # layers are shared where the pins are: inductor = eager + the toolchain (< 1 GB)
+    assert built["inductor"]["size_bytes"] - built["eager"]["size_bytes"] < 1e9
+    summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
+    failed = summary[summary["status"] != "ok"]
+    assert failed.empty, failed[["status", "error"]].to_string()
+    assert (summary["runtime"] == "podman").all()
+    for _, row in summary.iterrows():
+        rec = built[row["image"]]
+        assert row["image_id"] == rec["image_id"] and row["image_digest"] == rec["image_digest"]
+    assert summary.loc["inductor-fp32", "image"] == "inductor"
+    assert summary.loc["xla-fp32", "image"] == "xla"
+    assert summary.loc["ipex-optimize-fp32", "ipex_version"].startswith("2.8")
+    assert "tcmalloc" in summary.loc["runcpu-tcmalloc", "ld_preload"]
+    assert summary["compile_cache_fresh"].all()
+    record = json.loads((wd / "results/records/folder/trial0.json").read_text())
+    command = record["provenance"]["command"]
+    assert command[:2] == ["podman", "run"] and "--network" in command
+    assert command[command.index("--network") + 1] == "none"
+    assert f"{wd}:{wd}:ro" in command  # sources read-only, results writable
+    assert record["provenance"]["git_revision"] is not None or not (REPO / ".git").exists()
+    # files written as the invoking user
+    assert (wd / "results/records/folder/trial0.json").stat().st_uid == os.getuid()
+    html = (wd / "results/report/index.html").read_text()
+    assert built["xla"]["image_digest"] in html
+
+    # 2. an unchanged tree rebuilds nothing
+    again = snakemake(wd)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert image_records(wd) == built
+
+    # 3. one Containerfile edited: that image is rebuilt, only its experiments rerun
+    xla_file = wd / "containers/xla/Containerfile"
+    xla_file.write_text(xla_file.read_text() + 'LABEL study.test="rebuilt"\n')
+    records = wd / "results/records"
+    before = {str(p): p.stat().st_mtime_ns for p in records.rglob("*.json")}
+    third = snakemake(wd)
+    after = image_records(wd)
+    assert after["xla"]["image_id"] != built["xla"]["image_id"]
+    assert {k: v["image_id"] for k, v in after.items() if k != "xla"} == {
+        k: v["image_id"] for k, v in built.items() if k != "xla"
+    }
+    assert experiments_run(third) == ["xla-fp32"]
+    assert "[image] xla" in third.stdout + third.stderr
+    changed = {
+        p.parent.name
+        for p in records.rglob("*.json")
+        if before.get(str(p)) != p.stat().st_mtime_ns
+    }
+    assert changed == {"xla-fp32"}
+    summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
+    assert summary.loc["xla-fp32", "image_id"] == after["xla"]["image_id"]
+    assert experiments_run(first)  # the first run did run the study

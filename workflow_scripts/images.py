@@ -1,0 +1,415 @@
+"""Container images: the engine, the wheelhouse, the image builds, the run command.
+
+Images (containers/<name>/Containerfile, each built FROM its parent's image ID):
+
+    os       Debian minbase, from mmdebstrap (no registry needed) or a registry
+             image pinned by digest (config ``containers.base``)
+    common   + python3, venv, jemalloc, tcmalloc: what every backend needs
+    eager    + /opt/venv from envs/upstream.txt
+    inductor + g++ and the Python headers TorchInductor compiles its kernels with
+    ipex     + /opt/venv from envs/ipex.txt (and g++ for compile(backend="ipex"))
+    xla      + /opt/venv from envs/xla.txt
+    oneccl   + envs/oneccl.txt (the oneCCL library) on top of inductor
+
+pip inside a build reaches no index: a rule downloads every locked wheel on the
+host, with the host's pip settings, into one flat wheelhouse (shared by all
+sets: a wheel pinned by two locks is stored once), and the builds install
+``--no-index --require-hashes`` from it through a build-time bind mount
+(``--build-context wheelhouse=...``), so no wheel lands in an image layer.
+
+Every image's record (results/images/<name>.json) holds its ID and digest;
+experiments run by ID, never by a moving tag.
+
+    python -m workflow_scripts.images wheelhouse --lock envs/upstream.txt \
+        --wheelhouse resources/wheelhouse --out resources/wheelhouse/locks/upstream.txt --log L
+    python -m workflow_scripts.images build --image eager --engine podman \
+        --parent-json results/images/common.json --out results/images/eager.json --log L
+    python -m workflow_scripts.images resolve auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTAINERS = REPO_ROOT / "containers"
+ENGINES = ("podman", "docker")
+RUNTIMES = ("auto", "local", *ENGINES)
+VENV = "/opt/venv"
+
+# name -> (parent image, envs/ lock it installs or None)
+IMAGES: dict[str, tuple[str | None, str | None]] = {
+    "os": (None, None),
+    "common": ("os", None),
+    "eager": ("common", "upstream"),
+    "inductor": ("eager", None),
+    "ipex": ("common", "ipex"),
+    "xla": ("common", "xla"),
+    "oneccl": ("inductor", "oneccl"),
+}
+# The python environment found in each image (the lock of the image or its ancestor).
+IMAGE_ENV = {"eager": "upstream", "inductor": "upstream", "oneccl": "upstream",
+             "ipex": "ipex", "xla": "xla"}  # fmt: skip
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def image_for(spec: dict) -> str:
+    """The image an experiment runs in: its environment's image, with the C++ toolchain
+    when it compiles with Inductor."""
+    env = spec["env"]
+    if env == "upstream":
+        return "inductor" if spec.get("compile") not in (None, False, "none") else "eager"
+    if env in ("ipex", "xla"):
+        return env
+    raise ImageError(f"no container image for environment {env!r}")
+
+
+def lineage(image: str) -> list[str]:
+    """The image and its ancestors, root first."""
+    chain = []
+    while image is not None:
+        chain.append(image)
+        image = IMAGES[image][0]
+    return chain[::-1]
+
+
+def locks_of(image: str) -> list[str]:
+    return [IMAGES[i][1] for i in lineage(image) if IMAGES[i][1]]
+
+
+# ---------------------------------------------------------------- engine
+
+
+def engine_env(engine_conf: str | None) -> dict[str, str]:
+    """The engine's process environment: CONTAINERS_CONF (podman) only when the study
+    asks for a host-specific containers.conf; BuildKit for docker (23+ has it on)."""
+    env = dict(os.environ)
+    env.setdefault("DOCKER_BUILDKIT", "1")  # docker: --build-context and RUN --mount
+    if engine_conf:
+        env["CONTAINERS_CONF"] = str(Path(engine_conf).resolve())
+    return env
+
+
+def engine_works(engine: str, engine_conf: str | None = None) -> tuple[bool, str]:
+    if shutil.which(engine) is None:
+        return False, f"{engine} not found on PATH"
+    try:
+        out = subprocess.run(
+            [engine, "info"], capture_output=True, text=True, timeout=60,
+            env=engine_env(engine_conf),
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"`{engine} info` failed: {exc}"
+    if out.returncode != 0:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
+        return False, f"`{engine} info` exited {out.returncode}: {tail[0][:200]}"
+    return True, "ok"
+
+
+def resolve_runtime(requested: str, engine_conf: str | None = None) -> tuple[str, str | None]:
+    """(runtime, note): auto takes podman if it works, else docker, else local (with a
+    note saying why). An explicitly requested engine that does not work is an error."""
+    if requested == "local":
+        return "local", None
+    if requested in ENGINES:
+        ok, why = engine_works(requested, engine_conf)
+        if not ok:
+            raise ImageError(f"runtime {requested} requested, but {why}")
+        return requested, None
+    reasons = []
+    for engine in ENGINES:
+        ok, why = engine_works(engine, engine_conf)
+        if ok:
+            return engine, None
+        reasons.append(why)
+    return "local", (
+        "runtime auto: no working container engine (" + "; ".join(reasons) + "); "
+        "running every experiment locally in virtualenvs. Set runtime: local to silence this."
+    )
+
+
+# ---------------------------------------------------------------- wheelhouse
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
+    """Download every wheel of a hashed lock into the wheelhouse (the host's pip and
+    settings; wheels already there are checked and kept), then copy the lock to
+    ``out`` (the builds read the lock from the wheelhouse)."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
+        "--no-cache-dir",  # the wheelhouse is the cache: no second copy
+        "--require-hashes", "--no-deps", "--only-binary=:all:",
+        "-r", str(lock), "-d", str(wheelhouse),
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    with open(log, "a") as logf:
+        print(f"$ {' '.join(cmd)}", file=logf, flush=True)
+        rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise ImageError(f"filling the wheelhouse from {lock} failed (pip exit {rc}); see {log}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(lock, out)
+    info = {
+        "lock": str(lock),
+        "lock_sha256": sha256_file(lock),
+        "wheelhouse": str(wheelhouse),
+        "download_s": round(time.perf_counter() - t0, 1),
+    }
+    with open(log, "a") as logf:
+        print(json.dumps(info), file=logf)
+    return info
+
+
+# ---------------------------------------------------------------- builds
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+    with open(log, "a") as logf:
+        print(f"$ {' '.join(cmd)}", file=logf, flush=True)
+        rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise ImageError(f"{what} failed (exit {rc}); see its log {log}")
+
+
+def inspect(engine: str, ref: str, env: dict[str, str]) -> dict:
+    out = subprocess.run(
+        [engine, "image", "inspect", ref], capture_output=True, text=True, env=env
+    )
+    if out.returncode != 0:
+        raise ImageError(f"{engine} image inspect {ref}: {out.stderr.strip()[:300]}")
+    data = json.loads(out.stdout)[0]
+    image_id = data["Id"] if data["Id"].startswith("sha256:") else "sha256:" + data["Id"]
+    digest = data.get("Digest") or ""
+    return {
+        "image_id": image_id,
+        # podman computes a manifest digest for local images; docker has none before a
+        # push, so the ID (the config's digest) stands in.
+        "image_digest": digest or image_id,
+        "size_bytes": data.get("Size") or data.get("VirtualSize"),
+        "created": data.get("Created"),
+    }
+
+
+def base_key(base: dict) -> str:
+    """The root image's tag: a hash of the base settings."""
+    text = json.dumps({k: base.get(k) for k in sorted(base)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _exists(engine: str, ref: str, env: dict[str, str]) -> bool:
+    return subprocess.run(
+        [engine, "image", "inspect", ref], capture_output=True, env=env
+    ).returncode == 0
+
+
+def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str]) -> None:
+    """The root image: a registry image pinned by digest, or Debian minbase from
+    mmdebstrap imported as a single layer."""
+    if base["source"] == "registry":
+        _run_logged([engine, "pull", base["image"]], log, env, f"pulling {base['image']}")
+        _run_logged([engine, "tag", base["image"], name], log, env, "tagging the base image")
+        return
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError("containers.base.source is mmdebstrap, but mmdebstrap is not installed")
+    with tempfile.TemporaryDirectory(prefix="study-os-") as tmp:
+        tar = Path(tmp) / "rootfs.tar"
+        cmd = [
+            "mmdebstrap", "--variant=minbase", "--mode=auto", "--format=tar",
+            "--dpkgopt=path-exclude=/usr/share/man/*",
+            "--dpkgopt=path-exclude=/usr/share/doc/*",
+            "--dpkgopt=path-exclude=/usr/share/locale/*",
+            "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+            base["suite"], str(tar), base["mirror"],
+        ]  # fmt: skip
+        _run_logged(cmd, log, env, "mmdebstrap of the base image")
+        _run_logged(
+            [engine, "import", "--change", "CMD [\"/bin/bash\"]", str(tar), name],
+            log, env, f"{engine} import of the base image",
+        )  # fmt: skip
+
+
+def build(
+    image: str,
+    engine: str,
+    out: Path,
+    log: Path,
+    prefix: str,
+    parent_json: Path | None = None,
+    wheelhouse: Path | None = None,
+    base: dict | None = None,
+    engine_conf: str | None = None,
+) -> dict:
+    """Build one image (with the engine's layer cache) and write its record."""
+    env = engine_env(engine_conf)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    name = f"{prefix}-{image}:latest"
+    parent = json.loads(parent_json.read_text()) if parent_json else None
+    t0 = time.perf_counter()
+    try:
+        if image == "os":
+            # Content-addressed: the tag is the base settings' hash, and an image with
+            # that tag is reused. Building again would give a new ID (a new rootfs
+            # timestamp) and so miss the layer cache of every image above it.
+            name = f"{prefix}-os:{base_key(base or {})}"
+            if _exists(engine, name, env):
+                with open(log, "a") as logf:
+                    print(f"reusing {name} (remove it to build the base again)", file=logf)
+            else:
+                build_os(engine, base or {}, name, log, env)
+        else:
+            context = CONTAINERS / image
+            cmd = [engine, "build", "-f", str(context / "Containerfile"), "-t", name]
+            cmd += ["--build-arg", f"PARENT={parent['image_id']}"]
+            if IMAGES[image][1]:
+                cmd += ["--build-context", f"wheelhouse={Path(wheelhouse).resolve()}"]
+            _run_logged([*cmd, str(context)], log, env, f"{engine} build of image {image}")
+        info = inspect(engine, name, env)
+    except ImageError as exc:
+        raise ImageError(f"image {image}: {exc}") from None
+    lock = IMAGE_ENV.get(image)
+    record = {
+        "image": image,
+        "name": name,
+        "engine": engine,
+        "engine_conf": env.get("CONTAINERS_CONF") if engine_conf else None,
+        **info,
+        "parent": parent and {"image": parent["image"], "image_id": parent["image_id"]},
+        "locks": {
+            n: sha256_file(REPO_ROOT / "envs" / f"{n}.txt") for n in locks_of(image)
+        },
+        "env": lock,
+        "python": f"{VENV}/bin/python" if lock else None,
+        "prefix": VENV if lock else None,
+        "requirements_sha256": (
+            sha256_file(REPO_ROOT / "envs" / f"{lock}.txt") if lock else None
+        ),
+        "build_s": round(time.perf_counter() - t0, 1),
+        "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    with open(log, "a") as logf:
+        print(json.dumps(record), file=logf)
+    return record
+
+
+def image_present(record: dict) -> bool:
+    return _exists(record["engine"], record["image_id"], engine_env(record.get("engine_conf")))
+
+
+# ---------------------------------------------------------------- runs
+
+
+def run_prefix(
+    record: dict,
+    name: str,
+    mounts: list[tuple[str, str]],
+    env: dict[str, str],
+    cpus: list[int] | None = None,
+    shm_size: str = "2g",
+    network: bool = False,
+    workdir: str | None = None,
+) -> list[str]:
+    """``<engine> run ...`` up to and including the image ID; the command follows.
+    mounts: (host path, "ro"|"rw"), mounted at the same path inside."""
+    cmd = [record["engine"], "run", "--rm", "--name", name, "--init"]
+    cmd += ["--network", "host" if network else "none", "--shm-size", shm_size]
+    cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]
+    for path, mode in mounts:
+        cmd += ["-v", f"{path}:{path}:{mode}"]
+    if cpus:
+        cmd += ["--cpuset-cpus", ",".join(map(str, cpus))]
+    if workdir:
+        cmd += ["-w", workdir]
+    for key, value in sorted(env.items()):
+        cmd += ["-e", f"{key}={value}"]
+    return [*cmd, record["image_id"]]
+
+
+def remove_container(record: dict, name: str) -> None:
+    subprocess.run(
+        [record["engine"], "rm", "-f", "-t", "0", name] if record["engine"] == "podman"
+        else [record["engine"], "rm", "-f", name],
+        capture_output=True, env=engine_env(record.get("engine_conf")), timeout=120,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _path_or_none(text: str) -> Path | None:
+    return Path(text) if text else None
+
+
+def _str_or_none(text: str) -> str | None:
+    return text or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("wheelhouse", help="download a lock's wheels into the wheelhouse")
+    w.add_argument("--lock", required=True, type=Path)
+    w.add_argument("--wheelhouse", required=True, type=Path)
+    w.add_argument("--out", required=True, type=Path)
+    w.add_argument("--log", required=True, type=Path)
+    b = sub.add_parser("build", help="build one image")
+    b.add_argument("--image", required=True, choices=list(IMAGES))
+    b.add_argument("--engine", required=True, choices=ENGINES)
+    b.add_argument("--out", required=True, type=Path)
+    b.add_argument("--log", required=True, type=Path)
+    b.add_argument("--prefix", default="localhost/cpu-train-study")
+    b.add_argument("--parent-json", type=_path_or_none)
+    b.add_argument("--wheelhouse", type=_path_or_none)
+    b.add_argument("--base-json", default='{"source": "mmdebstrap", "suite": "bookworm", '
+                   '"mirror": "http://deb.debian.org/debian"}')  # fmt: skip
+    b.add_argument("--engine-conf", type=_str_or_none)
+    r = sub.add_parser("resolve", help="which runtime `auto` gives here")
+    r.add_argument("runtime", choices=RUNTIMES)
+    r.add_argument("--engine-conf", type=_str_or_none)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "wheelhouse":
+            fill_wheelhouse(args.lock, args.wheelhouse, args.out, args.log)
+        elif args.cmd == "build":
+            rec = build(
+                args.image, args.engine, args.out, args.log, args.prefix, args.parent_json,
+                args.wheelhouse, json.loads(args.base_json), args.engine_conf,
+            )  # fmt: skip
+            print(f"[image] {args.image}: {rec['image_id'][:19]} "
+                  f"{(rec['size_bytes'] or 0) / 1e9:.2f} GB in {rec['build_s']} s")  # fmt: skip
+        else:
+            runtime, note = resolve_runtime(args.runtime, args.engine_conf)
+            print(runtime if not note else f"{runtime}\n{note}")
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
