@@ -21,9 +21,7 @@ ENVS = STUDY.envs
 IMAGE_FOLDER = "resources/image_folder"
 # Where the experiments run: local virtualenvs, or podman/docker images ("auto" picks).
 try:
-    RUNTIME, _note = images.resolve_runtime(
-        SETTINGS["runtime"], SETTINGS["container_engine_conf"]
-    )
+    RUNTIME, _note = images.resolve_runtime(SETTINGS["runtime"], SETTINGS["container_engine_conf"])
 except images.ImageError as exc:
     raise WorkflowError(str(exc)) from None
 if _note:
@@ -36,12 +34,7 @@ WHEELHOUSE = CONTAINERS["wheelhouse"]
 IMAGES = list(images.IMAGES) if IN_CONTAINERS else []
 LOCKS = sorted({lock for i in IMAGES for lock in images.locks_of(i)})
 
-# The reference noise probe (rule calibrate), measured in the upstream environment
-# (any backend environment would do: the probe needs only torch), for the probe sizes
-# the experiments use and for 1, 2, 4, ... and all CPUs (the launcher scales the
-# nearest count for others).
-CALIBRATION = "results/calibration/probe.json"
-CALIBRATION_ENV = "upstream" if "upstream" in ENVS else ENVS[0]
+
 PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_size"] > 0})
 
 # Scheduling order. Snakemake starts the ready job of the highest priority first
@@ -59,6 +52,16 @@ wildcard_constraints:
     lock="|".join(LOCKS) or "none",
     experiment="|".join(STUDY.ids),
     trial=r"\d+",
+
+
+# The reference noise probes, made by the calibrate jobs, one per environment, measured
+# in that environment (or its image), because the torch releases differ in their
+# matmul kernels (here torch 2.8's fp32 matmul ran at less than half of torch 2.14's:
+# against one shared reference every IPEX trial looked disturbed). For the probe
+# sizes the experiments use and for 1, 2, 4, ... and all CPUs (the launcher scales
+# the nearest count for others).
+def calibration(env):
+    return f"results/calibration/{env}.json"
 
 
 def trial_priority(wildcards):
@@ -90,7 +93,7 @@ def experiment_inputs(wildcards):
     if spec["data"] == "image_folder" and not spec["data_dir"]:
         inputs["images"] = IMAGE_FOLDER
     if spec["probe_size"] > 0:
-        inputs["reference_probe"] = ancient(CALIBRATION)
+        inputs["reference_probe"] = ancient(calibration(spec["env"]))
     return inputs
 
 
@@ -99,10 +102,10 @@ def image_json(image):
 
 
 def calibration_inputs(wildcards):
-    """The probe runs where the trials run: the upstream environment or eager image."""
+    """The probe runs where the trials run: the environment, or its image."""
     if IN_CONTAINERS:
-        return {"image": image_json("eager" if "eager" in IMAGES else IMAGES[-1])}
-    return {"env": f"results/envs/{CALIBRATION_ENV}.json"}
+        return {"image": image_json(images.ENV_IMAGE[wildcards.env])}
+    return {"env": f"results/envs/{wildcards.env}.json"}
 
 
 def image_inputs(wildcards):

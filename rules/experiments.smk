@@ -8,8 +8,8 @@
 # block rather than passed as params, so changing them reruns no experiment.
 
 
-# The reference noise probe: 3 probes (median) per probe size and thread count, with
-# the machine to itself. It never fails: without a reference, trials run unchecked.
+# The reference noise probe of each environment: 3 probes (median) per probe size and
+# thread count, with the machine to itself. It never fails: without a reference, trials run unchecked.
 # Its params do not depend on the experiments, and the probe sizes are read in the
 # run block: editing an experiment must not rerun it. When calibrate runs, Snakemake
 # does not look at the experiments behind it (their reference_probe input is ancient)
@@ -19,9 +19,9 @@ rule calibrate:
     input:
         unpack(calibration_inputs),
     output:
-        probe=CALIBRATION,
+        probe=calibration("{env}"),
     log:
-        "logs/calibration.log",
+        "logs/calibration/{env}.log",
     priority: SETUP_PRIORITY
     threads: workflow.cores
     params:
@@ -30,17 +30,7 @@ rule calibrate:
     run:
         from workflow_scripts import launch
 
-        launch.main(
-            [
-                "calibrate",
-                f"--env-json={input.get('image') or input.env}",
-                f"--out={output.probe}",
-                f"--log={log[0]}",
-                f"--sizes={int_list(PROBE_SIZES)}",
-                f"--threads={params.threads}",
-                f"--repeats={params.repeats}",
-            ]
-        )
+        launch.calibrate_rule(input, output, params, log, PROBE_SIZES)
 
 
 rule run_experiment:

@@ -13,18 +13,8 @@ rule wheelhouse:
     log:
         "logs/wheelhouse/{lock}.log",
     priority: SETUP_PRIORITY
-    params:
-        wheelhouse=WHEELHOUSE,
     run:
-        images.main(
-            [
-                "wheelhouse",
-                f"--lock={input.lock}",
-                f"--wheelhouse={params.wheelhouse}",
-                f"--out={output.lock}",
-                f"--log={log[0]}",
-            ]
-        )
+        images.wheelhouse_rule(input, output, log)
 
 
 rule build_image:
@@ -39,22 +29,5 @@ rule build_image:
         engine=RUNTIME,
         prefix=CONTAINERS["prefix"],
         base=base_image_json(),
-        wheelhouse=WHEELHOUSE,
     run:
-        rc = images.main(
-            [
-                "build",
-                f"--image={wildcards.image}",
-                f"--engine={params.engine}",
-                f"--out={output.image}",
-                f"--log={log[0]}",
-                f"--prefix={params.prefix}",
-                f"--parent-json={input.get('parent', '')}",
-                f"--wheelhouse={params.wheelhouse}",
-                f"--base-json={params.base}",
-                # host settings, not an input of the image: never a rerun reason
-                f"--engine-conf={SETTINGS['container_engine_conf'] or ''}",
-            ]
-        )
-        if rc:
-            raise WorkflowError(f"building image {wildcards.image} failed; see {log[0]}")
+        images.build_rule(input, output, params, wildcards, log, SETTINGS)

@@ -117,9 +117,7 @@ def test_dry_run_builds_every_image_parents_first(tmp_path):
 
 
 def image_records(wd) -> dict[str, dict]:
-    return {
-        p.stem: json.loads(p.read_text()) for p in (wd / "results/images").glob("*.json")
-    }
+    return {p.stem: json.loads(p.read_text()) for p in (wd / "results/images").glob("*.json")}
 
 
 def snakemake(wd, *args: str) -> subprocess.CompletedProcess:
@@ -189,9 +187,7 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert experiments_run(third) == ["xla-fp32"]
     assert "[image] xla" in third.stdout + third.stderr
     changed = {
-        p.parent.name
-        for p in records.rglob("*.json")
-        if before.get(str(p)) != p.stat().st_mtime_ns
+        p.parent.name for p in records.rglob("*.json") if before.get(str(p)) != p.stat().st_mtime_ns
     }
     assert changed == {"xla-fp32"}
     summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")

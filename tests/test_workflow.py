@@ -92,8 +92,10 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert summary["pct_of_peak"].between(0, 150).all()
     assert set(summary["noisy"]) <= {True, False} and (summary["attempts"] >= 1).all()
     assert summary["compile_cache_fresh"].all()
-    calibration = json.loads((wd / "results/calibration/probe.json").read_text())
-    assert calibration["fp32_gflops"] > 0 and calibration["entries"]
+    for env in ("upstream", "ipex", "xla"):  # a reference probe per environment
+        calibration = json.loads((wd / f"results/calibration/{env}.json").read_text())
+        assert calibration["fp32_gflops"] > 0 and calibration["entries"]
+        assert calibration["env_name"] == env
     for needle in ("Roofline", "Measurement noise", "roofline"):
         assert needle in html
     # no two measurements overlapped in time
@@ -110,9 +112,9 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert mtimes(wd) == before
 
     # 2b. a new reference probe (recalibration) reruns no experiment
-    old_reference = (wd / "results/calibration/probe.json").read_text()
+    old_reference = (wd / "results/calibration/upstream.json").read_text()
     snakemake(wd, "--forcerun", "calibrate", "--until", "calibrate")
-    assert (wd / "results/calibration/probe.json").read_text() != old_reference
+    assert (wd / "results/calibration/upstream.json").read_text() != old_reference
     again = snakemake(wd)
     assert experiments_run(again) == []
     assert mtimes(wd) == before
@@ -194,7 +196,9 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         assert job["priority"] == 3 - trial
         # no trial waits for another trial's files
         assert "results/records" not in job["input"]
-        assert "results/calibration/probe.json" in job["input"]
+        # the reference probe of the trial's own environment
+        env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
+        assert f"results/calibration/{env}.json" in job["input"]
     setup = [j for j in jobs if j["rule"] in ("build_env", "image_folder", "calibrate")]
     assert {j["rule"] for j in setup} == {"build_env", "image_folder", "calibrate"}
     assert all(j["priority"] == 4 for j in setup)
@@ -206,7 +210,8 @@ def test_calibration_is_an_ancient_input(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     ids = [j["wildcards"] for j in dry_run_jobs(wd, "preset=quick") if j["wildcards"]]
     outputs = [wd / f"results/envs/{e}.json" for e in ("ipex", "upstream", "xla")]
-    outputs += [wd / "resources/image_folder", wd / "results/calibration/probe.json"]
+    outputs += [wd / "resources/image_folder"]
+    outputs += [wd / f"results/calibration/{e}.json" for e in ("ipex", "upstream", "xla")]
     for wildcards in ids:
         if wildcards.startswith("experiment="):
             exp = wildcards.split(",")[0].split("=")[1]
@@ -224,7 +229,7 @@ def test_calibration_is_an_ancient_input(tmp_path):
             path.write_text("{}")
         os.utime(path, (now + 10 + i, now + 10 + i))
     assert dry_run_jobs(wd, "preset=quick") == []
-    probe = wd / "results/calibration/probe.json"
+    probe = wd / "results/calibration/upstream.json"
     os.utime(probe, (now + 1000, now + 1000))  # a new calibration, newer than every record
     assert dry_run_jobs(wd, "preset=quick") == []
 

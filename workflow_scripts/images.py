@@ -60,6 +60,8 @@ IMAGES: dict[str, tuple[str | None, str | None]] = {
 # The python environment found in each image (the lock of the image or its ancestor).
 IMAGE_ENV = {"eager": "upstream", "inductor": "upstream", "oneccl": "upstream",
              "ipex": "ipex", "xla": "xla"}  # fmt: skip
+# The smallest image holding each environment (where its reference probe runs).
+ENV_IMAGE = {"upstream": "eager", "ipex": "ipex", "xla": "xla"}
 
 
 class ImageError(RuntimeError):
@@ -195,9 +197,7 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> No
 
 
 def inspect(engine: str, ref: str, env: dict[str, str]) -> dict:
-    out = subprocess.run(
-        [engine, "image", "inspect", ref], capture_output=True, text=True, env=env
-    )
+    out = subprocess.run([engine, "image", "inspect", ref], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise ImageError(f"{engine} image inspect {ref}: {out.stderr.strip()[:300]}")
     data = json.loads(out.stdout)[0]
@@ -220,9 +220,10 @@ def base_key(base: dict) -> str:
 
 
 def _exists(engine: str, ref: str, env: dict[str, str]) -> bool:
-    return subprocess.run(
-        [engine, "image", "inspect", ref], capture_output=True, env=env
-    ).returncode == 0
+    return (
+        subprocess.run([engine, "image", "inspect", ref], capture_output=True, env=env).returncode
+        == 0
+    )
 
 
 def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str]) -> None:
@@ -298,15 +299,11 @@ def build(
         "engine_conf": env.get("CONTAINERS_CONF") if engine_conf else None,
         **info,
         "parent": parent and {"image": parent["image"], "image_id": parent["image_id"]},
-        "locks": {
-            n: sha256_file(REPO_ROOT / "envs" / f"{n}.txt") for n in locks_of(image)
-        },
+        "locks": {n: sha256_file(REPO_ROOT / "envs" / f"{n}.txt") for n in locks_of(image)},
         "env": lock,
         "python": f"{VENV}/bin/python" if lock else None,
         "prefix": VENV if lock else None,
-        "requirements_sha256": (
-            sha256_file(REPO_ROOT / "envs" / f"{lock}.txt") if lock else None
-        ),
+        "requirements_sha256": (sha256_file(REPO_ROOT / "envs" / f"{lock}.txt") if lock else None),
         "build_s": round(time.perf_counter() - t0, 1),
         "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
@@ -358,6 +355,36 @@ def remove_container(record: dict, name: str) -> None:
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- rules
+
+
+def wheelhouse_rule(inputs, output, log) -> None:
+    """The wheelhouse rule: the wheelhouse is the folder above the copied lock's."""
+    lock_copy = Path(output.lock)
+    fill_wheelhouse(Path(inputs.lock), lock_copy.parent.parent, lock_copy, Path(log[0]))
+
+
+def build_rule(inputs, output, params, wildcards, log, settings: dict) -> None:
+    """The build_image rule's call. The engine's containers.conf is a host setting, not
+    an input of the image: read from the settings, so changing it rebuilds nothing."""
+    parent = inputs.get("parent")
+    lock = inputs.get("lock")
+    rec = build(
+        wildcards.image, params.engine, Path(output.image), Path(log[0]), params.prefix,
+        Path(parent) if parent else None,
+        Path(lock).parent.parent if lock else None,  # <wheelhouse>/locks/<lock>.txt
+        json.loads(params.base), settings["container_engine_conf"],
+    )  # fmt: skip
+    print(build_line(rec), flush=True)
+
+
+def build_line(rec: dict) -> str:
+    return (
+        f"[image] {rec['image']}: {rec['image_id'][:19]} "
+        f"{(rec['size_bytes'] or 0) / 1e9:.2f} GB in {rec['build_s']} s"
+    )
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -400,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.image, args.engine, args.out, args.log, args.prefix, args.parent_json,
                 args.wheelhouse, json.loads(args.base_json), args.engine_conf,
             )  # fmt: skip
-            print(f"[image] {args.image}: {rec['image_id'][:19]} "
-                  f"{(rec['size_bytes'] or 0) / 1e9:.2f} GB in {rec['build_s']} s")  # fmt: skip
+            print(build_line(rec))
         else:
             runtime, note = resolve_runtime(args.runtime, args.engine_conf)
             print(runtime if not note else f"{runtime}\n{note}")

@@ -21,9 +21,10 @@ cache instead. Which one was used: ``provenance.compile_cache``.
 
     python -m workflow_scripts.launch --spec-json '{...}' --env-json results/envs/upstream.json \
         --out results/records/<id>/trial0.json --log logs/experiments/<id>/trial0.log [--trial 0] \
-        [--reference-probe results/calibration/probe.json --max-retries 2 --noise-threshold 0.85]
+        [--reference-probe results/calibration/upstream.json --max-retries 2 --noise-threshold 0.85]
     python -m workflow_scripts.launch calibrate --env-json results/envs/upstream.json \
-        --out results/calibration/probe.json --log logs/calibration.log --sizes 1024 --threads auto
+        --out results/calibration/upstream.json --log logs/calibration/upstream.log \
+        --sizes 1024 --threads auto
 """
 
 from __future__ import annotations
@@ -563,6 +564,17 @@ def calibrate_main(argv: list[str]) -> int:
         flush=True,
     )
     return 0
+
+
+def calibrate_rule(inputs, output, params, log, sizes: list[int]) -> int:
+    """The calibrate rule's call, with Snakemake's objects. The probe sizes are not
+    params: editing an experiment must not rerun the calibration."""
+    env_json = inputs.get("image") or inputs.get("env")
+    return calibrate_main(
+        [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
+         f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
+         f"--repeats={params.repeats}"]
+    )  # fmt: skip
 
 
 def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:

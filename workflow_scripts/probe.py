@@ -13,7 +13,7 @@ helpers (:func:`summarize`, :func:`reference_rate`) without it.
 
     python -m workflow_scripts.probe --size 1024                # one probe, as JSON
     python -m workflow_scripts.probe --calibrate --sizes 1024 --threads auto --repeats 3 \\
-        --out results/calibration/probe.json                    # the reference
+        --out results/calibration/upstream.json                    # the reference
 """
 
 from __future__ import annotations
