@@ -102,10 +102,13 @@ def image_json(image):
 
 
 def calibration_inputs(wildcards):
-    """The probe runs where the trials run: the environment, or its image."""
+    """The probe runs where the trials run: the environment, or its image. ancient():
+    a rebuilt environment or image keeps its reference (while calibrate has to run,
+    Snakemake would hold back the experiments behind it that have their own reason
+    to rerun until the next invocation); recalibrate with -R calibrate."""
     if IN_CONTAINERS:
-        return {"image": image_json(images.ENV_IMAGE[wildcards.env])}
-    return {"env": f"results/envs/{wildcards.env}.json"}
+        return {"image": ancient(image_json(images.ENV_IMAGE[wildcards.env]))}
+    return {"env": ancient(f"results/envs/{wildcards.env}.json")}
 
 
 def image_inputs(wildcards):

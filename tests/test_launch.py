@@ -67,7 +67,8 @@ entries = [{{"size": 1024, "threads": t, "fp32_gflops": 50.0 * t, "bf16_gflops":
              "runs": []}} for t in (1, 2)]
 out.write_text(json.dumps({{"kind": "calibration", "size": 1024, "threads": 2,
                             "fp32_gflops": 100.0, "bf16_gflops": 40.0, "entries": entries,
-                            "asked_threads": threads}}))
+                            "asked_threads": threads,
+                            "asked_imports": sys.argv[sys.argv.index("--imports") + 1]}}))
 """
 
 REFERENCE = {
@@ -263,6 +264,16 @@ def test_calibrate_writes_the_reference(tmp_path, capsys):
     assert ref["provenance"]["cpu_model"]
     assert probe.reference_rate(ref, 1024, 1) == (50.0, "reference size 1024, 1 threads")
     assert "fp32 100.0 GFLOP/s" in capsys.readouterr().out
+    assert ref["asked_imports"] == ""  # an environment without a backend module
+
+
+def test_calibration_imports_the_backend_module_as_the_trials_do(tmp_path):
+    env = {**fake_env(tmp_path, FAKE_PROBE), "name": "ipex"}
+    ref = launch.calibrate(env, tmp_path / "ipex.json", tmp_path / "c.log", [1024])
+    assert ref["asked_imports"] == "intel_extension_for_pytorch"
+    image = {**fake_env(tmp_path, FAKE_PROBE), "name": "localhost/x-xla:latest", "env": "xla"}
+    ref = launch.calibrate(image, tmp_path / "xla.json", tmp_path / "c.log", [1024])
+    assert ref["asked_imports"] == "torch_xla"
 
 
 def test_failed_calibration_leaves_an_empty_reference(tmp_path):

@@ -491,13 +491,16 @@ def read_reference(path: Path | None, log: Path | None = None) -> dict | None:
 def calibrate(
     env_info: dict, out: Path, log: Path, sizes: list[int], threads: str = "auto", repeats: int = 3
 ) -> dict:
-    """Measure the reference probe in a backend environment (``probe --calibrate``)."""
+    """Measure the reference probe in a backend environment (``probe --calibrate``),
+    with the environment's backend module imported, as in its trials."""
+    env_name = env_info.get("env") or env_info.get("name")  # image record / local env
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
         "--sizes", ",".join(map(str, sizes)), "--threads", threads,
         "--repeats", str(repeats), "--out", str(out.resolve()),
+        "--imports", ",".join(probe.ENV_IMPORTS.get(env_name, [])),
     ]  # fmt: skip
     env = base_environment(env_info)
     name = None
