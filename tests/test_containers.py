@@ -162,7 +162,6 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert command[:2] == ["podman", "run"] and "--network" in command
     assert command[command.index("--network") + 1] == "none"
     assert f"{wd}:{wd}:ro" in command  # sources read-only, results writable
-    assert record["provenance"]["git_revision"] is not None or not (REPO / ".git").exists()
     # files written as the invoking user
     assert (wd / "results/records/folder/trial0.json").stat().st_uid == os.getuid()
     html = (wd / "results/report/index.html").read_text()
