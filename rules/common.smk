@@ -107,7 +107,7 @@ def calibration_inputs(wildcards):
     Snakemake would hold back the experiments behind it that have their own reason
     to rerun until the next invocation); recalibrate with -R calibrate."""
     if IN_CONTAINERS:
-        return {"image": ancient(image_json(images.ENV_IMAGE[wildcards.env]))}
+        return {"image": ancient(image_json(images.env_image(wildcards.env)))}
     return {"env": ancient(f"results/envs/{wildcards.env}.json")}
 
 

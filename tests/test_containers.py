@@ -47,6 +47,13 @@ def test_lineage_and_locks():
     # inductor adds a toolchain to eager: one copy of torch, the same lock
     assert images.locks_of("inductor") == ["upstream"]
     assert images.locks_of("oneccl") == ["upstream", "oneccl"]
+    assert [images.image_env(i) for i in ("os", "eager", "inductor", "oneccl")] == [
+        None,
+        "upstream",
+        "upstream",
+        "upstream",
+    ]
+    assert [images.env_image(e) for e in ("upstream", "ipex", "xla")] == ["eager", "ipex", "xla"]
     for name, (parent, lock) in images.IMAGES.items():
         if parent:
             assert (REPO / "containers" / name / "Containerfile").is_file()
@@ -62,7 +69,7 @@ def test_each_experiment_runs_in_its_backends_image():
     assert where["ipex-optimize-fp32"] == where["ipex-compile-bf16"] == "ipex"
     assert where["xla-fp32"] == "xla"
     for spec in s.experiments:
-        assert images.IMAGE_ENV[where[spec["id"]]] == spec["env"]
+        assert images.image_env(where[spec["id"]]) == spec["env"]
 
 
 def resolve(runtime: str, path: str) -> subprocess.CompletedProcess:

@@ -57,11 +57,6 @@ IMAGES: dict[str, tuple[str | None, str | None]] = {
     "xla": ("common", "xla"),
     "oneccl": ("inductor", "oneccl"),
 }
-# The python environment found in each image (the lock of the image or its ancestor).
-IMAGE_ENV = {"eager": "upstream", "inductor": "upstream", "oneccl": "upstream",
-             "ipex": "ipex", "xla": "xla"}  # fmt: skip
-# The smallest image holding each environment (where its reference probe runs).
-ENV_IMAGE = {"upstream": "eager", "ipex": "ipex", "xla": "xla"}
 
 
 class ImageError(RuntimeError):
@@ -90,6 +85,18 @@ def lineage(image: str) -> list[str]:
 
 def locks_of(image: str) -> list[str]:
     return [IMAGES[i][1] for i in lineage(image) if IMAGES[i][1]]
+
+
+def image_env(image: str) -> str | None:
+    """The Python environment in an image: the first lock of its lineage (oneccl's own
+    lock adds a library to upstream's /opt/venv)."""
+    return next(iter(locks_of(image)), None)
+
+
+def env_image(env: str) -> str:
+    """The image that installs an environment: the smallest one holding it (where its
+    reference probe runs)."""
+    return next(name for name, (_, lock) in IMAGES.items() if lock == env)
 
 
 # ---------------------------------------------------------------- engine
@@ -291,7 +298,7 @@ def build(
         info = inspect(engine, name, env)
     except ImageError as exc:
         raise ImageError(f"image {image}: {exc}") from None
-    lock = IMAGE_ENV.get(image)
+    lock = image_env(image)
     record = {
         "image": image,
         "name": name,
