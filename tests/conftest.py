@@ -33,6 +33,11 @@ def upstream_env(tmp_path_factory) -> dict:
     return build_env("upstream", tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def ipex_env(tmp_path_factory) -> dict:
+    return build_env("ipex", tmp_path_factory)
+
+
 @pytest.fixture
 def make_spec():
     """A fully resolved spec (through the real config loader) for a tiny model."""

@@ -144,6 +144,45 @@ def test_probe_command_line(upstream_env, tmp_path):
     assert ref["fp32_gflops"] > 0 and ref["torch_version"].startswith("2.14.")
 
 
+POOL_SCRIPT = """
+import importlib, json, sys
+from workflow_scripts import probe
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+waited = probe.wait_for_compile_pool()
+compile_ = sys.modules["torch._inductor.async_compile"].AsyncCompile
+pool = compile_.process_pool
+started = bool(pool.cache_info().currsize)
+ready = getattr(compile_, "_ready_future", None) or (pool().ready_future if started else None)
+print(json.dumps({"waited": waited, "started": started, "ready": bool(ready and ready.done())}))
+"""
+
+
+def _pool_state(env: dict, *modules: str) -> dict:
+    cmd = [env["python"], "-c", POOL_SCRIPT, *modules]
+    res = subprocess.run(cmd, env=launch.base_environment(env), cwd=launch.REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_ipex_import_starts_a_compile_pool_that_the_trial_waits_for(
+    ipex_env, upstream_env, make_spec, tmp_path
+):
+    # torch 2.8 + IPEX: the import starts Inductor's worker pool; the wait returns once it is up
+    state = _pool_state(ipex_env, "intel_extension_for_pytorch")
+    assert state["started"] and state["ready"] and state["waited"] >= 0
+    # torch 2.14 starts no pool on import: nothing to wait for
+    state = _pool_state(upstream_env, "torch._inductor.async_compile")
+    assert state == {"waited": None, "started": False, "ready": False}
+    # a real IPEX trial records its wait before the probe; an eager upstream one has none
+    rec = run(make_spec(backend="ipex", ipex_optimize=True), ipex_env, tmp_path)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["metrics"]["compile_pool_wait_s"] >= 0 and rec["probe"]["fp32_gflops"] > 0
+    rec = assert_ok(run(make_spec(id="eager"), upstream_env, tmp_path))
+    assert rec["metrics"]["compile_pool_wait_s"] is None
+
+
 def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path):
     folder = imagefolder.make_image_folder(tmp_path / "images", classes=3, per_class=6, size=40)
     spec = make_spec(data="image_folder", num_workers=2, batch_size=4, steps=4)

@@ -115,6 +115,7 @@ def test_shipped_default_study(shipped):
     assert study.by_id["baseline"]["compile"] == "none"
     assert [p["usd_per_hour"] for p in study.settings["prices"]] == [0.1027, 0.357]
     assert study.settings["image_folder"] == {"images_per_class": 32, "classes": 10, "size": 256}
+    assert study.settings["trials"] == 2
 
 
 def test_shipped_quick_preset(shipped):

@@ -112,9 +112,35 @@ def auto_threads(n: int) -> list[int]:
 
 
 # What a trial of each environment has imported when its probe runs (the harness
-# imports its backend's module first), and so the calibration too: with IPEX
-# imported, torch 2.8's fp32 matmul ran at 49-57 GFLOP/s here, without it at 120-138.
+# imports its backend's module first), and so the calibration too.
 ENV_IMPORTS = {"ipex": ["intel_extension_for_pytorch"], "xla": ["torch_xla"]}
+
+
+def wait_for_compile_pool(timeout: float = 120.0) -> float | None:
+    """Wait until Inductor's compile worker pool, if this process started one, is up.
+
+    Importing IPEX imports ``torch._inductor.async_compile``, which in torch 2.8
+    starts the compile worker pool at once (when triton is installed): a sidecar
+    process and its workers, each importing torch, about 10 s of CPU on 2 cores.
+    A probe (or a training step) in that time shares the cores with them: here
+    torch 2.8's fp32 matmul probed at 53-71 GFLOP/s in the first 8 s after the
+    import and at 130-145 once the pool was up. Returns the seconds waited, or
+    None when no pool is starting (nothing imported Inductor, or torch >= 2.9,
+    which starts its pool only when a compile needs it).
+    """
+    module = sys.modules.get("torch._inductor.async_compile")
+    if module is None:
+        return None
+    compile_ = module.AsyncCompile
+    ready = getattr(compile_, "_ready_future", None)  # torch >= 2.9
+    pool = getattr(compile_, "process_pool", None)
+    if ready is None and getattr(pool, "cache_info", None) and pool.cache_info().currsize:
+        ready = getattr(pool(), "ready_future", None)  # torch 2.8: created with the pool
+    if ready is None:
+        return None
+    t0 = time.perf_counter()
+    ready.result(timeout=timeout)
+    return time.perf_counter() - t0
 
 
 def calibrate(
@@ -137,6 +163,7 @@ def calibrate(
 
     for module in imports:
         importlib.import_module(module)
+    pool_wait_s = wait_for_compile_pool()
 
     default = torch.get_num_threads()
     if threads == "auto":
@@ -164,6 +191,7 @@ def calibrate(
         "repeats": repeats,
         "min_seconds": min_seconds,
         "default_threads": default,
+        "compile_pool_wait_s": pool_wait_s,
         "load_avg_before": before,
         "seconds": time.perf_counter() - t0,
         "torch_version": torch.__version__,

@@ -58,6 +58,7 @@ MEASUREMENT_COLUMNS = [
     "probe_size",
     "probe_threads",
     "load_avg_1m",
+    "compile_pool_wait_s",
     "attempts",
     "discarded_attempts",
     "flops_per_sample",
@@ -128,6 +129,7 @@ NUMERIC_COLUMNS = {
     "probe_size",
     "probe_threads",
     "load_avg_1m",
+    "compile_pool_wait_s",
     "attempts",
     "discarded_attempts",
     "flops_per_sample",
@@ -290,6 +292,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
         row[f"step_time_{key}_s"] = _num(step.get(key))
     row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))
     row["setup_s"] = _num(metrics.get("setup_s"))
+    row["compile_pool_wait_s"] = _num(metrics.get("compile_pool_wait_s"))
     row["peak_rss_mb"] = _num(metrics.get("peak_rss_mb"))
     row["final_loss"] = _num(metrics.get("final_loss"))
     threads = _int_or_nan(spec.get("threads"))
@@ -308,6 +311,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["probe_threads"] = _int_or_nan(probe.get("threads"))
     load = probe.get("load_avg_before")
     row["load_avg_1m"] = _num(load[0]) if isinstance(load, list) and load else math.nan
+    row["compile_pool_wait_s"] = _num(metrics.get("compile_pool_wait_s"))
     row["attempts"] = _int_or_nan(record.get("attempts"))
     discarded = record.get("discarded_attempts")
     row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
