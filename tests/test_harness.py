@@ -249,3 +249,33 @@ def test_crash_without_result_is_recorded(make_spec, tmp_path):
     assert "SIGSEGV" in rec["error"]["message"]
     assert "about to die" in rec["error"]["tail"]
     assert rec["provenance"]["cpu_model"]  # provenance collected outside the dead process
+
+
+def test_harness_overhead_benchmark_prints_its_ratios(upstream_env, tmp_path):
+    """The benchmark itself (tiny settings: its figures mean nothing here, its arithmetic does)."""
+    script = launch.REPO_ROOT / "tests" / "benchmarks" / "harness_overhead.py"
+    out = tmp_path / "overhead.json"
+    cmd = [upstream_env["python"], str(script), "--rounds", "2", "--model", "cnn",
+           "--image-size", "32", "--batch-size", "4", "--warmup", "1", "--steps", "4",
+           "--probe-size", "64", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    rounds = data["rounds"]
+    assert [r["order"] for r in rounds] == [["minimal", "harness"], ["harness", "minimal"]]
+    minimal = [t for r in rounds for t in r["minimal"]["step_times_s"]]
+    harness = [t for r in rounds for t in r["harness"]["step_times_s"]]
+    assert len(minimal) == len(harness) == 8 and min(minimal) > 0 and min(harness) > 0
+    for r in rounds:  # samples/s of each side is batch x timed steps / their time
+        for kind in ("minimal", "harness"):
+            assert r[kind]["samples_per_s"] == pytest.approx(4 * 4 / sum(r[kind]["step_times_s"]))
+    est = data["estimates"]
+    assert est["fastest step"] == pytest.approx(min(minimal) / min(harness))
+    ratios = [r["harness"]["samples_per_s"] / r["minimal"]["samples_per_s"] for r in rounds]
+    assert est["median round"] == pytest.approx(sum(ratios) / 2)
+    lines = res.stdout.strip().splitlines()
+    assert len([line for line in lines if line.startswith("round ")]) == 2
+    verdict = "PASS" if est["fastest step"] >= 0.98 else "FAIL"
+    assert data["verdict"] == verdict and lines[-1].endswith(verdict)
+    assert f"fastest step ratio {est['fastest step']:.3f}" in lines[-1]
+    assert res.returncode == (0 if verdict == "PASS" else 1)

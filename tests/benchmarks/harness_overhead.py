@@ -9,9 +9,12 @@ drift of the machine does not favour one side):
 (b) harness: ``workflow_scripts.harness.train(spec)`` with the same settings (as the
     study runs it: noise probe and FLOP count before the steps, unless --probe-size 0).
 
-Both report samples/s over the timed steps (batch size x steps / their total time). The
-script prints each round's throughputs and ratio, the median ratio harness/minimal,
-and PASS when it is at least --threshold (0.98), else FAIL (exit status 1).
+Both report samples/s over the timed steps (batch size x steps / their total time) and
+their step times. The script prints each round's throughputs and ratio, then three
+estimates of the ratio harness/minimal (see :func:`overhead_estimates`), and PASS when
+the one least sensitive to a shared machine's interference, the ratio of the fastest
+steps, is at least --threshold (0.98), else FAIL (exit status 1). On a 2-vCPU shared
+machine the rounds' ratios spread by +-15-20%, far more than the 2% asked.
 
 Run it with a backend environment's python, the repository root on PYTHONPATH, on an
 otherwise idle machine (it trains for real: about a minute with the defaults):
@@ -74,7 +77,11 @@ def minimal_loop(cfg: dict) -> dict:
         loss.item()
         if i >= cfg["warmup_steps"]:
             times.append(elapsed)
-    return {"samples_per_s": bs * len(times) / sum(times), "threads": torch.get_num_threads()}
+    return {
+        "samples_per_s": bs * len(times) / sum(times),
+        "step_times_s": times,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def harness_spec(cfg: dict) -> dict:
@@ -120,7 +127,11 @@ def harness_loop(cfg: dict) -> dict:
     from workflow_scripts import harness
 
     m = harness.train(harness_spec(cfg))
-    return {"samples_per_s": m["samples_per_s"], "threads": torch.get_num_threads()}
+    return {
+        "samples_per_s": m["samples_per_s"],
+        "step_times_s": m["step_times_s"],
+        "threads": torch.get_num_threads(),
+    }
 
 
 def child(kind: str, cfg: dict) -> int:
@@ -163,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--threshold", type=float, default=0.98, help="PASS: median ratio >= it")
     ap.add_argument("--python", default=sys.executable, help="interpreter of the children")
+    ap.add_argument("--out", type=Path, help="also write every round's figures here (JSON)")
     ap.add_argument("--child", choices=["minimal", "harness"], help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -187,24 +199,54 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds, python {args.python}",
         flush=True,
     )
-    ratios = []
+    ratios, rounds = [], []
+    steps: dict[str, list[float]] = {"minimal": [], "harness": []}
     for r in range(1, args.rounds + 1):
+        # ABBA order: minimal, harness | harness, minimal | ...
         order = ("minimal", "harness") if r % 2 else ("harness", "minimal")
         got = {kind: run_child(args.python, kind, cfg) for kind in order}
+        for kind in steps:
+            steps[kind] += got[kind]["step_times_s"]
         a, b = got["minimal"]["samples_per_s"], got["harness"]["samples_per_s"]
         ratios.append(b / a)
+        rounds.append({"order": list(order), **got})
         print(
             f"round {r} ({order[0]} first): minimal {a:.2f} samples/s, harness {b:.2f} "
             f"samples/s, ratio {b / a:.3f} ({got['harness']['threads']} threads)",
             flush=True,
         )
-    median = statistics.median(ratios)
-    verdict = "PASS" if median >= args.threshold else "FAIL"
+    estimates = overhead_estimates(ratios, steps["minimal"], steps["harness"])
+    verdict = "PASS" if estimates["fastest step"] >= args.threshold else "FAIL"
+    if args.out:
+        result = {"config": cfg, "rounds": rounds, "estimates": estimates, "verdict": verdict}
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(
-        f"median ratio harness/minimal: {median:.3f} (min {min(ratios):.3f}, max "
-        f"{max(ratios):.3f}); threshold {args.threshold:g}: {verdict}"
+        f"ratio harness/minimal over {args.rounds} rounds: "
+        + ", ".join(f"{name} {value:.3f}" for name, value in estimates.items())
+        + f" (round ratios {min(ratios):.3f}-{max(ratios):.3f})"
     )
+    print(f"fastest step ratio {estimates['fastest step']:.3f}, threshold {args.threshold:g}: "
+          f"{verdict}")  # fmt: skip
     return 0 if verdict == "PASS" else 1
+
+
+def overhead_estimates(
+    round_ratios: list[float], minimal_steps: list[float], harness_steps: list[float]
+) -> dict[str, float]:
+    """Three estimates of throughput(harness) / throughput(minimal), each >1 = harness faster.
+
+    - "fastest step": the minimal loop's fastest step time over the harness's, every
+      round pooled. A shared machine only ever adds time to a step, so the fastest of
+      many steps is the estimate least disturbed by it (the reasoning of Python's
+      timeit); this one decides PASS/FAIL.
+    - "median step": the same with the median step times, every round pooled.
+    - "median round": the median of the rounds' throughput ratios.
+    """
+    return {
+        "fastest step": min(minimal_steps) / min(harness_steps),
+        "median step": statistics.median(minimal_steps) / statistics.median(harness_steps),
+        "median round": statistics.median(round_ratios),
+    }
 
 
 if __name__ == "__main__":
