@@ -292,7 +292,6 @@ def flatten(record: Mapping[str, Any]) -> dict:
         row[f"step_time_{key}_s"] = _num(step.get(key))
     row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))
     row["setup_s"] = _num(metrics.get("setup_s"))
-    row["compile_pool_wait_s"] = _num(metrics.get("compile_pool_wait_s"))
     row["peak_rss_mb"] = _num(metrics.get("peak_rss_mb"))
     row["final_loss"] = _num(metrics.get("final_loss"))
     threads = _int_or_nan(spec.get("threads"))

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--probe-size", type=int, default=1024, help="the harness's noise probe (0: none)"
     )
-    ap.add_argument("--threshold", type=float, default=0.98, help="PASS: median ratio >= it")
+    ap.add_argument("--threshold", type=float, default=0.98, help="PASS: fastest-step ratio >= it")
     ap.add_argument("--python", default=sys.executable, help="interpreter of the children")
     ap.add_argument("--out", type=Path, help="also write every round's figures here (JSON)")
     ap.add_argument("--child", choices=["minimal", "harness"], help=argparse.SUPPRESS)
