@@ -1,17 +1,10 @@
-# Helpers shared by the rules: the expanded study and the input functions.
+# Helpers shared by the rules: the study's settings and the input functions.
+# STUDY (the validated, expanded config) comes from the Snakefile.
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, workflow.basedir)
-
-from workflow_scripts import images  # noqa: E402
-from workflow_scripts.study import StudyConfigError, load_study  # noqa: E402
-
-try:
-    STUDY = load_study(config, workflow.basedir)
-except StudyConfigError as exc:
-    raise WorkflowError(str(exc)) from None
+from workflow_scripts import images
 
 SETTINGS = STUDY.settings
 # The interpreter running Snakemake runs the workflow's own scripts.
@@ -147,7 +140,3 @@ def env_python():
 
 def prices_json():
     return json.dumps(SETTINGS["prices"])
-
-
-def int_list(values):
-    return ",".join(str(v) for v in values)

@@ -28,9 +28,9 @@ rule calibrate:
         threads="auto",
         repeats=3,
     run:
-        from workflow_scripts import launch
+        from workflow_scripts import calibration
 
-        launch.calibrate_rule(input, output, params, log, PROBE_SIZES)
+        calibration.rule(input, output, params, log, PROBE_SIZES)
 
 
 rule run_experiment:
@@ -45,8 +45,9 @@ rule run_experiment:
     params:
         spec=experiment_spec,
         image_folder=experiment_image_folder,
+        # where it runs is part of what it measured: switching runtimes reruns it
         runtime=RUNTIME,
     run:
-        from workflow_scripts import launch
+        from workflow_scripts import trial
 
-        launch.run_rule(input, output, params, wildcards, log, SETTINGS)
+        trial.run_rule(input, output, params, wildcards, log, SETTINGS)

@@ -1,4 +1,4 @@
-"""The harness and its launcher, running real training steps in the real upstream environment."""
+"""The harness and the trial policy: real training steps in the real upstream environment."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from workflow_scripts import imagefolder, launch
+from workflow_scripts import imagefolder, runtimes, trial
+from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 def run(spec, env, tmp_path, **kwargs) -> dict:
     out = tmp_path / "records" / f"{spec['id']}.json"
     log = tmp_path / "logs" / f"{spec['id']}.log"
-    record = launch.launch(spec, env, out, log, **kwargs)
+    record = trial.run(spec, env, out, log, **kwargs)
     assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
     if record["status"] == "ok":
         assert record["error"] is None
@@ -124,16 +125,16 @@ def test_probe_off(upstream_env, make_spec, tmp_path):
 
 
 def test_probe_command_line(upstream_env, tmp_path):
-    env = launch.base_environment(upstream_env)
+    env = runtimes.for_env(upstream_env).environment()
     python = upstream_env["python"]
     cmd = [python, "-m", "workflow_scripts.probe", "--size", "256", "--seconds", "0.05"]
-    res = subprocess.run(cmd, env=env, cwd=launch.REPO_ROOT, capture_output=True, text=True)
+    res = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     one = json.loads(res.stdout)
     assert one["size"] == 256 and one["fp32_gflops"] > 0 and one["bf16_gflops"] > 0
     out = tmp_path / "probe.json"
     cmd += ["--calibrate", "--sizes", "128,256", "--threads", "1", "--repeats", "2"]
-    res = subprocess.run([*cmd, "--out", str(out)], env=env, cwd=launch.REPO_ROOT,
+    res = subprocess.run([*cmd, "--out", str(out)], env=env, cwd=REPO_ROOT,
                          capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 0, res.stderr
     ref = json.loads(out.read_text())
@@ -160,7 +161,7 @@ print(json.dumps({"waited": waited, "started": started, "ready": bool(ready and 
 
 def _pool_state(env: dict, *modules: str) -> dict:
     cmd = [env["python"], "-c", POOL_SCRIPT, *modules]
-    res = subprocess.run(cmd, env=launch.base_environment(env), cwd=launch.REPO_ROOT,
+    res = subprocess.run(cmd, env=runtimes.for_env(env).environment(), cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -253,12 +254,12 @@ def test_crash_without_result_is_recorded(make_spec, tmp_path):
 
 def test_harness_overhead_benchmark_prints_its_ratios(upstream_env, tmp_path):
     """The benchmark itself (tiny settings: its figures mean nothing here, its arithmetic does)."""
-    script = launch.REPO_ROOT / "tests" / "benchmarks" / "harness_overhead.py"
+    script = REPO_ROOT / "tests" / "benchmarks" / "harness_overhead.py"
     out = tmp_path / "overhead.json"
     cmd = [upstream_env["python"], str(script), "--rounds", "2", "--model", "cnn",
            "--image-size", "32", "--batch-size", "4", "--warmup", "1", "--steps", "4",
            "--probe-size", "64", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode in (0, 1), res.stderr[-3000:]
     data = json.loads(out.read_text())
     rounds = data["rounds"]

@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import backends
+
 COMPLETE_MARKER = ".complete.json"
 
 # Names run_cpu looks for, and where Debian/Ubuntu/Fedora put the real files.
@@ -43,12 +45,18 @@ SYSTEM_LIB_DIRS = [
     "/usr/local/lib",
 ]
 
+# What an environment's versions are read from: torch's stack and each backend's library.
+VERSION_MODULES = {
+    "torch": "torch",
+    "torchvision": "torchvision",
+    **backends.version_modules(),
+    "numpy": "numpy",
+    "PIL": "pillow",
+}
 PROBE = r"""
 import importlib, json, sys
 out = {"python": sys.version.split()[0]}
-for mod, key in [("torch", "torch"), ("torchvision", "torchvision"),
-                 ("intel_extension_for_pytorch", "ipex"), ("torch_xla", "torch_xla"),
-                 ("numpy", "numpy"), ("PIL", "pillow")]:
+for mod, key in json.loads(sys.argv[1]).items():
     try:
         m = importlib.import_module(mod)
         out[key] = getattr(m, "__version__", "unknown")
@@ -154,7 +162,10 @@ def install(prefix: Path, requirements: Path, python: str, installer: str, log) 
 
 def probe(prefix: Path) -> dict[str, str]:
     out = subprocess.run(
-        [str(prefix / "bin" / "python"), "-c", PROBE], check=True, capture_output=True, text=True
+        [str(prefix / "bin" / "python"), "-c", PROBE, json.dumps(VERSION_MODULES)],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     versions = json.loads(out.stdout.strip().splitlines()[-1])
     broken = {k: v for k, v in versions.items() if str(v).startswith("IMPORT FAILED")}

@@ -1,7 +1,10 @@
 """One training run: build the model and data of a spec, time the steps, write a result.
 
 Runs inside a backend environment (torch, torchvision, maybe IPEX or torch-xla),
-in its own process, launched by ``workflow_scripts.launch``. Whatever happens
+in its own process (one per rank), started by its launcher for the trial policy
+(``workflow_scripts.trial``). What is specific to a backend (its imports, device,
+optimizations, step synchronisation) comes from ``workflow_scripts.backends``;
+nothing here knows about processes or containers. Whatever happens
 (an exception in setup or in a step), it writes a JSON result with
 ``status`` ok or failed; a crash that kills the process is recorded by the
 launcher instead.
@@ -15,16 +18,14 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import resource
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from . import metrics, probe, sysinfo
-
-SCHEMA_VERSION = 1
+from . import backends, launchers, metrics, probe, sysinfo
+from .util import SCHEMA_VERSION, write_json_atomic
 
 
 def _rss_mb(who: int) -> float:
@@ -44,21 +45,9 @@ class Trainer:
         torch.manual_seed(spec["seed"])
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))
-        self.device = torch.device("cpu")
-        self.xla = spec["backend"] == "xla"
-        self.ipex = None
-        if spec["backend"] == "ipex":
-            import intel_extension_for_pytorch as ipex
-
-            self.ipex = ipex
-        if self.xla:
-            import torch_xla
-            import torch_xla.core.xla_model as xm
-
-            # Must come before the first backward in this process (see PLATFORM notes).
-            self.device = torch_xla.device()
-            self.xm = xm
-            self.torch_xla = torch_xla
+        self.backend = backends.get(spec["backend"])
+        self.backend.setup(spec)
+        self.device = self.backend.device()
 
         n_classes = models.num_classes(spec["model"])
         model = models.build(spec["model"], n_classes)
@@ -71,14 +60,8 @@ class Trainer:
         model = model.to(self.device)
         optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
         self.bf16 = spec["precision"] == "bf16"
-        if spec["ipex_optimize"]:
-            dtype = torch.bfloat16 if self.bf16 else torch.float32
-            model, optimizer = self.ipex.optimize(model, optimizer=optimizer, dtype=dtype)
-        if spec["compile"] == "inductor":
-            mode = None if spec["compile_mode"] == "default" else spec["compile_mode"]
-            model = torch.compile(model, backend="inductor", mode=mode)
-        elif spec["compile"] == "ipex":
-            model = torch.compile(model, backend="ipex")
+        model, optimizer = self.backend.prepare(model, optimizer, spec)
+        model = self.backend.compile(model, spec)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = torch.nn.CrossEntropyLoss()
@@ -93,17 +76,14 @@ class Trainer:
         x, y = next(self.batches)
         if self.spec["channels_last"]:
             x = x.contiguous(memory_format=self.memory_format)
-        if self.xla:
-            x, y = x.to(self.device), y.to(self.device)
+        x, y = self.backend.to_device(x, y)
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             out = self.model(x)
             loss = self.loss_fn(out, y)
         loss.backward()
         self.optimizer.step()
-        if self.xla:
-            self.torch_xla.sync()
-            self.xm.wait_device_ops()
+        self.backend.sync()
         self.last = (x, out)
         return loss.detach()
 
@@ -124,36 +104,6 @@ class Trainer:
             if self.spec["data"] != "synthetic"
             else 0,
         }
-
-
-def check_runtime_libraries(spec: dict) -> None:
-    """Fail when run_cpu could not put the requested allocator/OpenMP in force.
-
-    run_cpu only logs a warning when it does not find a library; a silent fallback
-    would label a default-allocator run as tcmalloc/jemalloc.
-    """
-    if spec["launcher"] != "run_cpu":
-        return
-    names = [os.path.basename(p) for p in sysinfo.mapped_libraries()]
-    wanted = []
-    if spec["allocator"] != "default":
-        wanted.append(f"lib{spec['allocator']}")
-    if spec["openmp"] == "intel":
-        wanted.append("libiomp5")
-    missing = [w for w in wanted if not any(n.startswith(w) for n in names)]
-    if missing:
-        hint = {
-            "libjemalloc": "libjemalloc2 (Debian/Ubuntu)",
-            "libtcmalloc": "libgoogle-perftools4 (Debian/Ubuntu)",
-            "libiomp5": "the intel-openmp wheel (in the environment's requirements)",
-        }
-        raise RuntimeError(
-            "run_cpu did not preload "
-            + ", ".join(missing)
-            + f" (LD_PRELOAD={os.environ.get('LD_PRELOAD')!r}); install "
-            + ", ".join(hint[m] for m in missing)
-            + " and rebuild the environment"
-        )
 
 
 def count_flops_per_sample(spec: dict) -> float:
@@ -199,21 +149,10 @@ def roofline(
     ok = flops_per_sample is not None and math.isfinite(samples_per_s)
     achieved = flops_per_sample * samples_per_s / 1e9 if ok else None
     out["achieved_gflops"] = achieved
-    dtype, peak = peak_rate(probe_result or {}, precision)
+    dtype, peak = probe.peak_rate(probe_result or {}, precision)
     out["peak_dtype"] = dtype
     out["pct_of_peak"] = 100.0 * achieved / peak if achieved is not None and peak else None
     return out
-
-
-def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:
-    """(dtype, GFLOP/s) of the ceiling for a run of this precision."""
-    fp32 = probe_result.get("fp32_gflops")
-    if precision != "bf16":
-        return "fp32", fp32
-    bf16 = probe_result.get("bf16_gflops")
-    if bf16 is not None and (fp32 is None or bf16 >= fp32):
-        return "bf16", bf16
-    return "fp32", fp32
 
 
 def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
@@ -223,7 +162,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     import torch  # noqa: F401  (import time is reported apart from setup)
 
     import_s = time.perf_counter() - t0
-    check_runtime_libraries(spec)
+    launchers.get(spec["launcher"]).verify(spec)
     t0 = time.perf_counter()
     trainer = Trainer(spec, image_folder)
     setup_s = time.perf_counter() - t0
@@ -261,7 +200,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         start = time.perf_counter()
         loss = trainer.step()
         elapsed = time.perf_counter() - start
-        value = float(loss.float().cpu().item()) if trainer.xla else float(loss.float().item())
+        value = trainer.backend.loss_value(loss)
         if not math.isfinite(value):
             raise FloatingPointError(f"loss is {value} at step {i + 1}")
         losses.append(value)
@@ -344,10 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}", file=sys.stderr, flush=True)
 
     result = run(spec, args.image_folder, None if args.quiet else progress)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    os.replace(tmp, args.out)
+    write_json_atomic(args.out, result)
     if result["status"] != "ok":
         print(result["error"]["tail"], file=sys.stderr)
     return 0

@@ -25,6 +25,9 @@ experiments run by ID, never by a moving tag.
     python -m workflow_scripts.images build --image eager --engine podman \
         --parent-json results/images/common.json --out results/images/eager.json --log L
     python -m workflow_scripts.images resolve auto
+
+The image table is derived: ``os`` and ``common`` here, one image per backend
+(``workflow_scripts/backends``), and ``oneccl`` for the distributed runs.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,20 +44,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import backends
+from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
+from .runtimes.container import image_exists
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO_ROOT / "containers"
-ENGINES = ("podman", "docker")
-RUNTIMES = ("auto", "local", *ENGINES)
 VENV = "/opt/venv"
 
-# name -> (parent image, envs/ lock it installs or None)
+# name -> (parent image, envs/ lock it installs or None): the root, what every backend
+# needs, one image per backend, and the oneCCL library for distributed runs.
 IMAGES: dict[str, tuple[str | None, str | None]] = {
     "os": (None, None),
     "common": ("os", None),
-    "eager": ("common", "upstream"),
-    "inductor": ("eager", None),
-    "ipex": ("common", "ipex"),
-    "xla": ("common", "xla"),
+    **{b.image: (b.image_parent, b.image_lock) for b in backends.all_backends()},
     "oneccl": ("inductor", "oneccl"),
 }
 
@@ -64,14 +67,8 @@ class ImageError(RuntimeError):
 
 
 def image_for(spec: dict) -> str:
-    """The image an experiment runs in: its environment's image, with the C++ toolchain
-    when it compiles with Inductor."""
-    env = spec["env"]
-    if env == "upstream":
-        return "inductor" if spec.get("compile") not in (None, False, "none") else "eager"
-    if env in ("ipex", "xla"):
-        return env
-    raise ImageError(f"no container image for environment {env!r}")
+    """The image an experiment runs in: its backend's."""
+    return backends.get(spec["backend"]).image
 
 
 def lineage(image: str) -> list[str]:
@@ -99,55 +96,38 @@ def env_image(env: str) -> str:
     return next(name for name, (_, lock) in IMAGES.items() if lock == env)
 
 
-# ---------------------------------------------------------------- engine
+# ---------------------------------------------------------------- base image
 
 
-def engine_env(engine_conf: str | None) -> dict[str, str]:
-    """The engine's process environment: CONTAINERS_CONF (podman) only when the study
-    asks for a host-specific containers.conf; BuildKit for docker (23+ has it on)."""
-    env = dict(os.environ)
-    env.setdefault("DOCKER_BUILDKIT", "1")  # docker: --build-context and RUN --mount
-    if engine_conf:
-        env["CONTAINERS_CONF"] = str(Path(engine_conf).resolve())
-    return env
-
-
-def engine_works(engine: str, engine_conf: str | None = None) -> tuple[bool, str]:
-    if shutil.which(engine) is None:
-        return False, f"{engine} not found on PATH"
-    try:
-        out = subprocess.run(
-            [engine, "info"], capture_output=True, text=True, timeout=60,
-            env=engine_env(engine_conf),
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"`{engine} info` failed: {exc}"
-    if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
-        return False, f"`{engine} info` exited {out.returncode}: {tail[0][:200]}"
-    return True, "ok"
+def host_debian_mirror(sources_dirs=("/etc/apt",)) -> str | None:
+    """The first Debian archive URI of the host's apt sources (deb822 ``*.sources`` or
+    one-line ``sources.list``), so that a host behind a company mirror builds its
+    images from that mirror; None when the host has no apt sources."""
+    files: list[Path] = []
+    for d in map(Path, sources_dirs):
+        files += [d / "sources.list", *sorted((d / "sources.list.d").glob("*.list"))]
+        files += sorted((d / "sources.list.d").glob("*.sources"))
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            m = re.match(r"^URIs:\s*(\S+)", line) or re.match(
+                r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+\S+", line
+            )
+            if m and "security" not in m.group(1):
+                return m.group(1).rstrip("/")
+    return None
 
 
 def resolve_runtime(requested: str, engine_conf: str | None = None) -> tuple[str, str | None]:
-    """(runtime, note): auto takes podman if it works, else docker, else local (with a
-    note saying why). An explicitly requested engine that does not work is an error."""
-    if requested == "local":
-        return "local", None
-    if requested in ENGINES:
-        ok, why = engine_works(requested, engine_conf)
-        if not ok:
-            raise ImageError(f"runtime {requested} requested, but {why}")
-        return requested, None
-    reasons = []
-    for engine in ENGINES:
-        ok, why = engine_works(engine, engine_conf)
-        if ok:
-            return engine, None
-        reasons.append(why)
-    return "local", (
-        "runtime auto: no working container engine (" + "; ".join(reasons) + "); "
-        "running every experiment locally in virtualenvs. Set runtime: local to silence this."
-    )
+    """The runtime ``auto`` (or a named engine) gives here; see runtimes.resolve."""
+    try:
+        return resolve(requested, engine_conf)
+    except RuntimeUnavailable as exc:
+        raise ImageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- wheelhouse
@@ -220,17 +200,18 @@ def inspect(engine: str, ref: str, env: dict[str, str]) -> dict:
     }
 
 
+def resolved_base(base: dict) -> dict:
+    """The base settings with the mirror the build uses (the host's when unset)."""
+    if base.get("source", "mmdebstrap") == "mmdebstrap" and not base.get("mirror"):
+        return {**base, "mirror": host_debian_mirror()}
+    return dict(base)
+
+
 def base_key(base: dict) -> str:
-    """The root image's tag: a hash of the base settings."""
+    """The root image's tag: a hash of the base settings (the mirror as resolved)."""
+    base = resolved_base(base)
     text = json.dumps({k: base.get(k) for k in sorted(base)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _exists(engine: str, ref: str, env: dict[str, str]) -> bool:
-    return (
-        subprocess.run([engine, "image", "inspect", ref], capture_output=True, env=env).returncode
-        == 0
-    )
 
 
 def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str]) -> None:
@@ -242,6 +223,12 @@ def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str])
         return
     if shutil.which("mmdebstrap") is None:
         raise ImageError("containers.base.source is mmdebstrap, but mmdebstrap is not installed")
+    mirror = resolved_base(base)["mirror"]
+    if not mirror:
+        raise ImageError(
+            "no Debian mirror for the base image: the host has no apt sources; "
+            "set containers.base.mirror"
+        )
     with tempfile.TemporaryDirectory(prefix="study-os-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         cmd = [
@@ -250,7 +237,7 @@ def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str])
             "--dpkgopt=path-exclude=/usr/share/doc/*",
             "--dpkgopt=path-exclude=/usr/share/locale/*",
             "--dpkgopt=path-include=/usr/share/locale/locale.alias",
-            base["suite"], str(tar), base["mirror"],
+            base["suite"], str(tar), mirror,
         ]  # fmt: skip
         _run_logged(cmd, log, env, "mmdebstrap of the base image")
         _run_logged(
@@ -283,7 +270,7 @@ def build(
             # that tag is reused. Building again would give a new ID (a new rootfs
             # timestamp) and so miss the layer cache of every image above it.
             name = f"{prefix}-os:{base_key(base or {})}"
-            if _exists(engine, name, env):
+            if image_exists(engine, name, env):
                 with open(log, "a") as logf:
                     print(f"reusing {name} (remove it to build the base again)", file=logf)
             else:
@@ -319,47 +306,6 @@ def build(
     with open(log, "a") as logf:
         print(json.dumps(record), file=logf)
     return record
-
-
-def image_present(record: dict) -> bool:
-    return _exists(record["engine"], record["image_id"], engine_env(record.get("engine_conf")))
-
-
-# ---------------------------------------------------------------- runs
-
-
-def run_prefix(
-    record: dict,
-    name: str,
-    mounts: list[tuple[str, str]],
-    env: dict[str, str],
-    cpus: list[int] | None = None,
-    shm_size: str = "2g",
-    network: bool = False,
-    workdir: str | None = None,
-) -> list[str]:
-    """``<engine> run ...`` up to and including the image ID; the command follows.
-    mounts: (host path, "ro"|"rw"), mounted at the same path inside."""
-    cmd = [record["engine"], "run", "--rm", "--name", name, "--init"]
-    cmd += ["--network", "host" if network else "none", "--shm-size", shm_size]
-    cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]
-    for path, mode in mounts:
-        cmd += ["-v", f"{path}:{path}:{mode}"]
-    if cpus:
-        cmd += ["--cpuset-cpus", ",".join(map(str, cpus))]
-    if workdir:
-        cmd += ["-w", workdir]
-    for key, value in sorted(env.items()):
-        cmd += ["-e", f"{key}={value}"]
-    return [*cmd, record["image_id"]]
-
-
-def remove_container(record: dict, name: str) -> None:
-    subprocess.run(
-        [record["engine"], "rm", "-f", "-t", "0", name] if record["engine"] == "podman"
-        else [record["engine"], "rm", "-f", name],
-        capture_output=True, env=engine_env(record.get("engine_conf")), timeout=120,
-    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- rules
@@ -419,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--prefix", default="localhost/cpu-train-study")
     b.add_argument("--parent-json", type=_path_or_none)
     b.add_argument("--wheelhouse", type=_path_or_none)
-    b.add_argument("--base-json", default='{"source": "mmdebstrap", "suite": "bookworm", '
-                   '"mirror": "http://deb.debian.org/debian"}')  # fmt: skip
+    b.add_argument("--base-json", default='{"source": "mmdebstrap", "suite": "bookworm"}')
     b.add_argument("--engine-conf", type=_str_or_none)
     r = sub.add_parser("resolve", help="which runtime `auto` gives here")
     r.add_argument("runtime", choices=RUNTIMES)

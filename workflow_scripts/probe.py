@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from .util import finite, int_list, write_json_atomic
 
 DEFAULT_SIZE = 1024
 MIN_SECONDS = 0.3
@@ -85,21 +86,28 @@ def run(size: int = DEFAULT_SIZE, min_seconds: float = MIN_SECONDS) -> dict:
 # --------------------------------------------------------------------------- reference
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def summarize(runs: list[dict]) -> dict:
     """The median rate of each dtype over several probes of one size and thread count."""
     out: dict = {}
     for d in DTYPES:
-        values = [r[f"{d}_gflops"] for r in runs if _finite(r.get(f"{d}_gflops"))]
+        values = [r[f"{d}_gflops"] for r in runs if finite(r.get(f"{d}_gflops"))]
         out[f"{d}_gflops"] = statistics.median(values) if values else None
     first = runs[0] if runs else {}
     out["size"] = first.get("size")
     out["threads"] = first.get("threads")
     out["runs"] = runs
     return out
+
+
+def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:
+    """(dtype, GFLOP/s) of the ceiling for a run of this precision."""
+    fp32 = probe_result.get("fp32_gflops")
+    if precision != "bf16":
+        return "fp32", fp32
+    bf16 = probe_result.get("bf16_gflops")
+    if bf16 is not None and (fp32 is None or bf16 >= fp32):
+        return "bf16", bf16
+    return "fp32", fp32
 
 
 def auto_threads(n: int) -> list[int]:
@@ -109,11 +117,6 @@ def auto_threads(n: int) -> list[int]:
         counts.append(t)
         t *= 2
     return [*counts, n]
-
-
-# What a trial of each environment has imported when its probe runs (the harness
-# imports its backend's module first), and so the calibration too.
-ENV_IMPORTS = {"ipex": ["intel_extension_for_pytorch"], "xla": ["torch_xla"]}
 
 
 def wait_for_compile_pool(timeout: float = 120.0) -> float | None:
@@ -155,7 +158,7 @@ def calibrate(
     ``threads``: counts to measure, 0 meaning torch's default (all the CPUs this
     process may use), or ``"auto"`` for :func:`auto_threads` of that default; counts
     that resolve to the same number are measured once. ``imports``: modules to import
-    first, as the trials do (see ENV_IMPORTS).
+    first, as the trials do (``backends.env_imports``).
     """
     import importlib
 
@@ -210,17 +213,17 @@ def reference_rate(
     if not isinstance(reference, dict):
         return None, "no reference probe"
     entries = [e for e in reference.get("entries") or [] if isinstance(e, dict)]
-    if not entries and _finite(reference.get(key)):
+    if not entries and finite(reference.get(key)):
         entries = [reference]  # a single probe used as the reference
-    same_size = [e for e in entries if e.get("size") == size and _finite(e.get(key))]
+    same_size = [e for e in entries if e.get("size") == size and finite(e.get(key))]
     if not same_size:
         return None, f"the reference has no probe of size {size}"
     for e in same_size:
         if e.get("threads") == threads:
             return float(e[key]), f"reference size {size}, {threads} threads"
-    if not _finite(threads) or threads <= 0:
+    if not finite(threads) or threads <= 0:
         return None, f"the probe's thread count {threads!r} is unknown"
-    with_threads = [e for e in same_size if _finite(e.get("threads")) and e["threads"] > 0]
+    with_threads = [e for e in same_size if finite(e.get("threads")) and e["threads"] > 0]
     if not with_threads:
         return None, "the reference probes have no thread count"
     near = min(with_threads, key=lambda e: (abs(e["threads"] - threads), -e["threads"]))
@@ -231,10 +234,6 @@ def reference_rate(
 
 
 # --------------------------------------------------------------------------- command line
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     if args.calibrate:
-        sizes = _ints(args.sizes) if args.sizes else [args.size]
-        threads = _ints(args.threads) if args.threads not in (None, "auto") else "auto"
+        sizes = int_list(args.sizes) if args.sizes else [args.size]
+        threads = int_list(args.threads) if args.threads not in (None, "auto") else "auto"
         imports = [m for m in args.imports.split(",") if m]
         result = calibrate(sizes, threads, args.repeats, args.seconds, imports)
         result["imports"] = imports
@@ -268,10 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args.size, args.seconds)
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, args.out)
+        write_json_atomic(args.out, result)
     print(text)
     return 0
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from .probe import peak_rate
+
 OK = "ok"
 DEFAULT_NOISE_THRESHOLD = 0.85
 STATUSES = ("ok", "failed", "crashed", "timeout")
@@ -375,9 +377,9 @@ def _roofline(metrics: Mapping, probe: Mapping, precision: str | None, sps: floa
         achieved = flops * sps / 1e9
     pct = _num(metrics.get("pct_of_peak"))
     if math.isnan(pct):
-        peak = _num(probe.get("fp32_gflops"))
-        if precision == "bf16":  # the faster of bf16 and fp32 (see harness.peak_rate)
-            peak = max(peak, _num(probe.get("bf16_gflops")))
+        rates = {k: _num(probe.get(k)) for k in ("fp32_gflops", "bf16_gflops")}
+        _, peak = peak_rate({k: v for k, v in rates.items() if not math.isnan(v)}, precision)
+        peak = _num(peak)
         pct = 100.0 * achieved / peak if peak > 0 else math.nan
     return {"flops_per_sample": flops, "achieved_gflops": achieved, "pct_of_peak": pct}
 

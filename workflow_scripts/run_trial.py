@@ -15,14 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def _pin_before_torch() -> None:
     """Apply the spec's CPU list before torch starts its thread pools.
 
-    Under run_cpu, run_cpu pins the process itself (taskset/numactl --core-list).
+    A launcher that pins its processes itself (run_cpu: taskset/numactl --core-list)
+    is left to do so.
     """
     if "--spec-json" not in sys.argv:
         return
     spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
-    if spec.get("cpus") and spec.get("launcher") != "run_cpu":
-        from workflow_scripts.sysinfo import parse_cpu_list
+    from workflow_scripts import launchers
+    from workflow_scripts.sysinfo import parse_cpu_list
 
+    if spec.get("cpus") and not launchers.get(spec["launcher"]).pins_itself:
         os.sched_setaffinity(0, parse_cpu_list(spec["cpus"]))
 
 

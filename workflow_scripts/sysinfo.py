@@ -12,6 +12,7 @@ import platform
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 # ISA flags that decide which CPU kernels PyTorch/oneDNN can use.
@@ -30,12 +31,7 @@ ENV_VARS = (
 )  # fmt: skip
 
 # Shared libraries whose presence in the process tells the runtime in force.
-MAPPED_LIBS = {
-    "libtcmalloc": "tcmalloc",
-    "libjemalloc": "jemalloc",
-    "libiomp5": "intel-openmp",
-    "libgomp": "gnu-openmp",
-}
+MAPPED_LIBS = ("libtcmalloc", "libjemalloc", "libiomp5", "libgomp")
 
 
 def cpu_list_str(cpus) -> str:
@@ -57,18 +53,19 @@ def cpu_list_str(cpus) -> str:
 
 
 def parse_cpu_list(text: str) -> list[int]:
-    """'0-2,5' -> [0, 1, 2, 5]."""
-    out: list[int] = []
+    """``'0-2,5'`` -> ``[0, 1, 2, 5]`` (sorted, each CPU once); ValueError when an item
+    is not a CPU number or an a-b range with a <= b."""
+    out: set[int] = set()
     for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return sorted(set(out))
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not m:
+            raise ValueError(f"{part!r} is not a CPU number or an a-b range")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        if a > b:
+            raise ValueError(f"range {part!r} runs backwards")
+        out.update(range(a, b + 1))
+    return sorted(out)
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -188,13 +185,11 @@ def torch_info() -> dict:
     import torch
 
     versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod, key in (
-        ("torchvision", "torchvision"),
-        ("intel_extension_for_pytorch", "ipex"),
-        ("torch_xla", "torch_xla"),
-        ("numpy", "numpy"),
-    ):
-        m = __import__("sys").modules.get(mod)
+    from . import backends
+
+    modules = {"torchvision": "torchvision", **backends.version_modules(), "numpy": "numpy"}
+    for mod, key in modules.items():
+        m = sys.modules.get(mod)
         if m is None:
             try:
                 spec = importlib.util.find_spec(mod)
@@ -225,11 +220,8 @@ def _cpu_capability(torch) -> str | None:
 def _dist_version(module: str) -> str | None:
     from importlib import metadata
 
-    names = {
-        "intel_extension_for_pytorch": "intel-extension-for-pytorch",
-        "torch_xla": "torch-xla",
-    }
     try:
-        return metadata.version(names.get(module, module))
+        dists = metadata.packages_distributions().get(module) or [module]
+        return metadata.version(dists[0])
     except metadata.PackageNotFoundError:
         return None

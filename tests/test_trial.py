@@ -1,6 +1,7 @@
-"""The launcher's noise reruns, compile caches and calibration, with a fake backend python.
+"""The trial policy's noise reruns, compile caches and the calibration, with a fake backend
+python.
 
-The fake ``python`` is a real executable the launcher runs as a subprocess, as it
+The fake ``python`` is a real executable the trial runs as a subprocess, as it
 runs a backend environment's interpreter; it writes the result a harness would,
 with the probe rates of a plan, one entry per attempt. Fast: no torch.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import launch, probe
+from workflow_scripts import calibration, probe, trial
 
 FAKE_HARNESS = """#!{python}
 import json, os, sys
@@ -103,7 +104,7 @@ def run(tmp_path, spec, plan, **kwargs) -> tuple[dict, dict]:
     env = fake_env(tmp_path, FAKE_HARNESS, plan)
     out = tmp_path / "records" / "t" / "trial0.json"
     kwargs.setdefault("retry_delay_s", 0)
-    record = launch.launch(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
+    record = trial.run(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
     assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
     assert not out.with_name("trial0.harness.json").exists()
     return record, env
@@ -137,7 +138,7 @@ def test_noisy_attempts_are_rerun_until_the_probe_is_clean(make_spec, tmp_path):
     assert check["reference_fp32_gflops"] == 100.0
     log = (tmp_path / "logs" / "t.log").read_text()
     assert log.count("discarded") == 2 and log.count("$ ") == 3
-    line = launch.progress_line(record)
+    line = trial.progress_line(record)
     assert "probe 95 GFLOP/s fp32" in line and "2 discarded as noisy" in line
 
 
@@ -146,7 +147,7 @@ def test_retries_are_bounded(make_spec, tmp_path):
     assert attempts_run(env) == 3 == record["attempts"]
     assert len(record["discarded_attempts"]) == 2
     assert record["noise_check"]["passed"] is False  # the last attempt is kept, flagged
-    assert "still below the noise threshold" in launch.progress_line(record)
+    assert "still below the noise threshold" in trial.progress_line(record)
 
 
 def test_zero_retries_runs_once(make_spec, tmp_path):
@@ -197,16 +198,16 @@ def test_cli_reads_the_reference_and_settings(make_spec, tmp_path, capsys):
     out = tmp_path / "r" / "trial1.json"
     common = [f"--spec-json={json.dumps(make_spec())}", f"--env-json={env_json}", f"--out={out}"]
     common += [f"--log={tmp_path / 'l.log'}", "--trial=1", "--retry-delay=0"]
-    assert launch.main([*common, f"--reference-probe={ref}", "--max-retries=1"]) == 0
+    assert trial.main([*common, f"--reference-probe={ref}", "--max-retries=1"]) == 0
     record = json.loads(out.read_text())
     assert record["attempts"] == 2 and record["trial"] == 1
     assert "[attempt 2: 1 discarded as noisy]" in capsys.readouterr().out
     # a stricter threshold than the default, and no reference at all
     (Path(env["prefix"]) / "count").unlink()
-    assert launch.main([*common, f"--reference-probe={ref}", "--noise-threshold=0.65"]) == 0
+    assert trial.main([*common, f"--reference-probe={ref}", "--noise-threshold=0.65"]) == 0
     assert json.loads(out.read_text())["attempts"] == 2  # 60 < 65, then 90
     (Path(env["prefix"]) / "count").unlink()
-    assert launch.main([*common, "--reference-probe="]) == 0
+    assert trial.main([*common, "--reference-probe="]) == 0
     assert json.loads(out.read_text())["attempts"] == 1
 
 
@@ -214,9 +215,9 @@ def test_unreadable_reference_means_no_reruns(tmp_path):
     bad = tmp_path / "probe.json"
     bad.write_text("{not json")
     log = tmp_path / "x.log"
-    assert launch.read_reference(bad, log) is None
+    assert trial.read_reference(bad, log) is None
     assert "unusable" in log.read_text()
-    assert launch.read_reference(None) is None
+    assert trial.read_reference(None) is None
 
 
 # --------------------------------------------------------------------------- compile caches
@@ -257,8 +258,8 @@ def test_calibrate_writes_the_reference(tmp_path, capsys):
     env_json = tmp_path / "env.json"
     env_json.write_text(json.dumps(env))
     out = tmp_path / "calibration" / "probe.json"
-    args = ["calibrate", f"--env-json={env_json}", f"--out={out}", f"--log={tmp_path / 'c.log'}"]
-    assert launch.main([*args, "--sizes=1024"]) == 0
+    args = [f"--env-json={env_json}", f"--out={out}", f"--log={tmp_path / 'c.log'}"]
+    assert calibration.main([*args, "--sizes=1024"]) == 0
     ref = json.loads(out.read_text())
     assert ref["asked_threads"] == "auto" and ref["env_name"] == "fake"
     assert ref["provenance"]["cpu_model"]
@@ -269,17 +270,17 @@ def test_calibrate_writes_the_reference(tmp_path, capsys):
 
 def test_calibration_imports_the_backend_module_as_the_trials_do(tmp_path):
     env = {**fake_env(tmp_path, FAKE_PROBE), "name": "ipex"}
-    ref = launch.calibrate(env, tmp_path / "ipex.json", tmp_path / "c.log", [1024])
+    ref = calibration.calibrate(env, tmp_path / "ipex.json", tmp_path / "c.log", [1024])
     assert ref["asked_imports"] == "intel_extension_for_pytorch"
     image = {**fake_env(tmp_path, FAKE_PROBE), "name": "localhost/x-xla:latest", "env": "xla"}
-    ref = launch.calibrate(image, tmp_path / "xla.json", tmp_path / "c.log", [1024])
+    ref = calibration.calibrate(image, tmp_path / "xla.json", tmp_path / "c.log", [1024])
     assert ref["asked_imports"] == "torch_xla"
 
 
 def test_failed_calibration_leaves_an_empty_reference(tmp_path):
     env = fake_env(tmp_path, "#!/bin/sh\necho no torch here >&2\nexit 3\n")
     out = tmp_path / "probe.json"
-    ref = launch.calibrate(env, out, tmp_path / "c.log", [1024])
+    ref = calibration.calibrate(env, out, tmp_path / "c.log", [1024])
     assert json.loads(out.read_text()) == json.loads(json.dumps(ref, default=str))
     assert ref["entries"] == [] and "no torch here" in ref["error"]["tail"]
     assert probe.reference_rate(ref, 1024, 2)[0] is None

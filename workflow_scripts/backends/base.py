@@ -1,0 +1,89 @@
+"""What a backend is: its environment and image, its knobs, and how it trains.
+
+A backend module (``backends/<name>.py``) defines ``BACKEND``, an instance of a
+:class:`Backend` subclass. The class attributes say where the backend runs and
+which knobs it owns; the methods are called in two places:
+
+- in the workflow's environment, by the study loader (:meth:`check`), the image
+  and environment rules and the report (the attributes only);
+- inside the backend's own environment, by the harness: :meth:`setup` once,
+  :meth:`prepare` on the model and optimizer, :meth:`to_device` and :meth:`sync`
+  around every step.
+
+This module and every backend module import only the standard library at import
+time (torch and the backend's libraries inside the methods), because the
+workflow's environment has no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Backend:
+    #: the value of the ``backend`` field
+    name: str = ""
+    #: the Python environment it runs in: ``envs/<env>.txt`` (backends may share one)
+    env: str = ""
+    #: its container image (``containers/<image>/Containerfile``), built FROM ``image_parent``
+    image: str = ""
+    image_parent: str = "common"
+    #: the lock the image installs (None: its parent's environment, as inductor on eager)
+    image_lock: str | None = None
+    #: ``compile`` when the experiment leaves it unset
+    default_compile: str = "none"
+    #: further ``compile`` values that only this backend can run (e.g. ``ipex``)
+    compile_options: tuple[str, ...] = ()
+    #: knobs only this backend acts on, with their neutral value (any other value of
+    #: the knob needs this backend)
+    owns: dict[str, Any] = {}
+    #: modules a trial imports at setup (the calibration imports them too)
+    imports: tuple[str, ...] = ()
+    #: distribution modules whose versions the records report: module -> key
+    versions: dict[str, str] = {}
+    #: environment variables every run of the backend gets
+    env_vars: dict[str, str] = {}
+    #: position in the report's backend comparison
+    order: int = 100
+
+    # ------------------------------------------------------------------ plan time
+
+    def check(self, spec: dict) -> list[str]:
+        """Combination problems of a resolved spec with this backend, as sentences."""
+        return []
+
+    # ------------------------------------------------------------------ in the run
+
+    def setup(self, spec: dict) -> None:
+        """Import what the backend needs; called once before the model is built."""
+        for module in self.imports:
+            __import__(module)
+
+    def device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def prepare(self, model, optimizer, spec: dict):
+        """The backend's own optimization of model and optimizer (before any compile)."""
+        return model, optimizer
+
+    def compile(self, model, spec: dict):
+        """``torch.compile`` as the spec asks (``compile`` none: the model as it is)."""
+        import torch
+
+        if spec["compile"] == "none":
+            return model
+        if spec["compile"] == "inductor":
+            mode = None if spec["compile_mode"] == "default" else spec["compile_mode"]
+            return torch.compile(model, backend="inductor", mode=mode)
+        return torch.compile(model, backend=spec["compile"])
+
+    def to_device(self, x, y):
+        return x, y
+
+    def sync(self) -> None:
+        """Wait until the step's work is done (eager CPU work is done on return)."""
+
+    def loss_value(self, loss) -> float:
+        return float(loss.float().item())

@@ -1,0 +1,28 @@
+"""Intel Extension for PyTorch 2.8 (its last release, on torch 2.8): ``ipex.optimize``
+and ``torch.compile(backend="ipex")``."""
+
+from .base import Backend
+
+
+class Ipex(Backend):
+    name = "ipex"
+    env = "ipex"
+    image = "ipex"
+    image_lock = "ipex"
+    compile_options = ("ipex",)
+    owns = {"ipex_optimize": False}
+    imports = ("intel_extension_for_pytorch",)
+    versions = {"intel_extension_for_pytorch": "ipex"}
+    order = 2
+
+    def prepare(self, model, optimizer, spec: dict):
+        if not spec["ipex_optimize"]:
+            return model, optimizer
+        import intel_extension_for_pytorch as ipex
+        import torch
+
+        dtype = torch.bfloat16 if spec["precision"] == "bf16" else torch.float32
+        return ipex.optimize(model, optimizer=optimizer, dtype=dtype)
+
+
+BACKEND = Ipex()

@@ -1,0 +1,55 @@
+"""PyTorch/XLA 2.9 (its last release, on torch 2.9) on the CPU (``PJRT_DEVICE=CPU``)."""
+
+from ..util import show
+from .base import Backend
+
+
+class Xla(Backend):
+    name = "xla"
+    env = "xla"
+    image = "xla"
+    image_lock = "xla"
+    imports = ("torch_xla",)
+    versions = {"torch_xla": "torch_xla"}
+    env_vars = {"PJRT_DEVICE": "CPU"}
+    order = 3
+
+    def check(self, spec: dict) -> list[str]:
+        problems = []
+        if spec["compile"] != "none" and spec["compile"] != "ipex":  # ipex: its own message
+            problems.append(f"backend 'xla' needs compile 'none' (got compile {spec['compile']!r})")
+        if spec["precision"] != "fp32":
+            problems.append(
+                f"backend 'xla' needs precision 'fp32' (got precision {spec['precision']!r})"
+            )
+        if spec["channels_last"]:
+            problems.append(
+                f"backend 'xla' needs channels_last false (got {show(spec['channels_last'])})"
+            )
+        return problems
+
+    def setup(self, spec: dict) -> None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        # torch_xla.device() must come before the first backward in the process, or CPU
+        # autograd trips an internal assert.
+        self._device = torch_xla.device()
+        self._xm = xm
+        self._torch_xla = torch_xla
+
+    def device(self):
+        return self._device
+
+    def to_device(self, x, y):
+        return x.to(self._device), y.to(self._device)
+
+    def sync(self) -> None:
+        self._torch_xla.sync()
+        self._xm.wait_device_ops()
+
+    def loss_value(self, loss) -> float:
+        return float(loss.float().cpu().item())
+
+
+BACKEND = Xla()

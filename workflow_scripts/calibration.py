@@ -1,0 +1,111 @@
+"""The reference noise probe of a backend environment, measured once with the machine
+to itself (``probe --calibrate``), in the environment (or image) its trials run in,
+with the environment's backend modules imported, as in its trials.
+
+    python -m workflow_scripts.calibration --env-json results/envs/upstream.json \\
+        --out results/calibration/upstream.json --log logs/calibration/upstream.log \\
+        --sizes 1024 --threads auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from . import backends, probe, runtimes, sysinfo
+from .util import int_list, tail, write_json_atomic
+
+TIMEOUT_S = 1800
+
+
+def calibrate(
+    env_info: dict, out: Path, log: Path, sizes: list[int], threads: str = "auto", repeats: int = 3
+) -> dict:
+    """Measure and write the reference probe; a failed measurement writes a reference
+    without entries (the trials then run without noise reruns)."""
+    env_name = env_info.get("env") or env_info.get("name")  # image record / local env
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.probe")
+    cmd = [
+        env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
+        "--sizes", ",".join(map(str, sizes)), "--threads", threads,
+        "--repeats", str(repeats), "--out", str(partial.resolve()),
+        "--imports", ",".join(backends.env_imports(env_name)),
+    ]  # fmt: skip
+    runtime = runtimes.for_env(env_info)
+    wrapped = runtime.wrap(
+        cmd, runtime.environment(), label="calibrate",
+        mounts=[(str(out.parent.resolve()), "rw")],
+    )  # fmt: skip
+    partial.unlink(missing_ok=True)
+    try:
+        finished = runtimes.run_logged(wrapped, log, TIMEOUT_S)
+        if finished.timed_out or finished.returncode != 0:
+            how = "timed out" if finished.timed_out else f"exited with code {finished.returncode}"
+            raise RuntimeError(f"the probe {how}")
+        result = json.loads(partial.read_text())
+    except (OSError, ValueError, RuntimeError) as exc:
+        result = {
+            "kind": "calibration",
+            "entries": [],
+            "error": {"type": type(exc).__name__, "message": str(exc)[:2000], "tail": tail(log)},
+        }
+    finally:
+        runtime.cleanup(wrapped)
+        partial.unlink(missing_ok=True)
+    result["env_name"] = env_info.get("name")
+    result["env_lock_sha256"] = env_info.get("requirements_sha256")
+    result["provenance"] = {
+        **sysinfo.collect(),
+        **{k: env_info.get(k) for k in ("image", "image_id", "image_digest")},
+    }
+    write_json_atomic(out, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.calibration",
+        description="Measure the reference noise probe.",
+    )
+    ap.add_argument("--env-json", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--log", required=True, type=Path)
+    ap.add_argument("--sizes", default=str(probe.DEFAULT_SIZE), help="comma list of probe sizes")
+    ap.add_argument(
+        "--threads", default="auto", help="auto (1, 2, 4, ... all CPUs) or a comma list (0 = all)"
+    )
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    env_info = json.loads(args.env_json.read_text())
+    sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
+    result = calibrate(env_info, args.out, args.log, sizes, args.threads, args.repeats)
+    if result.get("error"):
+        print(f"[calibrate] no reference probe: {result['error']['message']}", flush=True)
+        return 0
+    print(
+        f"[calibrate] reference probe: fp32 {result.get('fp32_gflops') or math.nan:.1f} GFLOP/s, "
+        f"bf16 {result.get('bf16_gflops') or math.nan:.1f} GFLOP/s "
+        f"(size {result.get('size')}, {result.get('threads')} threads)",
+        flush=True,
+    )
+    return 0
+
+
+def rule(inputs, output, params, log, sizes: list[int]) -> int:
+    """The calibrate rule's call, with Snakemake's objects. The probe sizes are not
+    params: editing an experiment must not rerun the calibration."""
+    env_json = inputs.get("image") or inputs.get("env")
+    return main(
+        [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
+         f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
+         f"--repeats={params.repeats}"]
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""The launchers: one module each (``launchers/<name>.py`` defining ``LAUNCHER``), named
+by the value of the ``launcher`` field. Standard library only at import time."""
+
+from __future__ import annotations
+
+import functools
+
+from ..util import discover, lookup
+from .base import ENTRY, Launcher, harness_args
+
+__all__ = ["ENTRY", "Launcher", "all_launchers", "get", "harness_args", "names"]
+
+
+@functools.cache
+def _registry() -> dict[str, Launcher]:
+    found = discover(__name__, __path__, "LAUNCHER", Launcher)
+    # "none" (no launcher) first: the default
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "none", kv[0])))
+
+
+def all_launchers() -> list[Launcher]:
+    return list(_registry().values())
+
+
+def names() -> list[str]:
+    return list(_registry())
+
+
+def get(name: str) -> Launcher:
+    return lookup(_registry(), name, "launcher")

@@ -1,0 +1,77 @@
+"""What a launcher is: how one trial becomes the processes of its ranks, and how the
+ranks' results become one.
+
+A launcher module (``launchers/<name>.py``) defines ``LAUNCHER``, an instance of a
+:class:`Launcher` subclass, named by the value of the ``launcher`` field. It turns a
+trial into the command lines of its N ranks (:meth:`commands`, with threads,
+affinity and preloads), and merges the N results into the one result of the trial
+(:meth:`merge`). A single-process trial is N = 1. The runtime (a local environment
+or a container) wraps the commands; the trial policy (``workflow_scripts.trial``)
+decides how often to run them. Standard library only: :meth:`verify` runs inside
+each rank's process, in the backend's environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+# The harness's entry script: a path, because run_cpu only launches programs ending in .py.
+ENTRY = Path(__file__).resolve().parent.parent / "run_trial.py"
+
+
+class Launcher:
+    #: the value of the ``launcher`` field
+    name: str = ""
+    #: knobs only this launcher acts on, with their neutral value
+    owns: dict[str, Any] = {}
+    #: whether the launcher pins its processes to the spec's CPUs itself (else the
+    #: rank pins itself before torch starts its threads)
+    pins_itself: bool = False
+
+    def check(self, spec: dict) -> list[str]:
+        """Combination problems of a resolved spec with this launcher."""
+        return []
+
+    def ranks(self, spec: dict) -> int:
+        """How many processes a trial of this spec runs."""
+        return 1
+
+    def rank_command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
+        """The command line of one rank (the harness with its arguments)."""
+        return [python, "-u", str(ENTRY), *harness_args]
+
+    def commands(self, spec: dict, python: str, harness_args: list[list[str]]) -> list[list[str]]:
+        """One command line per rank; ``harness_args[r]`` are rank r's harness arguments."""
+        return [self.rank_command(spec, python, args) for args in harness_args]
+
+    def environment(self, spec: dict) -> dict[str, str]:
+        """Variables the launcher sets for its ranks (threads; preloads are its own)."""
+        env = {}
+        if spec.get("threads"):
+            env["OMP_NUM_THREADS"] = str(spec["threads"])
+        return env
+
+    def merge(self, results: list[dict]) -> dict:
+        """The trial's result from its ranks' results (N = 1: the one result)."""
+        if len(results) != 1:
+            raise ValueError(f"launcher {self.name!r} runs one process, got {len(results)}")
+        return results[0]
+
+    def verify(self, spec: dict) -> None:
+        """Inside a rank, before any work: raise when what the launcher promised did not
+        take effect (e.g. a preload that did not happen)."""
+
+
+def harness_args(spec_json: str, result_path: Path, image_folder: str | None) -> list[str]:
+    args = ["--spec-json", spec_json, "--out", str(result_path)]
+    if image_folder:
+        args += ["--image-folder", str(image_folder)]
+    return args
+
+
+def mapped_library_names() -> list[str]:
+    from .. import sysinfo
+
+    return [os.path.basename(p) for p in sysinfo.mapped_libraries()]

@@ -1,0 +1,236 @@
+"""Build ``summary.csv``, the plots and a self-contained HTML report from trial records.
+
+Usage::
+
+    python -m workflow_scripts.report --records R1.json R2.json ... \\
+        --summary results/summary.csv --html results/report/index.html \\
+        --plots-dir results/report [--prices-json '[{"name": ..., "usd_per_hour": ...}]'] \\
+        [--noise-threshold 0.85] [--title T]
+
+Per experiment, throughput is the median of ``samples_per_s`` over its ok trials
+that were not marked noisy (see ``records.mark_noisy``; when every ok trial was
+noisy, over all of them, flagged), with the spread min-max and the coefficient of
+variation when there are several. Speedups are relative to
+the ladder's baseline: the experiment ``baseline`` if present, else the first
+experiment of group ``ladder`` in record order. The plot files in ``--plots-dir``
+have fixed names (:data:`PLOT_NAMES`) and are always written: a group without
+data gets a figure that says "no successful trials in this group".
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.cli import announce
+from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
+
+from .figures import (
+    NO_DATA,
+    PLOT_NAMES,
+    SERIES_KEYS,
+    STYLE,
+    SVG_METADATA,
+    inline_svg,
+    plot_all,
+    plot_backends,
+    plot_ladder,
+    plot_roofline,
+    plot_sweep,
+)
+from .formatting import _trials as _trials  # tests use it
+from .formatting import (
+    fmt_cv,
+    fmt_int,
+    fmt_num,
+    fmt_speedup,
+    fmt_spread,
+    fmt_text,
+)
+from .html import (
+    CAPTIONS_DIR,
+    CSS,
+    HOW_TO_READ,
+    caption_text,
+    generic_display,
+    ladder_display,
+    page_html,
+    roofline_display,
+)
+from .sections import (
+    COVERED_GROUPS,
+    backends_section,
+    cost_section,
+    failures_html,
+    failures_section,
+    ladder_section,
+    noise_html,
+    noise_section,
+    other_section,
+    provenance_html,
+    roofline_section,
+    summary_section,
+    sweep_sections,
+)
+from .stats import (
+    BACKEND_ORDER,
+    SWEEPS,
+    backend_frame,
+    baseline_sps,
+    best_experiment,
+    cost_frame,
+    experiment_stats,
+    ladder_frame,
+    parse_prices,
+    pick_baseline,
+    roofline_frame,
+    samples_per_dollar,
+    spread_stats,
+    trial_counts,
+    with_group_speedup,
+    with_speedup,
+)
+
+__all__ = [
+    "BACKEND_ORDER",
+    "CAPTIONS_DIR",
+    "COVERED_GROUPS",
+    "CSS",
+    "DEFAULT_TITLE",
+    "HOW_TO_READ",
+    "NO_DATA",
+    "PLOT_NAMES",
+    "SERIES_KEYS",
+    "STYLE",
+    "SVG_METADATA",
+    "SWEEPS",
+    "backend_frame",
+    "baseline_sps",
+    "best_experiment",
+    "build_report",
+    "caption_text",
+    "cost_frame",
+    "experiment_stats",
+    "failures_html",
+    "fmt_cv",
+    "fmt_int",
+    "fmt_num",
+    "fmt_speedup",
+    "fmt_spread",
+    "fmt_text",
+    "generic_display",
+    "inline_svg",
+    "ladder_display",
+    "ladder_frame",
+    "main",
+    "noise_html",
+    "parse_prices",
+    "pick_baseline",
+    "plot_backends",
+    "plot_ladder",
+    "plot_roofline",
+    "plot_sweep",
+    "provenance_html",
+    "roofline_display",
+    "roofline_frame",
+    "run_rule",
+    "samples_per_dollar",
+    "spread_stats",
+    "with_group_speedup",
+    "with_speedup",
+]
+
+DEFAULT_TITLE = "Training AI models on CPU: benchmark report"
+
+
+def build_report(
+    records: Sequence[Mapping],
+    summary_path: Path,
+    html_path: Path,
+    plots_dir: Path,
+    prices: Any = None,
+    title: str = DEFAULT_TITLE,
+    noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
+) -> dict:
+    """Write the summary CSV, the plots (:data:`PLOT_NAMES`) and the HTML page; return
+    counts."""
+    summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
+    for folder in (summary_path.parent, html_path.parent, plots_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    records = list(records)
+    frame = summary_frame(records, noise_threshold)
+    frame.to_csv(summary_path, index=False)
+    price_list = parse_prices(prices)
+
+    stats = experiment_stats(frame)
+    baseline = pick_baseline(stats)
+    base = baseline_sps(stats, baseline)
+    stats_sp = with_group_speedup(with_speedup(stats, base))
+    ladder = ladder_frame(stats, baseline)
+    backends = backend_frame(stats, baseline)
+    costs = cost_frame(stats, baseline, price_list)
+    roof = roofline_frame(stats)
+    svgs = plot_all(stats, ladder, backends, roof, base, baseline, plots_dir)
+
+    sections = [
+        ladder_section(ladder, baseline, base, svgs["ladder"]),
+        *sweep_sections(stats_sp, baseline, svgs),
+        backends_section(backends, svgs["backends"]),
+        roofline_section(roof, svgs["roofline"]),
+        noise_section(frame, records, noise_threshold),
+        cost_section(costs, baseline),
+        other_section(stats_sp, baseline),
+        failures_section(frame, records),
+        summary_section(frame),
+    ]
+    provenance = provenance_html(frame, records)
+    page = page_html(title, baseline, frame, len(stats), provenance, sections)
+    html_path.write_text(page, encoding="utf-8")
+    n, n_ok, n_failed = trial_counts(frame)
+    return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
+
+
+def run_rule(
+    records, summary, html, prices_json: str, log, noise_threshold=DEFAULT_NOISE_THRESHOLD
+) -> int:
+    """The report rule's call: plots go next to the HTML file."""
+    return main(
+        ["--records", *map(str, records), f"--summary={summary}", f"--html={html}",
+         f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}",
+         f"--noise-threshold={noise_threshold}"]
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--records", nargs="*", default=[], help="trial record JSON files")
+    parser.add_argument("--summary", required=True, type=Path, help="summary CSV to write")
+    parser.add_argument("--html", required=True, type=Path, help="HTML report to write")
+    parser.add_argument("--plots-dir", required=True, type=Path, help="folder for the SVG plots")
+    parser.add_argument(
+        "--prices-json", default="[]", help="JSON list of {name, usd_per_hour, note}"
+    )
+    parser.add_argument(
+        "--noise-threshold",
+        type=float,
+        default=DEFAULT_NOISE_THRESHOLD,
+        help="a trial is noisy when its probe is below this fraction of comparable trials' median",
+    )
+    parser.add_argument("--title", default=DEFAULT_TITLE)
+    parser.add_argument("--log", type=Path, default=None, help="also append the result line here")
+    args = parser.parse_args(argv)
+    try:
+        prices = parse_prices(args.prices_json)
+    except (ValueError, TypeError) as exc:
+        parser.error(f"--prices-json is not valid JSON: {exc}")
+    records = load_records(args.records)
+    result = build_report(
+        records, args.summary, args.html, args.plots_dir, prices, args.title, args.noise_threshold
+    )
+    line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
+    announce(line, args.log)
+    return 0

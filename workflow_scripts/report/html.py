@@ -1,0 +1,215 @@
+"""HTML building blocks: tables and their display frames, plot captions and figures,
+the stylesheet and the page around the sections."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from .figures import inline_svg
+from .formatting import (
+    _n_used,
+    _trials,
+    fmt_cv,
+    fmt_int,
+    fmt_num,
+    fmt_speedup,
+    fmt_spread,
+    fmt_text,
+)
+from .stats import trial_counts
+
+CAPTIONS_DIR = Path(__file__).parent.parent / "captions"
+
+
+def _group_note(sub: pd.DataFrame, baseline: str | None) -> str:
+    if not len(sub):
+        return ""
+    first = html.escape(str(sub["group_baseline"].iloc[0]))
+    base = html.escape(str(baseline)) if baseline else "none"
+    return (
+        f'<p class="note">"speedup vs baseline" is relative to the ladder baseline ({base}); '
+        f'"vs first in group" to this group\'s first experiment ({first}).</p>'
+    )
+
+
+def _table(df: pd.DataFrame, css: str = "") -> str:
+    if not len(df):
+        return '<p class="empty">No rows.</p>'
+    classes = ["data"] + ([css] if css else [])
+    return df.to_html(index=False, escape=True, na_rep="", classes=classes, border=0)
+
+
+def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in ladder.iterrows():
+        launch = "/".join(x for x in (fmt_text(r["launcher"]), fmt_text(r["allocator"])) if x)
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "backend": fmt_text(r["backend"]),
+                "precision": fmt_text(r["precision"]),
+                "channels_last": fmt_text(r["channels_last"]),
+                "compile": fmt_text(r["compile"]),
+                "launcher/allocator": launch,
+                "ok trials": _trials(r),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "CV": fmt_cv(r["sps_cv"]),
+                "speedup": fmt_speedup(
+                    r["speedup"], r["speedup_min"], r["speedup_max"], _n_used(r)
+                ),
+                "article's claim": fmt_speedup(r["claim_speedup"]),
+                "step median (s)": fmt_num(r["step_time_median_s"], 3),
+                "step p90 (s)": fmt_num(r["step_time_p90_s"], 3),
+                "step p99 (s)": fmt_num(r["step_time_p99_s"], 3),
+                "first step (s)": fmt_num(r["time_to_first_step_s"], 2),
+                "peak RSS (MB)": fmt_num(r["peak_rss_mb"], 0),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in stats.iterrows():
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "backend": fmt_text(r["backend"]),
+                "model": fmt_text(r["model"]),
+                "data": fmt_text(r["data"]),
+                "precision": fmt_text(r["precision"]),
+                "batch": fmt_int(r["batch_size"]),
+                "workers": fmt_int(r["num_workers"]),
+                "threads": fmt_int(r["threads"]),
+                "ok trials": _trials(r),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "CV": fmt_cv(r["sps_cv"]),
+                "speedup vs baseline": fmt_speedup(r.get("speedup")),
+                "vs first in group": fmt_speedup(r.get("group_speedup")),
+                "step median (s)": fmt_num(r["step_time_median_s"], 3),
+                "first step (s)": fmt_num(r["time_to_first_step_s"], 2),
+                "peak RSS (MB)": fmt_num(r["peak_rss_mb"], 0),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "experiment": roof["experiment"],
+            "dtype": roof["dtype"],
+            "GFLOP per sample": [fmt_num(v / 1e9, 3) for v in roof["flops_per_sample"]],
+            "samples/s": [fmt_num(v) for v in roof["samples_per_s"]],
+            "achieved GFLOP/s": [fmt_num(v) for v in roof["achieved_gflops"]],
+            "probe GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
+            "% of probe": [fmt_num(v, 1) for v in roof["pct_of_peak"]],
+        }
+    )
+
+
+def caption_text(name: str) -> str:
+    """The plot's caption file as plain text (reST literals and roles stripped)."""
+    path = CAPTIONS_DIR / f"{name}.rst"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    text = re.sub(r":\w+:`([^`]*)`", r"\1", text)
+    text = text.replace("``", "").replace("`", "").replace("*", "")
+    return " ".join(text.split())
+
+
+def _figure(name: str, svg: str) -> str:
+    cap = caption_text(name)
+    caption = f"<figcaption>{html.escape(cap)}</figcaption>" if cap else ""
+    return f'<figure id="fig-{name}">{inline_svg(svg, name)}{caption}</figure>'
+
+
+CSS = """
+body{font-family:-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+ color:#222;max-width:1200px;margin:2em auto;padding:0 1.5em;line-height:1.45}
+h1{font-size:1.7em;margin-bottom:.2em}h2{margin-top:2em;border-bottom:1px solid #ddd;
+ padding-bottom:.2em}h3{margin-bottom:.3em}
+nav ol{columns:2;font-size:.95em}
+table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0 1.2em}
+table.data th,table.data td{border:1px solid #ddd;padding:3px 7px;text-align:left;
+ vertical-align:top}
+table.data thead th{background:#f3f5f7;position:sticky;top:0}
+table.data tbody tr:nth-child(even){background:#fafafa}
+table.kv th{width:14em}
+.scroll{overflow:auto;max-height:70vh;border:1px solid #ddd}
+.scroll table.data{margin:0;white-space:nowrap}
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555;max-width:60em}
+pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.6em;overflow:auto;max-height:24em;
+ font-size:.8em;white-space:pre-wrap}
+.note{color:#555;font-size:.9em}.fail h3{color:#b00020;font-size:1em}
+.counts b{font-size:1.1em}.empty{color:#777;font-style:italic}
+"""
+
+HOW_TO_READ = (
+    "Each experiment trains the same model for a fixed number of steps after a warm-up "
+    "and reports throughput in samples per second (higher is better). When an experiment "
+    "ran several trials the report shows the median, with the min–max spread in "
+    "parentheses and the coefficient of variation (CV: standard deviation / mean), over "
+    "the trials not marked noisy (see Measurement noise). Speedups are ratios of median "
+    "throughput to the baseline experiment ({baseline}). The article's claimed speedups "
+    "were measured on a different, much larger machine, so compare the direction and "
+    "rough size of each step rather than absolute numbers; results here depend on this "
+    "machine's CPU, core count and ISA extensions (listed below). Failed trials are "
+    "listed near the end with their errors."
+)
+
+
+def baseline_label(baseline: str | None) -> str:
+    return baseline if baseline is not None else "none found"
+
+
+def page_html(
+    title: str,
+    baseline: str | None,
+    frame: pd.DataFrame,
+    n_experiments: int,
+    provenance: str,
+    sections: Sequence[tuple[str, str, str]],
+) -> str:
+    """The whole page: header (how to read, counts, provenance, contents) and the
+    sections, each an (id, heading, HTML content) triple."""
+    n, n_ok, n_failed = trial_counts(frame)
+    status_counts = frame["status"].value_counts(sort=False)
+    counts = ", ".join(f"{k}: {v}" for k, v in status_counts.items())
+    nav = "".join(
+        f'<li><a href="#{sid}">{html.escape(heading)}</a></li>' for sid, heading, _ in sections
+    )
+    body = "\n".join(
+        f'<section id="{sid}"><h2>{html.escape(heading)}</h2>\n{content}</section>'
+        for sid, heading, content in sections
+    )
+    how = HOW_TO_READ.format(baseline=html.escape(str(baseline_label(baseline))))
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+<header>
+<h1>{html.escape(title)}</h1>
+<p>{how}</p>
+<p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok,
+<b>{n_failed}</b> failed ({html.escape(counts) if n else "none"}).</p>
+<h2 id="provenance">Run provenance</h2>
+{provenance}
+<nav><ol>{nav}</ol></nav>
+</header>
+{body}
+</body>
+</html>
+"""

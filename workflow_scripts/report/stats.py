@@ -1,0 +1,306 @@
+"""The numbers behind the report: per-experiment statistics, baselines, speedups, and
+the ladder, backend, roofline and cost frames (pandas only: no plots, no HTML)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from workflow_scripts.records import OK
+
+# The sweep groups, their x column and labels (the plots and the HTML sections share them).
+SWEEPS = {
+    # group: (x column, x label, section title)
+    "batch_size": ("batch_size", "batch size (samples per step)", "Batch size"),
+    "num_workers": ("num_workers", "DataLoader workers (num_workers)", "DataLoader workers"),
+    "threads": ("threads", "intra-op threads", "Threads"),
+}
+BACKEND_ORDER = ("eager", "inductor", "ipex", "xla")
+
+
+def _first(series: pd.Series) -> Any:
+    present = series.dropna()
+    return present.iloc[0] if len(present) else None
+
+
+def _isnan(x: Any) -> bool:
+    try:
+        return x is None or pd.isna(x)
+    except (TypeError, ValueError):
+        return False
+
+
+def spread_stats(values: pd.Series) -> dict[str, float]:
+    """Median, min, max and coefficient of variation (sample stdev / mean) of a series;
+    the CV needs two values or more."""
+    v = pd.to_numeric(values, errors="coerce").astype("float64").dropna()
+    if not len(v):
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "cv": math.nan}
+    mean = v.mean()
+    cv = float(v.std(ddof=1) / mean) if len(v) > 1 and mean > 0 else math.nan
+    return {"median": float(v.median()), "min": float(v.min()), "max": float(v.max()), "cv": cv}
+
+
+def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per experiment, in order of first appearance.
+
+    ``n_ok`` counts trials with status ok and a finite ``samples_per_s``, ``n_noisy``
+    those of them marked noisy. The throughput (``sps_median``, ``sps_min``,
+    ``sps_max``, ``sps_cv``) and the other medians use the ``n_used`` trials: the
+    ok ones that are not noisy, or, when all ok trials are noisy, all of them
+    (``noisy_only`` true).
+    """
+    frame = frame.copy()
+    frame["experiment"] = frame["experiment"].fillna("(unknown)")
+    sps = pd.to_numeric(frame["samples_per_s"], errors="coerce").astype("float64")
+    frame["_usable"] = (frame["status"] == OK) & sps.notna()
+    noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
+    frame["_noisy"] = noisy.fillna(False).astype(bool)
+    frame["_sps"] = sps
+    first_cols = [
+        "group",
+        "backend",
+        "env",
+        "model",
+        "data",
+        "precision",
+        "channels_last",
+        "compile",
+        "compile_mode",
+        "ipex_optimize",
+        "launcher",
+        "allocator",
+        "openmp",
+        "batch_size",
+        "num_workers",
+        "threads",
+        "claim_speedup",
+        "torch_version",
+        "ipex_version",
+        "torch_xla_version",
+    ]
+    timing_cols = [
+        "step_time_median_s",
+        "step_time_p90_s",
+        "step_time_p99_s",
+        "time_to_first_step_s",
+        "peak_rss_mb",
+    ]
+    roofline_cols = [
+        "flops_per_sample",
+        "achieved_gflops",
+        "pct_of_peak",
+        "probe_fp32_gflops",
+        "probe_bf16_gflops",
+    ]
+    rows = []
+    for experiment, sub in frame.groupby("experiment", sort=False):
+        ok = sub[sub["_usable"]]
+        clean = ok[~ok["_noisy"]]
+        used = clean if len(clean) else ok
+        pick = used if len(used) else sub
+        row: dict[str, Any] = {"experiment": experiment}
+        for col in first_cols:
+            value = _first(pick[col])
+            row[col] = _first(sub[col]) if value is None else value
+        row["n_trials"] = len(sub)
+        row["n_ok"] = len(ok)
+        row["n_noisy"] = int(ok["_noisy"].sum())
+        row["n_used"] = len(used)
+        row["noisy_only"] = bool(len(ok) and not len(clean))
+        counts = sub["status"].fillna("crashed").value_counts(sort=False)
+        row["statuses"] = ", ".join(f"{k}×{v}" if v > 1 else str(k) for k, v in counts.items())
+        spread = spread_stats(used["_sps"])
+        for key in ("median", "min", "max", "cv"):
+            row[f"sps_{key}"] = spread[key]
+        for col in timing_cols + roofline_cols:
+            values = pd.to_numeric(used[col], errors="coerce").astype("float64")
+            row[col] = values.median() if len(used) else math.nan
+        rows.append(row)
+    columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
+    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
+    columns += [*timing_cols, *roofline_cols]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def pick_baseline(stats: pd.DataFrame) -> str | None:
+    """``baseline`` if the ladder has it, else the ladder's first experiment."""
+    ladder = stats[stats["group"] == "ladder"]
+    if (ladder["experiment"] == "baseline").any():
+        return "baseline"
+    if len(ladder):
+        return str(ladder["experiment"].iloc[0])
+    if (stats["experiment"] == "baseline").any():
+        return "baseline"
+    return None
+
+
+def baseline_sps(stats: pd.DataFrame, baseline: str | None) -> float:
+    if baseline is None:
+        return math.nan
+    match = stats.loc[stats["experiment"] == baseline, "sps_median"]
+    return float(match.iloc[0]) if len(match) else math.nan
+
+
+def with_speedup(stats: pd.DataFrame, base: float) -> pd.DataFrame:
+    """Add ``speedup`` (median) and its spread ``speedup_min``/``speedup_max``."""
+    out = stats.copy()
+    ok = base > 0 if not math.isnan(base) else False
+    for src, dst in (
+        ("sps_median", "speedup"),
+        ("sps_min", "speedup_min"),
+        ("sps_max", "speedup_max"),
+    ):
+        out[dst] = out[src] / base if ok else math.nan
+    return out
+
+
+def with_group_speedup(stats: pd.DataFrame) -> pd.DataFrame:
+    """Add ``group_baseline`` (the group's first experiment) and ``group_speedup``."""
+    out = stats.copy()
+    groups = out["group"].fillna("(none)")
+    first = out.groupby(groups, sort=False)["experiment"].transform("first")
+    # transform("first") skips NaN; the group's baseline is its first row, ok or not
+    heads = out.groupby(groups, sort=False).head(1).set_index("experiment")["sps_median"]
+    first_sps = first.map(heads).astype("float64")
+    out["group_baseline"] = first
+    out["group_speedup"] = out["sps_median"] / first_sps.where(first_sps > 0)
+    return out
+
+
+def ladder_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    ladder = stats[stats["group"] == "ladder"]
+    return with_speedup(ladder, baseline_sps(stats, baseline)).reset_index(drop=True)
+
+
+def backend_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """The best ok experiment per backend (highest median samples/s).
+
+    Backends that appear in the records but have no ok trial get a row with
+    NaN throughput. Order: eager, inductor, ipex, xla, then any others.
+    """
+    stats = with_speedup(stats, baseline_sps(stats, baseline))
+    present = [b for b in stats["backend"].dropna().unique()]
+    order = [b for b in BACKEND_ORDER if b in present]
+    order += sorted(b for b in present if b not in BACKEND_ORDER)
+    rows = []
+    for backend in order:
+        sub = stats[(stats["backend"] == backend) & stats["sps_median"].notna()]
+        if len(sub):
+            rows.append(sub.loc[sub["sps_median"].idxmax()])
+        else:
+            empty = stats[stats["backend"] == backend].iloc[0].copy()
+            empty["experiment"] = None
+            rows.append(empty)
+    if not rows:
+        return stats.iloc[0:0].reset_index(drop=True)
+    return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def best_experiment(stats: pd.DataFrame) -> pd.Series | None:
+    usable = stats[stats["sps_median"].notna()]
+    if not len(usable):
+        return None
+    return usable.loc[usable["sps_median"].idxmax()]
+
+
+def parse_prices(prices: Any) -> list[dict]:
+    """Normalise ``--prices-json`` (a list of {name, usd_per_hour, note} or one such dict)."""
+    if prices is None:
+        return []
+    if isinstance(prices, str):
+        prices = json.loads(prices) if prices.strip() else []
+    if isinstance(prices, Mapping):
+        prices = [prices]
+    out = []
+    for i, item in enumerate(prices or []):
+        if not isinstance(item, Mapping):
+            continue
+        usd = item.get("usd_per_hour")
+        try:
+            usd = float(usd)
+        except (TypeError, ValueError):
+            usd = math.nan
+        out.append(
+            {
+                "name": str(item.get("name") or f"price {i + 1}"),
+                "usd_per_hour": usd,
+                "note": "" if item.get("note") is None else str(item.get("note")),
+            }
+        )
+    return out
+
+
+def samples_per_dollar(sps: float, usd_per_hour: float) -> float:
+    if _isnan(sps) or _isnan(usd_per_hour) or usd_per_hour <= 0:
+        return math.nan
+    return sps * 3600.0 / usd_per_hour
+
+
+def cost_frame(
+    stats: pd.DataFrame, baseline: str | None, prices: Sequence[Mapping]
+) -> pd.DataFrame:
+    """Samples per dollar for the baseline and the best experiment at each price."""
+    base = baseline_sps(stats, baseline)
+    best = best_experiment(stats)
+    best_sps = math.nan if best is None else float(best["sps_median"])
+    rows = []
+    for price in prices:
+        usd = price["usd_per_hour"]
+        rows.append(
+            {
+                "name": price["name"],
+                "usd_per_hour": usd,
+                "note": price["note"],
+                "baseline": baseline,
+                "baseline_samples_per_usd": samples_per_dollar(base, usd),
+                "best": None if best is None else best["experiment"],
+                "best_samples_per_usd": samples_per_dollar(best_sps, usd),
+            }
+        )
+    columns = [
+        "name",
+        "usd_per_hour",
+        "note",
+        "baseline",
+        "baseline_samples_per_usd",
+        "best",
+        "best_samples_per_usd",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
+    """Experiments with a FLOP count: achieved GFLOP/s against the probe's matmul rate
+    of the dtype they trained in (for bf16 autocast the faster of bf16 and fp32)."""
+    rows = []
+    for _, r in stats.iterrows():
+        if _isnan(r["flops_per_sample"]):
+            continue
+        dtype = "fp32"  # bf16 autocast: the faster of the two probes (harness.peak_rate)
+        if r["precision"] == "bf16" and not r["probe_bf16_gflops"] < r["probe_fp32_gflops"]:
+            dtype = "bf16"
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "dtype": dtype,
+                "flops_per_sample": r["flops_per_sample"],
+                "samples_per_s": r["sps_median"],
+                "achieved_gflops": r["achieved_gflops"],
+                "peak_gflops": r[f"probe_{dtype}_gflops"],
+                "pct_of_peak": r["pct_of_peak"],
+            }
+        )
+    columns = ["experiment", "dtype", "flops_per_sample", "samples_per_s", "achieved_gflops"]
+    return pd.DataFrame(rows, columns=[*columns, "peak_gflops", "pct_of_peak"])
+
+
+def trial_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
+    """The number of trials, of ok ones, and of the others (failed, crashed, timed out)."""
+    n = len(frame)
+    n_ok = int((frame["status"] == OK).sum())
+    return n, n_ok, n - n_ok

@@ -1,0 +1,34 @@
+"""The study: its fields and settings (declared once), the schema derived from them,
+and the loader that turns config.yaml into validated experiment specs.
+
+    fields.py    every experiment field: type, default, help, id tag, column, label
+    settings.py  every top-level setting: type, default, help
+    schema.py    the JSON schema built from both, and the messages for its errors
+    config.py    load_study(): presets, sweeps, ids, combination checks; the CLI
+
+``python -m workflow_scripts.study [--set key=value ...]`` prints what a config
+expands to (``--schema`` prints the schema).
+"""
+
+from ..sysinfo import parse_cpu_list as parse_cpus
+from .config import (
+    Study,
+    StudyConfigError,
+    check_spec,
+    derive_id,
+    load_for_snakemake,
+    load_study,
+    main,
+    read_config,
+)
+from .fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
+from .schema import build_schema
+from .settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS
+
+FIELDS = NAMES  # the field names, in declaration order
+
+__all__ = [
+    "BUILTIN_DEFAULTS", "FIELDS", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
+    "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "check_spec", "derive_id",
+    "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config",
+]  # fmt: skip

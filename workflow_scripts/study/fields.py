@@ -1,0 +1,400 @@
+"""Every experiment field and every top-level setting, declared once.
+
+A :class:`Field` holds all that the workflow knows of one experiment knob: its
+JSON schema (type and allowed values), its built-in default, a help line, its tag
+in experiment ids, whether ``summary.csv`` has a column for it, and its label in
+the report. The config schema (``schema.py``), the defaults table, id derivation
+(``config.py``) and the summary/report columns (``records.py``, ``report/``) are
+all derived from :data:`FIELDS`. Adding a knob is one declaration here plus the
+code that applies it (see the README, "Adding a knob").
+
+The backends and launchers contribute the allowed values of ``backend``,
+``launcher`` and ``compile`` (``workflow_scripts/backends``, ``.../launchers``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import backends, launchers
+
+ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+ID_ALLOWED = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+CPUS_PATTERN = "^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$"
+
+
+def safe(text: str) -> str:
+    """Text reduced to the characters an id may hold."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.-") or "x"
+
+
+def _plain_tag(value: Any) -> str:
+    return safe(str(value))
+
+
+def _flag(on: str, off: str) -> Callable[[Any], str]:
+    return lambda v: on if v else off
+
+
+def _prefixed(prefix: str, fmt: str = "{}") -> Callable[[Any], str]:
+    return lambda v: prefix + fmt.format(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One experiment field."""
+
+    name: str
+    #: JSON schema of one value (``$defs/<name>`` in the config schema)
+    schema: dict | Callable[[], dict]
+    #: built-in default (``compile: null`` resolves to the backend's own choice)
+    default: Any
+    help: str
+    #: the field's tag in ids: ``<name>-<tags of the swept fields>``
+    tag: Callable[[Any], str] = _plain_tag
+    #: position in an id derived from the fields (None: in the id only when swept)
+    id_pos: int | None = None
+    #: in a derived id always (True) or only when the value differs from its reference
+    id_always: bool = False
+    #: the value at which a derived id leaves the field out: f(spec, resolved defaults)
+    #: (None: the built-in default)
+    id_reference: Callable[[dict, dict], Any] | None = None
+    #: a column of summary.csv (where the record's spec holds it)
+    column: bool = False
+    #: the report's name for it
+    label: str | None = None
+    #: set on each experiment, never in ``defaults`` and never swept
+    per_experiment: bool = False
+    #: may hold a list of values in a sweep
+    sweepable: bool = True
+
+    def value_schema(self) -> dict:
+        return self.schema() if callable(self.schema) else self.schema
+
+    @property
+    def integer(self) -> bool:
+        types = self.value_schema().get("type", [])
+        return "integer" in ([types] if isinstance(types, str) else types)
+
+
+def _backend_schema() -> dict:
+    return {"enum": backends.names()}
+
+
+def _compile_schema() -> dict:
+    return {"enum": [None, "none", *backends.compile_values()]}
+
+
+def _launcher_schema() -> dict:
+    return {"enum": launchers.names()}
+
+
+def _data_dir_tag(value: Any) -> str:
+    return "dir-" + (safe(Path(value).name) if value else "generated")
+
+
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in [
+        Field(
+            "id",
+            {"type": "string", "pattern": ID_PATTERN, "description": ID_ALLOWED},
+            None,
+            "the experiment's name in results and the report (derived from the fields "
+            "when left out)",
+            per_experiment=True,
+            sweepable=False,
+        ),
+        Field(
+            "group",
+            {"type": "string", "minLength": 1},
+            None,
+            "puts experiments side by side in the report; its first one is the baseline",
+            column=True,
+            label="group",
+            per_experiment=True,
+            sweepable=False,
+        ),
+        Field(
+            "claim_speedup",
+            {"type": ["number", "null"], "exclusiveMinimum": 0},
+            None,
+            "the article's claimed speedup over the group's baseline, shown beside ours",
+            column=True,
+            label="claimed speedup",
+            per_experiment=True,
+            sweepable=False,
+        ),
+        Field(
+            "backend",
+            _backend_schema,
+            "eager",
+            "where and how the model trains (workflow_scripts/backends)",
+            id_pos=1,
+            label="backend",
+        ),
+        Field(
+            "model",
+            {"enum": ["resnet50", "resnet18", "cnn"]},
+            "resnet50",
+            "torchvision ResNet-50/18 (from scratch) or a small CNN",
+            id_pos=0,
+            id_always=True,
+            column=True,
+            label="model",
+        ),
+        Field(
+            "batch_size",
+            {"type": "integer", "minimum": 1},
+            16,
+            "samples per step",
+            tag=_prefixed("bs"),
+            id_pos=13,
+            id_always=True,
+            column=True,
+            label="batch",
+        ),
+        Field(
+            "image_size",
+            {"type": "integer", "minimum": 8},
+            224,
+            "input images are image_size x image_size pixels",
+            tag=_prefixed("px"),
+            id_pos=14,
+            id_reference=lambda spec, defaults: defaults["image_size"],
+            column=True,
+            label="image size",
+        ),
+        Field(
+            "data",
+            {"enum": ["synthetic", "per_sample", "image_folder"]},
+            "synthetic",
+            "synthetic: one in-memory batch; per_sample: torch.randn per sample in a "
+            "DataLoader; image_folder: JPEGs decoded with PIL",
+            tag={"synthetic": "synthetic", "per_sample": "persample", "image_folder": "folder"}.get,
+            id_pos=7,
+            column=True,
+            label="data",
+        ),
+        Field(
+            "data_dir",
+            {"type": ["string", "null"], "minLength": 1},
+            None,
+            "the image folder for data image_folder (null: a generated one)",
+            tag=_data_dir_tag,
+        ),
+        Field(
+            "num_workers",
+            {"type": "integer", "minimum": 0},
+            0,
+            "DataLoader worker processes",
+            tag=_prefixed("nw"),
+            id_pos=8,
+            column=True,
+            label="workers",
+        ),
+        Field(
+            "precision",
+            {"enum": ["fp32", "bf16"]},
+            "fp32",
+            "fp32, or bf16 autocast",
+            id_pos=5,
+            id_always=True,
+            label="precision",
+        ),
+        Field(
+            "channels_last",
+            {"type": "boolean"},
+            False,
+            "channels_last memory format for the model and its inputs",
+            tag=_flag("cl", "nocl"),
+            id_pos=6,
+            column=True,
+            label="channels_last",
+        ),
+        Field(
+            "compile",
+            _compile_schema,
+            None,
+            "torch.compile backend (null: the backend's own choice)",
+            tag=_prefixed("compile-"),
+            id_pos=2,
+            id_reference=lambda spec, defaults: backends.get(spec["backend"]).default_compile,
+            column=True,
+            label="compile",
+        ),
+        Field(
+            "compile_mode",
+            {"enum": ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]},
+            "default",
+            "torch.compile mode",
+            id_pos=3,
+            column=True,
+            label="compile mode",
+        ),
+        Field(
+            "ipex_optimize",
+            {"type": "boolean"},
+            False,
+            "ipex.optimize(model, optimizer) (backend ipex)",
+            tag=_flag("ipexopt", "noipexopt"),
+            id_pos=4,
+            column=True,
+            label="ipex.optimize",
+        ),
+        Field(
+            "launcher",
+            _launcher_schema,
+            "none",
+            "none, or run_cpu (torch.backends.xeon.run_cpu)",
+            tag=lambda v: "nolauncher" if v == "none" else safe(v).replace("_", ""),
+            id_pos=10,
+            column=True,
+            label="launcher",
+        ),
+        Field(
+            "allocator",
+            {"enum": ["default", "jemalloc", "tcmalloc"]},
+            "default",
+            "the allocator run_cpu preloads",
+            tag=lambda v: v if v != "default" else "defaultalloc",
+            id_pos=11,
+            column=True,
+            label="allocator",
+        ),
+        Field(
+            "openmp",
+            {"enum": ["gnu", "intel"]},
+            "gnu",
+            "the OpenMP runtime (intel: run_cpu preloads libiomp5)",
+            tag=_flag("iomp", "gomp"),
+            id_pos=12,
+            column=True,
+            label="OpenMP",
+        ),
+        Field(
+            "cpus",
+            {
+                "type": ["string", "null"],
+                "pattern": CPUS_PATTERN,
+                "description": "a CPU list like '0-3,6' (CPU numbers and a-b ranges, "
+                "comma-separated) or null",
+            },
+            None,
+            "the CPUs to pin to (null: all the process may use)",
+            tag=lambda v: "cpus" + v.replace(",", "_") if v else "cpusall",
+            column=True,
+            label="CPUs",
+        ),
+        Field(
+            "warmup_steps",
+            {"type": "integer", "minimum": 1},
+            3,
+            "untimed steps first (allocation, compilation)",
+            tag=_prefixed("warmup"),
+            column=True,
+            label="warm-up steps",
+        ),
+        Field(
+            "steps",
+            {"type": "integer", "minimum": 1},
+            10,
+            "timed steps",
+            tag=_prefixed("steps"),
+            column=True,
+            label="steps",
+        ),
+        Field(
+            "time_budget_s",
+            {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}]},
+            None,
+            "stop timing once the timed steps took this long (at least 2 are timed); "
+            "null: always all steps",
+            tag=lambda v: f"budget{v:g}" if v else "nobudget",
+        ),
+        Field(
+            "threads",
+            {"type": ["integer", "null"], "minimum": 1},
+            None,
+            "intra-op threads (null: all CPUs the process may use)",
+            tag=lambda v: f"t{v}" if v is not None else "tdefault",
+            id_pos=9,
+            label="threads",
+        ),
+        Field(
+            "lr",
+            {"type": "number", "exclusiveMinimum": 0},
+            0.01,
+            "SGD learning rate",
+            tag=_prefixed("lr", "{:g}"),
+        ),
+        Field("seed", {"type": "integer", "minimum": 0}, 0, "RNG seed", tag=_prefixed("seed")),
+        Field(
+            "timeout_s",
+            {"type": "integer", "minimum": 1},
+            1800,
+            "a run still going after this many seconds is killed (status timeout)",
+            tag=_prefixed("timeout"),
+        ),
+        Field(
+            "probe_size",
+            {"type": "integer", "minimum": 0},
+            1024,
+            "the noise probe's matrix size (N x N matmuls before the steps); 0: no probe",
+            tag=_prefixed("probe"),
+        ),
+        Field(
+            "warm_compile_cache",
+            {"type": "boolean"},
+            False,
+            "keep torch.compile's caches between runs (default: a fresh, empty one per trial)",
+            tag=_flag("warmcache", "coldcache"),
+            column=True,
+            label="warm compile cache",
+        ),
+        Field(
+            "env_vars",
+            {
+                "type": "object",
+                "propertyNames": {
+                    "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                    "description": "an environment variable name (letters, digits, '_')",
+                },
+                "additionalProperties": {"type": "string"},
+            },
+            {},
+            "extra environment variables of the run",
+            sweepable=False,
+        ),
+    ]
+}
+
+#: the field names, in declaration order
+NAMES = list(FIELDS)
+BUILTIN_DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}
+PER_EXPERIMENT = tuple(n for n, f in FIELDS.items() if f.per_experiment)
+NOT_SWEPT = ("name", *(n for n, f in FIELDS.items() if not f.sweepable))
+INT_FIELDS = tuple(n for n, f in FIELDS.items() if f.integer)
+#: fields an id derived from the fields shows, in id order
+ID_FIELDS = tuple(sorted((n for n, f in FIELDS.items() if f.id_pos is not None),
+                         key=lambda n: FIELDS[n].id_pos))  # fmt: skip
+#: fields with a column in summary.csv (besides backend, precision and threads, which
+#: the summary shows among its main columns)
+COLUMN_FIELDS = tuple(n for n, f in FIELDS.items() if f.column)
+#: what the loader adds to each spec: the environment (from the backend) and the preset
+DERIVED_KEYS = ("env", "preset")
+
+
+def labels() -> dict[str, str]:
+    """The report's label of every field that has one."""
+    return {n: f.label for n, f in FIELDS.items() if f.label}
+
+
+def id_reference(name: str, spec: dict, defaults: dict) -> Any:
+    """The value at which a derived id leaves the field out."""
+    field = FIELDS[name]
+    return field.id_reference(spec, defaults) if field.id_reference else field.default

@@ -1,0 +1,258 @@
+"""The config schema, derived from the field and setting declarations, and the
+user's messages for its errors.
+
+:func:`build_schema` assembles a JSON Schema (draft 2020-12) from
+:data:`fields.FIELDS` (one ``$defs`` entry per experiment field, and the
+``defaults``, ``experiment`` and ``sweep`` mappings built from them) and
+:data:`settings.SETTINGS`. It has no ``default`` keywords: the defaults live in the
+declarations, and the loader applies them. :func:`validate_schema` turns
+jsonschema's errors into one line each, naming the field path, the value and what
+is allowed (with a suggestion for a near-miss name).
+
+    python -m workflow_scripts.study --schema     # print the schema as YAML
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any
+
+import jsonschema
+
+from ..util import bare as _bare
+from ..util import show as _show
+from .fields import FIELDS, NOT_SWEPT, PER_EXPERIMENT
+from .settings import PRESET_NAME, SETTINGS, TRIALS
+
+SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+@functools.cache
+def build_schema() -> dict:
+    """The whole config schema, from the declarations."""
+    defs: dict[str, Any] = {"preset_name": PRESET_NAME, "trials": TRIALS}
+    for name, field in FIELDS.items():
+        defs[name] = field.value_schema()
+    defs["defaults"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {n: _ref(n) for n in FIELDS if n not in PER_EXPERIMENT},
+    }
+    defs["experiment"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {n: _ref(n) for n in FIELDS},
+    }
+    sweep_props: dict[str, Any] = {"name": _ref("id")}
+    for name in FIELDS:
+        if name == "id":
+            continue
+        if name in NOT_SWEPT:
+            sweep_props[name] = _ref(name)
+        else:
+            many = {"type": "array", "minItems": 1, "items": _ref(name)}
+            sweep_props[name] = {"anyOf": [_ref(name), many]}
+    defs["sweep"] = {"type": "object", "additionalProperties": False, "properties": sweep_props}
+    runs = {
+        "experiments": {"type": "array", "items": _ref("experiment")},
+        "sweeps": {"type": "array", "items": _ref("sweep")},
+    }
+    defs["preset"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "defaults": _ref("defaults"),
+            **runs,
+            "trials": _ref("trials"),
+            "image_folder": SETTINGS["image_folder"].schema,
+        },
+    }
+    shared = {"preset": _ref("preset_name"), "trials": _ref("trials")}  # presets use them too
+    properties = {name: shared.get(name, s.schema) for name, s in SETTINGS.items()}
+    properties["defaults"] = _ref("defaults")
+    properties.update(runs)
+    properties["presets"] = {
+        "type": "object",
+        "propertyNames": _ref("preset_name"),
+        "additionalProperties": _ref("preset"),
+    }
+    return {
+        "$schema": SCHEMA_URI,
+        "title": "CPU training study configuration",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "$defs": defs,
+    }
+
+
+@functools.cache
+def validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(build_schema())
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def err(where: str, message: str) -> str:
+    return f"config error at {where}: {message}" if where else f"config error: {message}"
+
+
+def _allowed(schema: dict) -> str:
+    """What a (leaf) schema accepts, in words."""
+    if "enum" in schema:
+        return ", ".join(_bare(v) for v in schema["enum"])
+    if "pattern" in schema and "description" in schema:
+        return schema["description"]
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else list(types)
+    words = []
+    for t in types:
+        if t in ("integer", "number"):
+            word = "an integer" if t == "integer" else "a number"
+            if "minimum" in schema:
+                word += f" >= {schema['minimum']}"
+            if "exclusiveMinimum" in schema:
+                word += f" > {schema['exclusiveMinimum']}"
+            if "maximum" in schema:
+                word += f" and <= {schema['maximum']}"
+            words.append(word)
+        elif t == "string":
+            if "pattern" in schema:
+                words.append(f"a string matching {schema['pattern']}")
+            else:
+                words.append("a non-empty string" if schema.get("minLength") else "a string")
+        elif t == "boolean":
+            words.append("true or false")
+        elif t == "object":
+            words.append("a mapping")
+        elif t == "array":
+            words.append("a list")
+        elif t == "null":
+            words.append("null")
+    return " or ".join(words) or "see `python -m workflow_scripts.study --schema`"
+
+
+_TYPE_NAMES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "list",
+    dict: "mapping",
+    type(None): "null",
+}
+
+
+def _leaves(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """Descend through anyOf (a sweep field: a value or a list of values) to the
+    branch that matches the value's shape, so the message names the real problem."""
+    if error.validator not in ("anyOf", "oneOf") or not error.context:
+        return [error]
+    is_list = isinstance(error.instance, list)
+    chosen = None
+    for i, branch in enumerate(error.validator_value):
+        if (branch.get("type") == "array") == is_list:
+            chosen = i
+            break
+    if chosen is None:
+        return [error]
+    subs = [e for e in error.context if e.relative_schema_path[0] == chosen]
+    return [leaf for sub in subs for leaf in _leaves(sub)] or [error]
+
+
+def schema_message(error: jsonschema.ValidationError) -> list[str]:
+    parts = list(error.absolute_path)
+    where = _path(parts)
+    value = error.instance
+    kind = error.validator
+    parent = parts[-3] if len(parts) >= 3 else None
+    field = parts[-1] if parts else None
+
+    if kind == "additionalProperties" and isinstance(value, dict):
+        known = list(error.schema.get("properties", {}))
+        lines = []
+        for key in value:
+            if key in known:
+                continue
+            at = _path([*parts, key])
+            in_sweep = len(parts) >= 2 and parts[-2] == "sweeps"
+            if in_sweep and key == "id":
+                lines.append(
+                    err(
+                        at,
+                        "a sweep cannot have an explicit id (all its experiments would "
+                        "share it); set 'name' instead: ids become <name>-<swept values>",
+                    )
+                )
+                continue
+            if field == "defaults" and key in PER_EXPERIMENT:
+                lines.append(err(at, f"{key!r} cannot have a default; set it on each experiment"))
+                continue
+            hint = difflib.get_close_matches(str(key), known, n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            lines.append(
+                err(
+                    at,
+                    f"unknown field {_show(key)}{did_you_mean}; allowed: {', '.join(known)}",
+                )
+            )
+        return lines
+    if "propertyNames" in error.relative_schema_path or "propertyNames" in error.schema_path:
+        return [err(where, f"key {_show(value)} is not allowed; allowed: {_allowed(error.schema)}")]
+    if kind == "required":
+        missing = [k for k in error.validator_value if k not in value]
+        return [err(where, f"missing required field {k!r}") for k in missing]
+    if isinstance(value, list) and kind in ("type", "enum"):
+        if parent == "experiments" and field != "env_vars":
+            return [
+                err(
+                    where,
+                    f"{_show(value)} is a list; an experiment takes single values "
+                    "(use sweeps for lists)",
+                )
+            ]
+        if field in NOT_SWEPT and len(parts) >= 3 and parent == "sweeps":
+            return [err(where, f"{_show(value)} is a list; {field!r} cannot be swept")]
+        if len(parts) >= 2 and parts[-2] == "defaults":
+            return [
+                err(
+                    where,
+                    f"{_show(value)} is a list; defaults take single values (use sweeps for lists)",
+                )
+            ]
+    if kind == "type":
+        got = _TYPE_NAMES.get(type(value), type(value).__name__)
+        article = "an" if got[0] in "aeiou" else "a"
+        if value is None:
+            return [err(where, f"null is not allowed; allowed: {_allowed(error.schema)}")]
+        return [err(where, f"{_show(value)} is {article} {got}; allowed: {_allowed(error.schema)}")]
+    if kind in ("enum", "minimum", "exclusiveMinimum", "maximum", "pattern", "minLength"):
+        return [err(where, f"{_show(value)} is not allowed; allowed: {_allowed(error.schema)}")]
+    if kind == "minItems":
+        return [err(where, "an empty list is not allowed; a swept field needs at least one value")]
+    return [err(where, error.message[:200])]
+
+
+def path_key(error: jsonschema.ValidationError) -> list:
+    return [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in error.absolute_path]
+
+
+def validate_schema(config: dict) -> list[str]:
+    """The schema errors of a raw config, as messages (empty when valid)."""
+    lines: list[str] = []
+    for error in sorted(validator().iter_errors(config), key=path_key):
+        for leaf in _leaves(error):
+            for line in schema_message(leaf):
+                if line not in lines:
+                    lines.append(line)
+    return lines

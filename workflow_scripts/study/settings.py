@@ -1,0 +1,168 @@
+"""The top-level settings of a study (everything in config.yaml but the experiments),
+declared once: schema, default and help. The schema and the defaults table are
+derived from :data:`SETTINGS`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..runtimes import RUNTIMES
+
+PRESET_NAME = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$",
+    "description": "a name of letters, digits, '.', '_' and '-'",
+}
+TRIALS = {"type": "integer", "minimum": 1}
+IMAGE_FOLDER = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "images_per_class": {"type": "integer", "minimum": 1},
+        "classes": {"type": "integer", "minimum": 2},
+        "size": {"type": "integer", "minimum": 16},
+    },
+}
+CONTAINERS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "base": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "source": {"enum": ["mmdebstrap", "registry"]},
+                "suite": {"type": "string", "minLength": 1},
+                # null: the Debian mirror of the host's own apt sources
+                "mirror": {"type": ["string", "null"], "minLength": 1},
+                "image": {
+                    "anyOf": [
+                        {
+                            "type": "string",
+                            "pattern": "@sha256:[0-9a-f]{64}$",
+                            "description": "an image reference pinned by digest "
+                            "(...@sha256:<64 hex>)",
+                        },
+                        {"type": "null"},
+                    ]
+                },
+            },
+        },
+        "wheelhouse": {"type": "string", "minLength": 1},
+        "prefix": {
+            "type": "string",
+            "pattern": "^[a-z0-9][a-z0-9._/-]*$",
+            "description": "a lower-case image name prefix, e.g. localhost/cpu-train-study",
+        },
+        "shm_size": {
+            "type": "string",
+            "pattern": "^[0-9]+[bkmg]?$",
+            "description": "a size such as 2g or 512m",
+        },
+    },
+}
+PRICE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "usd_per_hour"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "usd_per_hour": {"type": "number", "exclusiveMinimum": 0},
+        "note": {"type": "string"},
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    schema: dict
+    default: Any
+    help: str
+    #: never a string: a string from ``--config key=value`` is read as YAML
+    structured: bool = False
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("preset", PRESET_NAME, "default", "which preset to run"),
+        Setting(
+            "runtime",
+            {"enum": list(RUNTIMES)},
+            "auto",
+            "where runs execute: auto = podman if it works, else docker, else local",
+        ),
+        Setting(
+            "container_engine_conf",
+            {"type": ["string", "null"], "minLength": 1},
+            None,
+            "a containers.conf passed to podman as CONTAINERS_CONF (host-specific, opt-in)",
+        ),
+        Setting(
+            "containers",
+            CONTAINERS,
+            {
+                "base": {
+                    "source": "mmdebstrap",
+                    "suite": "bookworm",
+                    "mirror": None,
+                    "image": None,
+                },
+                "wheelhouse": "resources/wheelhouse",
+                "prefix": "localhost/cpu-train-study",
+                "shm_size": "2g",
+            },
+            "the container images: root image, wheelhouse, names, /dev/shm of a run",
+            structured=True,
+        ),
+        Setting("trials", TRIALS, 1, "runs of each experiment", structured=True),
+        Setting(
+            "noise_threshold",
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            0.85,
+            "a trial whose probe ran below this fraction of the reference (or of the "
+            "median of comparable trials) was disturbed",
+            structured=True,
+        ),
+        Setting(
+            "noise_retries",
+            {"type": "integer", "minimum": 0},
+            2,
+            "how often a trial whose probe fell below the reference is run again",
+            structured=True,
+        ),
+        Setting(
+            "envs_root",
+            {"type": "string", "minLength": 1},
+            ".venvs",
+            "where the backend environments are built",
+        ),
+        Setting("installer", {"enum": ["uv", "pip"]}, "uv", "what installs the environments"),
+        Setting(
+            "python",
+            {"type": ["string", "null"], "minLength": 1},
+            None,
+            "the interpreter of the backend environments (null: the one running Snakemake)",
+        ),
+        Setting(
+            "image_folder",
+            IMAGE_FOLDER,
+            {"images_per_class": 32, "classes": 10, "size": 256},
+            "the generated image folder",
+            structured=True,
+        ),
+        Setting(
+            "prices",
+            {"type": "array", "items": PRICE},
+            [],
+            "hourly prices that turn throughput into samples per dollar",
+            structured=True,
+        ),
+    ]
+}
+
+SETTING_DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}
+NOISE_THRESHOLD: float = SETTINGS["noise_threshold"].default
+NOISE_RETRIES: int = SETTINGS["noise_retries"].default

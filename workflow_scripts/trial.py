@@ -1,0 +1,433 @@
+"""The trial policy: run one experiment trial, judge its noise, assemble and write its record.
+
+Runs in the workflow's environment (standard library only). A trial is the
+command lines of its ranks (from its launcher, ``workflow_scripts/launchers``),
+wrapped by its runtime (a local environment or a container image,
+``workflow_scripts/runtimes``), run with the spec's time limit. Whatever happened
+becomes one JSON record: the harness's result (merged over the ranks by the
+launcher), or a ``crashed``/``timeout`` record with the tail of the output when the
+process died without one.
+
+Noise: given a reference probe (the calibration the workflow measures once per
+environment), a trial whose own probe ran below ``noise_threshold`` times the
+reference's fp32 rate was disturbed; it is run again after a pause, at most
+``max_retries`` times. The discarded attempts' probes stay in the record
+(``discarded_attempts``), with ``attempts`` and the last check (``noise_check``).
+
+Compile caches: each attempt gets a fresh, empty TorchInductor/Triton cache in a
+temporary folder, removed afterwards, so a compiled run always pays (and reports)
+its full compile cost; ``warm_compile_cache: true`` keeps the default cache
+instead. Which one was used: ``provenance.compile_cache``.
+
+    python -m workflow_scripts.trial --spec-json '{...}' --env-json results/envs/upstream.json \\
+        --out results/records/<id>/trial0.json --log logs/experiments/<id>/trial0.log [--trial 0] \\
+        [--reference-probe results/calibration/upstream.json --max-retries 2 --noise-threshold 0.85]
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import backends, launchers, probe, runtimes, sysinfo
+from .launchers import harness_args
+from .runtimes.base import REPO_ROOT
+from .util import SCHEMA_VERSION, finite, tail, write_json_atomic
+
+# One fact each: the study's settings declare these defaults (study/settings.py); the
+# trial runs in the workflow's environment without importing the study loader.
+NOISE_THRESHOLD = 0.85
+MAX_RETRIES = 2
+RETRY_DELAY_S = 5.0
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def environment(spec: dict, runtime: runtimes.Runtime) -> dict[str, str]:
+    """A run's variables: the runtime's, then the launcher's (threads), the backend's,
+    and last the spec's own ``env_vars``."""
+    env = runtime.environment()
+    env.update(launchers.get(spec["launcher"]).environment(spec))
+    env.update(backends.get(spec["backend"]).env_vars)
+    env.update({str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()})
+    return env
+
+
+def default_inductor_cache_dir(env: dict[str, str]) -> str:
+    """Where TorchInductor caches when TORCHINDUCTOR_CACHE_DIR is unset (as torch computes it)."""
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except Exception:  # noqa: BLE001 - no user name: torch falls back the same way
+        user = "unknown"
+    tmp = env.get("TMPDIR") or tempfile.gettempdir()
+    return os.path.join(tmp, f"torchinductor_{user}")
+
+
+def compile_cache(
+    spec: dict, env: dict[str, str], label: str, container: bool = False
+) -> tuple[dict, Path | None]:
+    """Point the run's compile caches at a fresh temporary folder (unless the spec keeps
+    them warm, or sets TORCHINDUCTOR_CACHE_DIR itself); return what was used and the
+    folder to remove afterwards."""
+    own = "TORCHINDUCTOR_CACHE_DIR" in (spec.get("env_vars") or {})
+    if spec.get("warm_compile_cache") or own:
+        where = env.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_cache_dir(env)
+        return {"dir": where, "fresh": False}, None
+    if container:
+        # every container starts from the image: its /tmp is fresh and goes with it
+        env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor-cache"
+        env["TRITON_CACHE_DIR"] = "/tmp/torchinductor-cache/triton"
+        return {"dir": "/tmp/torchinductor-cache (in the container)", "fresh": True}, None
+    folder = Path(tempfile.mkdtemp(prefix=f"compile-cache-{label}-"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    env["TRITON_CACHE_DIR"] = str(folder / "triton")
+    return {"dir": str(folder), "fresh": True}, folder
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
+
+
+def run_mounts(out: Path, image_folder: str | None, cache: dict) -> list[tuple[str, str]]:
+    """What a container run sees of the host besides the sources, each at its own path:
+    the record's folder writable, the image folder read-only, and a warm compile cache
+    if the spec keeps one."""
+    mounts = [(str(out.parent.resolve()), "rw")]
+    if image_folder:
+        mounts.append((_absolute(image_folder), "ro"))
+    if not cache["fresh"]:
+        Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
+        mounts.append((cache["dir"], "rw"))
+    return mounts
+
+
+# --------------------------------------------------------------------------- noise
+
+
+def noise_check(record: dict, reference: dict | None, threshold: float) -> dict | None:
+    """Compare an ok record's fp32 probe with the reference; None when there is nothing
+    to compare (no reference, a failed run, no probe)."""
+    if reference is None or record.get("status") != "ok":
+        return None
+    result = record.get("probe")
+    rate = result.get("fp32_gflops") if isinstance(result, dict) else None
+    if not finite(rate):
+        return None
+    ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
+    check = {"threshold": threshold, "fp32_gflops": rate, "reference": how}
+    if ref is None or ref <= 0:
+        return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
+    ratio = rate / ref
+    return {**check, "reference_fp32_gflops": ref, "ratio": ratio, "passed": ratio >= threshold}
+
+
+def noise_reason(check: dict) -> str:
+    return (
+        f"probe fp32 {check['fp32_gflops']:.1f} GFLOP/s = {check['ratio']:.2f} x the reference "
+        f"{check['reference_fp32_gflops']:.1f} GFLOP/s ({check['reference']}), "
+        f"below the threshold {check['threshold']:g}"
+    )
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+def run(
+    spec: dict,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    trial: int = 0,
+    image_folder: str | None = None,
+    reference: dict | None = None,
+    noise_threshold: float = NOISE_THRESHOLD,
+    max_retries: int = MAX_RETRIES,
+    retry_delay_s: float = RETRY_DELAY_S,
+) -> dict:
+    """Run the trial (again, while its probe says it was disturbed) and write its record."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    discarded: list[dict] = []
+    attempt = 1
+    while True:
+        record = attempt_once(spec, env_info, out, log, trial, image_folder, attempt)
+        check = noise_check(record, reference, noise_threshold)
+        record["noise_check"] = check
+        if not check or check["passed"] is not False or attempt > max_retries:
+            break
+        reason = noise_reason(check)
+        discarded.append(
+            {
+                "attempt": attempt,
+                "reason": reason,
+                "probe": record.get("probe"),
+                "samples_per_s": (record.get("metrics") or {}).get("samples_per_s"),
+                "launched_at": record["provenance"].get("launched_at"),
+            }
+        )
+        with open(log, "a") as logf:
+            print(
+                f"[launch] attempt {attempt} discarded: {reason}; again in {retry_delay_s:g} s",
+                file=logf,
+            )
+        time.sleep(retry_delay_s)
+        attempt += 1
+    record["attempts"] = attempt
+    record["discarded_attempts"] = discarded
+    write_json_atomic(out, record)
+    return record
+
+
+def attempt_once(
+    spec: dict,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    trial: int,
+    image_folder: str | None,
+    attempt: int,
+) -> dict:
+    """One run of the trial (its ranks' processes): its record, not yet written."""
+    runtime = runtimes.for_env(env_info)
+    launcher = launchers.get(spec["launcher"])
+    container = runtimes.in_container(env_info)
+    label = f"{spec['id']}-trial{trial}-{attempt}"
+    n = launcher.ranks(spec)
+    results = [
+        out.with_name(out.stem + (f".rank{r}" if n > 1 else "") + ".harness.json").resolve()
+        for r in range(n)
+    ]
+    for path in results:
+        path.unlink(missing_ok=True)
+    spec_json = json.dumps(spec, sort_keys=True)
+    args = [harness_args(spec_json, path, _absolute(image_folder)) for path in results]
+    (cmd,) = launcher.commands(spec, env_info["python"], args)
+    env = environment(spec, runtime)
+    cache, cache_folder = compile_cache(spec, env, label, container)
+    why_not = runtime.missing()
+    if why_not:
+        record = failure(spec, trial, "ImageMissing", why_not)
+        record["provenance"] = {**sysinfo.collect(), **_image_provenance(env_info)}
+        record["provenance"].update(runtime=runtime.name, compile_cache=cache)
+        return record
+    cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
+    wrapped = runtime.wrap(
+        cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}",
+        mounts=run_mounts(out, image_folder, cache), cpus=cpus,
+    )  # fmt: skip
+    started = sysinfo.now()
+    try:
+        finished = runtimes.run_logged(wrapped, log, spec["timeout_s"])
+    finally:
+        runtime.cleanup(wrapped)
+        if cache_folder is not None:
+            shutil.rmtree(cache_folder, ignore_errors=True)
+            cache["removed"] = not cache_folder.exists()
+    record = outcome(spec, launcher, results, finished, log)
+    for path in results:
+        path.unlink(missing_ok=True)
+    assemble(record, spec, trial, env_info, runtime.name, wrapped.cmd, finished, started)
+    record["provenance"]["compile_cache"] = cache
+    return record
+
+
+def failure(spec: dict, trial: int, kind: str, message: str, log_tail: str | None = None) -> dict:
+    """The record of a trial that produced no result."""
+    error = {"type": kind, "message": message}
+    if log_tail is not None:
+        error["tail"] = log_tail
+    return {
+        "status": _FAILURE_STATUS.get(kind, "failed"),
+        "error": error,
+        "metrics": {},
+        "schema_version": SCHEMA_VERSION,
+        "experiment": spec["id"],
+        "trial": trial,
+        "spec": spec,
+    }
+
+
+_FAILURE_STATUS = {"Timeout": "timeout", "Crashed": "crashed", "UnreadableResult": "crashed"}
+
+
+def _how_it_ended(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unnamed signal"
+        return f"killed by signal {-returncode} ({name})"
+    return f"exited with code {returncode}"
+
+
+def outcome(
+    spec: dict, launcher: launchers.Launcher, results: list[Path], finished, log: Path
+) -> dict:
+    """What the ranks left: the launcher's merge of their results, or why there is none."""
+    if finished.timed_out:
+        message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
+        return failure(spec, 0, "Timeout", message, tail(log))
+    missing = [p for p in results if not p.exists()]
+    if missing:
+        how = _how_it_ended(finished.returncode)
+        return failure(spec, 0, "Crashed", f"the run {how} without writing a result", tail(log))
+    try:
+        return launcher.merge([json.loads(p.read_text()) for p in results])
+    except ValueError as exc:
+        return failure(spec, 0, "UnreadableResult", str(exc))
+
+
+def _image_provenance(env_info: dict) -> dict:
+    return {
+        "image": env_info.get("image"),
+        "image_id": env_info.get("image_id"),
+        "image_digest": env_info.get("image_digest"),
+    }
+
+
+def assemble(
+    record: dict,
+    spec: dict,
+    trial: int,
+    env_info: dict,
+    runtime: str,
+    cmd: list[str],
+    finished,
+    started: str,
+) -> dict:
+    """Complete a record with what the trial policy knows: the spec, where and how it
+    ran, and the process's lifetime as the launcher saw it."""
+    record.setdefault("metrics", {})
+    record["schema_version"] = SCHEMA_VERSION
+    record["experiment"] = spec["id"]
+    record["trial"] = trial
+    record["spec"] = spec
+    prov = record.get("provenance") or sysinfo.collect()
+    prov.setdefault("started_at", started)
+    prov.setdefault("finished_at", sysinfo.now())
+    prov.update(
+        {
+            "runtime": runtime,
+            "env_name": env_info.get("name"),
+            "env_prefix": env_info.get("prefix"),
+            "env_lock_sha256": env_info.get("requirements_sha256"),
+            **_image_provenance(env_info),
+            "command": cmd,
+            "exit_code": finished.returncode,
+            "launched_at": finished.launched_at,
+            "ended_at": finished.ended_at,
+            "process_wall_s": finished.wall_s,
+        }
+    )
+    prov.setdefault("versions", env_info.get("versions", {}))
+    if not prov.get("git_revision"):  # no git in the images: the host's checkout
+        prov["git_revision"], prov["git_dirty"] = sysinfo.git_revision(REPO_ROOT)
+    record["provenance"] = prov
+    return record
+
+
+# --------------------------------------------------------------------------- output
+
+
+def progress_line(record: dict) -> str:
+    head = f"[experiment] {record['experiment']} trial {record.get('trial', 0)}:"
+    if record["status"] == "ok":
+        m = record["metrics"]
+        line = (
+            f"{head} ok {m['samples_per_s']:.2f} samples/s "
+            f"(step median {m['step_time_s']['median']:.3f} s, first step "
+            f"{m['time_to_first_step_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB"
+        )
+        p = record.get("probe") or {}
+        if finite(p.get("fp32_gflops")):
+            line += f", probe {p['fp32_gflops']:.0f} GFLOP/s fp32"
+        if finite(m.get("pct_of_peak")):
+            line += f", {m['pct_of_peak']:.0f}% of the {m.get('peak_dtype', '')} probe"
+        line += ")"
+        discarded = record.get("discarded_attempts") or []
+        if discarded:
+            line += f" [attempt {record.get('attempts')}: {len(discarded)} discarded as noisy]"
+        check = record.get("noise_check") or {}
+        if check.get("passed") is False:
+            line += " [still below the noise threshold]"
+        return line
+    err = record.get("error") or {}
+    return f"{head} {record['status']} {err.get('type', '')}: {err.get('message', '')}"[:400]
+
+
+def read_reference(path: Path | None, log: Path | None = None) -> dict | None:
+    """The reference probe, or None (with a note in the log) when it cannot be read."""
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except (OSError, ValueError) as exc:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as logf:
+                print(f"[launch] reference probe {path} unusable ({exc}); no noise reruns",
+                      file=logf)  # fmt: skip
+        return None
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
+    """The run_experiment rule's call, with Snakemake's objects. The noise settings come
+    from the study settings, not from params: changing them reruns no experiment."""
+    env_json = inputs.get("image") or inputs.get("env")
+    return main(
+        [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
+         f"--log={log[0]}", f"--trial={wildcards.trial}", f"--image-folder={params.image_folder}",
+         f"--reference-probe={inputs.get('reference_probe', '')}",
+         f"--max-retries={settings['noise_retries']}",
+         f"--noise-threshold={settings['noise_threshold']}",
+         f"--shm-size={settings['containers']['shm_size']}"]
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Run one experiment trial; always write its record.")
+    ap.add_argument("--spec-json", required=True)
+    ap.add_argument("--env-json", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--log", required=True, type=Path)
+    ap.add_argument("--trial", type=int, default=0)
+    ap.add_argument("--image-folder", default=None)
+    ap.add_argument("--reference-probe", default="", help="reference probe JSON; none: no reruns")
+    ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
+    ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
+    ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
+    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
+    args = ap.parse_args(argv)
+    spec = json.loads(args.spec_json)
+    env_info = json.loads(args.env_json.read_text())
+    env_info["shm_size"] = args.shm_size
+    reference = read_reference(
+        Path(args.reference_probe) if args.reference_probe else None, args.log
+    )
+    record = run(
+        spec, env_info, args.out, args.log, args.trial, args.image_folder,
+        reference=reference, noise_threshold=args.noise_threshold,
+        max_retries=args.max_retries, retry_delay_s=args.retry_delay,
+    )  # fmt: skip
+    print(progress_line(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
