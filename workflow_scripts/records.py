@@ -24,10 +24,12 @@ from typing import Any
 
 import pandas as pd
 
+from . import backends
 from .probe import peak_rate
+from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
+from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 
 OK = "ok"
-DEFAULT_NOISE_THRESHOLD = 0.85
 STATUSES = ("ok", "failed", "crashed", "timeout")
 UNREADABLE = "UnreadableRecord"
 
@@ -67,28 +69,11 @@ MEASUREMENT_COLUMNS = [
     "achieved_gflops",
     "pct_of_peak",
 ]
-SPEC_COLUMNS = [
-    "group",
-    "claim_speedup",
-    "model",
-    "batch_size",
-    "image_size",
-    "data",
-    "num_workers",
-    "channels_last",
-    "compile",
-    "compile_mode",
-    "ipex_optimize",
-    "launcher",
-    "allocator",
-    "openmp",
-    "cpus",
-    "warmup_steps",
-    "steps",
-    "warm_compile_cache",
-    "env",
-    "preset",
-]
+# The spec's fields that have a column (declared in study/fields.py), then what the
+# loader derives (env, preset).
+SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
+# Versions: Python, torch and torchvision, then each backend's own library.
+VERSION_KEYS = ["python", "torch", "torchvision", *backends.version_modules().values()]
 PROVENANCE_COLUMNS = [
     "torch_num_threads",
     "affinity",
@@ -101,11 +86,7 @@ PROVENANCE_COLUMNS = [
     "logical_cpus",
     "physical_cores",
     "numa_nodes",
-    "python_version",
-    "torch_version",
-    "torchvision_version",
-    "ipex_version",
-    "torch_xla_version",
+    *(f"{key}_version" for key in VERSION_KEYS),
     "env_lock_sha256",
     "image",
     "image_id",
@@ -120,6 +101,8 @@ PROVENANCE_COLUMNS = [
 ERROR_COLUMNS = ["error_type", "error"]
 COLUMNS = MAIN_COLUMNS + MEASUREMENT_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
 
+# Spec columns that hold numbers, from the fields' schemas.
+_NUMBER_FIELDS = [n for n in COLUMN_FIELDS if FIELDS[n].numeric]
 # Columns that hold numbers (NaN when missing); the rest hold text/bools (None).
 _TEXT_MAIN_COLUMNS = ("experiment", "trial", "backend", "status", "precision")
 NUMERIC_COLUMNS = {
@@ -137,12 +120,7 @@ NUMERIC_COLUMNS = {
     "flops_per_sample",
     "achieved_gflops",
     "pct_of_peak",
-    "claim_speedup",
-    "batch_size",
-    "image_size",
-    "num_workers",
-    "warmup_steps",
-    "steps",
+    *_NUMBER_FIELDS,
     "torch_num_threads",
     "logical_cpus",
     "physical_cores",
@@ -156,11 +134,7 @@ INTEGER_COLUMNS = {
     "probe_threads",
     "attempts",
     "discarded_attempts",
-    "batch_size",
-    "image_size",
-    "num_workers",
-    "warmup_steps",
-    "steps",
+    *(name for name in _NUMBER_FIELDS if FIELDS[name].integer),
     "torch_num_threads",
     "logical_cpus",
     "physical_cores",
@@ -321,7 +295,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     for key in SPEC_COLUMNS:
         value = spec.get(key)
         if key in NUMERIC_COLUMNS:
-            row[key] = _int_or_nan(value) if key != "claim_speedup" else _num(value)
+            row[key] = _int_or_nan(value) if key in INTEGER_COLUMNS else _num(value)
         elif key == "cpus":
             row[key] = _joined(value, ",")
         elif isinstance(value, bool):
@@ -343,7 +317,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["logical_cpus"] = _int_or_nan(prov.get("logical_cpus"))
     row["physical_cores"] = _int_or_nan(prov.get("physical_cores"))
     row["numa_nodes"] = _int_or_nan(prov.get("numa_nodes"))
-    for name in ("python", "torch", "torchvision", "ipex", "torch_xla"):
+    for name in VERSION_KEYS:
         row[f"{name}_version"] = _text(versions.get(name))
     for key in ("env_lock_sha256", "image", "image_id", "image_digest", "runtime", "git_revision"):
         row[key] = _text(prov.get(key))

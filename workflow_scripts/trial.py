@@ -41,12 +41,10 @@ from pathlib import Path
 from . import backends, launchers, probe, runtimes, sysinfo
 from .launchers import harness_args
 from .runtimes.base import REPO_ROOT
+from .study.settings import NOISE_RETRIES as MAX_RETRIES
+from .study.settings import NOISE_THRESHOLD
 from .util import SCHEMA_VERSION, finite, tail, write_json_atomic
 
-# One fact each: the study's settings declare these defaults (study/settings.py); the
-# trial runs in the workflow's environment without importing the study loader.
-NOISE_THRESHOLD = 0.85
-MAX_RETRIES = 2
 RETRY_DELAY_S = 5.0
 
 

@@ -82,6 +82,7 @@ from .stats import (
     best_experiment,
     cost_frame,
     experiment_stats,
+    in_effect,
     ladder_frame,
     parse_prices,
     pick_baseline,
@@ -113,6 +114,7 @@ __all__ = [
     "caption_text",
     "cost_frame",
     "experiment_stats",
+    "in_effect",
     "failures_html",
     "fmt_cv",
     "fmt_int",
@@ -165,6 +167,7 @@ def build_report(
     price_list = parse_prices(prices)
 
     stats = experiment_stats(frame)
+    stats["in_effect"] = stats["experiment"].map(in_effect(records))
     baseline = pick_baseline(stats)
     base = baseline_sps(stats, baseline)
     stats_sp = with_group_speedup(with_speedup(stats, base))

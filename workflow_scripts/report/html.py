@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..study.fields import labels
 from .figures import inline_svg
 from .formatting import (
     _n_used,
@@ -22,6 +23,9 @@ from .formatting import (
     fmt_text,
 )
 from .stats import trial_counts
+
+# The settings' column names are the fields' report labels (study/fields.py).
+LABEL = labels()
 
 CAPTIONS_DIR = Path(__file__).parent.parent / "captions"
 
@@ -51,11 +55,12 @@ def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "experiment": r["experiment"],
-                "backend": fmt_text(r["backend"]),
-                "precision": fmt_text(r["precision"]),
-                "channels_last": fmt_text(r["channels_last"]),
-                "compile": fmt_text(r["compile"]),
+                LABEL["backend"]: fmt_text(r["backend"]),
+                LABEL["precision"]: fmt_text(r["precision"]),
+                LABEL["channels_last"]: fmt_text(r["channels_last"]),
+                LABEL["compile"]: fmt_text(r["compile"]),
                 "launcher/allocator": launch,
+                "in effect (checked)": fmt_text(r.get("in_effect")),
                 "ok trials": _trials(r),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
                 "CV": fmt_cv(r["sps_cv"]),
@@ -79,13 +84,13 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "experiment": r["experiment"],
-                "backend": fmt_text(r["backend"]),
-                "model": fmt_text(r["model"]),
-                "data": fmt_text(r["data"]),
-                "precision": fmt_text(r["precision"]),
-                "batch": fmt_int(r["batch_size"]),
-                "workers": fmt_int(r["num_workers"]),
-                "threads": fmt_int(r["threads"]),
+                LABEL["backend"]: fmt_text(r["backend"]),
+                LABEL["model"]: fmt_text(r["model"]),
+                LABEL["data"]: fmt_text(r["data"]),
+                LABEL["precision"]: fmt_text(r["precision"]),
+                LABEL["batch_size"]: fmt_int(r["batch_size"]),
+                LABEL["num_workers"]: fmt_int(r["num_workers"]),
+                LABEL["threads"]: fmt_int(r["threads"]),
                 "ok trials": _trials(r),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
                 "CV": fmt_cv(r["sps_cv"]),

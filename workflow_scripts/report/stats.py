@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts import backends
 from workflow_scripts.records import OK
 
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
@@ -19,7 +20,7 @@ SWEEPS = {
     "num_workers": ("num_workers", "DataLoader workers (num_workers)", "DataLoader workers"),
     "threads": ("threads", "intra-op threads", "Threads"),
 }
-BACKEND_ORDER = ("eager", "inductor", "ipex", "xla")
+BACKEND_ORDER = tuple(backends.names())
 
 
 def _first(series: pd.Series) -> Any:
@@ -304,3 +305,48 @@ def trial_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
     n = len(frame)
     n_ok = int((frame["status"] == OK).sum())
     return n, n_ok, n - n_ok
+
+
+def checked_effect(spec: Mapping, checks: Mapping) -> str:
+    """What the harness saw take effect in a trial's last step (its ``checks``), in words,
+    with a warning where it differs from what the spec asked for."""
+    words = []
+    dtype = checks.get("output_dtype")
+    if dtype:
+        short = {"bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
+        asked = spec.get("precision")
+        words.append(f"{short} output" + (f" (asked {asked}!)" if asked and asked != short else ""))
+    inputs, weights = checks.get("input_channels_last"), checks.get("weights_channels_last")
+    cl = [what for what, on in (("inputs", inputs), ("weights", weights)) if on]
+    if spec.get("channels_last") and len(cl) < 2:
+        missing = [w for w in ("inputs", "weights") if w not in cl]
+        words.append(f"channels_last asked, {' and '.join(missing)} not channels_last!")
+    elif cl:
+        words.append(f"channels_last {'+'.join(cl)}")
+    compiled = checks.get("compiled")
+    if compiled:
+        words.append("compiled")
+    elif compiled is False and spec.get("compile") not in (None, "none"):
+        words.append("not compiled!")
+    device = checks.get("device")
+    if device and device != "cpu":
+        words.append(f"device {device}")
+    return ", ".join(words)
+
+
+def in_effect(records: Sequence[Mapping]) -> dict[str, str]:
+    """Per experiment, what its ok trials' checks saw take effect (distinct findings of
+    several trials joined with " / ")."""
+    seen: dict[str, list[str]] = {}
+    for rec in records:
+        if not isinstance(rec, Mapping):
+            continue
+        checks = rec.get("checks")
+        if rec.get("status") != OK or not isinstance(checks, Mapping):
+            continue
+        spec = rec.get("spec") if isinstance(rec.get("spec"), Mapping) else {}
+        text = checked_effect(spec, checks)
+        found = seen.setdefault(str(rec.get("experiment")), [])
+        if text and text not in found:
+            found.append(text)
+    return {exp: " / ".join(texts) for exp, texts in seen.items()}

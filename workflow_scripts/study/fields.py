@@ -76,9 +76,18 @@ class Field:
         return self.schema() if callable(self.schema) else self.schema
 
     @property
-    def integer(self) -> bool:
+    def types(self) -> list[str]:
+        """The JSON types a value may have (empty for an enum)."""
         types = self.value_schema().get("type", [])
-        return "integer" in ([types] if isinstance(types, str) else types)
+        return [types] if isinstance(types, str) else list(types)
+
+    @property
+    def integer(self) -> bool:
+        return "integer" in self.types
+
+    @property
+    def numeric(self) -> bool:
+        return "integer" in self.types or "number" in self.types
 
 
 def _backend_schema() -> dict:
