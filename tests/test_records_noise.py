@@ -1,4 +1,4 @@
-"""Noise marking, spread/CV and the roofline in records.py and report.py (fast, no torch)."""
+"""Noise marking, spread/CV and the roofline in records.py and report/ (fast, no torch)."""
 
 from __future__ import annotations
 

@@ -447,3 +447,35 @@ def test_junk_records_do_not_crash(tmp_path):
     assert out["trials"] == 5 and out["ok"] == 1 and out["failed"] == 4
     for name in PLOTS:
         assert (tmp_path / "p" / f"{name}.svg").is_file()
+
+
+def test_the_ladder_shows_what_the_checks_saw_take_effect(tmp_path):
+    def checked(rec, **checks):
+        rec["checks"] = {"output_dtype": "float32", "compiled": False, "device": "cpu", **checks}
+        return rec
+
+    records = [
+        checked(make("baseline", 0, 10.0)),
+        checked(
+            make("bf16-cl", 0, 30.0, precision="bf16", channels_last=True),
+            output_dtype="bfloat16", input_channels_last=True, weights_channels_last=True,
+        ),
+        checked(  # asked for channels_last, but the weights stayed contiguous
+            make("bf16-cl-broken", 0, 20.0, precision="bf16", channels_last=True),
+            output_dtype="bfloat16", input_channels_last=True, weights_channels_last=False,
+        ),
+        checked(  # asked for bf16 and a compile that did not happen
+            make("lost", 0, 11.0, precision="bf16", compile="inductor", backend="inductor"),
+        ),
+    ]  # fmt: skip
+    assert report.in_effect(records) == {
+        "baseline": "fp32 output",
+        "bf16-cl": "bf16 output, channels_last inputs+weights",
+        "bf16-cl-broken": "bf16 output, channels_last asked, weights not channels_last!",
+        "lost": "fp32 output (asked bf16!), not compiled!",
+    }
+    report.build_report(records, tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    page = (tmp_path / "r.html").read_text()
+    assert "in effect (checked)" in page
+    assert "channels_last asked, weights not channels_last!" in page
+    assert "fp32 output (asked bf16!), not compiled!" in page

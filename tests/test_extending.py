@@ -1,0 +1,218 @@
+"""Extending the study: a throwaway backend (one module, one lock, one Containerfile) and
+a throwaway knob (one field declaration plus the line that applies it), each added to a
+temporary copy of the workflow by the test itself, are picked up everywhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_workflow import copy_workflow
+
+TOY_BACKEND = '''
+"""A throwaway backend: eager PyTorch whose optimizer never moves (lr 0)."""
+
+from .base import Backend
+
+
+class Toy(Backend):
+    name = "toy"
+    env = "toy"
+    image = "toy"
+    image_lock = "toy"
+    owns = {}
+    order = 50
+
+    def check(self, spec):
+        return ["backend 'toy' needs precision 'fp32'"] if spec["precision"] != "fp32" else []
+
+    def prepare(self, model, optimizer, spec):
+        for group in optimizer.param_groups:
+            group["lr"] = 0.0
+        return model, optimizer
+
+
+BACKEND = Toy()
+'''
+
+TOY_CONTAINERFILE = """ARG PARENT
+FROM ${PARENT}
+COPY --from=wheelhouse locks/toy.txt /opt/study/locks/toy.txt
+RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse install-env /opt/study/locks/toy.txt
+"""
+
+KNOB = """        Field(
+            "label_smoothing",
+            {"type": "number", "minimum": 0, "maximum": 1},
+            0.0,
+            "label smoothing of the cross-entropy loss",
+            tag=lambda v: f"ls{v:g}",
+            column=True,
+            label="label smoothing",
+        ),
+"""
+
+
+def python(wd: Path, code: str, *args: str, exe: str = sys.executable) -> str:
+    env = {**os.environ, "PYTHONPATH": str(wd)}
+    proc = subprocess.run(
+        [exe, "-c", code, *args], cwd=wd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def study(wd: Path, config: dict) -> subprocess.CompletedProcess:
+    (wd / "t.yaml").write_text(json.dumps(config))
+    cmd = [sys.executable, "-m", "workflow_scripts.study", "--config", "t.yaml", "--json"]
+    return subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=120)
+
+
+def changed_files(wd: Path, before: dict) -> set[str]:
+    now = {str(p.relative_to(wd)): p.read_bytes() for p in wd.rglob("*") if p.is_file()}
+    return {k for k in now.keys() | before.keys() if now.get(k) != before.get(k)}
+
+
+def snapshot(wd: Path) -> dict:
+    return {str(p.relative_to(wd)): p.read_bytes() for p in wd.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def toy_backend(tmp_path) -> Path:
+    wd = copy_workflow(tmp_path / "wf")
+    before = snapshot(wd)
+    (wd / "workflow_scripts/backends/toy.py").write_text(TOY_BACKEND)
+    (wd / "envs/toy.txt").write_bytes((wd / "envs/upstream.txt").read_bytes())
+    (wd / "containers/toy").mkdir()
+    (wd / "containers/toy/Containerfile").write_text(TOY_CONTAINERFILE)
+    assert changed_files(wd, before) == {
+        "workflow_scripts/backends/toy.py", "envs/toy.txt", "containers/toy/Containerfile",
+    }  # fmt: skip
+    return wd
+
+
+def add_knob(wd: Path) -> Path:
+    """The knob's declaration, and the one line of the harness that applies it."""
+    fields = wd / "workflow_scripts/study/fields.py"
+    text = fields.read_text()
+    anchor = '        Field(\n            "env_vars",'
+    assert anchor in text
+    fields.write_text(text.replace(anchor, KNOB + anchor, 1))
+    harness = wd / "workflow_scripts/harness.py"
+    text = harness.read_text()
+    line = "self.loss_fn = torch.nn.CrossEntropyLoss()"
+    assert text.count(line) == 1
+    applied = "self.loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=spec['label_smoothing'])"
+    harness.write_text(text.replace(line, applied))
+    return wd
+
+
+@pytest.fixture
+def toy_knob(tmp_path) -> Path:
+    return add_knob(copy_workflow(tmp_path / "wf"))
+
+
+def test_a_backend_is_one_module_one_lock_one_containerfile(toy_backend):
+    wd = toy_backend
+    out = python(
+        wd,
+        "import json\n"
+        "from workflow_scripts import backends, images, records\n"
+        "from workflow_scripts.study import build_schema\n"
+        "print(json.dumps({'names': backends.names(), 'image': images.IMAGES['toy'],\n"
+        "  'lineage': images.lineage('toy'), 'env_image': images.env_image('toy'),\n"
+        "  'enum': build_schema()['$defs']['backend']['enum'],\n"
+        "  'order': list(__import__('workflow_scripts.report', fromlist=['x']).BACKEND_ORDER)}))",
+    )
+    got = json.loads(out)
+    assert got["names"] == ["eager", "inductor", "ipex", "xla", "toy"]
+    assert got["enum"] == got["names"] and got["order"] == got["names"]
+    assert got["image"] == ["common", "toy"] and got["lineage"] == ["os", "common", "toy"]
+    assert got["env_image"] == "toy"
+    # the loader resolves its environment and applies its combination rule
+    proc = study(wd, {"experiments": [{"id": "t", "backend": "toy"}]})
+    assert proc.returncode == 0, proc.stderr
+    (spec,) = json.loads(proc.stdout)["experiments"]
+    assert spec["env"] == "toy" and spec["compile"] == "none"
+    proc = study(wd, {"experiments": [{"id": "t", "backend": "toy", "precision": "bf16"}]})
+    assert proc.returncode == 1
+    assert "experiments[0] (id t): backend 'toy' needs precision 'fp32'" in proc.stderr
+    # the workflow builds its environment and runs its experiment (a dry run)
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
+    cmd += ["preset=default", "experiments=[{id: t, backend: toy}]", "sweeps=[]"]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "results/envs/toy.json" in proc.stdout and "calibration/toy.json" in proc.stdout
+    assert "results/records/t/trial0.json" in proc.stdout
+
+
+def test_a_knob_is_one_declaration(toy_knob):
+    wd = toy_knob
+    config = {"experiments": [{"id": "a", "label_smoothing": 0.1}]}
+    config["sweeps"] = [{"name": "s", "label_smoothing": [0.0, 0.2]}]
+    proc = study(wd, config)
+    assert proc.returncode == 0, proc.stderr
+    specs = json.loads(proc.stdout)["experiments"]
+    assert [(s["id"], s["label_smoothing"]) for s in specs] == [
+        ("a", 0.1), ("s-ls0", 0.0), ("s-ls0.2", 0.2),
+    ]  # fmt: skip
+    proc = study(wd, {"experiments": [{"label_smoothing": 2}, {"label_smothing": 0.1}]})
+    assert proc.returncode == 1
+    assert "experiments[0].label_smoothing: 2 is not allowed; allowed: a number >= 0" in (
+        proc.stderr
+    )
+    assert "did you mean 'label_smoothing'?" in proc.stderr
+    out = python(
+        wd,
+        "import json\n"
+        "from workflow_scripts import records\n"
+        "from workflow_scripts.study import BUILTIN_DEFAULTS, build_schema\n"
+        "row = records.flatten({'spec': {'label_smoothing': 0.3}, 'status': 'ok'})\n"
+        "print(json.dumps({'default': BUILTIN_DEFAULTS['label_smoothing'],\n"
+        "  'column': 'label_smoothing' in records.COLUMNS, 'value': row['label_smoothing'],\n"
+        "  'defaults': 'label_smoothing' in build_schema()['$defs']['defaults']['properties']}))",
+    )
+    assert json.loads(out) == {"default": 0.0, "column": True, "value": 0.3, "defaults": True}
+
+
+HARNESS_RUN = """
+import json, sys
+from workflow_scripts import harness
+spec = json.loads(sys.argv[1])
+result = harness.run(spec)
+assert result["status"] == "ok", result["error"]
+print(json.dumps(result["losses"]))
+"""
+
+
+def _losses(wd: Path, env: dict, spec: dict) -> list[float]:
+    return json.loads(python(wd, HARNESS_RUN, json.dumps(spec), exe=env["python"]))
+
+
+def _spec(wd: Path, **fields) -> dict:
+    base = {"id": "x", "model": "cnn", "image_size": 32, "batch_size": 4, "warmup_steps": 1}
+    proc = study(wd, {"experiments": [{**base, "steps": 3, "probe_size": 0, **fields}]})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["experiments"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_toy_backend_and_knob_act_in_a_real_run(toy_backend, upstream_env, tmp_path):
+    wd = toy_backend
+    # the toy backend's prepare() zeroes the learning rate: a model that never moves sees
+    # one loss for the one repeated batch; eager learns from it
+    frozen = _losses(wd, upstream_env, _spec(wd, backend="toy"))
+    learning = _losses(wd, upstream_env, _spec(wd, backend="eager"))
+    assert len(frozen) == 4 and max(frozen) - min(frozen) < 1e-6
+    assert learning[0] == pytest.approx(frozen[0]) and learning[-1] < learning[0] - 1e-4
+    # the knob: label smoothing changes the loss of the same model and batch
+    knob = add_knob(copy_workflow(tmp_path / "knob"))
+    plain = _losses(knob, upstream_env, _spec(knob))
+    smoothed = _losses(knob, upstream_env, _spec(knob, label_smoothing=0.5))
+    assert plain[0] != pytest.approx(smoothed[0])
