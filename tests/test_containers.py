@@ -199,3 +199,38 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
     assert summary.loc["xla-fp32", "image_id"] == after["xla"]["image_id"]
     assert experiments_run(first)  # the first run did run the study
+
+
+def test_the_base_image_takes_the_hosts_debian_mirror(tmp_path):
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    assert images.host_debian_mirror([str(apt)]) is None
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.example.internal/debian/\n"
+        "Suites: bookworm\n\nTypes: deb\nURIs: http://mirror.example.internal/debian-security\n"
+    )
+    assert images.host_debian_mirror([str(apt)]) == "http://mirror.example.internal/debian"
+    (apt / "sources.list").write_text(
+        "# old style\ndeb [arch=amd64] http://other.example.internal/debian bookworm main\n"
+    )
+    assert images.host_debian_mirror([str(apt)]) == "http://other.example.internal/debian"
+    # the base image's tag follows the mirror a build would use
+    base = {"source": "mmdebstrap", "suite": "bookworm", "mirror": None, "image": None}
+    host = images.host_debian_mirror()
+    assert images.base_key(base) == images.base_key({**base, "mirror": host})
+
+
+def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
+    from workflow_scripts import runtimes
+
+    monkeypatch.delenv(runtimes.RESOLVED_VAR, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no engine: auto falls back to local
+    assert runtimes.resolve("auto")[0] == "local"
+    # a job process inherits the answer and does not ask the engines again, even
+    # where one would now be found
+    fake = tmp_path / "podman"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    assert runtimes.resolve("auto") == ("local", None)
+    monkeypatch.delenv(runtimes.RESOLVED_VAR)
+    assert runtimes.resolve("auto") == ("podman", None)
