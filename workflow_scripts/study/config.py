@@ -286,26 +286,9 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
 # the entry point
 
 
-def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
-    """Validate ``config`` and expand it into a Study (raises StudyConfigError)."""
-    if config is None:
-        config = {}
-    if not isinstance(config, dict):
-        raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
-    config = _coerce_overrides(copy.deepcopy(dict(config)))
-    errors = validate_schema(config)
-    if errors:
-        raise StudyConfigError("\n".join(errors))
-
-    # 2. the preset overlay
-    preset = config.get("preset", SETTING_DEFAULTS["preset"])
-    presets = config.get("presets", {})
-    if preset != "default" and preset not in presets:
-        available = ", ".join(sorted({"default", *presets}))
-        raise StudyConfigError(
-            err("preset", f"{show(preset)} is not a preset; available: {available}")
-        )
-    overlay = presets.get(preset, {})
+def _settings(config: dict, overlay: dict, preset: str) -> dict:
+    """The top-level settings: the declared defaults, then the config, then the preset's
+    ``trials`` and ``image_folder``; nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
     if "trials" in overlay:
@@ -331,6 +314,31 @@ def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise StudyConfigError(err(f"prices[{i}].name", f"duplicate price name {name!r}"))
+
+    return settings
+
+
+def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
+    """Validate ``config`` and expand it into a Study (raises StudyConfigError)."""
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
+    config = _coerce_overrides(copy.deepcopy(dict(config)))
+    errors = validate_schema(config)
+    if errors:
+        raise StudyConfigError("\n".join(errors))
+
+    # 2. the preset overlay
+    preset = config.get("preset", SETTING_DEFAULTS["preset"])
+    presets = config.get("presets", {})
+    if preset != "default" and preset not in presets:
+        available = ", ".join(sorted({"default", *presets}))
+        raise StudyConfigError(
+            err("preset", f"{show(preset)} is not a preset; available: {available}")
+        )
+    overlay = presets.get(preset, {})
+    settings = _settings(config, overlay, preset)
 
     defaults = {k: copy.deepcopy(v) for k, v in BUILTIN_DEFAULTS.items() if k not in PER_EXPERIMENT}
     defaults.update(copy.deepcopy(config.get("defaults", {})))
