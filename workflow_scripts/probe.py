@@ -8,7 +8,7 @@ same threads, pinning and allocator; a trial whose probe is well below what the
 machine usually reaches was disturbed by something else running.
 
 Standard library and torch only (it runs in the backend environments); torch is
-imported inside the functions, so the launcher and the report can use the pure
+imported inside the functions, so the trial policy and the report can use the pure
 helpers (:func:`summarize`, :func:`reference_rate`) without it.
 
     python -m workflow_scripts.probe --size 1024                # one probe, as JSON

@@ -52,7 +52,7 @@ MAIN_COLUMNS = [
     "threads",
     "precision",
 ]
-# The trial's noise probe, its noise verdict, the launcher's reruns and the roofline.
+# The trial's noise probe, its noise verdict, the trial policy's reruns and the roofline.
 MEASUREMENT_COLUMNS = [
     "noisy",
     "probe_fp32_gflops",

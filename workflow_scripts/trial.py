@@ -304,7 +304,7 @@ def assemble(
     started: str,
 ) -> dict:
     """Complete a record with what the trial policy knows: the spec, where and how it
-    ran, and the process's lifetime as the launcher saw it."""
+    ran, and the process's lifetime as the trial policy saw it."""
     record.setdefault("metrics", {})
     record["schema_version"] = SCHEMA_VERSION
     record["experiment"] = spec["id"]
