@@ -209,7 +209,7 @@ def attempt_once(
         path.unlink(missing_ok=True)
     spec_json = json.dumps(spec, sort_keys=True)
     args = [harness_args(spec_json, path, _absolute(image_folder)) for path in results]
-    (cmd,) = launcher.commands(spec, env_info["python"], args)
+    cmd = launcher.command(spec, env_info["python"], args)
     env = environment(spec, runtime)
     cache, cache_folder = compile_cache(spec, env, label, container)
     why_not = runtime.missing()

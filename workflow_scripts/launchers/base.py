@@ -3,10 +3,11 @@ ranks' results become one.
 
 A launcher module (``launchers/<name>.py``) defines ``LAUNCHER``, an instance of a
 :class:`Launcher` subclass, named by the value of the ``launcher`` field. It turns a
-trial into the command lines of its N ranks (:meth:`commands`, with threads,
-affinity and preloads), and merges the N results into the one result of the trial
+trial into the command line that starts its N ranks (:meth:`command`, with threads,
+affinity and preloads: the rank itself for N = 1, or a launcher such as torchrun or
+srun that starts N), and merges the N results into the one result of the trial
 (:meth:`merge`). A single-process trial is N = 1. The runtime (a local environment
-or a container) wraps the commands; the trial policy (``workflow_scripts.trial``)
+or a container) wraps the command; the trial policy (``workflow_scripts.trial``)
 decides how often to run them. Standard library only: :meth:`verify` runs inside
 each rank's process, in the backend's environment.
 """
@@ -42,9 +43,12 @@ class Launcher:
         """The command line of one rank (the harness with its arguments)."""
         return [python, "-u", str(ENTRY), *harness_args]
 
-    def commands(self, spec: dict, python: str, harness_args: list[list[str]]) -> list[list[str]]:
-        """One command line per rank; ``harness_args[r]`` are rank r's harness arguments."""
-        return [self.rank_command(spec, python, args) for args in harness_args]
+    def command(self, spec: dict, python: str, harness_args: list[list[str]]) -> list[str]:
+        """The command line that starts the trial's ranks; ``harness_args[r]`` are rank r's
+        harness arguments (one list per rank, :meth:`ranks` of them)."""
+        if len(harness_args) != 1:
+            raise ValueError(f"launcher {self.name!r} starts one process, not {len(harness_args)}")
+        return self.rank_command(spec, python, harness_args[0])
 
     def environment(self, spec: dict) -> dict[str, str]:
         """Variables the launcher sets for its ranks (threads; preloads are its own)."""
