@@ -14,6 +14,7 @@ from ..sysinfo import parse_cpu_list as parse_cpus
 from .config import (
     Study,
     StudyConfigError,
+    check_config_files,
     check_spec,
     derive_id,
     load_for_snakemake,
@@ -29,6 +30,7 @@ FIELDS = NAMES  # the field names, in declaration order
 
 __all__ = [
     "BUILTIN_DEFAULTS", "FIELDS", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
-    "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "check_spec", "derive_id",
+    "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "check_config_files",
+    "check_spec", "derive_id",
     "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config",
 ]  # fmt: skip

@@ -65,6 +65,24 @@ NON_STRING_SETTINGS = (
 )
 
 
+# Variables the study sets from the spec (the field to use instead): a run must not get
+# them from env_vars, or the record would show the spec while the run used another value.
+CONTROLLED_ENV = {
+    "OMP_NUM_THREADS": "use threads",
+    "MKL_NUM_THREADS": "use threads",
+    "LD_PRELOAD": "use launcher run_cpu with allocator/openmp",
+    "MALLOC_CONF": "use allocator",
+    "GOMP_CPU_AFFINITY": "use cpus",
+    "OMP_PROC_BIND": "use cpus",
+    "OMP_PLACES": "use cpus",
+    "PJRT_DEVICE": "set by backend xla",
+    "VIRTUAL_ENV": "the backend's environment",
+    "PYTHONPATH": "the workflow's sources",
+    "PATH": "the backend's environment",
+}
+CONTROLLED_PREFIXES = {"KMP_": "use openmp (run_cpu sets KMP_* for Intel OpenMP)"}
+
+
 class StudyConfigError(Exception):
     """A configuration problem; ``str(exc)`` is the message to show the user."""
 
@@ -75,6 +93,8 @@ class Study:
     settings: dict[str, Any]
     defaults: dict[str, Any]  # resolved defaults (built-in, then config, then preset)
     base_dir: Path
+    #: legal but suspicious values, one line each (printed, never fatal)
+    warnings: list[str] = dataclasses.field(default_factory=list)
     by_id: dict[str, dict[str, Any]] = dataclasses.field(init=False)
     envs: list[str] = dataclasses.field(init=False)
 
@@ -112,6 +132,34 @@ def _coerce_overrides(config: dict) -> dict:
             if not isinstance(parsed, str):
                 config[key] = parsed
     return config
+
+
+def reparse_nested(value: Any, depth: int = 0) -> Any:
+    """Snakemake reads the values nested in a ``--config key={...}`` override with
+    YAML's base loader, as strings ('32', 'true'): read such leaves as YAML again."""
+    if isinstance(value, dict):
+        return {k: reparse_nested(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [reparse_nested(v, depth + 1) for v in value]
+    if isinstance(value, str) and depth > 0:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
+    return value
+
+
+def _integral(settings: dict) -> None:
+    """Whole-number floats (``trials: 2.0``) of integer settings become ints."""
+    for name, setting in SETTINGS.items():
+        value = settings.get(name)
+        if setting.schema.get("type") == "integer" and isinstance(value, float):
+            settings[name] = int(value)
+        if isinstance(value, dict) and "properties" in setting.schema:
+            for key, sub in setting.schema["properties"].items():
+                if sub.get("type") == "integer" and isinstance(value.get(key), float):
+                    value[key] = int(value[key])
 
 
 def _normalize(spec: dict) -> None:
@@ -237,6 +285,20 @@ def check_spec(spec: dict) -> list[str]:
         problems.append(
             f"compile_mode {spec['compile_mode']!r} needs a compile (got compile 'none')"
         )
+    elif spec["compile"] not in ("none", "inductor") and spec["compile_mode"] != "default":
+        problems.append(
+            f"compile_mode {spec['compile_mode']!r} needs compile 'inductor' (compile "
+            f"{spec['compile']!r} ignores it)"
+        )
+    for name in spec["env_vars"]:
+        field = CONTROLLED_ENV.get(name) or next(
+            (f for prefix, f in CONTROLLED_PREFIXES.items() if name.startswith(prefix)), None
+        )
+        if field:
+            problems.append(
+                f"env_vars.{name} is set by the study itself ({field}); an override would "
+                "run something else than the record says"
+            )
     problems += _owner_problems(spec, "launcher", launchers.all_launchers())
     problems += launchers.get(spec["launcher"]).check(spec)
     if spec["data"] == "synthetic" and spec["num_workers"] != 0:
@@ -247,6 +309,12 @@ def check_spec(spec: dict) -> list[str]:
     if spec["data_dir"] is not None and spec["data"] != "image_folder":
         problems.append(
             f"data_dir {spec['data_dir']!r} needs data 'image_folder' (got data {spec['data']!r})"
+        )
+    if spec["model"].startswith("resnet") and spec["batch_size"] == 1 and spec["image_size"] <= 32:
+        problems.append(
+            f"model {spec['model']!r} at batch_size 1 with image_size {spec['image_size']} "
+            "ends in 1x1 feature maps, where batch norm has one value per channel and cannot "
+            "train; use batch_size >= 2 or image_size >= 64"
         )
     if spec["model"].startswith("resnet") and spec["image_size"] < 32:
         problems.append(
@@ -286,17 +354,21 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
 # the entry point
 
 
-def _settings(config: dict, overlay: dict, preset: str) -> dict:
+def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
     """The top-level settings: the declared defaults, then the config, then the preset's
-    ``trials`` and ``image_folder``; nested mappings merged key by key."""
+    ``trials`` and ``image_folder``, then the command line's (it wins over a preset);
+    nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
     if "trials" in overlay:
         settings["trials"] = overlay["trials"]
+    if "trials" in cli:
+        settings["trials"] = cli["trials"]
     settings["image_folder"] = {
         **SETTING_DEFAULTS["image_folder"],
         **config.get("image_folder", {}),
         **overlay.get("image_folder", {}),
+        **cli.get("image_folder", {}),
     }
     given = config.get("containers", {})
     settings["containers"] = {
@@ -318,13 +390,18 @@ def _settings(config: dict, overlay: dict, preset: str) -> dict:
     return settings
 
 
-def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
-    """Validate ``config`` and expand it into a Study (raises StudyConfigError)."""
+def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None = None) -> Study:
+    """Validate ``config`` and expand it into a Study (raises StudyConfigError).
+
+    ``cli``: what the command line set (Snakemake's ``--configfile`` and ``--config``);
+    it wins over the selected preset, as it wins over config.yaml."""
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
+    cli = _coerce_overrides(copy.deepcopy(dict(cli or {})))
     config = _coerce_overrides(copy.deepcopy(dict(config)))
+    _merge(config, cli)
     errors = validate_schema(config)
     if errors:
         raise StudyConfigError("\n".join(errors))
@@ -338,14 +415,18 @@ def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
             err("preset", f"{show(preset)} is not a preset; available: {available}")
         )
     overlay = presets.get(preset, {})
-    settings = _settings(config, overlay, preset)
+    settings = _settings(config, overlay, preset, cli)
+    _integral(settings)
 
     defaults = {k: copy.deepcopy(v) for k, v in BUILTIN_DEFAULTS.items() if k not in PER_EXPERIMENT}
     defaults.update(copy.deepcopy(config.get("defaults", {})))
     defaults.update(copy.deepcopy(overlay.get("defaults", {})))
+    defaults.update(copy.deepcopy(cli.get("defaults", {})))
     _normalize(defaults)
 
     def pick(key: str) -> tuple[list, str]:
+        if key in cli:
+            return cli[key], key
         if key in overlay:
             return overlay[key], f"presets.{preset}.{key}"
         return config.get(key, []), key
@@ -394,18 +475,84 @@ def load_study(config: dict | None, base_dir: Path | str = ".") -> Study:
         settings=settings,
         defaults=defaults,
         base_dir=Path(base_dir).resolve(),
+        warnings=setting_warnings(settings),
     )
 
 
-def load_for_snakemake(config: dict, base_dir: Path | str) -> Study:
-    """:func:`load_study` for the Snakefile: a configuration error stops Snakemake with
-    the loader's message alone (a WorkflowError, no traceback)."""
+def setting_warnings(settings: dict) -> list[str]:
+    """Legal values that probably do not do what the user wants."""
+    out = []
+    if settings["noise_threshold"] >= 0.95:
+        out.append(
+            f"config warning at noise_threshold: {settings['noise_threshold']:g} reruns (and "
+            "then flags) nearly every trial: a probe varies by a few percent on a quiet "
+            f"machine; the default is {SETTING_DEFAULTS['noise_threshold']:g}"
+        )
+    if settings["noise_retries"] > 5:
+        out.append(
+            f"config warning at noise_retries: {settings['noise_retries']} reruns of a "
+            "disturbed trial can take hours on a busy machine; the default is "
+            f"{SETTING_DEFAULTS['noise_retries']}"
+        )
+    return out
+
+
+def _merge(config: dict, over: dict) -> None:
+    """Snakemake's merge of a ``--config`` override into the config: mappings key by key."""
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            _merge(config[key], value)
+        else:
+            config[key] = copy.deepcopy(value)
+
+
+def check_yaml(path: Path | str) -> None:
+    """A YAML file's syntax error as the user's message, with its line and column."""
+    path = Path(path)
+    try:
+        yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise StudyConfigError(
+            f"config error: {path} is not valid YAML{where}: {problem}"
+        ) from None
+
+
+def check_config_files(workflow, configfile: str = "config.yaml") -> None:
+    """Before Snakemake reads them: the config files' YAML syntax, with line and column."""
     from snakemake.exceptions import WorkflowError
 
     try:
-        return load_study(config, base_dir)
+        for path in [Path(workflow.basedir) / configfile, *workflow.overwrite_configfiles]:
+            check_yaml(path)
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
+
+
+def load_for_snakemake(workflow, config: dict) -> Study:
+    """:func:`load_study` for the Snakefile, with the command line's ``--config`` winning
+    over the preset, and the checks that need this machine (CPUs, memory, files). A
+    configuration error stops Snakemake with the loader's message alone (a
+    WorkflowError, no traceback); warnings are printed."""
+    from snakemake.exceptions import WorkflowError
+
+    from .machine import check_machine
+
+    try:
+        settings = workflow.config_settings
+        cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
+        _merge(cli, reparse_nested(dict(getattr(settings, "config", None) or {})))
+        study = load_study(config, workflow.basedir, cli=cli)
+        check_machine(study)
+    except StudyConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+    for line in study.warnings:
+        print(line, file=sys.stderr)
+    return study
 
 
 # ---------------------------------------------------------------------------

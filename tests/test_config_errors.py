@@ -1,0 +1,139 @@
+"""Bad configurations through the real ``snakemake`` command: every mistake is reported
+before any job runs, all at once, with the field path, the value and what is allowed;
+nothing is created under results/. Suspicious but legal values get a warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_workflow import copy_workflow
+
+pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory) -> Path:
+    return copy_workflow(tmp_path_factory.mktemp("cfg") / "wf")
+
+
+def dry_run(wd: Path, *config: str, study: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    if study is not None:
+        path = wd / "study.yaml"
+        path.write_text(yaml.safe_dump({"sweeps": [], **study}))
+        cmd += ["--configfile", str(path)]
+    cmd += ["--config", "runtime=local", *config]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
+    assert not (wd / "results").exists()  # a dry run, and a bad config, create nothing
+    return proc
+
+
+def failed(proc: subprocess.CompletedProcess) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    return out
+
+
+def jobs(proc: subprocess.CompletedProcess, rule: str = "run_experiment") -> int:
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == rule:
+            return int(parts[1])
+    return 0
+
+
+def test_every_mistake_at_once(wd):
+    study = {
+        "trials": 0,
+        "experiments": [
+            {"id": "a", "presicion": "bf16"},
+            {"id": "b", "batch_size": "big", "backend": "tpu"},
+            {"id": "c", "compile": "ipex"},
+        ],
+    }
+    out = failed(dry_run(wd, study=study))
+    for needle in (
+        "config error at trials: 0 is not allowed; allowed: an integer >= 1",
+        "experiments[0].presicion: unknown field 'presicion' (did you mean 'precision'?)",
+        "experiments[1].batch_size: 'big' is a string; allowed: an integer >= 1",
+        "experiments[1].backend: 'tpu' is not allowed; allowed: eager, inductor, ipex, xla",
+    ):
+        assert needle in out, out[-3000:]
+    assert len(out) < 4000  # the messages, not a dump of the schema and the config
+
+
+def test_a_yaml_syntax_error_names_its_line(wd):
+    config = wd / "config.yaml"
+    text = config.read_text()
+    try:
+        config.write_text(text.replace("trials: 2\n", "trials: [2\n", 1))
+        out = failed(dry_run(wd))
+        assert "config.yaml is not valid YAML at line" in out and "column" in out
+    finally:
+        config.write_text(text)
+
+
+def test_whole_number_floats_and_nested_overrides(wd):
+    assert jobs(dry_run(wd, "trials=2.0", study={"experiments": [{"id": "a"}]})) == 2
+    # nested values from the command line arrive as strings: read as YAML again
+    proc = dry_run(wd, "preset=quick", "defaults={batch_size: 4, steps: 2}")
+    assert jobs(proc) == 11
+    # the command line wins over the preset
+    assert jobs(dry_run(wd, "preset=quick", "trials=3")) == 33
+
+
+@pytest.mark.parametrize(
+    "experiment, message",
+    [
+        ({"threads": 4096}, "experiment x.threads: 4096 is more than the"),
+        ({"cpus": "4000-4001"}, "experiment x.cpus: '4000-4001' names CPUs 4000-4001"),
+        (
+            {"data": "image_folder", "data_dir": "/nonexistent/imgs"},
+            "experiment x.data_dir: '/nonexistent/imgs' is not a folder here",
+        ),
+        (
+            {"data": "image_folder", "batch_size": 100000},
+            "experiment x.batch_size: 100000 is more than the generated folder's",
+        ),
+        (
+            {"env_vars": {"OMP_NUM_THREADS": "7", "KMP_AFFINITY": "compact"}},
+            "env_vars.OMP_NUM_THREADS is set by the study itself (use threads)",
+        ),
+        (
+            {"backend": "ipex", "compile": "ipex", "compile_mode": "max-autotune"},
+            "compile_mode 'max-autotune' needs compile 'inductor' (compile 'ipex' ignores it)",
+        ),
+        (
+            {"model": "resnet18", "image_size": 32, "batch_size": 1},
+            "batch_size 1 with image_size 32",
+        ),
+    ],
+)
+def test_problems_known_at_plan_time(wd, experiment, message):
+    out = failed(dry_run(wd, study={"experiments": [{"id": "x", **experiment}]}))
+    assert message in out, out[-3000:]
+
+
+def test_a_missing_interpreter(wd):
+    out = failed(dry_run(wd, "python=/nonexistent/python3", study={"experiments": [{}]}))
+    assert "config error at python: '/nonexistent/python3' does not exist" in out
+
+
+def test_suspicious_values_warn_and_run(wd):
+    proc = dry_run(
+        wd,
+        "noise_threshold=1.0",
+        study={"experiments": [{"id": "huge", "batch_size": 8192}]},
+    )
+    assert jobs(proc) == 2
+    assert "config warning at noise_threshold: 1 reruns" in proc.stderr
+    assert "config warning at experiment huge.batch_size: batch 8192 of resnet50" in proc.stderr
+    assert os.path.exists(wd / "config.yaml")

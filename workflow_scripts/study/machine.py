@@ -1,0 +1,119 @@
+"""The checks of a study that depend on the machine its experiments run on: CPUs,
+memory and files. Made before any job, on the machine that runs the jobs (local and
+container runtimes: this one); each problem names the experiment, the field, the
+value and what this machine has."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from ..sysinfo import cpu_list_str, parse_cpu_list
+from .config import Study, StudyConfigError
+from .schema import err
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
+
+# A rough training-memory model, for the warning only: (fixed MB: weights, gradients,
+# momentum, the framework; MB per sample at 224 x 224: fp32 activations kept for the
+# backward pass). An order of magnitude, not a measurement.
+MEMORY_MB = {"resnet50": (600.0, 110.0), "resnet18": (350.0, 40.0), "cnn": (300.0, 4.0)}
+MEMORY_WARN_FRACTION = 0.8
+
+
+def estimated_memory_mb(spec: dict) -> float:
+    fixed, per_sample = MEMORY_MB.get(spec["model"], MEMORY_MB["resnet50"])
+    workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
+    return (
+        fixed * (1 + 0.5 * workers)
+        + per_sample * spec["batch_size"] * (spec["image_size"] / 224) ** 2
+    )
+
+
+def total_memory_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def count_images(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def check_machine(study: Study) -> None:
+    """Raise StudyConfigError with every problem at once; add warnings to the study."""
+    errors: list[str] = []
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        allowed = list(range(os.cpu_count() or 1))
+    memory = total_memory_mb()
+    python = study.settings["python"]
+    if python and not Path(python).expanduser().exists():
+        errors.append(err("python", f"{python!r} does not exist on this machine"))
+    folder = study.settings["image_folder"]
+    generated = folder["classes"] * folder["images_per_class"]
+    counted: dict[Path, int] = {}
+    for spec in study.experiments:
+        at = f"experiment {spec['id']}"
+        threads = spec["threads"]
+        if threads and threads > len(allowed):
+            errors.append(
+                err(
+                    f"{at}.threads",
+                    f"{threads} is more than the {len(allowed)} CPUs this machine lets the "
+                    f"study use (affinity {cpu_list_str(allowed)})",
+                )
+            )
+        if spec["cpus"]:
+            cpus = parse_cpu_list(spec["cpus"])
+            outside = [c for c in cpus if c not in allowed]
+            if outside:
+                errors.append(
+                    err(
+                        f"{at}.cpus",
+                        f"{spec['cpus']!r} names CPUs {cpu_list_str(outside)} that this machine "
+                        f"does not let the study use (allowed: {cpu_list_str(allowed)})",
+                    )
+                )
+            elif threads and threads > len(cpus):
+                errors.append(
+                    err(
+                        f"{at}.threads",
+                        f"{threads} threads on the {len(cpus)} CPUs of cpus {spec['cpus']!r} "
+                        "would oversubscribe them",
+                    )
+                )
+        if spec["data"] == "image_folder":
+            if spec["data_dir"]:
+                path = study.path(spec["data_dir"])
+                if not path.is_dir():
+                    errors.append(err(f"{at}.data_dir", f"{str(path)!r} is not a folder here"))
+                    continue
+                n = counted.setdefault(path, count_images(path))
+                where = f"the {n} images of {str(path)!r}"
+            else:
+                n = generated
+                where = f"the generated folder's {n} images (image_folder)"
+            if spec["batch_size"] > n:
+                errors.append(
+                    err(
+                        f"{at}.batch_size",
+                        f"{spec['batch_size']} is more than {where}: no full batch to train on",
+                    )
+                )
+        need = estimated_memory_mb(spec)
+        if memory and need > MEMORY_WARN_FRACTION * memory:
+            study.warnings.append(
+                f"config warning at {at}.batch_size: batch {spec['batch_size']} of "
+                f"{spec['model']} at {spec['image_size']} px needs roughly "
+                f"{math.ceil(need / 1024)} GB (a rough estimate); this machine has "
+                f"{memory / 1024:.0f} GB: the run may be killed for memory"
+            )
+    if errors:
+        raise StudyConfigError("\n".join(errors))
