@@ -4,24 +4,19 @@ and the loader that turns config.yaml into validated experiment specs.
     fields.py    every experiment field: type, default, help, id tag, column, label
     settings.py  every top-level setting: type, default, help
     schema.py    the JSON schema built from both, and the messages for its errors
-    config.py    load_study(): presets, sweeps, ids, combination checks; the CLI
+    config.py    load_study(): presets, sweeps, ids
+    checks.py    combination checks, controlled variables, warnings (no machine needed)
+    machine.py   the checks that need this machine: CPUs, memory, files
+    entry.py     the ways in: Snakemake (load_for_snakemake) and the command line
 
 ``python -m workflow_scripts.study [--set key=value ...]`` prints what a config
 expands to (``--schema`` prints the schema).
 """
 
 from ..sysinfo import parse_cpu_list as parse_cpus
-from .config import (
-    Study,
-    StudyConfigError,
-    check_config_files,
-    check_spec,
-    derive_id,
-    load_for_snakemake,
-    load_study,
-    main,
-    read_config,
-)
+from .checks import check_spec
+from .config import Study, StudyConfigError, derive_id, load_study
+from .entry import check_config_files, load_for_snakemake, main, read_config
 from .fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
 from .schema import build_schema
 from .settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS

@@ -2,6 +2,6 @@
 
 import sys
 
-from .config import main
+from .entry import main
 
 sys.exit(main())

@@ -25,29 +25,24 @@ to print the expanded experiment table of a configuration.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import itertools
 import json
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from .. import backends, launchers
-from ..sysinfo import parse_cpu_list
+from .. import backends
 from ..util import bare as _bare
 from ..util import show
+from .checks import check_spec, setting_warnings
 from .fields import (
     BUILTIN_DEFAULTS,
     FIELDS,
-    ID_ALLOWED,
     ID_FIELDS,
-    ID_PATTERN,
     INT_FIELDS,
     PER_EXPERIMENT,
     id_reference,
@@ -63,24 +58,6 @@ NON_STRING_SETTINGS = (
     "sweeps",
     "presets",
 )
-
-
-# Variables the study sets from the spec (the field to use instead): a run must not get
-# them from env_vars, or the record would show the spec while the run used another value.
-CONTROLLED_ENV = {
-    "OMP_NUM_THREADS": "use threads",
-    "MKL_NUM_THREADS": "use threads",
-    "LD_PRELOAD": "use launcher run_cpu with allocator/openmp",
-    "MALLOC_CONF": "use allocator",
-    "GOMP_CPU_AFFINITY": "use cpus",
-    "OMP_PROC_BIND": "use cpus",
-    "OMP_PLACES": "use cpus",
-    "PJRT_DEVICE": "set by backend xla",
-    "VIRTUAL_ENV": "the backend's environment",
-    "PYTHONPATH": "the workflow's sources",
-    "PATH": "the backend's environment",
-}
-CONTROLLED_PREFIXES = {"KMP_": "use openmp (run_cpu sets KMP_* for Intel OpenMP)"}
 
 
 class StudyConfigError(Exception):
@@ -132,22 +109,6 @@ def _coerce_overrides(config: dict) -> dict:
             if not isinstance(parsed, str):
                 config[key] = parsed
     return config
-
-
-def reparse_nested(value: Any, depth: int = 0) -> Any:
-    """Snakemake reads the values nested in a ``--config key={...}`` override with
-    YAML's base loader, as strings ('32', 'true'): read such leaves as YAML again."""
-    if isinstance(value, dict):
-        return {k: reparse_nested(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [reparse_nested(v, depth + 1) for v in value]
-    if isinstance(value, str) and depth > 0:
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
-    return value
 
 
 def _integral(settings: dict) -> None:
@@ -254,85 +215,6 @@ def _expand(
 # checks on resolved specs
 
 
-def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
-    """A knob that only one backend (or launcher) acts on, set away from its neutral
-    value while another one runs it."""
-    problems = []
-    for owner in owners:
-        for knob, neutral in owner.owns.items():
-            if spec[knob] != neutral and spec[kind] != owner.name:
-                problems.append(
-                    f"{knob} {show(spec[knob])} needs {kind} {owner.name!r} "
-                    f"(got {kind} {spec[kind]!r})"
-                )
-    return problems
-
-
-def check_spec(spec: dict) -> list[str]:
-    """Combination problems of one resolved spec, as short sentences: the backend's and
-    the launcher's own rules, the knobs they own, and the rules between data fields."""
-    problems: list[str] = []
-    backend = backends.get(spec["backend"])
-    for other in backends.all_backends():
-        if spec["compile"] in other.compile_options and other is not backend:
-            problems.append(
-                f"compile {spec['compile']!r} needs backend {other.name!r} "
-                f"(got backend {backend.name!r})"
-            )
-    problems += _owner_problems(spec, "backend", backends.all_backends())
-    problems += backend.check(spec)
-    if spec["compile"] == "none" and spec["compile_mode"] != "default":
-        problems.append(
-            f"compile_mode {spec['compile_mode']!r} needs a compile (got compile 'none')"
-        )
-    elif spec["compile"] not in ("none", "inductor") and spec["compile_mode"] != "default":
-        problems.append(
-            f"compile_mode {spec['compile_mode']!r} needs compile 'inductor' (compile "
-            f"{spec['compile']!r} ignores it)"
-        )
-    for name in spec["env_vars"]:
-        field = CONTROLLED_ENV.get(name) or next(
-            (f for prefix, f in CONTROLLED_PREFIXES.items() if name.startswith(prefix)), None
-        )
-        if field:
-            problems.append(
-                f"env_vars.{name} is set by the study itself ({field}); an override would "
-                "run something else than the record says"
-            )
-    problems += _owner_problems(spec, "launcher", launchers.all_launchers())
-    problems += launchers.get(spec["launcher"]).check(spec)
-    if spec["data"] == "synthetic" and spec["num_workers"] != 0:
-        problems.append(
-            f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "
-            "(data 'synthetic' reuses one in-memory batch; num_workers must be 0)"
-        )
-    if spec["data_dir"] is not None and spec["data"] != "image_folder":
-        problems.append(
-            f"data_dir {spec['data_dir']!r} needs data 'image_folder' (got data {spec['data']!r})"
-        )
-    if spec["model"].startswith("resnet") and spec["batch_size"] == 1 and spec["image_size"] <= 32:
-        problems.append(
-            f"model {spec['model']!r} at batch_size 1 with image_size {spec['image_size']} "
-            "ends in 1x1 feature maps, where batch norm has one value per channel and cannot "
-            "train; use batch_size >= 2 or image_size >= 64"
-        )
-    if spec["model"].startswith("resnet") and spec["image_size"] < 32:
-        problems.append(
-            f"model {spec['model']!r} needs image_size >= 32 (got image_size {spec['image_size']})"
-        )
-    if spec["cpus"] is not None:
-        try:
-            parse_cpu_list(spec["cpus"])
-        except ValueError as exc:
-            problems.append(
-                f"cpus {spec['cpus']!r} is not a CPU list ({exc}); "
-                "allowed: CPU numbers and a-b ranges (a <= b), comma-separated, e.g. '0-3,6'"
-            )
-    if not re.match(ID_PATTERN, spec["id"]):
-        problems.append(f"id {spec['id']!r} is not allowed; allowed: {ID_ALLOWED}")
-    return problems
-
-
 def _resolved_validator() -> jsonschema.Draft202012Validator:
     schema = build_schema()
     props = {f: {"$ref": f"#/$defs/{f}"} for f in FIELDS}
@@ -401,7 +283,7 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
         raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
     cli = _coerce_overrides(copy.deepcopy(dict(cli or {})))
     config = _coerce_overrides(copy.deepcopy(dict(config)))
-    _merge(config, cli)
+    merge_config(config, cli)
     errors = validate_schema(config)
     if errors:
         raise StudyConfigError("\n".join(errors))
@@ -479,174 +361,10 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     )
 
 
-def setting_warnings(settings: dict) -> list[str]:
-    """Legal values that probably do not do what the user wants."""
-    out = []
-    if settings["noise_threshold"] >= 0.95:
-        out.append(
-            f"config warning at noise_threshold: {settings['noise_threshold']:g} reruns (and "
-            "then flags) nearly every trial: a probe varies by a few percent on a quiet "
-            f"machine; the default is {SETTING_DEFAULTS['noise_threshold']:g}"
-        )
-    if settings["noise_retries"] > 5:
-        out.append(
-            f"config warning at noise_retries: {settings['noise_retries']} reruns of a "
-            "disturbed trial can take hours on a busy machine; the default is "
-            f"{SETTING_DEFAULTS['noise_retries']}"
-        )
-    return out
-
-
-def _merge(config: dict, over: dict) -> None:
+def merge_config(config: dict, over: dict) -> None:
     """Snakemake's merge of a ``--config`` override into the config: mappings key by key."""
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
-            _merge(config[key], value)
+            merge_config(config[key], value)
         else:
             config[key] = copy.deepcopy(value)
-
-
-def check_yaml(path: Path | str) -> None:
-    """A YAML file's syntax error as the user's message, with its line and column."""
-    path = Path(path)
-    try:
-        yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise StudyConfigError(
-            f"config error: {path} is not valid YAML{where}: {problem}"
-        ) from None
-
-
-def check_config_files(workflow, configfile: str = "config.yaml") -> None:
-    """Before Snakemake reads them: the config files' YAML syntax, with line and column."""
-    from snakemake.exceptions import WorkflowError
-
-    try:
-        for path in [Path(workflow.basedir) / configfile, *workflow.overwrite_configfiles]:
-            check_yaml(path)
-    except StudyConfigError as exc:
-        raise WorkflowError(str(exc)) from None
-
-
-def load_for_snakemake(workflow, config: dict) -> Study:
-    """:func:`load_study` for the Snakefile, with the command line's ``--config`` winning
-    over the preset, and the checks that need this machine (CPUs, memory, files). A
-    configuration error stops Snakemake with the loader's message alone (a
-    WorkflowError, no traceback); warnings are printed."""
-    from snakemake.exceptions import WorkflowError
-
-    from .machine import check_machine
-
-    try:
-        settings = workflow.config_settings
-        cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
-        _merge(cli, reparse_nested(dict(getattr(settings, "config", None) or {})))
-        study = load_study(config, workflow.basedir, cli=cli)
-        check_machine(study)
-    except StudyConfigError as exc:
-        raise WorkflowError(str(exc)) from None
-    for line in study.warnings:
-        print(line, file=sys.stderr)
-    return study
-
-
-# ---------------------------------------------------------------------------
-# command line
-
-
-def read_config(path: Path | str, sets: list[str] | None = None) -> dict:
-    """config.yaml plus ``key=value`` overrides (values read as YAML, like Snakemake's
-    ``--config``)."""
-    path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise StudyConfigError(f"config error: {path} is not valid YAML: {exc}") from exc
-    config = {} if config is None else config
-    if not isinstance(config, dict):
-        raise StudyConfigError(f"config error: {path} must hold a mapping")
-    for item in sets or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise StudyConfigError(f"config error: --set {item!r}: expected key=value")
-        try:
-            config[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            config[key] = value
-    return config
-
-
-def format_table(study: Study) -> str:
-    s = study.settings
-    lines = [
-        (
-            f"preset {s['preset']}: {len(study.experiments)} experiments, "
-            f"envs {', '.join(study.envs)}, trials {s['trials']}, runtime {s['runtime']}"
-        ),
-    ]
-    changed = {
-        k: v
-        for k, v in study.defaults.items()
-        if k != "compile" and v != BUILTIN_DEFAULTS[k] and k not in PER_EXPERIMENT
-    }
-    if changed:
-        lines.append("defaults: " + " ".join(f"{k}={_bare(v)}" for k, v in changed.items()))
-    rows = [("id", "backend", "env", "group", "claim", "fields (other than the defaults)")]
-    skip = {"id", "backend", "group", "claim_speedup", "env", "preset"}
-    for spec in study.experiments:
-        diffs = []
-        for k in FIELDS:
-            if k in skip:
-                continue
-            base = study.defaults[k]
-            if k == "compile" and base is None:
-                base = backends.get(spec["backend"]).default_compile
-            if spec[k] != base:
-                diffs.append(f"{k}={_bare(spec[k])}")
-        claim = "" if spec["claim_speedup"] is None else f"{spec['claim_speedup']:g}x"
-        rows.append(
-            (spec["id"], spec["backend"], spec["env"], spec["group"], claim, " ".join(diffs))
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[5])
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.study",
-        description="Print the experiments a study config expands to.",
-    )
-    ap.add_argument("--config", default="config.yaml", type=Path, help="default: config.yaml")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a top-level key, like snakemake --config KEY=VALUE (repeatable)",
-    )
-    ap.add_argument("--json", action="store_true", help="print the resolved specs as JSON")
-    ap.add_argument("--schema", action="store_true", help="print the config schema (YAML)")
-    args = ap.parse_args(argv)
-    if args.schema:
-        print(yaml.safe_dump(build_schema(), sort_keys=False, width=100), end="")
-        return 0
-    try:
-        config = read_config(args.config, args.set)
-        study = load_study(config, base_dir=args.config.parent)
-    except StudyConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps({"settings": study.settings, "experiments": study.experiments}, indent=2))
-    else:
-        print(format_table(study))
-    return 0

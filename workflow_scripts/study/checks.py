@@ -1,0 +1,128 @@
+"""The plan-time checks of a resolved study that need no machine: combinations of
+fields (the backends' and launchers' own rules, the knobs they own, the rules between
+data fields), variables the study controls, and warnings for suspicious settings.
+The checks that need the machine (CPUs, memory, files) are in ``machine.py``."""
+
+from __future__ import annotations
+
+import re
+
+from .. import backends, launchers
+from ..sysinfo import parse_cpu_list
+from ..util import show
+from .fields import ID_ALLOWED, ID_PATTERN
+from .settings import SETTING_DEFAULTS
+
+# Variables the study sets from the spec (the field to use instead): a run must not get
+# them from env_vars, or the record would show the spec while the run used another value.
+CONTROLLED_ENV = {
+    "OMP_NUM_THREADS": "use threads",
+    "MKL_NUM_THREADS": "use threads",
+    "LD_PRELOAD": "use launcher run_cpu with allocator/openmp",
+    "MALLOC_CONF": "use allocator",
+    "GOMP_CPU_AFFINITY": "use cpus",
+    "OMP_PROC_BIND": "use cpus",
+    "OMP_PLACES": "use cpus",
+    "PJRT_DEVICE": "set by backend xla",
+    "VIRTUAL_ENV": "the backend's environment",
+    "PYTHONPATH": "the workflow's sources",
+    "PATH": "the backend's environment",
+}
+CONTROLLED_PREFIXES = {"KMP_": "use openmp (run_cpu sets KMP_* for Intel OpenMP)"}
+
+
+def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
+    """A knob that only one backend (or launcher) acts on, set away from its neutral
+    value while another one runs it."""
+    problems = []
+    for owner in owners:
+        for knob, neutral in owner.owns.items():
+            if spec[knob] != neutral and spec[kind] != owner.name:
+                problems.append(
+                    f"{knob} {show(spec[knob])} needs {kind} {owner.name!r} "
+                    f"(got {kind} {spec[kind]!r})"
+                )
+    return problems
+
+
+def check_spec(spec: dict) -> list[str]:
+    """Combination problems of one resolved spec, as short sentences: the backend's and
+    the launcher's own rules, the knobs they own, and the rules between data fields."""
+    problems: list[str] = []
+    backend = backends.get(spec["backend"])
+    for other in backends.all_backends():
+        if spec["compile"] in other.compile_options and other is not backend:
+            problems.append(
+                f"compile {spec['compile']!r} needs backend {other.name!r} "
+                f"(got backend {backend.name!r})"
+            )
+    problems += _owner_problems(spec, "backend", backends.all_backends())
+    problems += backend.check(spec)
+    if spec["compile"] == "none" and spec["compile_mode"] != "default":
+        problems.append(
+            f"compile_mode {spec['compile_mode']!r} needs a compile (got compile 'none')"
+        )
+    elif spec["compile"] not in ("none", "inductor") and spec["compile_mode"] != "default":
+        problems.append(
+            f"compile_mode {spec['compile_mode']!r} needs compile 'inductor' (compile "
+            f"{spec['compile']!r} ignores it)"
+        )
+    for name in spec["env_vars"]:
+        field = CONTROLLED_ENV.get(name) or next(
+            (f for prefix, f in CONTROLLED_PREFIXES.items() if name.startswith(prefix)), None
+        )
+        if field:
+            problems.append(
+                f"env_vars.{name} is set by the study itself ({field}); an override would "
+                "run something else than the record says"
+            )
+    problems += _owner_problems(spec, "launcher", launchers.all_launchers())
+    problems += launchers.get(spec["launcher"]).check(spec)
+    if spec["data"] == "synthetic" and spec["num_workers"] != 0:
+        problems.append(
+            f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "
+            "(data 'synthetic' reuses one in-memory batch; num_workers must be 0)"
+        )
+    if spec["data_dir"] is not None and spec["data"] != "image_folder":
+        problems.append(
+            f"data_dir {spec['data_dir']!r} needs data 'image_folder' (got data {spec['data']!r})"
+        )
+    if spec["model"].startswith("resnet") and spec["batch_size"] == 1 and spec["image_size"] <= 32:
+        problems.append(
+            f"model {spec['model']!r} at batch_size 1 with image_size {spec['image_size']} "
+            "ends in 1x1 feature maps, where batch norm has one value per channel and cannot "
+            "train; use batch_size >= 2 or image_size >= 64"
+        )
+    if spec["model"].startswith("resnet") and spec["image_size"] < 32:
+        problems.append(
+            f"model {spec['model']!r} needs image_size >= 32 (got image_size {spec['image_size']})"
+        )
+    if spec["cpus"] is not None:
+        try:
+            parse_cpu_list(spec["cpus"])
+        except ValueError as exc:
+            problems.append(
+                f"cpus {spec['cpus']!r} is not a CPU list ({exc}); "
+                "allowed: CPU numbers and a-b ranges (a <= b), comma-separated, e.g. '0-3,6'"
+            )
+    if not re.match(ID_PATTERN, spec["id"]):
+        problems.append(f"id {spec['id']!r} is not allowed; allowed: {ID_ALLOWED}")
+    return problems
+
+
+def setting_warnings(settings: dict) -> list[str]:
+    """Legal values that probably do not do what the user wants."""
+    out = []
+    if settings["noise_threshold"] >= 0.95:
+        out.append(
+            f"config warning at noise_threshold: {settings['noise_threshold']:g} reruns (and "
+            "then flags) nearly every trial: a probe varies by a few percent on a quiet "
+            f"machine; the default is {SETTING_DEFAULTS['noise_threshold']:g}"
+        )
+    if settings["noise_retries"] > 5:
+        out.append(
+            f"config warning at noise_retries: {settings['noise_retries']} reruns of a "
+            "disturbed trial can take hours on a busy machine; the default is "
+            f"{SETTING_DEFAULTS['noise_retries']}"
+        )
+    return out

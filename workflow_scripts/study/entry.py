@@ -1,0 +1,181 @@
+"""The ways into the study loader: Snakemake's config (``load_for_snakemake``, with the
+YAML syntax check before Snakemake reads the files), and the command line
+``python -m workflow_scripts.study`` (``main``)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import backends
+from ..util import bare as _bare
+from .config import Study, StudyConfigError, load_study, merge_config
+from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
+from .machine import check_machine
+from .schema import build_schema
+
+
+def reparse_nested(value: Any, depth: int = 0) -> Any:
+    """Snakemake reads the values nested in a ``--config key={...}`` override with
+    YAML's base loader, as strings ('32', 'true'): read such leaves as YAML again."""
+    if isinstance(value, dict):
+        return {k: reparse_nested(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [reparse_nested(v, depth + 1) for v in value]
+    if isinstance(value, str) and depth > 0:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
+    return value
+
+
+def check_yaml(path: Path | str) -> None:
+    """A YAML file's syntax error as the user's message, with its line and column."""
+    path = Path(path)
+    try:
+        yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise StudyConfigError(
+            f"config error: {path} is not valid YAML{where}: {problem}"
+        ) from None
+
+
+def check_config_files(workflow, configfile: str = "config.yaml") -> None:
+    """Before Snakemake reads them: the config files' YAML syntax, with line and column."""
+    from snakemake.exceptions import WorkflowError
+
+    try:
+        for path in [Path(workflow.basedir) / configfile, *workflow.overwrite_configfiles]:
+            check_yaml(path)
+    except StudyConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+def load_for_snakemake(workflow, config: dict) -> Study:
+    """:func:`load_study` for the Snakefile, with the command line's ``--config`` winning
+    over the preset, and the checks that need this machine (CPUs, memory, files). A
+    configuration error stops Snakemake with the loader's message alone (a
+    WorkflowError, no traceback); warnings are printed."""
+    from snakemake.exceptions import WorkflowError
+
+    try:
+        settings = workflow.config_settings
+        cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
+        merge_config(cli, reparse_nested(dict(getattr(settings, "config", None) or {})))
+        study = load_study(config, workflow.basedir, cli=cli)
+        check_machine(study)
+    except StudyConfigError as exc:
+        raise WorkflowError(str(exc)) from None
+    for line in study.warnings:
+        print(line, file=sys.stderr)
+    return study
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+
+def read_config(path: Path | str, sets: list[str] | None = None) -> dict:
+    """config.yaml plus ``key=value`` overrides (values read as YAML, like Snakemake's
+    ``--config``)."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise StudyConfigError(f"config error: {path} is not valid YAML: {exc}") from exc
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise StudyConfigError(f"config error: {path} must hold a mapping")
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise StudyConfigError(f"config error: --set {item!r}: expected key=value")
+        try:
+            config[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            config[key] = value
+    return config
+
+
+def format_table(study: Study) -> str:
+    s = study.settings
+    lines = [
+        (
+            f"preset {s['preset']}: {len(study.experiments)} experiments, "
+            f"envs {', '.join(study.envs)}, trials {s['trials']}, runtime {s['runtime']}"
+        ),
+    ]
+    changed = {
+        k: v
+        for k, v in study.defaults.items()
+        if k != "compile" and v != BUILTIN_DEFAULTS[k] and k not in PER_EXPERIMENT
+    }
+    if changed:
+        lines.append("defaults: " + " ".join(f"{k}={_bare(v)}" for k, v in changed.items()))
+    rows = [("id", "backend", "env", "group", "claim", "fields (other than the defaults)")]
+    skip = {"id", "backend", "group", "claim_speedup", "env", "preset"}
+    for spec in study.experiments:
+        diffs = []
+        for k in FIELDS:
+            if k in skip:
+                continue
+            base = study.defaults[k]
+            if k == "compile" and base is None:
+                base = backends.get(spec["backend"]).default_compile
+            if spec[k] != base:
+                diffs.append(f"{k}={_bare(spec[k])}")
+        claim = "" if spec["claim_speedup"] is None else f"{spec['claim_speedup']:g}x"
+        rows.append(
+            (spec["id"], spec["backend"], spec["env"], spec["group"], claim, " ".join(diffs))
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[5])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.study",
+        description="Print the experiments a study config expands to.",
+    )
+    ap.add_argument("--config", default="config.yaml", type=Path, help="default: config.yaml")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a top-level key, like snakemake --config KEY=VALUE (repeatable)",
+    )
+    ap.add_argument("--json", action="store_true", help="print the resolved specs as JSON")
+    ap.add_argument("--schema", action="store_true", help="print the config schema (YAML)")
+    args = ap.parse_args(argv)
+    if args.schema:
+        print(yaml.safe_dump(build_schema(), sort_keys=False, width=100), end="")
+        return 0
+    try:
+        config = read_config(args.config, args.set)
+        study = load_study(config, base_dir=args.config.parent)
+    except StudyConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"settings": study.settings, "experiments": study.experiments}, indent=2))
+    else:
+        print(format_table(study))
+    return 0
