@@ -61,7 +61,7 @@ def calibrate(
     result["env_lock_sha256"] = env_info.get("requirements_sha256")
     result["provenance"] = {
         **sysinfo.collect(),
-        **{k: env_info.get(k) for k in ("image", "image_id", "image_digest")},
+        **runtimes.image_provenance(env_info),
     }
     write_json_atomic(out, result)
     return result

@@ -215,7 +215,7 @@ def attempt_once(
     why_not = runtime.missing()
     if why_not:
         record = failure(spec, trial, "ImageMissing", why_not)
-        record["provenance"] = {**sysinfo.collect(), **_image_provenance(env_info)}
+        record["provenance"] = {**sysinfo.collect(), **runtimes.image_provenance(env_info)}
         record["provenance"].update(runtime=runtime.name, compile_cache=cache)
         return record
     cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
@@ -285,14 +285,6 @@ def outcome(
         return failure(spec, 0, "UnreadableResult", str(exc))
 
 
-def _image_provenance(env_info: dict) -> dict:
-    return {
-        "image": env_info.get("image"),
-        "image_id": env_info.get("image_id"),
-        "image_digest": env_info.get("image_digest"),
-    }
-
-
 def assemble(
     record: dict,
     spec: dict,
@@ -319,7 +311,7 @@ def assemble(
             "env_name": env_info.get("name"),
             "env_prefix": env_info.get("prefix"),
             "env_lock_sha256": env_info.get("requirements_sha256"),
-            **_image_provenance(env_info),
+            **runtimes.image_provenance(env_info),
             "command": cmd,
             "exit_code": finished.returncode,
             "launched_at": finished.launched_at,

@@ -13,7 +13,8 @@ from .local import LocalRuntime
 
 __all__ = [
     "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "LocalRuntime", "Runtime",
-    "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "in_container", "resolve",
+    "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "image_provenance", "in_container",
+    "resolve",
     "run_logged",
 ]  # fmt: skip
 
@@ -65,6 +66,11 @@ def _resolve(requested: str, engine_conf: str | None) -> tuple[str, str | None]:
 def in_container(env_info: dict) -> bool:
     """An image record (results/images/<image>.json) rather than a local environment."""
     return bool(env_info.get("image_id") and env_info.get("engine"))
+
+
+def image_provenance(env_info: dict) -> dict:
+    """The image a record ran in (None each for a local environment)."""
+    return {k: env_info.get(k) for k in ("image", "image_id", "image_digest")}
 
 
 def for_env(env_info: dict) -> Runtime:

@@ -76,11 +76,16 @@ def load_for_snakemake(workflow, config: dict) -> Study:
         cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
         merge_config(cli, reparse_nested(dict(getattr(settings, "config", None) or {})))
         study = load_study(config, workflow.basedir, cli=cli)
-        check_machine(study)
+        # Once per invocation: each job's process parses the workflow again, and must
+        # neither scan the image folders again nor repeat the warnings.
+        main_process = getattr(workflow, "is_main_process", True)
+        if main_process:
+            check_machine(study)
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
-    for line in study.warnings:
-        print(line, file=sys.stderr)
+    if main_process:
+        for line in study.warnings:
+            print(line, file=sys.stderr)
     return study
 
 
