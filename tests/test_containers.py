@@ -51,9 +51,11 @@ def test_lineage_and_locks():
         None,
         "upstream",
         "upstream",
-        "upstream",
+        "oneccl",  # upstream's lock + oneCCL, over upstream's /opt/venv
     ]
-    assert [images.env_image(e) for e in ("upstream", "ipex", "xla")] == ["eager", "ipex", "xla"]
+    assert [images.env_image(e) for e in ("upstream", "ipex", "xla", "oneccl")] == [
+        "eager", "ipex", "xla", "oneccl"
+    ]  # fmt: skip
     for name, (parent, lock) in images.IMAGES.items():
         if parent:
             assert (REPO / "containers" / name / "Containerfile").is_file()

@@ -41,10 +41,11 @@ def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
     return datasets.ImageFolder(str(root), transform=transform)
 
 
-def batches(spec: dict, image_folder: str | None, num_classes: int):
-    """An endless iterator of (inputs, labels) batches for the spec."""
-    bs, size = spec["batch_size"], spec["image_size"]
-    gen = torch.Generator().manual_seed(spec["seed"])
+def batches(spec: dict, image_folder: str | None, num_classes: int, rank: int = 0, world: int = 1):
+    """An endless iterator of (inputs, labels) batches for the spec; for rank ``rank`` of
+    ``world`` data-parallel ranks, its share of each global batch (its own samples)."""
+    bs, size = spec["batch_size"] // world, spec["image_size"]
+    gen = torch.Generator().manual_seed(spec["seed"] + rank)
     if spec["data"] == "synthetic":
         x = torch.randn(bs, 3, size, size, generator=gen)
         y = torch.randint(0, min(10, num_classes), (bs,), generator=gen)
@@ -58,10 +59,19 @@ def batches(spec: dict, image_folder: str | None, num_classes: int):
         dataset = image_folder_dataset(root, size)
     else:
         raise ValueError(f"unknown data source {spec['data']!r}")
+    sampler = None
+    if world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(
+            dataset, num_replicas=world, rank=rank,
+            shuffle=spec["data"] == "image_folder", seed=spec["seed"], drop_last=True,
+        )  # fmt: skip
     loader = DataLoader(
         dataset,
         batch_size=bs,
-        shuffle=spec["data"] == "image_folder",
+        sampler=sampler,
+        shuffle=spec["data"] == "image_folder" and sampler is None,
         num_workers=spec["num_workers"],
         drop_last=True,
         generator=gen,
@@ -69,9 +79,13 @@ def batches(spec: dict, image_folder: str | None, num_classes: int):
     )
     if len(loader) == 0:
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than one batch of {bs}")
-    return _cycle(loader)
+    return _cycle(loader, sampler)
 
 
-def _cycle(loader: DataLoader):
+def _cycle(loader: DataLoader, sampler=None):
+    epoch = 0
     while True:
+        if sampler is not None:
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         yield from loader
+        epoch += 1

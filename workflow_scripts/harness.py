@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import resource
 import sys
 import time
@@ -25,6 +26,7 @@ import traceback
 from pathlib import Path
 
 from . import backends, launchers, metrics, probe, sysinfo
+from .distributed import ranks
 from .util import SCHEMA_VERSION, write_json_atomic
 
 
@@ -48,6 +50,12 @@ class Trainer:
         self.backend = backends.get(spec["backend"])
         self.backend.setup(spec)
         self.device = self.backend.device()
+        # a rank of a data-parallel trial: its process group, and its share of the batch
+        self.group = None
+        self.rank, self.world = 0, 1
+        if launchers.get(spec["launcher"]).distributed:
+            self.group = ranks.init_process_group(spec)
+            self.rank, self.world, _ = ranks.world()
 
         n_classes = models.num_classes(spec["model"])
         model = models.build(spec["model"], n_classes)
@@ -61,11 +69,15 @@ class Trainer:
         optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
         self.bf16 = spec["precision"] == "bf16"
         model, optimizer = self.backend.prepare(model, optimizer, spec)
+        if self.group is not None:
+            # DDP inside torch.compile, as PyTorch recommends (its DDPOptimizer splits
+            # the graph at the gradient buckets)
+            model = torch.nn.parallel.DistributedDataParallel(model)
         model = self.backend.compile(model, spec)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.batches = data.batches(spec, image_folder, n_classes)
+        self.batches = data.batches(spec, image_folder, n_classes, self.rank, self.world)
 
     def autocast(self):
         if not self.bf16:
@@ -103,6 +115,14 @@ class Trainer:
             "dataloader_workers": self.spec["num_workers"]
             if self.spec["data"] != "synthetic"
             else 0,
+            "threads": torch.get_num_threads(),
+            "cpus": sysinfo.cpu_list_str(sorted(os.sched_getaffinity(0))),
+            "world_size": self.world,
+            **(
+                {"dist_backend": self.group["dist_backend"], "ccl": self.group["ccl"]}
+                if self.group
+                else {}
+            ),
         }
 
 
@@ -182,11 +202,13 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         flops, flops_error = None, f"{type(exc).__name__}: {exc}"[:500]
     flops_count_s = time.perf_counter() - t0
     probe_result = None
+    ranks.barrier()  # the ranks probe together, and step together after
     if spec.get("probe_size"):
         try:
             probe_result = probe.run(int(spec["probe_size"]))
         except Exception as exc:  # noqa: BLE001 - nor must a failed probe
             probe_result = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    ranks.barrier()
     step_times: list[float] = []
     losses: list[float] = []
     first_step_s = math.nan
@@ -194,9 +216,11 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     budget = spec.get("time_budget_s")
     budget_hit = False
     for i in range(total):
-        if budget and len(step_times) >= min(2, spec["steps"]) and sum(step_times) >= budget:
-            budget_hit = True  # enough timed steps for the budget: stop early
-            break
+        if budget and len(step_times) >= min(2, spec["steps"]):
+            # enough timed steps for the budget: stop early (all ranks together)
+            if ranks.agree(sum(step_times) >= budget):
+                budget_hit = True
+                break
         start = time.perf_counter()
         loss = trainer.step()
         elapsed = time.perf_counter() - start
@@ -212,6 +236,9 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
             progress(i + 1, total, elapsed, value)
     if not step_times:
         raise RuntimeError("no timed step ran")
+    checks = trainer.checks()
+    ranks.shutdown()
+    # this rank's own throughput (the launcher's merge takes the slowest rank per step)
     samples_per_s = metrics.throughput(spec["batch_size"], step_times)
     return {
         "samples_per_s": samples_per_s,
@@ -231,7 +258,7 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         "peak_rss_children_mb": _rss_mb(resource.RUSAGE_CHILDREN),
         "step_times_s": step_times,
         "losses": losses,
-        "checks": trainer.checks(),
+        "checks": checks,
         "probe": probe_result,
     }
 
@@ -273,19 +300,25 @@ def run(spec: dict, image_folder: str | None = None, progress=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run one training experiment and write its result.")
     ap.add_argument("--spec-json", required=True, help="resolved experiment spec as JSON")
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", required=True, help="result path ({rank}: the rank's number)")
     ap.add_argument("--image-folder", default=None)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
 
+    who = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+
     def progress(i, total, elapsed, loss):
-        print(f"step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}", file=sys.stderr, flush=True)
+        # one write per line: the ranks share the launcher's output
+        sys.stderr.write(f"{who}step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}\n")
+        sys.stderr.flush()
 
     result = run(spec, args.image_folder, None if args.quiet else progress)
-    write_json_atomic(args.out, result)
+    write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
         print(result["error"]["tail"], file=sys.stderr)
+        if launchers.get(spec["launcher"]).distributed:
+            return 1  # the launcher stops the other ranks instead of their waiting for us
     return 0
 
 

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import backends
+from . import backends, launchers
 from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
 from .runtimes.container import image_exists
 
@@ -67,8 +67,8 @@ class ImageError(RuntimeError):
 
 
 def image_for(spec: dict) -> str:
-    """The image an experiment runs in: its backend's."""
-    return backends.get(spec["backend"]).image
+    """The image an experiment runs in: its backend's (or its launcher's, as oneccl)."""
+    return launchers.get(spec["launcher"]).image(spec, backends.get(spec["backend"]))
 
 
 def lineage(image: str) -> list[str]:
@@ -85,9 +85,9 @@ def locks_of(image: str) -> list[str]:
 
 
 def image_env(image: str) -> str | None:
-    """The Python environment in an image: the first lock of its lineage (oneccl's own
-    lock adds a library to upstream's /opt/venv)."""
-    return next(iter(locks_of(image)), None)
+    """The Python environment in an image: the last lock of its lineage (oneccl's lock
+    is upstream's plus oneCCL, installed over upstream's /opt/venv)."""
+    return next(iter(reversed(locks_of(image))), None)
 
 
 def env_image(env: str) -> str:

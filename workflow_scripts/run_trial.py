@@ -5,7 +5,6 @@ programs whose name ends in ``.py``.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _pin_before_torch() -> None:
-    """Apply the spec's CPU list before torch starts its thread pools.
+    """Apply the spec's CPU list (a rank of N: its block of it) before torch starts its
+    thread pools.
 
     A launcher that pins its processes itself (run_cpu: taskset/numactl --core-list)
     is left to do so.
@@ -22,10 +22,10 @@ def _pin_before_torch() -> None:
         return
     spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
     from workflow_scripts import launchers
-    from workflow_scripts.sysinfo import parse_cpu_list
+    from workflow_scripts.distributed import ranks
 
-    if spec.get("cpus") and not launchers.get(spec["launcher"]).pins_itself:
-        os.sched_setaffinity(0, parse_cpu_list(spec["cpus"]))
+    if not launchers.get(spec["launcher"]).pins_itself:
+        ranks.pin(spec)
 
 
 _pin_before_torch()

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from . import backends, launchers, probe, runtimes, sysinfo
-from .launchers import harness_args
+from .launchers import harness_args, result_paths
 from .runtimes.base import REPO_ROOT
 from .study.settings import NOISE_RETRIES as MAX_RETRIES
 from .study.settings import NOISE_THRESHOLD
@@ -200,15 +200,11 @@ def attempt_once(
     launcher = launchers.get(spec["launcher"])
     container = runtimes.in_container(env_info)
     label = f"{spec['id']}-trial{trial}-{attempt}"
-    n = launcher.ranks(spec)
-    results = [
-        out.with_name(out.stem + (f".rank{r}" if n > 1 else "") + ".harness.json").resolve()
-        for r in range(n)
-    ]
+    template, results = result_paths(out, launcher.ranks(spec))
     for path in results:
         path.unlink(missing_ok=True)
     spec_json = json.dumps(spec, sort_keys=True)
-    args = [harness_args(spec_json, path, _absolute(image_folder)) for path in results]
+    args = harness_args(spec_json, template, _absolute(image_folder))
     cmd = launcher.command(spec, env_info["python"], args)
     env = environment(spec, runtime)
     cache, cache_folder = compile_cache(spec, env, label, container)
@@ -275,12 +271,23 @@ def outcome(
     if finished.timed_out:
         message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
         return failure(spec, 0, "Timeout", message, tail(log))
-    missing = [p for p in results if not p.exists()]
-    if missing:
-        how = _how_it_ended(finished.returncode)
-        return failure(spec, 0, "Crashed", f"the run {how} without writing a result", tail(log))
     try:
-        return launcher.merge([json.loads(p.read_text()) for p in results])
+        found = [json.loads(p.read_text()) if p.exists() else None for p in results]
+    except ValueError as exc:
+        return failure(spec, 0, "UnreadableResult", str(exc))
+    failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
+    if failed and len(results) > 1:
+        # a rank that failed ends the others (the launcher stops them): its error is why
+        return launcher.merge([res if res else {"status": "stopped"} for res in found])
+    if any(res is None for res in found):
+        how = _how_it_ended(finished.returncode)
+        lost = [r for r, res in enumerate(found) if res is None]
+        who = f" (rank {', '.join(map(str, lost))})" if len(results) > 1 else ""
+        return failure(
+            spec, 0, "Crashed", f"the run {how} without writing a result{who}", tail(log)
+        )
+    try:
+        return launcher.merge(found)
     except ValueError as exc:
         return failure(spec, 0, "UnreadableResult", str(exc))
 

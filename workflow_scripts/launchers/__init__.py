@@ -6,9 +6,18 @@ from __future__ import annotations
 import functools
 
 from ..util import discover, lookup
-from .base import ENTRY, Launcher, harness_args
+from .base import ENTRY, Launcher, harness_args, rank_path, result_paths
 
-__all__ = ["ENTRY", "Launcher", "all_launchers", "get", "harness_args", "names"]
+__all__ = [
+    "ENTRY",
+    "Launcher",
+    "all_launchers",
+    "get",
+    "harness_args",
+    "names",
+    "rank_path",
+    "result_paths",
+]
 
 
 @functools.cache

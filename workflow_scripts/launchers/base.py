@@ -30,10 +30,23 @@ class Launcher:
     #: whether the launcher pins its processes to the spec's CPUs itself (else the
     #: rank pins itself before torch starts its threads)
     pins_itself: bool = False
+    #: its ranks join a process group and train one DistributedDataParallel model
+    distributed: bool = False
+    #: environments only this launcher's runs use (besides the backends' own)
+    envs: set[str] = set()
 
     def check(self, spec: dict) -> list[str]:
         """Combination problems of a resolved spec with this launcher."""
         return []
+
+    def env(self, spec: dict, backend) -> str:
+        """The environment a run of this spec uses (the backend's own, unless the
+        launcher needs more, as torchrun's ccl needs oneCCL)."""
+        return backend.env
+
+    def image(self, spec: dict, backend) -> str:
+        """The image a container run of this spec uses (see :meth:`env`)."""
+        return backend.image
 
     def ranks(self, spec: dict) -> int:
         """How many processes a trial of this spec runs."""
@@ -43,12 +56,11 @@ class Launcher:
         """The command line of one rank (the harness with its arguments)."""
         return [python, "-u", str(ENTRY), *harness_args]
 
-    def command(self, spec: dict, python: str, harness_args: list[list[str]]) -> list[str]:
-        """The command line that starts the trial's ranks; ``harness_args[r]`` are rank r's
-        harness arguments (one list per rank, :meth:`ranks` of them)."""
-        if len(harness_args) != 1:
-            raise ValueError(f"launcher {self.name!r} starts one process, not {len(harness_args)}")
-        return self.rank_command(spec, python, harness_args[0])
+    def command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
+        """The command line that starts the trial's ranks. With N > 1 ranks the result
+        path in ``harness_args`` holds ``{rank}``, which each rank fills in with its
+        ``RANK`` (see :func:`rank_path`)."""
+        return self.rank_command(spec, python, harness_args)
 
     def environment(self, spec: dict) -> dict[str, str]:
         """Variables the launcher sets for its ranks (threads; preloads are its own)."""
@@ -68,8 +80,23 @@ class Launcher:
         take effect (e.g. a preload that did not happen)."""
 
 
-def harness_args(spec_json: str, result_path: Path, image_folder: str | None) -> list[str]:
-    args = ["--spec-json", spec_json, "--out", str(result_path)]
+def result_paths(out: Path, ranks: int) -> tuple[str, list[Path]]:
+    """Where a trial's ranks write their results, next to its record ``out``: the path
+    the harness is given (with ``{rank}`` when N > 1) and the N paths it becomes."""
+    if ranks == 1:
+        path = out.with_name(out.stem + ".harness.json").resolve()
+        return str(path), [path]
+    template = out.with_name(out.stem + ".rank{rank}.harness.json").resolve()
+    return str(template), [Path(str(template).format(rank=r)) for r in range(ranks)]
+
+
+def rank_path(path: str) -> str:
+    """In a rank: its own result path (``{rank}`` filled in from ``RANK``)."""
+    return path.replace("{rank}", os.environ.get("RANK", "0"))
+
+
+def harness_args(spec_json: str, result_path: str, image_folder: str | None) -> list[str]:
+    args = ["--spec-json", spec_json, "--out", result_path]
     if image_folder:
         args += ["--image-folder", str(image_folder)]
     return args

@@ -27,6 +27,15 @@ CONTROLLED_ENV = {
     "VIRTUAL_ENV": "the backend's environment",
     "PYTHONPATH": "the workflow's sources",
     "PATH": "the backend's environment",
+    "CCL_ATL_TRANSPORT": "use ccl_transport",
+    "CCL_ATL_SHM": "use ccl_transport",
+    "FI_PROVIDER": "use ccl_transport",
+    "CCL_WORKER_OFFLOAD": "use ccl_worker_offload",
+    "RANK": "set by the launcher (ranks)",
+    "WORLD_SIZE": "set by the launcher (ranks)",
+    "LOCAL_RANK": "set by the launcher (ranks)",
+    "MASTER_ADDR": "set by the launcher (ranks)",
+    "MASTER_PORT": "set by the launcher (ranks)",
 }
 CONTROLLED_PREFIXES = {"KMP_": "use openmp (run_cpu sets KMP_* for Intel OpenMP)"}
 

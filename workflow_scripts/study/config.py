@@ -35,7 +35,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .. import backends
+from .. import backends, launchers
 from ..util import bare as _bare
 from ..util import show
 from .checks import check_spec, setting_warnings
@@ -161,7 +161,10 @@ def _resolve(fields: dict, defaults: dict, preset: str) -> dict:
     backend = backends.get(spec["backend"])
     if spec["compile"] is None:
         spec["compile"] = backend.default_compile
-    spec["env"] = backend.env
+    launcher = spec["launcher"]
+    spec["env"] = (
+        launchers.get(launcher).env(spec, backend) if launcher in launchers.names() else backend.env
+    )
     spec["preset"] = preset
     _normalize(spec)
     return spec
@@ -219,7 +222,9 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
     schema = build_schema()
     props = {f: {"$ref": f"#/$defs/{f}"} for f in FIELDS}
     props["id"] = {"type": "string"}  # check_spec checks ids (derived ones too)
-    props["env"] = {"enum": sorted({b.env for b in backends.all_backends()})}
+    envs = {b.env for b in backends.all_backends()}
+    envs |= {e for launcher in launchers.all_launchers() for e in launcher.envs}
+    props["env"] = {"enum": sorted(envs)}
     props["preset"] = {"$ref": "#/$defs/preset_name"}
     return jsonschema.Draft202012Validator(
         {

@@ -70,6 +70,20 @@ def check_machine(study: Study) -> None:
                     f"study use (affinity {cpu_list_str(allowed)})",
                 )
             )
+        n_ranks = spec["ranks"]
+        if n_ranks > 1:
+            pool = parse_cpu_list(spec["cpus"]) if spec["cpus"] else allowed
+            need = n_ranks * (threads or 1)
+            if need > len(pool):
+                where = f"cpus {spec['cpus']!r}" if spec["cpus"] else "this machine"
+                errors.append(
+                    err(
+                        f"{at}.ranks",
+                        f"{n_ranks} ranks x {threads or 1} thread(s) need {need} CPUs, one "
+                        f"rank per core block, but {where} has {len(pool)} "
+                        f"({cpu_list_str(pool)})",
+                    )
+                )
         if spec["cpus"]:
             cpus = parse_cpu_list(spec["cpus"])
             outside = [c for c in cpus if c not in allowed]

@@ -1,0 +1,107 @@
+"""Inside one rank of a data-parallel trial: who it is, which CPUs it owns, its process
+group.
+
+A launcher that starts N ranks (torchrun) sets ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in each. The trial's CPUs (the
+spec's ``cpus``, or all the process may use) are cut into N consecutive blocks, one
+per rank, so the ranks never share a core; each rank runs ``threads`` intra-op
+threads (the block's size when unset). Standard library only at import time: the
+pinning runs before torch starts its thread pools.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from ..sysinfo import parse_cpu_list
+
+#: the process group's timeout when the spec's own timeout is longer: a dead peer
+#: makes the others fail this long after, instead of hanging to the trial's timeout
+MAX_PG_TIMEOUT_S = 300
+
+
+def world() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from the launcher's variables; (0, 1, 0) alone."""
+    rank = int(os.environ.get("RANK", "0"))
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    return rank, size, local
+
+
+def rank_cpus(spec: dict, local_rank: int, local_size: int, allowed: list[int]) -> list[int]:
+    """The CPUs of rank ``local_rank`` of ``local_size`` on this machine: its block of the
+    spec's CPU list (or of ``allowed``), ``threads`` of them, or an even share."""
+    cpus = parse_cpu_list(spec["cpus"]) if spec.get("cpus") else sorted(allowed)
+    per_rank = spec.get("threads") or len(cpus) // local_size
+    if per_rank < 1 or per_rank * local_size > len(cpus):
+        raise ValueError(
+            f"{local_size} ranks x {per_rank} threads need {local_size * max(per_rank, 1)} "
+            f"CPUs, but the trial has {len(cpus)} ({','.join(map(str, cpus))})"
+        )
+    return cpus[local_rank * per_rank : (local_rank + 1) * per_rank]
+
+
+def pin(spec: dict) -> list[int] | None:
+    """Pin this rank to its CPUs (before torch starts threads); None for one process
+    without a CPU list (it keeps what it was given)."""
+    _, _, local = world()
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if local_size == 1:
+        if not spec.get("cpus"):
+            return None
+        cpus = parse_cpu_list(spec["cpus"])  # one process: the whole list, as given
+    else:
+        cpus = rank_cpus(spec, local, local_size, sorted(os.sched_getaffinity(0)))
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def pg_timeout_s(spec: dict) -> int:
+    return max(10, min(int(spec["timeout_s"]), MAX_PG_TIMEOUT_S))
+
+
+def init_process_group(spec: dict) -> dict:
+    """Join the trial's process group with the spec's backend (registering ``ccl``
+    first); return what was set up, for the record's checks."""
+    import torch.distributed as dist
+
+    how = None
+    if spec["dist_backend"] == "ccl":
+        from . import ccl
+
+        how = ccl.register(spec["ccl_impl"])
+    timeout = datetime.timedelta(seconds=pg_timeout_s(spec))
+    dist.init_process_group(backend=spec["dist_backend"], timeout=timeout)
+    return {
+        "dist_backend": dist.get_backend(),
+        "world_size": dist.get_world_size(),
+        "pg_timeout_s": timeout.total_seconds(),
+        "ccl": how,
+    }
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def agree(flag: bool) -> bool:
+    """True when any rank says so (one decision for all ranks, e.g. to stop early)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

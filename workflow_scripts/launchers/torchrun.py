@@ -1,0 +1,170 @@
+"""``torchrun`` (``python -m torch.distributed.run``): N data-parallel ranks on this
+machine, each pinned to its own block of the trial's CPUs, joined in a process group
+of the spec's ``dist_backend`` (gloo, or ccl on oneCCL) and training one DDP model on
+an even share of the global batch. The slowest rank decides each step.
+
+The ranks' results are merged into the trial's: per timed step the slowest rank's
+time, every rank's own step times (``rank_step_times_s``), their summed memory, and
+the most disturbed rank's noise probe.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .. import metrics, sysinfo
+from .base import Launcher
+
+#: process-group backend -> (environment, image) it needs instead of the backend's own
+DIST_ENVS = {"ccl": ("oneccl", "oneccl")}
+#: the environments the ccl backend can be added to (oneccl is upstream + oneCCL)
+CCL_BASE_ENV = "upstream"
+
+
+class Torchrun(Launcher):
+    name = "torchrun"
+    distributed = True
+    owns = {
+        "ranks": 1,
+        "dist_backend": "gloo",
+        "ccl_impl": "study",
+        "ccl_transport": "shm",
+        "ccl_worker_offload": False,
+    }
+    envs = {env for env, _ in DIST_ENVS.values()}
+
+    def check(self, spec: dict) -> list[str]:
+        problems = []
+        if spec["backend"] == "xla":
+            problems.append(
+                "launcher 'torchrun' trains with DistributedDataParallel on CPU tensors; "
+                "backend 'xla' is not supported (use eager, inductor or ipex)"
+            )
+        if spec["batch_size"] % spec["ranks"]:
+            problems.append(
+                f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
+                f"over ranks {spec['ranks']}; use a multiple of {spec['ranks']}"
+            )
+        if spec["dist_backend"] == "ccl" and spec["backend"] not in ("eager", "inductor"):
+            problems.append(
+                f"dist_backend 'ccl' runs in the oneccl environment (upstream PyTorch + "
+                f"oneCCL): backend 'eager' or 'inductor' (got backend {spec['backend']!r})"
+            )
+        if spec["dist_backend"] != "ccl":
+            for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload"):
+                if spec[knob] != self.owns[knob]:
+                    problems.append(
+                        f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
+                        f"(got dist_backend {spec['dist_backend']!r})"
+                    )
+        return problems
+
+    def ranks(self, spec: dict) -> int:
+        return int(spec["ranks"])
+
+    def env(self, spec: dict, backend) -> str:
+        return DIST_ENVS.get(spec["dist_backend"], (backend.env, None))[0]
+
+    def image(self, spec: dict, backend) -> str:
+        return DIST_ENVS.get(spec["dist_backend"], (None, backend.image))[1]
+
+    def command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
+        rank = self.rank_command(spec, python, harness_args)
+        return [
+            python, "-u", "-m", "torch.distributed.run",
+            "--standalone", "--nnodes=1", f"--nproc-per-node={self.ranks(spec)}",
+            "--max-restarts=0", *rank[2:],
+        ]  # fmt: skip
+
+    def threads_per_rank(self, spec: dict) -> int:
+        if spec.get("threads"):
+            return int(spec["threads"])
+        cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else os.sched_getaffinity(0)
+        return max(1, len(cpus) // self.ranks(spec))
+
+    def environment(self, spec: dict) -> dict[str, str]:
+        # torchrun sets OMP_NUM_THREADS=1 where it is unset: always set it
+        env = {"OMP_NUM_THREADS": str(self.threads_per_rank(spec))}
+        if spec["dist_backend"] == "ccl":
+            env["CCL_WORKER_OFFLOAD"] = "1" if spec["ccl_worker_offload"] else "0"
+            env["CCL_ATL_TRANSPORT"] = "ofi"
+            if spec["ccl_transport"] == "shm":
+                env["CCL_ATL_SHM"] = "1"
+            else:
+                env["CCL_ATL_SHM"] = "0"
+                env["FI_PROVIDER"] = "tcp"
+        return env
+
+    def merge(self, results: list[dict]) -> dict:
+        """One record from the ranks' results: a failed rank fails the trial (the first
+        one's error, naming its rank); else the slowest rank decides each step."""
+        bad = [(r, res) for r, res in enumerate(results) if res.get("status") != "ok"]
+        # a rank's own failure first; the ranks the launcher stopped after it last
+        for r, res in sorted(bad, key=lambda rr: rr[1].get("status") == "stopped"):
+            merged = dict(res)
+            error = dict(res.get("error") or {"type": "Stopped", "message": "stopped"})
+            error["message"] = f"rank {r}: {error.get('message', '')}"
+            merged["error"] = error
+            merged["status"] = "failed"
+            merged["rank_status"] = [x.get("status") for x in results]
+            return merged
+        return merge_ok(results)
+
+
+def merge_ok(results: list[dict]) -> dict:
+    """The trial's result from N ranks that all finished."""
+    first = results[0]
+    spec = first["spec"]
+    per_rank = [r["step_times_s"] for r in results]
+    steps = min(len(t) for t in per_rank)
+    slowest = [max(t[i] for t in per_rank) for i in range(steps)]
+    losses_per_rank = [r["losses"] for r in results]
+    n_loss = min(len(x) for x in losses_per_rank)
+    losses = [sum(x[i] for x in losses_per_rank) / len(results) for i in range(n_loss)]
+    ms = [r["metrics"] for r in results]
+    m = dict(ms[0])
+    m["samples_per_s"] = metrics.throughput(spec["batch_size"], slowest)
+    m["step_time_s"] = metrics.distribution(slowest)
+    m["steps_timed"] = steps
+    for key in ("time_to_first_step_s", "setup_s", "import_s", "flops_count_s", "wall_s"):
+        values = [x.get(key) for x in ms if _num(x.get(key))]
+        m[key] = max(values) if values else m.get(key)
+    m["time_budget_hit"] = any(x.get("time_budget_hit") for x in ms)
+    m["peak_rss_mb"] = sum(x["peak_rss_mb"] for x in ms)
+    m["peak_rss_children_mb"] = sum(x.get("peak_rss_children_mb") or 0 for x in ms)
+    m["rank_peak_rss_mb"] = [x["peak_rss_mb"] for x in ms]
+    m["rank_samples_per_s"] = [x["samples_per_s"] for x in ms]
+    m["first_loss"], m["final_loss"] = losses[0], losses[-1]
+    # the roofline of the whole machine: every rank's work over every rank's ceiling
+    flops = m.get("flops_per_sample")
+    achieved = flops * m["samples_per_s"] / 1e9 if _num(flops) else None
+    peaks = [x["achieved_gflops"] / x["pct_of_peak"] * 100 for x in ms if _pct(x)]
+    m["achieved_gflops"] = achieved
+    m["pct_of_peak"] = (
+        100.0 * achieved / sum(peaks) if achieved is not None and len(peaks) == len(ms) else None
+    )
+    probes = [r.get("probe") for r in results]
+    rated = [p for p in probes if isinstance(p, dict) and _num(p.get("fp32_gflops"))]
+    merged = dict(first)
+    merged["metrics"] = m
+    merged["step_times_s"] = slowest
+    merged["rank_step_times_s"] = per_rank
+    merged["losses"] = losses
+    merged["probe"] = min(rated, key=lambda p: p["fp32_gflops"]) if rated else first.get("probe")
+    merged["rank_probes"] = probes
+    checks = dict(first.get("checks") or {})
+    checks["rank_cpus"] = [(r.get("checks") or {}).get("cpus") for r in results]
+    merged["checks"] = checks
+    return merged
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _pct(m: dict) -> bool:
+    return _num(m.get("achieved_gflops")) and _num(m.get("pct_of_peak")) and m["pct_of_peak"] > 0
+
+
+LAUNCHER = Torchrun()
