@@ -4,13 +4,15 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import images
+from workflow_scripts import collectives, envs, images
 
 SETTINGS = STUDY.settings
 # The interpreter running Snakemake runs the workflow's own scripts.
 PYTHON = sys.executable
 TRIALS = list(range(SETTINGS["trials"]))
-ENVS = STUDY.envs
+# The allreduce microbenchmark's process-group variants (gloo, ccl-shm, ...), each a job.
+COLLECTIVES = SETTINGS["collectives"]["variants"]
+ENVS = sorted({*STUDY.envs, *(collectives.env_of(v) for v in COLLECTIVES)})
 IMAGE_FOLDER = "resources/image_folder"
 # Where the experiments run: local virtualenvs, or podman/docker images ("auto" picks).
 try:
@@ -45,6 +47,7 @@ wildcard_constraints:
     lock="|".join(LOCKS) or "none",
     experiment="|".join(STUDY.ids),
     trial=r"\d+",
+    variant="|".join(COLLECTIVES) or "none",
 
 
 # The reference noise probes, made by the calibrate jobs, one per environment, measured
@@ -88,6 +91,28 @@ def experiment_inputs(wildcards):
     if spec["probe_size"] > 0:
         inputs["reference_probe"] = ancient(calibration(spec["env"]))
     return inputs
+
+
+def env_inputs(wildcards):
+    """An environment's lock, and the sources of the extensions built into it."""
+    lock = f"envs/{wildcards.env}.txt"
+    return {"requirements": lock, "extensions": envs.extension_sources(lock)}
+
+
+def collectives_inputs(wildcards):
+    """The environment (or image) of a collectives variant: gloo in upstream's, ccl in
+    oneccl's."""
+    if IN_CONTAINERS:
+        return {"image": image_json(collectives.image_of(wildcards.variant))}
+    return {"env": f"results/envs/{collectives.env_of(wildcards.variant)}.json"}
+
+
+def collectives_results():
+    return expand("results/collectives/{variant}.json", variant=COLLECTIVES)
+
+
+def collectives_json():
+    return json.dumps(SETTINGS["collectives"], sort_keys=True)
 
 
 def image_json(image):

@@ -1,11 +1,13 @@
 # One Python environment per backend family, built from its pinned, hashed
 # requirements in envs/. Editing envs/<env>.txt rebuilds that environment and
-# reruns only the experiments that use it.
+# reruns only the experiments that use it. An environment whose lock brings oneCCL
+# also gets the ccl process-group backend, compiled from containers/oneccl/ at build
+# time (again when its source changes).
 
 
 rule build_env:
     input:
-        requirements="envs/{env}.txt",
+        unpack(env_inputs),
     output:
         env="results/envs/{env}.json",
     log:

@@ -51,3 +51,24 @@ rule run_experiment:
         from workflow_scripts import trial
 
         trial.run_rule(input, output, params, wildcards, log, SETTINGS)
+
+
+# The allreduce microbenchmark, one job per process-group variant (config
+# `collectives`): latency and bus bandwidth from 1 KiB to 100 MiB, with the machine to
+# itself like a trial. Its settings are a param: editing them reruns it.
+rule collectives:
+    input:
+        unpack(collectives_inputs),
+    output:
+        result="results/collectives/{variant}.json",
+    log:
+        "logs/collectives/{variant}.log",
+    threads: workflow.cores
+    params:
+        settings=collectives_json(),
+        shm_size=CONTAINERS["shm_size"],
+        runtime=RUNTIME,
+    run:
+        from workflow_scripts import collectives
+
+        collectives.run_rule(input, output, params, wildcards, log)

@@ -1,10 +1,11 @@
 # results/summary.csv (one row per trial) and the self-contained HTML report,
-# built from the records only.
+# built from the records and the collectives results only.
 
 
 rule report:
     input:
         records=all_records(),
+        collectives=collectives_results(),
     output:
         summary=report(
             "results/summary.csv",
@@ -42,6 +43,11 @@ rule report:
             caption="../workflow_scripts/captions/roofline.rst",
             category="Roofline",
         ),
+        collectives=report(
+            "results/report/collectives.svg",
+            caption="../workflow_scripts/captions/collectives.rst",
+            category="Distributed",
+        ),
     log:
         "logs/report.log",
     params:
@@ -57,4 +63,5 @@ rule report:
             params.prices,
             log[0],
             noise_threshold=params.noise_threshold,
+            collectives=input.collectives,
         )

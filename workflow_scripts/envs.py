@@ -31,6 +31,20 @@ from pathlib import Path
 from . import backends
 
 COMPLETE_MARKER = ".complete.json"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Compiled extensions an environment gets when its lock holds their library: built
+# ahead of time with the environment's python (never per run), again when a source
+# changes. name -> (the requirement that brings the library, the build script, its
+# sources, the folder under the prefix it builds into).
+EXTENSIONS = {
+    "ccl": (
+        "oneccl-cpu-devel==",
+        "containers/oneccl/build_ccl.py",
+        ("containers/oneccl/ccl_backend.cpp", "containers/oneccl/build_ccl.py"),
+        "lib/study-ccl",
+    ),
+}
 
 # Names run_cpu looks for, and where Debian/Ubuntu/Fedora put the real files.
 ALLOCATOR_LIBS = {
@@ -174,6 +188,44 @@ def probe(prefix: Path) -> dict[str, str]:
     return versions
 
 
+def extensions_of(requirements: Path) -> list[str]:
+    """The extensions an environment of this lock gets."""
+    text = Path(requirements).read_text()
+    return [name for name, (needs, *_) in EXTENSIONS.items() if needs in text]
+
+
+def extension_sources(requirements: Path) -> list[str]:
+    """The files whose change rebuilds the environment's extensions (repository paths)."""
+    return [src for name in extensions_of(requirements) for src in EXTENSIONS[name][2]]
+
+
+def _sources_sha256(sources) -> str:
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(src.encode() + b"\0" + (REPO_ROOT / src).read_bytes())
+    return h.hexdigest()
+
+
+def build_extensions(prefix: Path, requirements: Path, log) -> dict[str, dict]:
+    """Build (or keep, when its sources are unchanged) each extension of the lock into
+    the environment; return their BUILD.json records."""
+    built = {}
+    for name in extensions_of(requirements):
+        _, script, sources, where = EXTENSIONS[name]
+        out = prefix / where
+        digest = _sources_sha256(sources)
+        stamp = out / "SOURCES.sha256"
+        if not (stamp.exists() and stamp.read_text().strip() == digest):
+            shutil.rmtree(out, ignore_errors=True)
+            _run([str(prefix / "bin" / "python"), str(REPO_ROOT / script), "--out", str(out)], log)
+            stamp.write_text(digest + "\n")
+        else:
+            print(f"extension {name}: {out} is up to date", file=log, flush=True)
+        record = json.loads((out / "BUILD.json").read_text())
+        built[name] = {"dir": str(out), "sources_sha256": digest, **record}
+    return built
+
+
 @contextlib.contextmanager
 def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +247,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
             info = json.loads(marker.read_text())
             # System allocators may have been installed since: link again (idempotent).
             info["libs"] = link_allocators(prefix)
+            info["extensions"] = build_extensions(prefix, requirements, log)
             info["reused"] = True
             print(f"reusing {prefix} (built {info.get('built_at')})", file=log, flush=True)
             return info
@@ -217,6 +270,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
             "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
         marker.write_text(json.dumps(info, indent=2) + "\n")
+        info["extensions"] = build_extensions(prefix, requirements, log)
         info["reused"] = False
         return info
 

@@ -52,15 +52,20 @@ class Launcher:
         """How many processes a trial of this spec runs."""
         return 1
 
-    def rank_command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
-        """The command line of one rank (the harness with its arguments)."""
-        return [python, "-u", str(ENTRY), *harness_args]
+    def rank_command(
+        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+    ) -> list[str]:
+        """The command line of one rank (the harness, or another ``program``, with its
+        arguments)."""
+        return [python, "-u", str(program), *harness_args]
 
-    def command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
+    def command(
+        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+    ) -> list[str]:
         """The command line that starts the trial's ranks. With N > 1 ranks the result
         path in ``harness_args`` holds ``{rank}``, which each rank fills in with its
         ``RANK`` (see :func:`rank_path`)."""
-        return self.rank_command(spec, python, harness_args)
+        return self.rank_command(spec, python, harness_args, program)
 
     def environment(self, spec: dict) -> dict[str, str]:
         """Variables the launcher sets for its ranks (threads; preloads are its own)."""

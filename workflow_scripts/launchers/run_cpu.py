@@ -4,9 +4,10 @@ allocator (jemalloc, tcmalloc) and an OpenMP runtime and pins the process."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .. import sysinfo
-from .base import Launcher, mapped_library_names
+from .base import ENTRY, Launcher, mapped_library_names
 
 # What to install when run_cpu could not preload a library (it only logs a warning).
 HINTS = {
@@ -38,8 +39,10 @@ class RunCpu(Launcher):
             args.append("--core-list=" + ",".join(map(str, cpus)))
         return args
 
-    def rank_command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
-        plain = super().rank_command(spec, python, harness_args)
+    def rank_command(
+        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+    ) -> list[str]:
+        plain = super().rank_command(spec, python, harness_args, program)
         return [python, "-u", "-m", "torch.backends.xeon.run_cpu", *self.args(spec), *plain[2:]]
 
     def verify(self, spec: dict) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from .. import metrics, sysinfo
-from .base import Launcher
+from .base import ENTRY, Launcher
 
 #: process-group backend -> (environment, image) it needs instead of the backend's own
 DIST_ENVS = {"ccl": ("oneccl", "oneccl")}
@@ -69,8 +70,10 @@ class Torchrun(Launcher):
     def image(self, spec: dict, backend) -> str:
         return DIST_ENVS.get(spec["dist_backend"], (None, backend.image))[1]
 
-    def command(self, spec: dict, python: str, harness_args: list[str]) -> list[str]:
-        rank = self.rank_command(spec, python, harness_args)
+    def command(
+        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+    ) -> list[str]:
+        rank = self.rank_command(spec, python, harness_args, program)
         return [
             python, "-u", "-m", "torch.distributed.run",
             "--standalone", "--nnodes=1", f"--nproc-per-node={self.ranks(spec)}",

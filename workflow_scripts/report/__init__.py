@@ -27,6 +27,7 @@ from typing import Any
 from workflow_scripts.cli import announce
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
+from .distributed import distributed_section
 from .figures import (
     NO_DATA,
     PLOT_NAMES,
@@ -155,9 +156,10 @@ def build_report(
     prices: Any = None,
     title: str = DEFAULT_TITLE,
     noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
+    collectives: Sequence[Mapping] = (),
 ) -> dict:
-    """Write the summary CSV, the plots (:data:`PLOT_NAMES`) and the HTML page; return
-    counts."""
+    """Write the summary CSV, the plots (:data:`PLOT_NAMES` and the collectives'), and
+    the HTML page; return counts."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
     for folder in (summary_path.parent, html_path.parent, plots_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -182,6 +184,7 @@ def build_report(
         *sweep_sections(stats_sp, baseline, svgs),
         backends_section(backends, svgs["backends"]),
         roofline_section(roof, svgs["roofline"]),
+        distributed_section(stats_sp, collectives, plots_dir),
         noise_section(frame, records, noise_threshold),
         cost_section(costs, baseline),
         other_section(stats_sp, baseline),
@@ -196,11 +199,18 @@ def build_report(
 
 
 def run_rule(
-    records, summary, html, prices_json: str, log, noise_threshold=DEFAULT_NOISE_THRESHOLD
+    records,
+    summary,
+    html,
+    prices_json: str,
+    log,
+    noise_threshold=DEFAULT_NOISE_THRESHOLD,
+    collectives=(),
 ) -> int:
     """The report rule's call: plots go next to the HTML file."""
     return main(
-        ["--records", *map(str, records), f"--summary={summary}", f"--html={html}",
+        ["--records", *map(str, records), "--collectives", *map(str, collectives),
+         f"--summary={summary}", f"--html={html}",
          f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}",
          f"--noise-threshold={noise_threshold}"]
     )  # fmt: skip
@@ -211,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m workflow_scripts.report", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--records", nargs="*", default=[], help="trial record JSON files")
+    parser.add_argument(
+        "--collectives", nargs="*", default=[], help="collectives microbenchmark JSON files"
+    )
     parser.add_argument("--summary", required=True, type=Path, help="summary CSV to write")
     parser.add_argument("--html", required=True, type=Path, help="HTML report to write")
     parser.add_argument("--plots-dir", required=True, type=Path, help="folder for the SVG plots")
@@ -232,8 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--prices-json is not valid JSON: {exc}")
     records = load_records(args.records)
     result = build_report(
-        records, args.summary, args.html, args.plots_dir, prices, args.title, args.noise_threshold
-    )
+        records, args.summary, args.html, args.plots_dir, prices, args.title,
+        args.noise_threshold, load_records(args.collectives),
+    )  # fmt: skip
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
     announce(line, args.log)
     return 0

@@ -243,8 +243,8 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
 
 def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
     """The top-level settings: the declared defaults, then the config, then the preset's
-    ``trials`` and ``image_folder``, then the command line's (it wins over a preset);
-    nested mappings merged key by key."""
+    ``trials``, ``image_folder`` and ``collectives``, then the command line's (it wins
+    over a preset); nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
     if "trials" in overlay:
@@ -256,6 +256,12 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
         **config.get("image_folder", {}),
         **overlay.get("image_folder", {}),
         **cli.get("image_folder", {}),
+    }
+    settings["collectives"] = {
+        **SETTING_DEFAULTS["collectives"],
+        **config.get("collectives", {}),
+        **overlay.get("collectives", {}),
+        **cli.get("collectives", {}),
     }
     given = config.get("containers", {})
     settings["containers"] = {

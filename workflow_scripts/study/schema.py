@@ -70,6 +70,7 @@ def build_schema() -> dict:
             **runs,
             "trials": _ref("trials"),
             "image_folder": SETTINGS["image_folder"].schema,
+            "collectives": SETTINGS["collectives"].schema,
         },
     }
     shared = {"preset": _ref("preset_name"), "trials": _ref("trials")}  # presets use them too

@@ -62,6 +62,34 @@ CONTAINERS = {
         },
     },
 }
+COLLECTIVES = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "ranks": {"type": "integer", "minimum": 2},
+        "variants": {
+            "type": "array",
+            "items": {
+                "type": "string",
+                "pattern": "^(gloo|ccl-(shm|tcp)(-offload)?)$",
+                "description": "gloo, ccl-shm, ccl-tcp, ccl-shm-offload or ccl-tcp-offload",
+            },
+            "uniqueItems": True,
+        },
+        "sizes_kb": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1048576},
+        },
+        "dtypes": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"enum": ["float32", "bfloat16"]},
+            "uniqueItems": True,
+        },
+        "iterations": {"type": "integer", "minimum": 1},
+    },
+}
 PRICE = {
     "type": "object",
     "additionalProperties": False,
@@ -151,6 +179,20 @@ SETTINGS: dict[str, Setting] = {
             IMAGE_FOLDER,
             {"images_per_class": 32, "classes": 10, "size": 256},
             "the generated image folder",
+            structured=True,
+        ),
+        Setting(
+            "collectives",
+            COLLECTIVES,
+            {
+                "ranks": 2,
+                "variants": ["gloo", "ccl-shm", "ccl-tcp", "ccl-shm-offload"],
+                "sizes_kb": [1, 16, 256, 4096, 65536, 102400],
+                "dtypes": ["float32", "bfloat16"],
+                "iterations": 20,
+            },
+            "the allreduce microbenchmark: ranks, process-group variants (none: no "
+            "benchmark), message sizes in KiB, dtypes, timed calls per size",
             structured=True,
         ),
         Setting(

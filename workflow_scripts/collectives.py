@@ -1,0 +1,184 @@
+"""The collectives microbenchmark, a job of its own per process-group variant:
+allreduce latency and bus bandwidth from small to large messages, N ranks started by
+torchrun (``distributed/allreduce_bench.py``), in the variant's environment or image.
+
+A variant is named like the study's distributed fields: ``gloo``, ``ccl-shm``,
+``ccl-tcp``, with ``-offload`` for oneCCL's worker thread (``ccl_worker_offload``).
+Runs in the workflow's environment (standard library only). Always writes its JSON
+(``status`` ok, or failed with the tail of the log).
+
+    python -m workflow_scripts.collectives --variant ccl-shm --env-json results/envs/oneccl.json \\
+        --ranks 2 --sizes-kb 1,1024,102400 --out results/collectives/ccl-shm.json \\
+        --log logs/collectives/ccl-shm.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from . import launchers, runtimes, sysinfo
+from .util import tail, write_json_atomic
+
+PROGRAM = Path(__file__).resolve().parent / "distributed" / "allreduce_bench.py"
+VARIANT = re.compile(r"^(gloo|ccl-(shm|tcp))(-offload)?$")
+#: (environment, image) of each process-group backend
+WHERE = {"gloo": ("upstream", "eager"), "ccl": ("oneccl", "oneccl")}
+
+
+def variant_spec(variant: str, ranks: int, timeout_s: int) -> dict:
+    """The distributed fields of a variant name (a spec the torchrun launcher reads)."""
+    m = VARIANT.match(variant)
+    if not m or (m.group(1) == "gloo" and m.group(3)):
+        raise ValueError(
+            f"collectives variant {variant!r}: allowed are gloo, ccl-shm, ccl-tcp, "
+            "and ccl-shm-offload / ccl-tcp-offload"
+        )
+    backend = "gloo" if m.group(1) == "gloo" else "ccl"
+    return {
+        "launcher": "torchrun",
+        "ranks": ranks,
+        "dist_backend": backend,
+        "ccl_impl": "study",
+        "ccl_transport": m.group(2) or "shm",
+        "ccl_worker_offload": bool(m.group(3)),
+        "threads": None,
+        "cpus": None,
+        "timeout_s": timeout_s,
+    }
+
+
+def env_of(variant: str) -> str:
+    return WHERE[variant_spec(variant, 2, 60)["dist_backend"]][0]
+
+
+def image_of(variant: str) -> str:
+    return WHERE[variant_spec(variant, 2, 60)["dist_backend"]][1]
+
+
+def run(
+    variant: str,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    ranks: int,
+    sizes_kb: list[float],
+    dtypes: list[str],
+    iterations: int,
+    timeout_s: int,
+) -> dict:
+    spec = variant_spec(variant, ranks, timeout_s)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    launcher = launchers.get("torchrun")
+    template, paths = launchers.result_paths(out, ranks)
+    for p in paths:
+        p.unlink(missing_ok=True)
+    args = [
+        "--spec-json", json.dumps(spec, sort_keys=True),
+        "--sizes-kb", ",".join(f"{kb:g}" for kb in sizes_kb),
+        "--dtypes", ",".join(dtypes), "--iterations", str(iterations), "--out", template,
+    ]  # fmt: skip
+    cmd = launcher.command(spec, env_info["python"], args, program=PROGRAM)
+    runtime = runtimes.for_env(env_info)
+    env = runtime.environment()
+    env.update(launcher.environment(spec))
+    wrapped = runtime.wrap(
+        cmd, env, label=f"collectives-{variant}", mounts=[(str(out.parent.resolve()), "rw")]
+    )
+    try:
+        finished = runtimes.run_logged(wrapped, log, timeout_s)
+    finally:
+        runtime.cleanup(wrapped)
+    results = []
+    for p in paths:
+        try:
+            results.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            results.append(None)
+        p.unlink(missing_ok=True)
+    record = dict(results[0]) if results[0] else {}
+    bad = [r for r, res in enumerate(results) if not res or res.get("status") != "ok"]
+    if finished.timed_out or bad:
+        why = (
+            f"killed after {timeout_s} s"
+            if finished.timed_out
+            else "; ".join(
+                f"rank {r}: "
+                + ((results[r] or {}).get("error") or {}).get("message", "wrote no result")
+                for r in bad
+            )
+        )
+        record.update(status="failed", error={"message": why, "tail": tail(log)})
+    record.update(
+        kind="collectives",
+        variant=variant,
+        ranks=ranks,
+        env_name=env_info.get("name"),
+        runtime=runtime.name,
+        command=wrapped.cmd,
+        process_wall_s=finished.wall_s,
+    )
+    record.setdefault("provenance", sysinfo.collect())
+    record["provenance"].update(runtimes.image_provenance(env_info))
+    write_json_atomic(out, record)
+    return record
+
+
+def summary_line(record: dict) -> str:
+    head = f"[collectives] {record['variant']} x{record['ranks']}:"
+    if record.get("status") != "ok":
+        return f"{head} failed: {record['error']['message']}"[:400]
+    parts = []
+    for r in record["results"]:
+        if r["dtype"] == "float32" and r is not None:
+            parts.append(
+                f"{r['bytes'] / 1024:g} KiB {r['latency_s']['median'] * 1e3:.3f} ms "
+                f"{r['busbw_GBps']:.2f} GB/s"
+            )
+    return f"{head} " + ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--env-json", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--log", required=True, type=Path)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--sizes-kb", default="1,1024,102400")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
+    args = ap.parse_args(argv)
+    env_info = json.loads(args.env_json.read_text())
+    env_info["shm_size"] = args.shm_size
+    record = run(
+        args.variant, env_info, args.out, args.log, args.ranks,
+        [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
+        args.iterations, args.timeout,
+    )  # fmt: skip
+    print(summary_line(record), flush=True)
+    return 0
+
+
+def run_rule(inputs, output, params, wildcards, log) -> int:
+    """The collectives rule's call, with Snakemake's objects (the settings are a param:
+    editing them reruns the benchmark)."""
+    env_json = inputs.get("image") or inputs.get("env")
+    c = json.loads(params.settings)
+    return main(
+        [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
+         f"--log={log[0]}", f"--ranks={c['ranks']}",
+         f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
+         f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
+         f"--shm-size={params.shm_size}"]
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
