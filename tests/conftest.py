@@ -38,6 +38,12 @@ def ipex_env(tmp_path_factory) -> dict:
     return build_env("ipex", tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def oneccl_env(tmp_path_factory) -> dict:
+    """upstream + oneCCL, with the study's ccl backend compiled into it."""
+    return build_env("oneccl", tmp_path_factory)
+
+
 @pytest.fixture
 def make_spec():
     """A fully resolved spec (through the real config loader) for a tiny model."""

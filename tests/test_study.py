@@ -67,6 +67,7 @@ def test_shipped_config_loads(shipped, preset):
         "image_folder",
         "noise_threshold",
         "noise_retries",
+        "collectives",
     }
     assert study.envs == sorted({s["env"] for s in study.experiments})
 
@@ -95,9 +96,16 @@ def test_shipped_default_study(shipped):
         "inductor-fp32": 1.27,
         "runcpu-tcmalloc": 4.28,
         "ipex-optimize-bf16-cl": 4.46,
+        "ddp-2x-gloo": 2.0,
+        "ddp-2x-ccl": 2.8,
     }
     assert study.ids[len(ladder) :] == [
         "image-folder-nw1",
+        "ddp-1x-gloo",
+        "ddp-2x-gloo",
+        "ddp-2x-ccl",
+        "ddp-2x-ccl-tcp",
+        "ddp-2x-ccl-worker",
         "batch-bs8",
         "batch-bs16",
         "batch-bs32",
@@ -107,7 +115,15 @@ def test_shipped_default_study(shipped):
         "threads-t1",
         "threads-t2",
     ]
-    assert study.envs == ["ipex", "upstream", "xla"]
+    assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
+    ddp = [s for s in study.experiments if s["group"] == "ddp"]
+    assert {s["launcher"] for s in ddp} == {"torchrun"}
+    assert [s["ranks"] for s in ddp] == [1, 2, 2, 2, 2]
+    assert {s["env"] for s in ddp if s["dist_backend"] == "ccl"} == {"oneccl"}
+    assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm", "ccl-tcp",
+                                                         "ccl-shm-offload"]  # fmt: skip
+    assert study.settings["collectives"]["sizes_kb"][0] == 1
+    assert study.settings["collectives"]["sizes_kb"][-1] == 100 * 1024
     assert {s["time_budget_s"] for s in study.experiments} == {120}
     assert study.by_id["batch-bs32"]["precision"] == "fp32"  # input sweeps on the baseline
     assert study.by_id["ipex-compile-bf16"]["compile"] == "ipex"
@@ -127,6 +143,9 @@ def test_shipped_quick_preset(shipped):
     assert study.by_id["resnet18"]["image_size"] == 64
     assert study.by_id["folder"]["group"] == "data"
     assert study.ids[-2:] == ["workers-nw0", "workers-nw1"]
+    assert [s["ranks"] for s in study.experiments if s["group"] == "ddp"] == [1, 2, 2]
+    assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm"]
+    assert study.settings["collectives"]["ranks"] == 2  # the default, kept
     assert all(s["timeout_s"] == 600 for s in study.experiments)
 
 
@@ -686,7 +705,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_cli_quick():
     proc = run_cli("--set", "preset=quick")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("preset quick: 11 experiments, envs ipex, upstream, xla")
+    assert proc.stdout.startswith("preset quick: 14 experiments, envs ipex, oneccl, upstream, xla")
     lines = proc.stdout.splitlines()
     assert any(line.split()[:4] == ["xla-fp32", "xla", "xla", "ladder"] for line in lines)
     assert any(line.startswith("workers-nw1 ") and "num_workers=1" in line for line in lines)

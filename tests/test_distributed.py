@@ -1,0 +1,106 @@
+"""Data-parallel trials: torchrun ranks with Gloo and with the study's ccl backend, in
+the real upstream and oneccl environments, and the collectives microbenchmark job."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.test_harness import assert_ok, run
+from workflow_scripts import collectives, metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+needs_two = pytest.mark.skipif(not TWO_CPUS, reason="two ranks need two CPUs")
+
+
+def ddp_spec(make_spec, **fields):
+    fields.setdefault("launcher", "torchrun")
+    fields.setdefault("ranks", 2)
+    fields.setdefault("threads", 1)
+    return make_spec(**fields)
+
+
+def assert_ranks(record: dict, n: int) -> None:
+    per_rank = record["rank_step_times_s"]
+    assert len(per_rank) == n
+    # the slowest rank decides each step
+    for i, t in enumerate(record["step_times_s"]):
+        assert t == max(r[i] for r in per_rank)
+    m = record["metrics"]
+    assert m["samples_per_s"] == pytest.approx(
+        metrics.throughput(record["spec"]["batch_size"], record["step_times_s"])
+    )
+    assert len(m["rank_peak_rss_mb"]) == n
+    assert m["peak_rss_mb"] == pytest.approx(sum(m["rank_peak_rss_mb"]))
+    checks = record["checks"]
+    assert checks["world_size"] == n
+    cpus = [set(c.split(",")) for c in checks["rank_cpus"]]
+    assert all(len(c) == record["spec"]["threads"] for c in cpus)
+    assert not set.intersection(*cpus), "ranks share a core"
+    assert len(record["rank_probes"]) == n
+
+
+@needs_two
+def test_two_gloo_ranks_train_one_ddp_model(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(ddp_spec(make_spec), upstream_env, tmp_path))
+    assert_ranks(rec, 2)
+    assert rec["checks"]["dist_backend"] == "gloo"
+    assert "torch.distributed.run" in rec["provenance"]["command"]
+
+
+def test_one_rank_is_a_world_of_one(upstream_env, make_spec, tmp_path):
+    rec = assert_ok(run(ddp_spec(make_spec, ranks=1, threads=None), upstream_env, tmp_path))
+    assert rec["checks"]["world_size"] == 1 and rec["checks"]["dist_backend"] == "gloo"
+
+
+@needs_two
+def test_two_ccl_ranks_train_one_ddp_model(oneccl_env, make_spec, tmp_path):
+    assert (oneccl_env["extensions"]["ccl"]["dir"]).endswith("study-ccl")
+    spec = ddp_spec(make_spec, dist_backend="ccl")
+    assert spec["env"] == "oneccl"
+    rec = assert_ok(run(spec, oneccl_env, tmp_path))
+    assert_ranks(rec, 2)
+    assert rec["checks"]["dist_backend"] == "ccl"
+    assert "study" in rec["checks"]["ccl"]
+
+
+@needs_two
+def test_a_failing_rank_fails_the_trial_naming_it(upstream_env, make_spec, tmp_path):
+    spec = ddp_spec(make_spec, data="image_folder", data_dir=str(tmp_path / "nowhere"))
+    rec = run(spec, upstream_env, tmp_path)
+    assert rec["status"] == "failed"
+    assert rec["error"]["message"].startswith("rank ")
+    assert "does not exist" in rec["error"]["message"]
+
+
+@needs_two
+@pytest.mark.parametrize("variant", ["gloo", "ccl-shm"])
+def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys):
+    env = {"upstream": upstream_env, "oneccl": oneccl_env}[collectives.env_of(variant)]
+    env_json = tmp_path / "env.json"
+    env_json.write_text(json.dumps(env))
+    out = tmp_path / f"{variant}.json"
+    collectives.main(
+        [f"--variant={variant}", f"--env-json={env_json}", f"--out={out}",
+         f"--log={tmp_path / 'log'}", "--sizes-kb=1,1024", "--iterations=3"]
+    )  # fmt: skip
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["group"]["dist_backend"] == variant.split("-")[0]
+    got = {(r["dtype"], r["bytes"]) for r in rec["results"]}
+    assert got == {(d, kb * 1024) for d in ("float32", "bfloat16") for kb in (1, 1024)}
+    for r in rec["results"]:
+        assert 0 < r["latency_s"]["min"] <= r["latency_s"]["median"] <= r["latency_s"]["max"]
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # 2(n-1)/n = 1 for 2 ranks
+    assert f"[collectives] {variant} x2:" in capsys.readouterr().out
+
+
+def test_variant_names():
+    assert collectives.variant_spec("ccl-tcp-offload", 2, 60)["ccl_worker_offload"] is True
+    assert collectives.env_of("gloo") == "upstream" and collectives.image_of("ccl-shm") == "oneccl"
+    with pytest.raises(ValueError, match="allowed are gloo"):
+        collectives.variant_spec("gloo-offload", 2, 60)
