@@ -70,6 +70,7 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     expected = {
         "baseline", "bf16", "bf16-cl", "inductor-fp32", "runcpu-tcmalloc", "ipex-optimize-fp32",
         "xla-fp32", "resnet18", "folder", "workers-nw0", "workers-nw1",
+        "ddp-1x-gloo", "ddp-2x-gloo", "ddp-2x-ccl",
     }  # fmt: skip
     assert set(summary["experiment"]) == expected
     assert sorted(experiments_run(first)) == sorted(expected)  # a progress line per job
@@ -92,7 +93,15 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert summary["pct_of_peak"].between(0, 150).all()
     assert set(summary["noisy"]) <= {True, False} and (summary["attempts"] >= 1).all()
     assert summary["compile_cache_fresh"].all()
-    for env in ("upstream", "ipex", "xla"):  # a reference probe per environment
+    ddp = summary.set_index("experiment").loc[["ddp-1x-gloo", "ddp-2x-gloo", "ddp-2x-ccl"]]
+    assert list(ddp["ranks"]) == [1, 2, 2] and list(ddp["dist_backend"]) == ["gloo", "gloo", "ccl"]
+    for variant in ("gloo", "ccl-shm"):  # the allreduce microbenchmark, a job each
+        result = json.loads((wd / f"results/collectives/{variant}.json").read_text())
+        assert result["status"] == "ok", result.get("error")
+        assert {r["bytes"] for r in result["results"]} == {1024, 1024 * 1024}
+    for needle in ("Distributed training", "ddp-2x-ccl", "ccl shm", "Allreduce microbenchmark"):
+        assert needle in html
+    for env in ("upstream", "ipex", "xla", "oneccl"):  # a reference probe per environment
         calibration = json.loads((wd / f"results/calibration/{env}.json").read_text())
         assert calibration["fp32_gflops"] > 0 and calibration["entries"]
         assert calibration["env_name"] == env

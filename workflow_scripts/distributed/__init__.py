@@ -1,0 +1,1 @@
+"""Multi-process training: process-group backends and their setup."""
