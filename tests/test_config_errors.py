@@ -85,9 +85,9 @@ def test_whole_number_floats_and_nested_overrides(wd):
     assert jobs(dry_run(wd, "trials=2.0", study={"experiments": [{"id": "a"}]})) == 2
     # nested values from the command line arrive as strings: read as YAML again
     proc = dry_run(wd, "preset=quick", "defaults={batch_size: 4, steps: 2}")
-    assert jobs(proc) == 11
+    assert jobs(proc) == 14
     # the command line wins over the preset
-    assert jobs(dry_run(wd, "preset=quick", "trials=3")) == 33
+    assert jobs(dry_run(wd, "preset=quick", "trials=3")) == 42
 
 
 @pytest.mark.parametrize(
@@ -114,6 +114,23 @@ def test_whole_number_floats_and_nested_overrides(wd):
         (
             {"model": "resnet18", "image_size": 32, "batch_size": 1},
             "batch_size 1 with image_size 32",
+        ),
+        ({"ranks": 2}, "ranks 2 needs launcher 'torchrun' (got launcher 'none')"),
+        (
+            {"launcher": "torchrun", "ranks": 2, "batch_size": 7},
+            "batch_size 7 (the global batch) does not split evenly over ranks 2",
+        ),
+        (
+            {"launcher": "torchrun", "dist_backend": "ccl", "backend": "ipex"},
+            "dist_backend 'ccl' runs in the oneccl environment",
+        ),
+        (
+            {"launcher": "torchrun", "ccl_transport": "tcp"},
+            "ccl_transport 'tcp' needs dist_backend 'ccl'",
+        ),
+        (
+            {"launcher": "torchrun", "ranks": 4096, "batch_size": 4096},
+            "experiment x.ranks: 4096 ranks x 1 thread(s) need 4096 CPUs",
         ),
     ],
 )

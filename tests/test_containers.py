@@ -163,6 +163,13 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
         assert row["image_id"] == rec["image_id"] and row["image_digest"] == rec["image_digest"]
     assert summary.loc["inductor-fp32", "image"] == "inductor"
     assert summary.loc["xla-fp32", "image"] == "xla"
+    # two ranks with the study's ccl backend, built into the oneccl image
+    assert summary.loc["ddp-2x-ccl", "image"] == "oneccl"
+    assert summary.loc["ddp-2x-ccl", "dist_backend"] == "ccl"
+    for variant in ("gloo", "ccl-shm"):
+        result = json.loads((wd / f"results/collectives/{variant}.json").read_text())
+        assert result["status"] == "ok", result.get("error")
+        assert result["runtime"] == "podman"
     assert summary.loc["ipex-optimize-fp32", "ipex_version"].startswith("2.8")
     assert "tcmalloc" in summary.loc["runcpu-tcmalloc", "ld_preload"]
     assert summary["compile_cache_fresh"].all()
