@@ -92,11 +92,16 @@ class Torchrun(Launcher):
         if spec["dist_backend"] == "ccl":
             env["CCL_WORKER_OFFLOAD"] = "1" if spec["ccl_worker_offload"] else "0"
             env["CCL_ATL_TRANSPORT"] = "ofi"
+            # the ranks share this host: oneCCL's bootstrap (and ofi's tcp provider) on
+            # loopback, which by default it skips ("can't find interface to get host
+            # IP" in a container without a network)
+            env["CCL_KVS_IFACE"] = "lo"
             if spec["ccl_transport"] == "shm":
                 env["CCL_ATL_SHM"] = "1"
             else:
                 env["CCL_ATL_SHM"] = "0"
                 env["FI_PROVIDER"] = "tcp"
+                env["FI_TCP_IFACE"] = "lo"
         return env
 
     def merge(self, results: list[dict]) -> dict:

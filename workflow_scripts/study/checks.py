@@ -30,6 +30,8 @@ CONTROLLED_ENV = {
     "CCL_ATL_TRANSPORT": "use ccl_transport",
     "CCL_ATL_SHM": "use ccl_transport",
     "FI_PROVIDER": "use ccl_transport",
+    "FI_TCP_IFACE": "use ccl_transport",
+    "CCL_KVS_IFACE": "set for ccl runs on one host (loopback)",
     "CCL_WORKER_OFFLOAD": "use ccl_worker_offload",
     "RANK": "set by the launcher (ranks)",
     "WORLD_SIZE": "set by the launcher (ranks)",
