@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
 
-    who = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+    rank, world, _ = ranks.world()
+    who = f"[rank {rank}] " if world > 1 else ""
 
     def progress(i, total, elapsed, loss):
         # one write per line: the ranks share the launcher's output

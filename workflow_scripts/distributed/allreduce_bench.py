@@ -25,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script by torchrun
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from workflow_scripts import sysinfo  # noqa: E402
+from workflow_scripts import launchers, sysinfo  # noqa: E402
 from workflow_scripts.distributed import ranks  # noqa: E402
 from workflow_scripts.util import write_json_atomic  # noqa: E402
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         result["error"] = {"type": type(exc).__name__, "message": str(exc)[:2000]}
     result["provenance"] = {**sysinfo.collect(), **sysinfo.torch_info()}
     rank, _, _ = ranks.world()
-    write_json_atomic(Path(args.out.replace("{rank}", str(rank))), result)
+    write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
         print(f"[rank {rank}] {result['error']['message']}", file=sys.stderr)
         return 1

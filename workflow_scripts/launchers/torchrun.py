@@ -10,11 +10,11 @@ the most disturbed rank's noise probe.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
 from .. import metrics, sysinfo
+from ..util import finite
 from .base import ENTRY, Launcher
 
 #: process-group backend -> (environment, image) it needs instead of the backend's own
@@ -136,7 +136,7 @@ def merge_ok(results: list[dict]) -> dict:
     m["step_time_s"] = metrics.distribution(slowest)
     m["steps_timed"] = steps
     for key in ("time_to_first_step_s", "setup_s", "import_s", "flops_count_s", "wall_s"):
-        values = [x.get(key) for x in ms if _num(x.get(key))]
+        values = [x.get(key) for x in ms if finite(x.get(key))]
         m[key] = max(values) if values else m.get(key)
     m["time_budget_hit"] = any(x.get("time_budget_hit") for x in ms)
     m["peak_rss_mb"] = sum(x["peak_rss_mb"] for x in ms)
@@ -146,14 +146,14 @@ def merge_ok(results: list[dict]) -> dict:
     m["first_loss"], m["final_loss"] = losses[0], losses[-1]
     # the roofline of the whole machine: every rank's work over every rank's ceiling
     flops = m.get("flops_per_sample")
-    achieved = flops * m["samples_per_s"] / 1e9 if _num(flops) else None
+    achieved = flops * m["samples_per_s"] / 1e9 if finite(flops) else None
     peaks = [x["achieved_gflops"] / x["pct_of_peak"] * 100 for x in ms if _pct(x)]
     m["achieved_gflops"] = achieved
     m["pct_of_peak"] = (
         100.0 * achieved / sum(peaks) if achieved is not None and len(peaks) == len(ms) else None
     )
     probes = [r.get("probe") for r in results]
-    rated = [p for p in probes if isinstance(p, dict) and _num(p.get("fp32_gflops"))]
+    rated = [p for p in probes if isinstance(p, dict) and finite(p.get("fp32_gflops"))]
     merged = dict(first)
     merged["metrics"] = m
     merged["step_times_s"] = slowest
@@ -167,12 +167,10 @@ def merge_ok(results: list[dict]) -> dict:
     return merged
 
 
-def _num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _pct(m: dict) -> bool:
-    return _num(m.get("achieved_gflops")) and _num(m.get("pct_of_peak")) and m["pct_of_peak"] > 0
+    return (
+        finite(m.get("achieved_gflops")) and finite(m.get("pct_of_peak")) and m["pct_of_peak"] > 0
+    )
 
 
 LAUNCHER = Torchrun()

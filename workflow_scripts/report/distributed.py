@@ -15,6 +15,7 @@ import pandas as pd
 
 from .figures import STYLE, _no_data, _save, inline_svg
 from .formatting import _n_used, fmt_num, fmt_speedup, fmt_spread, fmt_text
+from .html import _table
 
 # The book chapter's claims (../shared/STUDY.md), measured on its own machine.
 BOOK_CLAIMS = (
@@ -151,8 +152,6 @@ def distributed_section(
         "pinned to its own cores, and a step takes as long as its slowest rank.</p>"
     ]
     if len(ddp):
-        from .html import _table
-
         parts.append(_table(ddp_display(ddp)))
     else:
         parts.append('<p class="empty">No data-parallel (torchrun) experiments.</p>')
@@ -163,8 +162,6 @@ def distributed_section(
     if frame.empty:
         parts.append('<p class="empty">No collectives results.</p>')
     else:
-        from .html import _table
-
         ranks = sorted({int(r) for r in frame["ranks"].dropna()})
         parts.append(
             f'<p class="note">allreduce (sum) between {", ".join(map(str, ranks))} ranks on '
