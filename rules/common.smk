@@ -14,6 +14,7 @@ TRIALS = list(range(SETTINGS["trials"]))
 COLLECTIVES = SETTINGS["collectives"]["variants"]
 ENVS = sorted({*STUDY.envs, *(collectives.env_of(v) for v in COLLECTIVES)})
 IMAGE_FOLDER = "resources/image_folder"
+DIGITS = "resources/digits"
 # Where the experiments run: local virtualenvs, or podman/docker images ("auto" picks).
 try:
     RUNTIME, _note = images.resolve_runtime(SETTINGS["runtime"], SETTINGS["container_engine_conf"])
@@ -88,6 +89,8 @@ def experiment_inputs(wildcards):
         inputs = {"env": f"results/envs/{spec['env']}.json"}
     if spec["data"] == "image_folder" and not spec["data_dir"]:
         inputs["images"] = IMAGE_FOLDER
+    if spec["data"] == "digits":
+        inputs["digits"] = DIGITS
     if spec["probe_size"] > 0:
         inputs["reference_probe"] = ancient(calibration(spec["env"]))
     return inputs
@@ -152,8 +155,11 @@ def experiment_spec(wildcards):
     return STUDY.spec_json(wildcards.experiment)
 
 
-def experiment_image_folder(wildcards):
+def experiment_data_path(wildcards):
+    """The folder the experiment's data is read from (mounted into its container)."""
     spec = STUDY.by_id[wildcards.experiment]
+    if spec["data"] == "digits":
+        return DIGITS
     if spec["data"] != "image_folder":
         return ""
     return spec["data_dir"] or IMAGE_FOLDER

@@ -56,3 +56,17 @@ rule image_folder:
                 f"--log={log[0]}",
             ]
         )
+
+
+# scikit-learn's digits, exported once from the workflow's environment (where
+# scikit-learn is) with a fixed, stratified train/test split, for data: digits.
+rule digits:
+    output:
+        directory(DIGITS),
+    log:
+        "logs/digits.log",
+    priority: SETUP_PRIORITY
+    run:
+        from workflow_scripts import digits
+
+        digits.main([f"--out={output[0]}", f"--log={log[0]}"])

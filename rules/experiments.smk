@@ -44,7 +44,7 @@ rule run_experiment:
     threads: workflow.cores
     params:
         spec=experiment_spec,
-        image_folder=experiment_image_folder,
+        data_path=experiment_data_path,
         # where it runs is part of what it measured: switching runtimes reruns it
         runtime=RUNTIME,
     run:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests.test_harness import assert_ok, run
-from workflow_scripts import collectives, metrics
+from workflow_scripts import collectives, digits, metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -66,6 +66,55 @@ def test_two_ccl_ranks_train_one_ddp_model(oneccl_env, make_spec, tmp_path):
     assert_ranks(rec, 2)
     assert rec["checks"]["dist_backend"] == "ccl"
     assert "study" in rec["checks"]["ccl"]
+
+
+@pytest.fixture(scope="module")
+def digits_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("digits")
+    digits.export(folder)
+    return str(folder)
+
+
+def accuracy_spec(make_spec, **fields):
+    return make_spec(data="digits", epochs=2, batch_size=32, lr=0.05, warmup_steps=1,
+                     time_budget_s=None, **fields)  # fmt: skip
+
+
+def assert_trained(record: dict) -> dict:
+    assert record["status"] == "ok", record.get("error")
+    m, spec = record["metrics"], record["spec"]
+    # every step of every epoch trained (1437 // 32 = 44 a epoch), all but warm-up timed
+    assert m["epochs"] == 2 and m["steps_per_epoch"] == 1437 // 32
+    assert len(record["losses"]) == 2 * m["steps_per_epoch"]
+    assert m["steps_timed"] == len(record["losses"]) - spec["warmup_steps"]
+    assert m["train_samples"] == 2 * m["steps_per_epoch"] * 32
+    assert m["test_samples"] == 360 and 0.3 < m["test_accuracy"] <= 1.0  # chance: 0.1
+    assert m["train_time_s"] >= sum(record["step_times_s"])
+    return m
+
+
+def test_accuracy_of_one_process(upstream_env, make_spec, digits_dir, tmp_path):
+    rec = run(accuracy_spec(make_spec), upstream_env, tmp_path, data_path=digits_dir)
+    m = assert_trained(rec)
+    assert m["test_loss"] < 2.3  # below a uniform guess's log(10)
+
+
+@needs_two
+def test_accuracy_of_two_ranks_gloo_and_ccl(
+    upstream_env, oneccl_env, make_spec, digits_dir, tmp_path
+):
+    """The ranks score identical models; Gloo and ccl train the same model (the same
+    seed, data order and sums), so their accuracy is the same."""
+    accuracy = {}
+    for backend, env in (("gloo", upstream_env), ("ccl", oneccl_env)):
+        spec = accuracy_spec(make_spec, launcher="torchrun", ranks=2, threads=1,
+                             dist_backend=backend)  # fmt: skip
+        rec = run(spec, env, tmp_path / backend, data_path=digits_dir)
+        m = assert_trained(rec)
+        assert len(m["rank_test_accuracy"]) == 2
+        assert m["rank_test_accuracy"][0] == m["rank_test_accuracy"][1] == m["test_accuracy"]
+        accuracy[backend] = m["test_accuracy"]
+    assert accuracy["gloo"] == pytest.approx(accuracy["ccl"], abs=0.03)
 
 
 @needs_two

@@ -187,7 +187,7 @@ def test_ipex_import_starts_a_compile_pool_that_the_trial_waits_for(
 def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path):
     folder = imagefolder.make_image_folder(tmp_path / "images", classes=3, per_class=6, size=40)
     spec = make_spec(data="image_folder", num_workers=2, batch_size=4, steps=4)
-    rec = assert_ok(run(spec, upstream_env, tmp_path, image_folder=str(folder)))
+    rec = assert_ok(run(spec, upstream_env, tmp_path, data_path=str(folder)))
     assert rec["checks"]["dataloader_workers"] == 2
     assert rec["metrics"]["peak_rss_children_mb"] > 0  # the workers were real processes
 

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -180,6 +181,38 @@ def sample_records():
         # partial: no metrics and no provenance at all
         {"experiment": "partial", "trial": 0, "spec": {"id": "partial", "group": "data"}},
     ]
+
+
+class _Tables(HTMLParser):
+    """The tables of an HTML page as lists of rows of cell texts."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None and self.tables:
+            self.tables[-1][-1].append("".join(self.cell).strip())
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def html_tables(page: str) -> list[pd.DataFrame]:
+    parser = _Tables()
+    parser.feed(page)
+    return [pd.DataFrame(t[1:], columns=t[0]) for t in parser.tables if t]
 
 
 def write_records(tmp_path, records):
@@ -479,3 +512,63 @@ def test_the_ladder_shows_what_the_checks_saw_take_effect(tmp_path):
     assert "in effect (checked)" in page
     assert "channels_last asked, weights not channels_last!" in page
     assert "fp32 output (asked bf16!), not compiled!" in page
+
+
+def test_accuracy_table_and_the_books_claims(tmp_path):
+    """Time-to-train speedups and accuracy changes against the group's one-process fp32
+    run, and the book's claims beside the fastest multi-rank run of each kind."""
+
+    def acc(experiment, trial, train_s, accuracy, **spec):
+        r = make(experiment, trial, 1437 * 3 / train_s, group="accuracy", launcher="torchrun",
+                 data="digits", epochs=3, model="cnn", batch_size=32, **spec)  # fmt: skip
+        r["metrics"].update(train_time_s=train_s, test_accuracy=accuracy, test_loss=0.2)
+        return r
+
+    records = [
+        acc("acc-r1", 0, 10.0, 0.95, ranks=1, threads=2),
+        acc("acc-r1", 1, 10.0, 0.96, ranks=1, threads=2),
+        acc("acc-gloo-r2", 0, 8.0, 0.94, ranks=2, threads=1),
+        acc("acc-ccl-r2", 0, 6.0, 0.94, ranks=2, threads=1, dist_backend="ccl"),
+        acc(
+            "acc-ccl-bf16-r2",
+            0,
+            5.0,
+            0.90,
+            ranks=2,
+            threads=1,
+            dist_backend="ccl",
+            precision="bf16",
+        ),  # fmt: skip
+        make("ddp-r2", 0, 20.0, group="ddp", launcher="torchrun", ranks=2, threads=1),
+    ]
+    html_path = tmp_path / "report" / "index.html"
+    report.build_report(rec.load_records(write_records(tmp_path, records)),
+                        tmp_path / "summary.csv", html_path, tmp_path / "report")  # fmt: skip
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("experiment")
+    assert summary.loc["acc-ccl-r2", "test_accuracy"] == 0.94
+    assert summary.loc["acc-ccl-r2", "train_time_s"] == 6.0
+    assert math.isnan(summary.loc["ddp-r2", "test_accuracy"])  # no epochs: no accuracy
+
+    page = html_path.read_text()
+    section = page[page.index("Accuracy: time to train") :]
+    tables = html_tables(section)
+    table = tables[0].set_index("experiment")
+    assert list(table.index) == ["acc-r1", "acc-gloo-r2", "acc-ccl-r2", "acc-ccl-bf16-r2"]
+    assert table.loc["acc-r1", "test accuracy (%)"] == "95.5 (95.0–96.0)"  # median (min–max)
+    assert table.loc["acc-gloo-r2", "speedup"] == "1.25×"
+    assert table.loc["acc-ccl-r2", "speedup"] == "1.67×"
+    assert table.loc["acc-ccl-bf16-r2", "Δ accuracy (points)"] == "-5.5"
+    assert table.loc["acc-ccl-r2", "ranks × threads"] == "2 × 1"
+    assert table.loc["acc-ccl-r2", "process group"] == "ccl shm"
+    claims = tables[1].set_index("claim")
+    ours = claims.columns[-1]
+    assert ours == "ours, against acc-r1"
+    assert claims.loc["Gloo, several ranks", ours].startswith("1.25× (acc-gloo-r2, 2 × 1, fp32)")
+    assert claims.loc["oneCCL, several ranks", ours].startswith("1.67× (acc-ccl-r2,")
+    assert claims.loc["oneCCL, any setting", ours] == (
+        "2.00× (acc-ccl-bf16-r2, 2 × 1, bf16), accuracy -5.5 points"
+    )
+    assert claims.loc["Gloo, several ranks", "book (its machine)"].startswith("about 1.25×")
+    # the throughput table holds the DDP runs without epochs only
+    ddp = page[page.index("Distributed training") : page.index("Accuracy: time to train")]
+    assert "ddp-r2" in ddp and "acc-ccl-r2" not in ddp

@@ -22,10 +22,18 @@ from workflow_scripts.study import (
     parse_cpus,
     read_config,
 )
+from workflow_scripts.sysinfo import allowed_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
 SPEC_KEYS = set(FIELDS) | {"env", "preset"}
+
+
+def machine_splits(batch: int) -> list[tuple[int, int]]:
+    """``layouts: all`` on this machine: (ranks, threads) over all its CPUs, ranks
+    dividing the global batch."""
+    n = len(allowed_cpus())
+    return [(r, n // r) for r in range(1, n + 1) if n % r == 0 and batch % r == 0]
 
 
 @pytest.fixture(scope="module")
@@ -96,16 +104,12 @@ def test_shipped_default_study(shipped):
         "inductor-fp32": 1.27,
         "runcpu-tcmalloc": 4.28,
         "ipex-optimize-bf16-cl": 4.46,
-        "ddp-2x-gloo": 2.0,
-        "ddp-2x-ccl": 2.8,
     }
+    # every ranks x threads split of this machine's CPUs that shares the batch evenly
+    splits = machine_splits(16)
+    multi = [f"r{r}-t{t}" for r, t in splits if r > 1]
     assert study.ids[len(ladder) :] == [
         "image-folder-nw1",
-        "ddp-1x-gloo",
-        "ddp-2x-gloo",
-        "ddp-2x-ccl",
-        "ddp-2x-ccl-tcp",
-        "ddp-2x-ccl-worker",
         "batch-bs8",
         "batch-bs16",
         "batch-bs32",
@@ -114,17 +118,30 @@ def test_shipped_default_study(shipped):
         "workers-nw2",
         "threads-t1",
         "threads-t2",
+        *(f"ddp-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(16)),
+        *(f"ddp-ccl-tcp-{x}" for x in multi),
+        *(f"ddp-ccl-cclworker-{x}" for x in multi),
+        *(
+            f"acc-{pg}-{p}-r{r}-t{t}"
+            for pg in ("gloo", "ccl")
+            for p in ("fp32", "bf16")
+            for r, t in machine_splits(32)
+        ),
     ]
     assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
     ddp = [s for s in study.experiments if s["group"] == "ddp"]
     assert {s["launcher"] for s in ddp} == {"torchrun"}
-    assert [s["ranks"] for s in ddp] == [1, 2, 2, 2, 2]
     assert {s["env"] for s in ddp if s["dist_backend"] == "ccl"} == {"oneccl"}
+    assert all(s["ranks"] * s["threads"] == len(allowed_cpus()) for s in ddp)
+    acc = [s for s in study.experiments if s["group"] == "accuracy"]
+    assert {(s["data"], s["epochs"], s["time_budget_s"], s["model"]) for s in acc} == {
+        ("digits", 10, None, "cnn")
+    }
     assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm", "ccl-tcp",
                                                          "ccl-shm-offload"]  # fmt: skip
     assert study.settings["collectives"]["sizes_kb"][0] == 1
     assert study.settings["collectives"]["sizes_kb"][-1] == 100 * 1024
-    assert {s["time_budget_s"] for s in study.experiments} == {120}
+    assert {s["time_budget_s"] for s in study.experiments if not s["epochs"]} == {120}
     assert study.by_id["batch-bs32"]["precision"] == "fp32"  # input sweeps on the baseline
     assert study.by_id["ipex-compile-bf16"]["compile"] == "ipex"
     assert study.by_id["inductor-fp32"]["compile"] == "inductor"
@@ -142,8 +159,17 @@ def test_shipped_quick_preset(shipped):
     assert study.by_id["baseline"]["model"] == "cnn"
     assert study.by_id["resnet18"]["image_size"] == 64
     assert study.by_id["folder"]["group"] == "data"
-    assert study.ids[-2:] == ["workers-nw0", "workers-nw1"]
-    assert [s["ranks"] for s in study.experiments if s["group"] == "ddp"] == [1, 2, 2]
+    splits = [f"r{r}-t{t}" for r, t in machine_splits(8)]
+    assert [s["id"] for s in study.experiments if s["group"] == "ddp"] == [
+        *(f"ddp-gloo-{x}" for x in splits),
+        *(f"ddp-ccl-{x}" for x in splits),
+    ]
+    acc = [s["id"] for s in study.experiments if s["group"] == "accuracy"]
+    multi = [f"acc-bf16-r{r}-t{t}" for r, t in machine_splits(32) if r > 1]
+    assert acc == [
+        *(f"acc-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(32)),
+        *multi,
+    ]
     assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm"]
     assert study.settings["collectives"]["ranks"] == 2  # the default, kept
     assert all(s["timeout_s"] == 600 for s in study.experiments)
@@ -164,7 +190,7 @@ def test_schema_lists_every_field():
     schema = build_schema()
     assert set(schema["$defs"]["experiment"]["properties"]) == set(FIELDS)
     sweep = set(schema["$defs"]["sweep"]["properties"])
-    assert sweep == (set(FIELDS) - {"id"}) | {"name"}
+    assert sweep == (set(FIELDS) - {"id"}) | {"name", "layouts"}
     assert set(schema["$defs"]["defaults"]["properties"]) == set(FIELDS) - {
         "id",
         "group",
@@ -606,6 +632,15 @@ def test_bad_ids():
         ({"model": "resnet18", "image_size": 31}, "model 'resnet18' needs image_size >= 32"),
         ({"cpus": "3-1"}, "cpus '3-1' is not a CPU list (range '3-1' runs backwards)"),
         ({"compile_mode": "max-autotune"}, "compile_mode 'max-autotune' needs a compile"),
+        ({"epochs": 3}, "epochs 3 needs data 'digits' (the data set with a held-out test"),
+        (
+            {"data": "digits", "epochs": 3, "time_budget_s": 60},
+            "time_budget_s 60 would cut a training of epochs 3 short",
+        ),
+        (
+            {"data": "digits", "batch_size": 2048, "model": "cnn"},
+            "batch_size 2048 is larger than the 1437 training images of data 'digits'",
+        ),
     ],
 )
 def test_impossible_combinations(fields, message):
@@ -705,7 +740,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_cli_quick():
     proc = run_cli("--set", "preset=quick")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("preset quick: 14 experiments, envs ipex, oneccl, upstream, xla")
+    n = len(load_study({**yaml.safe_load(CONFIG.read_text()), "preset": "quick"}).ids)
+    assert proc.stdout.startswith(
+        f"preset quick: {n} experiments, envs ipex, oneccl, upstream, xla"
+    )
     lines = proc.stdout.splitlines()
     assert any(line.split()[:4] == ["xla-fp32", "xla", "xla", "ladder"] for line in lines)
     assert any(line.startswith("workers-nw1 ") and "num_workers=1" in line for line in lines)
@@ -729,3 +767,29 @@ def test_main_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["settings"]["preset"] == "quick"
     assert out["experiments"][0]["id"] == "baseline"
+
+
+def test_layouts_split_the_cpus_and_share_the_batch():
+    """layouts: all, on the sweep's cpus (6 here, on any machine): 1x6 and 2x3; 3x2
+    and 6x1 cannot split a global batch of 32 evenly and are left out."""
+    sweep = {"name": "d", "launcher": "torchrun", "cpus": "0-5", "batch_size": 32}
+    study = load_study({"sweeps": [{**sweep, "layouts": "all", "dist_backend": ["gloo", "ccl"]}]})
+    assert study.ids == ["d-gloo-r1-t6", "d-gloo-r2-t3", "d-ccl-r1-t6", "d-ccl-r2-t3"]
+    assert {s["group"] for s in study.experiments} == {"d"}
+    study = load_study({"sweeps": [{**sweep, "batch_size": 36, "layouts": "multi"}]})
+    assert [(s["ranks"], s["threads"]) for s in study.experiments] == [(2, 3), (3, 2), (6, 1)]
+    # the layouts are the only swept thing: no list needed
+    assert load_study({"sweeps": [{**sweep, "layouts": "all"}]}).ids == ["d-r1-t6", "d-r2-t3"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"ranks": 2}, "layouts 'all' sets ranks and threads itself; remove ranks"),
+        ({"cpus": "0", "layouts": "multi"}, "layouts 'multi': 1 CPU(s) cannot hold 2 ranks"),
+        ({"layouts": "every"}, "'every' is not allowed; allowed: all, multi"),
+    ],
+)
+def test_layouts_errors(extra, message):
+    sweep = {"name": "d", "launcher": "torchrun", "layouts": "all", **extra}
+    assert message in error_of({"sweeps": [sweep]})

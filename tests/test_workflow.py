@@ -67,11 +67,10 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     first = snakemake(wd)
     summary = pd.read_csv(wd / "results/summary.csv")
     assert set(REQUIRED_COLUMNS) <= set(summary.columns)
-    expected = {
-        "baseline", "bf16", "bf16-cl", "inductor-fp32", "runcpu-tcmalloc", "ipex-optimize-fp32",
-        "xla-fp32", "resnet18", "folder", "workers-nw0", "workers-nw1",
-        "ddp-1x-gloo", "ddp-2x-gloo", "ddp-2x-ccl",
-    }  # fmt: skip
+    quick = study.load_study({**study.read_config(wd / "config.yaml"), "preset": "quick"})
+    expected = set(quick.ids)
+    groups = {s["id"]: s["group"] for s in quick.experiments}
+    assert {"baseline", "xla-fp32", "folder", "workers-nw1"} <= expected
     assert set(summary["experiment"]) == expected
     assert sorted(experiments_run(first)) == sorted(expected)  # a progress line per job
     failed = summary[summary["status"] != "ok"]
@@ -93,13 +92,29 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert summary["pct_of_peak"].between(0, 150).all()
     assert set(summary["noisy"]) <= {True, False} and (summary["attempts"] >= 1).all()
     assert summary["compile_cache_fresh"].all()
-    ddp = summary.set_index("experiment").loc[["ddp-1x-gloo", "ddp-2x-gloo", "ddp-2x-ccl"]]
-    assert list(ddp["ranks"]) == [1, 2, 2] and list(ddp["dist_backend"]) == ["gloo", "gloo", "ccl"]
+    by_group = summary.assign(group=summary["experiment"].map(groups)).set_index("experiment")
+    ddp = by_group[by_group["group"] == "ddp"]
+    cpus = len(os.sched_getaffinity(0))
+    assert ((ddp["ranks"] * ddp["threads"]) == cpus).all()  # every layout uses all CPUs
+    assert set(ddp["dist_backend"]) == {"gloo", "ccl"} and ddp["ranks"].min() == 1
+    # the accuracy experiments: trained for their epochs, scored on the held-out split
+    acc = by_group[by_group["group"] == "accuracy"]
+    assert len(acc) >= 3 and (acc["epochs"] == 3).all()
+    assert (acc["test_accuracy"] > 0.3).all(), acc["test_accuracy"]  # chance is 0.1
+    assert (acc["train_time_s"] > 0).all() and acc["test_loss"].notna().all()
+    # the same seed, data order and global batch: gloo and ccl train the same model
+    for layout, sub in acc[acc["precision"] == "fp32"].groupby("ranks"):
+        assert sub["test_accuracy"].max() - sub["test_accuracy"].min() < 0.03, (layout, sub)
+    assert acc["test_accuracy"].isna().sum() == 0 and summary["test_accuracy"].notna().sum() == len(
+        acc
+    )
     for variant in ("gloo", "ccl-shm"):  # the allreduce microbenchmark, a job each
         result = json.loads((wd / f"results/collectives/{variant}.json").read_text())
         assert result["status"] == "ok", result.get("error")
         assert {r["bytes"] for r in result["results"]} == {1024, 1024 * 1024}
-    for needle in ("Distributed training", "ddp-2x-ccl", "ccl shm", "Allreduce microbenchmark"):
+    for needle in ("Distributed training", "ddp-ccl-r1-", "ccl shm", "Allreduce microbenchmark"):
+        assert needle in html
+    for needle in ("Accuracy: time to train", "test accuracy (%)", "Gloo, several ranks"):
         assert needle in html
     for env in ("upstream", "ipex", "xla", "oneccl"):  # a reference probe per environment
         calibration = json.loads((wd / f"results/calibration/{env}.json").read_text())
@@ -208,8 +223,9 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
-    setup = [j for j in jobs if j["rule"] in ("build_env", "image_folder", "calibrate")]
-    assert {j["rule"] for j in setup} == {"build_env", "image_folder", "calibrate"}
+    setup_rules = {"build_env", "image_folder", "digits", "calibrate"}
+    setup = [j for j in jobs if j["rule"] in setup_rules]
+    assert {j["rule"] for j in setup} == setup_rules
     assert all(j["priority"] == 4 for j in setup)
 
 
@@ -219,7 +235,7 @@ def test_calibration_is_an_ancient_input(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     ids = [j["wildcards"] for j in dry_run_jobs(wd, "preset=quick") if j["wildcards"]]
     outputs = [wd / f"results/envs/{e}.json" for e in ("ipex", "upstream", "xla")]
-    outputs += [wd / "resources/image_folder"]
+    outputs += [wd / "resources/image_folder", wd / "resources/digits"]
     outputs += [wd / f"results/calibration/{e}.json" for e in ("ipex", "upstream", "xla")]
     for wildcards in ids:
         if wildcards.startswith("experiment="):
@@ -232,7 +248,7 @@ def test_calibration_is_an_ancient_input(tmp_path):
     now = time.time()
     for i, path in enumerate(outputs):  # each newer than what it is made from
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.name == "image_folder":
+        if path.name in ("image_folder", "digits"):
             path.mkdir()
         else:
             path.write_text("{}")

@@ -1,4 +1,5 @@
-"""Data sources: one in-memory batch, per-sample synthetic tensors, a PIL image folder."""
+"""Data sources: one in-memory batch, per-sample synthetic tensors, a PIL image folder,
+and scikit-learn's digits (exported by ``workflow_scripts.digits``) with a held-out split."""
 
 from __future__ import annotations
 
@@ -41,37 +42,98 @@ def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
     return datasets.ImageFolder(str(root), transform=transform)
 
 
-def batches(spec: dict, image_folder: str | None, num_classes: int, rank: int = 0, world: int = 1):
-    """An endless iterator of (inputs, labels) batches for the spec; for rank ``rank`` of
-    ``world`` data-parallel ranks, its share of each global batch (its own samples)."""
+DIGITS_FILE = "digits.npz"  # in the folder workflow_scripts.digits exports to
+
+
+def digits_datasets(root: str | Path, image_size: int) -> tuple[Dataset, Dataset]:
+    """scikit-learn's digits as (training, held-out test) tensors: the 8x8 grey images
+    scaled to [-1, 1], upscaled (bilinear) to ``image_size`` and repeated over 3
+    channels, so the study's models take them unchanged."""
+    import numpy as np
+    from torch.nn import functional as F
+    from torch.utils.data import TensorDataset
+
+    path = Path(root) / DIGITS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (made by the workflow's digits rule)")
+    with np.load(path) as npz:
+        parts = {k: npz[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+
+    def tensors(x, y):
+        x = torch.from_numpy(x).float().unsqueeze(1) / 8.0 - 1.0  # 0..16 -> -1..1
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+        return TensorDataset(x.expand(-1, 3, -1, -1).contiguous(), torch.from_numpy(y).long())
+
+    return tensors(parts["x_train"], parts["y_train"]), tensors(parts["x_test"], parts["y_test"])
+
+
+class Batches:
+    """An endless iterator of (inputs, labels) batches, epoch after epoch;
+    ``steps_per_epoch`` is None for the synthetic data (no epochs)."""
+
+    def __init__(self, loader: DataLoader | None, sampler=None, batch=None):
+        self.loader, self.sampler, self.batch = loader, sampler, batch
+        self.steps_per_epoch = len(loader) if loader is not None else None
+        self._it = itertools.repeat(batch) if loader is None else self._cycle()
+
+    def _cycle(self):
+        epoch = 0
+        while True:
+            if self.sampler is not None:
+                self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+            yield from self.loader
+            epoch += 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+
+def shuffled(spec: dict) -> bool:
+    return spec["data"] in ("image_folder", "digits")
+
+
+def batches(
+    spec: dict, data_path: str | None, num_classes: int, rank: int = 0, world: int = 1
+) -> Batches:
+    """The batches of the spec's data; for rank ``rank`` of ``world`` data-parallel
+    ranks, its share of each global batch (its own samples). ``data_path``: the
+    generated image folder, or the exported digits folder."""
     bs, size = spec["batch_size"] // world, spec["image_size"]
     gen = torch.Generator().manual_seed(spec["seed"] + rank)
     if spec["data"] == "synthetic":
         x = torch.randn(bs, 3, size, size, generator=gen)
         y = torch.randint(0, min(10, num_classes), (bs,), generator=gen)
-        return itertools.repeat((x, y))
+        return Batches(None, batch=(x, y))
     if spec["data"] == "per_sample":
         dataset: Dataset = SyntheticPerSample(size)
     elif spec["data"] == "image_folder":
-        root = spec.get("data_dir") or image_folder
+        root = spec.get("data_dir") or data_path
         if not root:
             raise ValueError("data image_folder needs data_dir or a generated image folder")
         dataset = image_folder_dataset(root, size)
+    elif spec["data"] == "digits":
+        if not data_path:
+            raise ValueError("data digits needs the exported digits folder")
+        dataset = digits_datasets(data_path, size)[0]
     else:
         raise ValueError(f"unknown data source {spec['data']!r}")
     sampler = None
     if world > 1:
         from torch.utils.data.distributed import DistributedSampler
 
+        # the same shuffle on every rank (seed), each rank its own part of it
         sampler = DistributedSampler(
             dataset, num_replicas=world, rank=rank,
-            shuffle=spec["data"] == "image_folder", seed=spec["seed"], drop_last=True,
+            shuffle=shuffled(spec), seed=spec["seed"], drop_last=True,
         )  # fmt: skip
     loader = DataLoader(
         dataset,
         batch_size=bs,
         sampler=sampler,
-        shuffle=spec["data"] == "image_folder" and sampler is None,
+        shuffle=shuffled(spec) and sampler is None,
         num_workers=spec["num_workers"],
         drop_last=True,
         generator=gen,
@@ -79,13 +141,4 @@ def batches(spec: dict, image_folder: str | None, num_classes: int, rank: int = 
     )
     if len(loader) == 0:
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than one batch of {bs}")
-    return _cycle(loader, sampler)
-
-
-def _cycle(loader: DataLoader, sampler=None):
-    epoch = 0
-    while True:
-        if sampler is not None:
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-        yield from loader
-        epoch += 1
+    return Batches(loader, sampler)

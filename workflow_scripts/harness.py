@@ -9,7 +9,7 @@ nothing here knows about processes or containers. Whatever happens
 ``status`` ok or failed; a crash that kills the process is recorded by the
 launcher instead.
 
-    python -m workflow_scripts.harness --spec-json '{...}' --out result.json [--image-folder DIR]
+    python -m workflow_scripts.harness --spec-json '{...}' --out result.json [--data-path DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _rss_mb(who: int) -> float:
 class Trainer:
     """The article's training step, with each optimization a switch of the spec."""
 
-    def __init__(self, spec: dict, image_folder: str | None = None):
+    def __init__(self, spec: dict, data_path: str | None = None):
         import torch
 
         from . import data, models
@@ -69,6 +69,7 @@ class Trainer:
         optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
         self.bf16 = spec["precision"] == "bf16"
         model, optimizer = self.backend.prepare(model, optimizer, spec)
+        self.net = model  # before DDP and compile: what evaluate() scores
         if self.group is not None:
             # DDP inside torch.compile, as PyTorch recommends (its DDPOptimizer splits
             # the graph at the gradient buckets)
@@ -77,7 +78,8 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.batches = data.batches(spec, image_folder, n_classes, self.rank, self.world)
+        self.data_path = data_path
+        self.batches = data.batches(spec, data_path, n_classes, self.rank, self.world)
 
     def autocast(self):
         if not self.bf16:
@@ -98,6 +100,32 @@ class Trainer:
         self.backend.sync()
         self.last = (x, out)
         return loss.detach()
+
+    def evaluate(self) -> dict:
+        """Held-out accuracy and loss of the trained model on the digits' test split
+        (every rank scores the whole split with its own copy: DDP keeps them equal)."""
+        torch = self.torch
+        from . import data
+
+        test = data.digits_datasets(self.data_path, self.spec["image_size"])[1]
+        xs, ys = test.tensors
+        correct, loss_sum = 0, 0.0
+        self.net.eval()
+        with torch.no_grad(), self.autocast():
+            for i in range(0, len(ys), 256):
+                x, y = xs[i : i + 256], ys[i : i + 256]
+                if self.spec["channels_last"]:
+                    x = x.contiguous(memory_format=self.memory_format)
+                x, y = self.backend.to_device(x, y)
+                out = self.net(x).float()
+                loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+                correct += int((out.argmax(dim=1) == y).sum())
+        self.net.train()
+        return {
+            "test_accuracy": correct / len(ys),
+            "test_loss": loss_sum / len(ys),
+            "test_samples": len(ys),
+        }
 
     def checks(self) -> dict:
         """What the last step really ran with (dtype, memory format, compilation)."""
@@ -175,16 +203,17 @@ def roofline(
     return out
 
 
-def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
-    """Set up and run warm-up + timed steps; return the metrics part of a record
-    (with ``probe``, the noise probe run just before the steps, or None)."""
+def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
+    """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
+    the held-out accuracy); return the metrics part of a record (with ``probe``, the
+    noise probe run just before the steps, or None)."""
     t0 = time.perf_counter()
     import torch  # noqa: F401  (import time is reported apart from setup)
 
     import_s = time.perf_counter() - t0
     launchers.get(spec["launcher"]).verify(spec)
     t0 = time.perf_counter()
-    trainer = Trainer(spec, image_folder)
+    trainer = Trainer(spec, data_path)
     setup_s = time.perf_counter() - t0
     # The trial's own background work first: a compile worker pool that the setup
     # started (IPEX's import does) would share the cores with the probe and steps.
@@ -212,9 +241,13 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     step_times: list[float] = []
     losses: list[float] = []
     first_step_s = math.nan
-    total = spec["warmup_steps"] + spec["steps"]
-    budget = spec.get("time_budget_s")
+    epochs = spec.get("epochs") or 0
+    if epochs:  # fixed epochs: every step trains, the first warmup_steps are not timed
+        total, budget = epochs * trainer.batches.steps_per_epoch, None
+    else:
+        total, budget = spec["warmup_steps"] + spec["steps"], spec.get("time_budget_s")
     budget_hit = False
+    train_start = time.perf_counter()
     for i in range(total):
         if budget and len(step_times) >= min(2, spec["steps"]):
             # enough timed steps for the budget: stop early (all ranks together)
@@ -234,8 +267,19 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
             step_times.append(elapsed)
         if progress:
             progress(i + 1, total, elapsed, value)
+    train_time_s = time.perf_counter() - train_start
     if not step_times:
-        raise RuntimeError("no timed step ran")
+        raise RuntimeError(
+            f"no timed step ran ({total} steps, of which warmup_steps {spec['warmup_steps']})"
+        )
+    accuracy = {}
+    if epochs:
+        accuracy = {
+            "epochs": epochs,
+            "steps_per_epoch": trainer.batches.steps_per_epoch,
+            "train_samples": total * spec["batch_size"],
+            **trainer.evaluate(),
+        }
     checks = trainer.checks()
     ranks.shutdown()
     # this rank's own throughput (the launcher's merge takes the slowest rank per step)
@@ -249,6 +293,8 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
         "time_budget_hit": budget_hit,
         "step_time_s": metrics.distribution(step_times),
         "time_to_first_step_s": first_step_s,
+        "train_time_s": train_time_s,
+        **accuracy,
         "setup_s": setup_s,
         "compile_pool_wait_s": pool_wait_s,
         "import_s": import_s,
@@ -263,13 +309,13 @@ def train(spec: dict, image_folder: str | None = None, progress=None) -> dict:
     }
 
 
-def run(spec: dict, image_folder: str | None = None, progress=None) -> dict:
+def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
     """A result dict; never raises for a failure of the training itself."""
     started = sysinfo.now()
     t0 = time.perf_counter()
     result: dict = {"schema_version": SCHEMA_VERSION, "experiment": spec.get("id"), "spec": spec}
     try:
-        m = train(spec, image_folder, progress)
+        m = train(spec, data_path, progress)
         result["step_times_s"] = m.pop("step_times_s")
         result["losses"] = m.pop("losses")
         result["checks"] = m.pop("checks")
@@ -301,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run one training experiment and write its result.")
     ap.add_argument("--spec-json", required=True, help="resolved experiment spec as JSON")
     ap.add_argument("--out", required=True, help="result path ({rank}: the rank's number)")
-    ap.add_argument("--image-folder", default=None)
+    ap.add_argument(
+        "--data-path", default=None, help="the generated image folder or the digits' folder"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
@@ -314,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{who}step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}\n")
         sys.stderr.flush()
 
-    result = run(spec, args.image_folder, None if args.quiet else progress)
+    result = run(spec, args.data_path, None if args.quiet else progress)
     write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
         print(result["error"]["tail"], file=sys.stderr)

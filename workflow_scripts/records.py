@@ -52,6 +52,8 @@ MAIN_COLUMNS = [
     "threads",
     "precision",
 ]
+# The accuracy experiments (epochs > 0): time to train, held-out accuracy and loss.
+ACCURACY_COLUMNS = ["train_time_s", "test_accuracy", "test_loss"]
 # The trial's noise probe, its noise verdict, the trial policy's reruns and the roofline.
 MEASUREMENT_COLUMNS = [
     "noisy",
@@ -99,7 +101,14 @@ PROVENANCE_COLUMNS = [
     "started_at",
 ]
 ERROR_COLUMNS = ["error_type", "error"]
-COLUMNS = MAIN_COLUMNS + MEASUREMENT_COLUMNS + SPEC_COLUMNS + PROVENANCE_COLUMNS + ERROR_COLUMNS
+COLUMNS = (
+    MAIN_COLUMNS
+    + ACCURACY_COLUMNS
+    + MEASUREMENT_COLUMNS
+    + SPEC_COLUMNS
+    + PROVENANCE_COLUMNS
+    + ERROR_COLUMNS
+)
 
 # Spec columns that hold numbers, from the fields' schemas.
 _NUMBER_FIELDS = [n for n in COLUMN_FIELDS if FIELDS[n].numeric]
@@ -107,6 +116,7 @@ _NUMBER_FIELDS = [n for n in COLUMN_FIELDS if FIELDS[n].numeric]
 _TEXT_MAIN_COLUMNS = ("experiment", "trial", "backend", "status", "precision")
 NUMERIC_COLUMNS = {
     *(c for c in MAIN_COLUMNS if c not in _TEXT_MAIN_COLUMNS),
+    *ACCURACY_COLUMNS,
     *(c for c in MEASUREMENT_COLUMNS if c != "noisy"),
     *_NUMBER_FIELDS,
     "torch_num_threads",
@@ -258,6 +268,8 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["setup_s"] = _num(metrics.get("setup_s"))
     row["peak_rss_mb"] = _num(metrics.get("peak_rss_mb"))
     row["final_loss"] = _num(metrics.get("final_loss"))
+    for key in ACCURACY_COLUMNS:
+        row[key] = _num(metrics.get(key)) if spec.get("epochs") else math.nan
     threads = _int_or_nan(spec.get("threads"))
     if isinstance(threads, float) and math.isnan(threads):
         threads = _int_or_nan(prov.get("torch_num_threads"))

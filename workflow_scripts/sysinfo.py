@@ -52,6 +52,14 @@ def cpu_list_str(cpus) -> str:
     return ",".join(parts)
 
 
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """``'0-2,5'`` -> ``[0, 1, 2, 5]`` (sorted, each CPU once); ValueError when an item
     is not a CPU number or an a-b range with a <= b."""

@@ -96,13 +96,13 @@ def _absolute(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
-def run_mounts(out: Path, image_folder: str | None, cache: dict) -> list[tuple[str, str]]:
+def run_mounts(out: Path, data_path: str | None, cache: dict) -> list[tuple[str, str]]:
     """What a container run sees of the host besides the sources, each at its own path:
-    the record's folder writable, the image folder read-only, and a warm compile cache
-    if the spec keeps one."""
+    the record's folder writable, the data (image folder or digits) read-only, and a
+    warm compile cache if the spec keeps one."""
     mounts = [(str(out.parent.resolve()), "rw")]
-    if image_folder:
-        mounts.append((_absolute(image_folder), "ro"))
+    if data_path:
+        mounts.append((_absolute(data_path), "ro"))
     if not cache["fresh"]:
         Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
         mounts.append((cache["dir"], "rw"))
@@ -146,7 +146,7 @@ def run(
     out: Path,
     log: Path,
     trial: int = 0,
-    image_folder: str | None = None,
+    data_path: str | None = None,
     reference: dict | None = None,
     noise_threshold: float = NOISE_THRESHOLD,
     max_retries: int = MAX_RETRIES,
@@ -158,7 +158,7 @@ def run(
     discarded: list[dict] = []
     attempt = 1
     while True:
-        record = attempt_once(spec, env_info, out, log, trial, image_folder, attempt)
+        record = attempt_once(spec, env_info, out, log, trial, data_path, attempt)
         check = noise_check(record, reference, noise_threshold)
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > max_retries:
@@ -192,7 +192,7 @@ def attempt_once(
     out: Path,
     log: Path,
     trial: int,
-    image_folder: str | None,
+    data_path: str | None,
     attempt: int,
 ) -> dict:
     """One run of the trial (its ranks' processes): its record, not yet written."""
@@ -204,7 +204,7 @@ def attempt_once(
     for path in results:
         path.unlink(missing_ok=True)
     spec_json = json.dumps(spec, sort_keys=True)
-    args = harness_args(spec_json, template, _absolute(image_folder))
+    args = harness_args(spec_json, template, _absolute(data_path))
     cmd = launcher.command(spec, env_info["python"], args)
     env = environment(spec, runtime)
     cache, cache_folder = compile_cache(spec, env, label, container)
@@ -217,7 +217,7 @@ def attempt_once(
     cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
     wrapped = runtime.wrap(
         cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}",
-        mounts=run_mounts(out, image_folder, cache), cpus=cpus,
+        mounts=run_mounts(out, data_path, cache), cpus=cpus,
     )  # fmt: skip
     started = sysinfo.now()
     try:
@@ -389,7 +389,7 @@ def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
     env_json = inputs.get("image") or inputs.get("env")
     return main(
         [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
-         f"--log={log[0]}", f"--trial={wildcards.trial}", f"--image-folder={params.image_folder}",
+         f"--log={log[0]}", f"--trial={wildcards.trial}", f"--data-path={params.data_path}",
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--log", required=True, type=Path)
     ap.add_argument("--trial", type=int, default=0)
-    ap.add_argument("--image-folder", default=None)
+    ap.add_argument("--data-path", default=None)
     ap.add_argument("--reference-probe", default="", help="reference probe JSON; none: no reruns")
     ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
     ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.reference_probe) if args.reference_probe else None, args.log
     )
     record = run(
-        spec, env_info, args.out, args.log, args.trial, args.image_folder,
+        spec, env_info, args.out, args.log, args.trial, args.data_path,
         reference=reference, noise_threshold=args.noise_threshold,
         max_retries=args.max_retries, retry_delay_s=args.retry_delay,
     )  # fmt: skip

@@ -100,10 +100,10 @@ def rank_path(path: str) -> str:
     return path.replace("{rank}", os.environ.get("RANK", "0"))
 
 
-def harness_args(spec_json: str, result_path: str, image_folder: str | None) -> list[str]:
+def harness_args(spec_json: str, result_path: str, data_path: str | None) -> list[str]:
     args = ["--spec-json", spec_json, "--out", result_path]
-    if image_folder:
-        args += ["--image-folder", str(image_folder)]
+    if data_path:
+        args += ["--data-path", str(data_path)]
     return args
 
 

@@ -135,7 +135,14 @@ def merge_ok(results: list[dict]) -> dict:
     m["samples_per_s"] = metrics.throughput(spec["batch_size"], slowest)
     m["step_time_s"] = metrics.distribution(slowest)
     m["steps_timed"] = steps
-    for key in ("time_to_first_step_s", "setup_s", "import_s", "flops_count_s", "wall_s"):
+    for key in (
+        "time_to_first_step_s",
+        "setup_s",
+        "import_s",
+        "flops_count_s",
+        "wall_s",
+        "train_time_s",
+    ):
         values = [x.get(key) for x in ms if finite(x.get(key))]
         m[key] = max(values) if values else m.get(key)
     m["time_budget_hit"] = any(x.get("time_budget_hit") for x in ms)
@@ -144,6 +151,8 @@ def merge_ok(results: list[dict]) -> dict:
     m["rank_peak_rss_mb"] = [x["peak_rss_mb"] for x in ms]
     m["rank_samples_per_s"] = [x["samples_per_s"] for x in ms]
     m["first_loss"], m["final_loss"] = losses[0], losses[-1]
+    if "test_accuracy" in m:  # every rank scores its (identical) model: rank 0's stands
+        m["rank_test_accuracy"] = [x.get("test_accuracy") for x in ms]
     # the roofline of the whole machine: every rank's work over every rank's ceiling
     flops = m.get("flops_per_sample")
     achieved = flops * m["samples_per_s"] / 1e9 if finite(flops) else None

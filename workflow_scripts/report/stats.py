@@ -84,6 +84,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "batch_size",
         "num_workers",
         "threads",
+        "epochs",
         "claim_speedup",
         "torch_version",
         "ipex_version",
@@ -126,10 +127,20 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         for col in timing_cols + roofline_cols:
             values = pd.to_numeric(used[col], errors="coerce").astype("float64")
             row[col] = values.median() if len(used) else math.nan
+        # held-out accuracy does not depend on the machine's noise: every ok trial counts
+        accuracy = pd.to_numeric(ok["test_accuracy"], errors="coerce").dropna()
+        row["test_accuracy"] = accuracy.median() if len(accuracy) else math.nan
+        row["test_accuracy_min"] = accuracy.min() if len(accuracy) else math.nan
+        row["test_accuracy_max"] = accuracy.max() if len(accuracy) else math.nan
+        row["n_accuracy"] = len(accuracy)
+        train = pd.to_numeric(used["train_time_s"], errors="coerce")
+        row["train_time_s"] = train.median() if len(used) else math.nan
         rows.append(row)
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
     columns += [*timing_cols, *roofline_cols]
+    columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
+    columns += ["n_accuracy"]
     return pd.DataFrame(rows, columns=columns)
 
 

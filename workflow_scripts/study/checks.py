@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .. import backends, launchers
+from .. import backends, digits, launchers
 from ..sysinfo import parse_cpu_list
 from ..util import show
 from .fields import ID_ALLOWED, ID_PATTERN
@@ -93,6 +93,22 @@ def check_spec(spec: dict) -> list[str]:
         problems.append(
             f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "
             "(data 'synthetic' reuses one in-memory batch; num_workers must be 0)"
+        )
+    if spec["epochs"] and spec["data"] != "digits":
+        problems.append(
+            f"epochs {spec['epochs']} needs data 'digits' (the data set with a held-out test "
+            f"split that the accuracy is measured on; got data {spec['data']!r})"
+        )
+    if spec["epochs"] and spec["time_budget_s"] is not None:
+        problems.append(
+            f"time_budget_s {show(spec['time_budget_s'])} would cut a training of epochs "
+            f"{spec['epochs']} short (its accuracy then means nothing); set time_budget_s: "
+            "null (timeout_s still ends a run that hangs)"
+        )
+    if spec["data"] == "digits" and spec["batch_size"] > digits.TRAIN_IMAGES:
+        problems.append(
+            f"batch_size {spec['batch_size']} is larger than the {digits.TRAIN_IMAGES} "
+            "training images of data 'digits'"
         )
     if spec["data_dir"] is not None and spec["data"] != "image_folder":
         problems.append(

@@ -36,6 +36,7 @@ import jsonschema
 import yaml
 
 from .. import backends, launchers
+from ..sysinfo import allowed_cpus, parse_cpu_list
 from ..util import bare as _bare
 from ..util import show
 from .checks import check_spec, setting_warnings
@@ -188,30 +189,68 @@ def _expand(
         sweep = dict(raw)
         name = sweep.pop("name", None)
         swept = [k for k, v in sweep.items() if isinstance(v, list)]
-        if not swept:
+        if not swept and "layouts" not in sweep:
             errors.append(
                 err(
                     where,
                     "a sweep needs at least one field with a list of values "
-                    "(e.g. batch_size: [8, 32]); move a single run to experiments",
+                    "(e.g. batch_size: [8, 32]) or layouts; move a single run to experiments",
                 )
             )
             continue
         group = sweep.pop("group", None) or name or "+".join(swept)
-        for values in itertools.product(*(sweep[k] for k in swept)):
+        layouts, problem = _layouts(sweep)
+        if problem:
+            errors.append(err(f"{where}.layouts", problem))
+            continue
+        for values, (n_ranks, threads) in itertools.product(
+            itertools.product(*(sweep[k] for k in swept)), layouts
+        ):
             fields = {**sweep, **dict(zip(swept, values, strict=True))}
+            if n_ranks:
+                fields.update(ranks=n_ranks, threads=threads)
+                if _batch(fields, defaults) % n_ranks:
+                    continue  # a split that cannot share the global batch evenly
             spec = _resolve(fields, defaults, preset)
             spec["group"] = group
-            tags = [tag(k, spec[k]) for k in swept]
+            keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
+            tags = [tag(k, spec[k]) for k in keys]
             if name:
                 spec["id"] = "-".join([name, *tags])
             else:
-                extra = [t for k, t in zip(swept, tags, strict=True) if k not in ID_FIELDS]
+                extra = [t for k, t in zip(keys, tags, strict=True) if k not in ID_FIELDS]
                 spec["id"] = "-".join([derive_id(spec, defaults), *extra])
-            shown = ", ".join(f"{k}={_bare(v)}" for k, v in zip(swept, values, strict=True))
-            label = "value" if len(swept) == 1 else "values"
+            shown = ", ".join(f"{k}={_bare(spec[k])}" for k in keys)
+            label = "value" if len(keys) == 1 else "values"
             items.append(_Item(spec, where, f"{where} {label} {shown}", True))
     return items, errors
+
+
+def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | None]:
+    """The (ranks, threads) pairs of ``layouts`` (popped from the sweep): every split of
+    the CPU budget into equal blocks, fewest ranks first (``multi``: 2 ranks or more);
+    [(None, None)] without it. The budget is the sweep's ``cpus`` or what this machine
+    lets the study use, at plan time."""
+    kind = sweep.pop("layouts", None)
+    if kind is None:
+        return [(None, None)], None
+    clash = [k for k in ("ranks", "threads") if k in sweep]
+    if clash:
+        return [], f"layouts {kind!r} sets ranks and threads itself; remove {' and '.join(clash)}"
+    cpus = sweep.get("cpus")
+    try:
+        budget = len(parse_cpu_list(cpus)) if isinstance(cpus, str) else len(allowed_cpus())
+    except ValueError:
+        return [], f"layouts {kind!r} needs a valid cpus list (got cpus {cpus!r})"
+    least = 2 if kind == "multi" else 1
+    pairs = [(r, budget // r) for r in range(least, budget + 1) if budget % r == 0]
+    if not pairs:
+        return [], f"layouts {kind!r}: {budget} CPU(s) cannot hold 2 ranks"
+    return pairs, None
+
+
+def _batch(fields: dict, defaults: dict) -> int:
+    return fields.get("batch_size", defaults.get("batch_size", BUILTIN_DEFAULTS["batch_size"]))
 
 
 # ---------------------------------------------------------------------------

@@ -180,11 +180,17 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "data",
-            {"enum": ["synthetic", "per_sample", "image_folder"]},
+            {"enum": ["synthetic", "per_sample", "image_folder", "digits"]},
             "synthetic",
             "synthetic: one in-memory batch; per_sample: torch.randn per sample in a "
-            "DataLoader; image_folder: JPEGs decoded with PIL",
-            tag={"synthetic": "synthetic", "per_sample": "persample", "image_folder": "folder"}.get,
+            "DataLoader; image_folder: JPEGs decoded with PIL; digits: scikit-learn's 8x8 "
+            "digits upscaled to image_size, with a held-out test split (for epochs)",
+            tag={
+                "synthetic": "synthetic",
+                "per_sample": "persample",
+                "image_folder": "folder",
+                "digits": "digits",
+            }.get,
             id_pos=7,
             column=True,
             label="data",
@@ -370,6 +376,18 @@ FIELDS: dict[str, Field] = {
             tag=_prefixed("steps"),
             column=True,
             label="steps",
+        ),
+        Field(
+            "epochs",
+            {"type": "integer", "minimum": 0},
+            0,
+            "train this many passes over the training data (data digits) instead of "
+            "warmup_steps + steps, with no time budget, then measure the held-out test "
+            "accuracy; 0: a fixed number of steps",
+            tag=_prefixed("ep"),
+            id_pos=20,
+            column=True,
+            label="epochs",
         ),
         Field(
             "time_budget_s",

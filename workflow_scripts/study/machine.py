@@ -6,10 +6,9 @@ value and what this machine has."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
-from ..sysinfo import cpu_list_str, parse_cpu_list
+from ..sysinfo import allowed_cpus, cpu_list_str, parse_cpu_list
 from .config import Study, StudyConfigError
 from .schema import err
 
@@ -48,10 +47,7 @@ def count_images(folder: Path) -> int:
 def check_machine(study: Study) -> None:
     """Raise StudyConfigError with every problem at once; add warnings to the study."""
     errors: list[str] = []
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        allowed = list(range(os.cpu_count() or 1))
+    allowed = allowed_cpus()
     memory = total_memory_mb()
     python = study.settings["python"]
     if python and not Path(python).expanduser().exists():

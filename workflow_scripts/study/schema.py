@@ -57,6 +57,12 @@ def build_schema() -> dict:
         else:
             many = {"type": "array", "minItems": 1, "items": _ref(name)}
             sweep_props[name] = {"anyOf": [_ref(name), many]}
+    sweep_props["layouts"] = {
+        "enum": ["all", "multi"],
+        "description": "all: one experiment per ranks x threads split of the CPUs (the "
+        "sweep's cpus, else all this machine lets the study use) whose ranks divide the "
+        "global batch; multi: those with 2 ranks or more; sets ranks and threads",
+    }
     defs["sweep"] = {"type": "object", "additionalProperties": False, "properties": sweep_props}
     runs = {
         "experiments": {"type": "array", "items": _ref("experiment")},
