@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -287,3 +288,67 @@ def test_bad_experiment_field_names_path_value_and_allowed(tmp_path):
     out = proc.stdout + proc.stderr
     assert "precision" in out and "fp16" in out and "bf16" in out, out[-3000:]
     assert os.path.exists(wd / "config.yaml")
+
+
+KILL_CONFIG = """
+runtime: local
+trials: 1
+collectives: {variants: []}
+defaults: {model: cnn, image_size: 32, batch_size: 8, warmup_steps: 1, probe_size: 0,
+           time_budget_s: null, timeout_s: 900}
+experiments:
+  - {id: fast, steps: 2}
+  - {id: slow, steps: 1000000}
+"""
+
+
+def running(needle: str) -> list[int]:
+    """The processes whose command line holds ``needle``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and needle in (proc / "cmdline").read_text():
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_snakemake_leaves_no_trial_running_and_the_rerun_repeats_it(sig, tmp_path):
+    """Snakemake killed in the middle of a trial: the trial's processes go with it, the
+    trial leaves no record, the finished trial stays, and the rerun plans exactly the
+    unfinished one."""
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "config.yaml").write_text(KILL_CONFIG)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"envs_root={ENVS_ROOT}"]
+    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    fast, slow = wd / "results/records/fast/trial0.json", wd / "results/records/slow/trial0.json"
+    slow_log = wd / "logs/experiments/slow/trial0.log"
+    try:
+        deadline = time.monotonic() + 900
+        while not (fast.exists() and slow_log.exists() and "step 5/" in slow_log.read_text()):
+            assert proc.poll() is None, "snakemake ended early"
+            assert time.monotonic() < deadline, "the slow trial never got going"
+            time.sleep(0.5)
+        needle = str(wd / "results/records/slow")
+        assert running(needle), "no trial process to kill"
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while running(needle) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not running(needle), "the trial outlived Snakemake"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not slow.exists() and not list(slow.parent.glob("*.json"))
+    assert json.loads(fast.read_text())["status"] == "ok"
+    subprocess.run([*cmd, "--unlock"], cwd=wd, capture_output=True, timeout=300, check=True)
+    jobs = dry_run_jobs(wd, f"envs_root={ENVS_ROOT}")
+    planned = [j["wildcards"] for j in jobs if j["rule"] == "run_experiment"]
+    assert planned == ["experiment=slow, trial=0"]

@@ -83,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     env_info = json.loads(args.env_json.read_text())
     sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
-    result = calibrate(env_info, args.out, args.log, sizes, args.threads, args.repeats)
+    try:
+        result = calibrate(env_info, args.out, args.log, sizes, args.threads, args.repeats)
+    except runtimes.Interrupted as exc:
+        print(f"[calibrate] {exc}; no reference written", file=sys.stderr, flush=True)
+        return exc.exit_code
     if result.get("error"):
         print(f"[calibrate] no reference probe: {result['error']['message']}", flush=True)
         return 0
@@ -100,11 +104,11 @@ def rule(inputs, output, params, log, sizes: list[int]) -> int:
     """The calibrate rule's call, with Snakemake's objects. The probe sizes are not
     params: editing an experiment must not rerun the calibration."""
     env_json = inputs.get("image") or inputs.get("env")
-    return main(
+    return runtimes.rule_exit(main(
         [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
          f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
          f"--repeats={params.repeats}"]
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -94,6 +94,10 @@ def run(
     )
     try:
         finished = runtimes.run_logged(wrapped, log, timeout_s)
+    except runtimes.Interrupted:
+        for p in paths:
+            p.unlink(missing_ok=True)
+        raise
     finally:
         runtime.cleanup(wrapped)
     results = []
@@ -160,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     env_info = json.loads(args.env_json.read_text())
     env_info["shm_size"] = args.shm_size
-    record = run(
-        args.variant, env_info, args.out, args.log, args.ranks,
-        [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
-        args.iterations, args.timeout,
-    )  # fmt: skip
+    try:
+        record = run(
+            args.variant, env_info, args.out, args.log, args.ranks,
+            [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
+            args.iterations, args.timeout,
+        )  # fmt: skip
+    except runtimes.Interrupted as exc:
+        print(f"[collectives] {args.variant}: {exc}; no result written", file=sys.stderr)
+        return exc.exit_code
     print(summary_line(record), flush=True)
     return 0
 
@@ -174,13 +182,13 @@ def run_rule(inputs, output, params, wildcards, log) -> int:
     editing them reruns the benchmark)."""
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
-    return main(
+    return runtimes.rule_exit(main(
         [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
          f"--log={log[0]}", f"--ranks={c['ranks']}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
          f"--shm-size={params.shm_size}"]
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

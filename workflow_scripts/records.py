@@ -30,7 +30,7 @@ from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 
 OK = "ok"
-STATUSES = ("ok", "failed", "crashed", "timeout")
+STATUSES = ("ok", "failed", "crashed", "timeout", "oom")
 UNREADABLE = "UnreadableRecord"
 
 MAIN_COLUMNS = [

@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -220,14 +219,21 @@ def attempt_once(
         mounts=run_mounts(out, data_path, cache), cpus=cpus,
     )  # fmt: skip
     started = sysinfo.now()
+    mark = runtime.oom_mark()
     try:
         finished = runtimes.run_logged(wrapped, log, spec["timeout_s"])
+        interrupted(finished, container)
+        oom = runtime.oom_killed(wrapped, mark)
+    except runtimes.Interrupted:
+        for path in results:  # no part of an unfinished trial is ever read
+            path.unlink(missing_ok=True)
+        raise
     finally:
         runtime.cleanup(wrapped)
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
             cache["removed"] = not cache_folder.exists()
-    record = outcome(spec, launcher, results, finished, log)
+    record = outcome(spec, launcher, results, finished, log, container, oom)
     for path in results:
         path.unlink(missing_ok=True)
     assemble(record, spec, trial, env_info, runtime.name, wrapped.cmd, finished, started)
@@ -251,26 +257,62 @@ def failure(spec: dict, trial: int, kind: str, message: str, log_tail: str | Non
     }
 
 
-_FAILURE_STATUS = {"Timeout": "timeout", "Crashed": "crashed", "UnreadableResult": "crashed"}
+_FAILURE_STATUS = {
+    "Timeout": "timeout",
+    "Crashed": "crashed",
+    "UnreadableResult": "crashed",
+    "OutOfMemory": "oom",
+}
 
 
-def _how_it_ended(returncode: int | None) -> str:
-    if returncode is not None and returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "an unnamed signal"
-        return f"killed by signal {-returncode} ({name})"
+def killed_by(returncode: int | None, container: bool = False) -> int | None:
+    """The signal that ended a run: a negative return code, or a container's 128 + n
+    (the engine passes its process's death on that way: 137 = SIGKILL, 139 = SIGSEGV)."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if container and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
+
+
+def interrupted(finished, container: bool) -> None:
+    """A run ended by an interrupting signal (SIGTERM, SIGINT, ...) from outside was
+    interrupted, not crashed: raise, so that no record is written."""
+    sig = killed_by(finished.returncode, container)
+    if sig in runtimes.base.INTERRUPTS:
+        raise runtimes.Interrupted(f"the run was interrupted by {runtimes.signal_name(sig)}", sig)
+
+
+def _how_it_ended(returncode: int | None, container: bool = False) -> str:
+    sig = killed_by(returncode, container)
+    if sig is not None:
+        return f"killed by signal {sig} ({runtimes.signal_name(sig)})"
     return f"exited with code {returncode}"
 
 
 def outcome(
-    spec: dict, launcher: launchers.Launcher, results: list[Path], finished, log: Path
+    spec: dict,
+    launcher: launchers.Launcher,
+    results: list[Path],
+    finished,
+    log: Path,
+    container: bool = False,
+    oom: bool = False,
 ) -> dict:
-    """What the ranks left: the launcher's merge of their results, or why there is none."""
+    """What the ranks left: the launcher's merge of their results, or why there is none.
+
+    The kernel's out-of-memory killer (seen in the memory cgroup, or by the container
+    engine) and an allocation that failed in the run give ``oom``; a run that wrote a
+    result and then did not exit cleanly (a crash on exit) is ``crashed``, not ok."""
+    how = _how_it_ended(finished.returncode, container)
     if finished.timed_out:
         message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
         return failure(spec, 0, "Timeout", message, tail(log))
+    if oom:
+        message = f"the kernel's out-of-memory killer ended the run ({how})"
+        return failure(spec, 0, "OutOfMemory", message, tail(log))
     try:
         found = [json.loads(p.read_text()) if p.exists() else None for p in results]
     except ValueError as exc:
@@ -278,18 +320,42 @@ def outcome(
     failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
     if failed and len(results) > 1:
         # a rank that failed ends the others (the launcher stops them): its error is why
-        return launcher.merge([res if res else {"status": "stopped"} for res in found])
+        return _memory(launcher.merge([res if res else {"status": "stopped"} for res in found]))
     if any(res is None for res in found):
-        how = _how_it_ended(finished.returncode)
         lost = [r for r, res in enumerate(found) if res is None]
         who = f" (rank {', '.join(map(str, lost))})" if len(results) > 1 else ""
         return failure(
             spec, 0, "Crashed", f"the run {how} without writing a result{who}", tail(log)
         )
     try:
-        return launcher.merge(found)
+        record = _memory(launcher.merge(found))
     except ValueError as exc:
         return failure(spec, 0, "UnreadableResult", str(exc))
+    if record.get("status") == "ok" and finished.returncode != 0:
+        record["status"] = "crashed"
+        record["error"] = {
+            "type": "CrashedAfterResult",
+            "message": f"the run wrote its result, then {how}",
+            "tail": tail(log),
+        }
+    return record
+
+
+# an allocation that failed inside the run (torch's allocator, Python's MemoryError)
+_MEMORY_ERROR = re.compile(
+    r"MemoryError|(can't|cannot|unable to|failed to) allocate|not enough memory|out of memory",
+    re.IGNORECASE,
+)
+
+
+def _memory(record: dict) -> dict:
+    """A failed run whose error is a failed allocation ran out of memory: ``oom``."""
+    error = record.get("error") or {}
+    if record.get("status") == "failed" and _MEMORY_ERROR.search(
+        f"{error.get('type', '')}: {error.get('message', '')}"
+    ):
+        record["status"] = "oom"
+    return record
 
 
 def assemble(
@@ -387,14 +453,14 @@ def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
     """The run_experiment rule's call, with Snakemake's objects. The noise settings come
     from the study settings, not from params: changing them reruns no experiment."""
     env_json = inputs.get("image") or inputs.get("env")
-    return main(
+    return runtimes.rule_exit(main(
         [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
          f"--log={log[0]}", f"--trial={wildcards.trial}", f"--data-path={params.data_path}",
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
          f"--shm-size={settings['containers']['shm_size']}"]
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,11 +483,16 @@ def main(argv: list[str] | None = None) -> int:
     reference = read_reference(
         Path(args.reference_probe) if args.reference_probe else None, args.log
     )
-    record = run(
-        spec, env_info, args.out, args.log, args.trial, args.data_path,
-        reference=reference, noise_threshold=args.noise_threshold,
-        max_retries=args.max_retries, retry_delay_s=args.retry_delay,
-    )  # fmt: skip
+    try:
+        record = run(
+            spec, env_info, args.out, args.log, args.trial, args.data_path,
+            reference=reference, noise_threshold=args.noise_threshold,
+            max_retries=args.max_retries, retry_delay_s=args.retry_delay,
+        )  # fmt: skip
+    except runtimes.Interrupted as exc:
+        print(f"[experiment] {spec['id']} trial {args.trial}: {exc}; the run was stopped and "
+              "no record written (a rerun repeats it)", file=sys.stderr, flush=True)  # fmt: skip
+        return exc.exit_code
     print(progress_line(record), flush=True)
     return 0
 

@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import os
 
-from .base import Finished, Runtime, Wrapped, run_logged
+from .base import (
+    Finished,
+    Interrupted,
+    Runtime,
+    Wrapped,
+    rule_exit,
+    run_logged,
+    signal_name,
+)
 from .container import ENGINES, ContainerRuntime, engine_env, engine_works
 from .local import LocalRuntime
 
 __all__ = [
-    "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "LocalRuntime", "Runtime",
+    "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "Interrupted", "LocalRuntime", "Runtime",
     "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "image_provenance", "in_container",
     "resolve",
-    "run_logged",
+    "rule_exit", "run_logged", "signal_name",
 ]  # fmt: skip
 
 RUNTIMES = ("auto", "local", *ENGINES)

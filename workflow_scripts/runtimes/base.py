@@ -5,15 +5,27 @@ and the one way the study starts a process and waits for it.
 calibration's probe) and their variables into what the host runs; the trial policy
 and the calibration share it. :func:`run_logged` starts that, with its output in
 the job's log, its own process group and a time limit. Standard library only.
+
+Nothing outlives its job: the command runs in a process group of its own, which is
+killed when it ends (stragglers included), when it runs out of time, when the job
+process gets SIGTERM, SIGINT, SIGHUP or SIGQUIT, and when whoever started the job
+(under Snakemake: the job's shell and Snakemake itself) is gone; a watchdog process
+(``watchdog.py``) does the same when the job process itself is SIGKILLed. An
+interruption raises :class:`Interrupted`: the caller writes no result, so a rerun
+repeats exactly the unfinished work.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +42,8 @@ class Wrapped:
     cmd: list[str]
     env: dict[str, str]
     container: str | None = None
+    #: what removes the container when its client was killed (run by the watchdog)
+    cleanup_cmd: list[str] | None = None
 
 
 @dataclasses.dataclass
@@ -72,6 +86,158 @@ class Runtime(abc.ABC):
     def cleanup(self, wrapped: Wrapped) -> None:  # noqa: B027 - most runtimes leave nothing
         """Remove what :meth:`wrap` left behind (a container)."""
 
+    def oom_mark(self) -> int | None:
+        """Before a run: the kernel's count of out-of-memory kills in this job's memory
+        cgroup (None: not readable)."""
+        return cgroup_oom_kills()
+
+    def oom_killed(self, wrapped: Wrapped, mark: int | None) -> bool:
+        """After a run (before :meth:`cleanup`): did the out-of-memory killer end it?"""
+        after = cgroup_oom_kills()
+        return mark is not None and after is not None and after > mark
+
+
+def cgroup_oom_kills(proc_cgroup: str = "/proc/self/cgroup") -> int | None:
+    """The ``oom_kill`` count of this process's memory cgroup (v2 ``memory.events``,
+    v1 ``memory.oom_control``), None where it cannot be read."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        hierarchy, controllers, path = line.split(":", 2)
+        path = path.lstrip("/")
+        if "memory" in controllers.split(","):
+            candidates.append(Path("/sys/fs/cgroup/memory", path, "memory.oom_control"))
+        elif hierarchy == "0" and not controllers:
+            candidates.append(Path("/sys/fs/cgroup", path, "memory.events"))
+            candidates.append(Path("/sys/fs/cgroup/unified", path, "memory.events"))
+    for file in candidates:
+        try:
+            for entry in file.read_text().splitlines():
+                key, _, value = entry.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+#: the signals that interrupt a job (a crash or an out-of-memory kill is not one)
+INTERRUPTS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: how many processes above the job process are watched (the job's shell, Snakemake)
+LIFELINE_LEVELS = 2
+POLL_S = 0.5
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+
+
+class Interrupted(Exception):  # noqa: N818 - named for what happened, like KeyboardInterrupt
+    """The job was interrupted: a signal to it, or whoever started it is gone. The
+    command was stopped; no result may be written."""
+
+    def __init__(self, why: str, signum: int | None = None):
+        super().__init__(why)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 1
+
+
+def rule_exit(code: int) -> int:
+    """For a rule's ``run:`` block: a job whose entry point returned non-zero (an
+    interruption) fails, so Snakemake neither keeps an output nor calls it done."""
+    if code:
+        raise RuntimeError(f"the job was interrupted (exit code {code}); nothing was written")
+    return code
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"  # real-time and unnamed signals
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Lifeline:
+    """The processes above this one, by PID and start time (a reused PID is not the
+    same process): ``lost()`` says which one is gone."""
+
+    def __init__(self, levels: int = LIFELINE_LEVELS):
+        self.watched: list[tuple[int, str]] = []
+        pid = os.getppid()
+        for _ in range(levels):
+            if pid is None or pid <= 1:
+                break
+            start = _start_time(pid)
+            if start is None:
+                break
+            self.watched.append((pid, start))
+            pid = _parent(pid)
+
+    def lost(self) -> str | None:
+        for pid, start in self.watched:
+            if _start_time(pid) != start:
+                return f"the process that started the job (PID {pid}) is gone"
+        return None
+
+
+@contextlib.contextmanager
+def interruptible():
+    """While inside, the interrupting signals raise :class:`Interrupted` (in the main
+    thread; elsewhere the default handlers stay)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        raise Interrupted(f"interrupted by {signal_name(signum)}", signum)
+
+    previous = {}
+    try:
+        for sig in INTERRUPTS:
+            previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _start_watchdog(pgid: int, cleanup_cmd: list[str] | None, env: dict) -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(WATCHDOG), str(os.getpid()), str(pgid),
+             json.dumps(cleanup_cmd) if cleanup_cmd else ""],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, **env}, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        return None
+
+
+def _kill_stragglers(pgid: int) -> None:
+    """What the command left behind in its process group (e.g. a worker it did not wait
+    for) goes with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
 
 def _kill_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -88,26 +254,46 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
     """Run a wrapped command with its output appended to ``log``, in its own process
-    group (a timeout kills every child), for at most ``timeout_s`` seconds."""
+    group (a timeout kills every child), for at most ``timeout_s`` seconds; raise
+    :class:`Interrupted` (after stopping it) when the job is interrupted."""
     launched_at = sysinfo.now("microseconds")
     t0 = time.perf_counter()
     timed_out = False
-    with open(log, "ab") as logf:
+    lifeline = Lifeline()
+    with interruptible(), open(log, "ab") as logf:
         logf.write(f"$ {' '.join(wrapped.cmd)}\n".encode())
         logf.flush()
         proc = subprocess.Popen(
             wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env, cwd=REPO_ROOT,
             start_new_session=True,
         )  # fmt: skip
+        watchdog = _start_watchdog(proc.pid, wrapped.cleanup_cmd, wrapped.env)
         try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            returncode = proc.returncode
-            timed_out = True
+            deadline = t0 + timeout_s
+            while True:
+                left = deadline - time.perf_counter()
+                try:
+                    returncode = proc.wait(timeout=max(0.0, min(POLL_S, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left <= 0:
+                        _kill_group(proc)
+                        returncode = proc.returncode
+                        timed_out = True
+                        break
+                    why = lifeline.lost()
+                    if why:
+                        raise Interrupted(why) from None
+        except Interrupted as exc:
+            logf.write(f"[launch] {exc}: stopping the run\n".encode())
+            raise
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
+            _kill_stragglers(proc.pid)
+            if watchdog is not None:
+                watchdog.kill()
+                watchdog.wait()
     return Finished(
         returncode=returncode,
         timed_out=timed_out,

@@ -61,7 +61,9 @@ def run_prefix(
 ) -> list[str]:
     """``<engine> run ...`` up to and including the image ID; the command follows.
     mounts: (host path, "ro"|"rw"), mounted at the same path inside."""
-    cmd = [record["engine"], "run", "--rm", "--name", name, "--init"]
+    # no --rm: the container stays until cleanup() (or the watchdog) removes it, so that
+    # oom_killed() can still ask the engine how it ended
+    cmd = [record["engine"], "run", "--name", name, "--init"]
     cmd += ["--network", "host" if network else "none", "--shm-size", shm_size]
     cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]
     for path, mode in mounts:
@@ -75,11 +77,15 @@ def run_prefix(
     return [*cmd, record["image_id"]]
 
 
-def remove_container(record: dict, name: str) -> None:
+def remove_command(record: dict, name: str) -> list[str]:
     engine = record["engine"]
-    cmd = (
+    return (
         [engine, "rm", "-f", "-t", "0", name] if engine == "podman" else [engine, "rm", "-f", name]
     )
+
+
+def remove_container(record: dict, name: str) -> None:
+    cmd = remove_command(record, name)
     subprocess.run(cmd, capture_output=True, env=engine_env(record.get("engine_conf")), timeout=120)
 
 
@@ -118,8 +124,25 @@ class ContainerRuntime(Runtime):
             self.env_info, name, [(str(REPO_ROOT), "ro"), *mounts], env, cpus=cpus,
             shm_size=self.env_info.get("shm_size", "2g"), workdir=str(REPO_ROOT),
         )  # fmt: skip
-        return Wrapped([*prefix, *cmd], engine_env(self.env_info.get("engine_conf")), name)
+        return Wrapped(
+            [*prefix, *cmd], engine_env(self.env_info.get("engine_conf")), name,
+            cleanup_cmd=remove_command(self.env_info, name),
+        )  # fmt: skip
 
     def cleanup(self, wrapped: Wrapped) -> None:
         if wrapped.container:
             remove_container(self.env_info, wrapped.container)
+
+    def oom_mark(self) -> int | None:
+        return None  # the container has a cgroup of its own: its engine knows
+
+    def oom_killed(self, wrapped: Wrapped, mark: int | None) -> bool:
+        if not wrapped.container:
+            return False
+        engine = self.env_info["engine"]
+        proc = subprocess.run(
+            [engine, "inspect", "--format", "{{.State.OOMKilled}}", wrapped.container],
+            capture_output=True, text=True, timeout=60,
+            env=engine_env(self.env_info.get("engine_conf")),
+        )  # fmt: skip
+        return proc.returncode == 0 and proc.stdout.strip().lower() == "true"

@@ -1,0 +1,253 @@
+"""Faults and interruptions of a trial, for real: signals to the job process, a SIGKILLed
+job, a job whose starter is gone, a run that crashes after writing its result, an
+unnamed signal, a failed allocation and the kernel's out-of-memory killer.
+
+The runs are fake backend interpreters (real executables the trial policy starts as it
+starts a backend's python; no torch), so these tests are fast. A Snakemake run killed
+mid-study, with real training, is in ``test_workflow.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import runtimes, trial
+from workflow_scripts.runtimes.base import REPO_ROOT
+
+# A run that records its process id and its child's, then works until it is killed.
+HANGING = """#!/bin/sh
+sleep 600 &
+echo "$$ $!" > "{pids}"
+echo working >&2
+wait
+"""
+
+
+def fake_python(tmp_path: Path, script: str) -> dict:
+    folder = tmp_path / "fakeenv"
+    folder.mkdir(exist_ok=True)
+    python = folder / "python"
+    python.write_text(script)
+    python.chmod(0o755)
+    return {"name": "fake", "prefix": str(folder), "python": str(python)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (not yet reaped by its adopter) runs nothing any more
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def trial_cli(spec: dict, env: dict, tmp_path: Path) -> list[str]:
+    env_json = tmp_path / "env.json"
+    env_json.write_text(json.dumps(env))
+    return [
+        sys.executable, "-m", "workflow_scripts.trial", f"--spec-json={json.dumps(spec)}",
+        f"--env-json={env_json}", f"--out={tmp_path / 'records/t/trial0.json'}",
+        f"--log={tmp_path / 'logs/t.log'}",
+    ]  # fmt: skip
+
+
+def start_hanging_trial(make_spec, tmp_path: Path):
+    """The trial CLI (as Snakemake's job runs it) on a run that hangs: (process, run pids)."""
+    pids = tmp_path / "pids"
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    cmd = trial_cli(make_spec(timeout_s=600), env, tmp_path)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
+    run_pids = [int(p) for p in pids.read_text().split()]
+    assert all(alive(p) for p in run_pids)
+    return proc, run_pids
+
+
+def assert_nothing_left(tmp_path: Path, run_pids: list[int]) -> None:
+    assert wait_for(lambda: not any(alive(p) for p in run_pids), 20), "the run outlived its job"
+    assert not (tmp_path / "records/t/trial0.json").exists(), "an interrupted trial wrote a record"
+    assert not list((tmp_path / "records").rglob("*.json"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_job_stops_the_run_and_writes_nothing(sig, make_spec, tmp_path):
+    proc, run_pids = start_hanging_trial(make_spec, tmp_path)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted by {sig.name}" in err and "no record written" in err
+    assert_nothing_left(tmp_path, run_pids)
+    assert (
+        f"[launch] interrupted by {sig.name}: stopping the run"
+        in (tmp_path / "logs/t.log").read_text()
+    )
+
+
+def test_a_sigkilled_job_leaves_no_run_behind(make_spec, tmp_path):
+    """SIGKILL gives the job no chance to clean up: its watchdog stops the run."""
+    proc, run_pids = start_hanging_trial(make_spec, tmp_path)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert_nothing_left(tmp_path, run_pids)
+
+
+def test_a_job_whose_starter_is_gone_stops(make_spec, tmp_path):
+    """Snakemake SIGKILLed: its job's shell lives on, the job notices Snakemake is gone.
+    Here: starter (python) -> shell -> the trial job; the starter is killed."""
+    starter = "import subprocess, sys; subprocess.run(['sh', '-c', sys.argv[1] + '; echo end'])"
+    pids = tmp_path / "pids"
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    cmd = trial_cli(make_spec(timeout_s=600), env, tmp_path)
+    shell_cmd = " ".join("'" + c.replace("'", "'\\''") + "'" for c in cmd)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", starter, shell_cmd], cwd=REPO_ROOT, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert wait_for(lambda: pids.exists() and pids.read_text().strip())
+    run_pids = [int(p) for p in pids.read_text().split()]
+    proc.kill()
+    proc.wait(timeout=30)
+    assert_nothing_left(tmp_path, run_pids)
+    assert "is gone: stopping the run" in (tmp_path / "logs/t.log").read_text()
+
+
+def run_fake(make_spec, tmp_path: Path, script: str, **spec_fields) -> dict:
+    env = fake_python(tmp_path, script)
+    out = tmp_path / "records" / "t" / "trial0.json"
+    return trial.run(make_spec(**spec_fields), env, out, tmp_path / "logs" / "t.log")
+
+
+def test_a_run_killed_by_sigterm_from_outside_is_interrupted_not_crashed(make_spec, tmp_path):
+    with pytest.raises(runtimes.Interrupted, match="interrupted by SIGTERM"):
+        run_fake(make_spec, tmp_path, "#!/bin/sh\nkill -TERM $$\n")
+    assert not list(tmp_path.glob("records/**/*.json"))
+
+
+OK_RESULT = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+json.dump({"status": "ok", "error": None, "metrics": {
+    "samples_per_s": 10.0, "step_time_s": {"median": 0.1}, "time_to_first_step_s": 0.2,
+    "peak_rss_mb": 100.0}}, open(out, "w"))
+"""
+
+
+def test_a_result_then_a_crash_is_not_ok(make_spec, tmp_path):
+    crash = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    script = f"#!{sys.executable}\n{OK_RESULT}\n{crash}"
+    rec = run_fake(make_spec, tmp_path, script)
+    assert rec["status"] == "crashed"
+    assert rec["error"]["type"] == "CrashedAfterResult"
+    assert rec["error"]["message"] == "the run wrote its result, then killed by signal 11 (SIGSEGV)"
+    assert rec["metrics"]["samples_per_s"] == 10.0  # kept for a look, never in a median
+
+
+def test_an_unnamed_signal_is_reported_by_number(make_spec, tmp_path):
+    rec = run_fake(make_spec, tmp_path, "#!/bin/sh\nkill -s 40 $$\n")
+    assert rec["status"] == "crashed"
+    assert "killed by signal 40 (signal 40) without writing a result" in rec["error"]["message"]
+
+
+def test_container_exit_codes_are_read_as_signals():
+    assert trial.killed_by(137, container=True) == signal.SIGKILL
+    assert trial.killed_by(139, container=True) == signal.SIGSEGV
+    assert trial.killed_by(143, container=True) == signal.SIGTERM
+    assert trial.killed_by(137, container=False) is None  # a local process's own exit code
+    assert trial.killed_by(-9) == signal.SIGKILL and trial.killed_by(1) is None
+    assert trial._how_it_ended(139, container=True) == "killed by signal 11 (SIGSEGV)"
+
+
+def test_a_failed_allocation_is_oom(make_spec, tmp_path):
+    """A real MemoryError under an address-space limit, recorded as the harness does."""
+    script = f"""#!{sys.executable}
+import json, resource, sys, traceback
+out = sys.argv[sys.argv.index("--out") + 1]
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+try:
+    blob = bytearray(4 << 30)
+except MemoryError as exc:
+    json.dump({{"status": "failed", "metrics": {{}}, "error": {{"type": "MemoryError",
+              "message": str(exc), "tail": traceback.format_exc()}}}}, open(out, "w"))
+"""
+    rec = run_fake(make_spec, tmp_path, script)
+    assert rec["status"] == "oom", rec["error"]
+    assert rec["error"]["type"] == "MemoryError"
+
+
+def memory_cgroup(name: str, limit_mb: int) -> Path | None:
+    """A child of this process's memory cgroup with a limit and no swap (v1 or v2)."""
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory", path.lstrip("/"))
+            limits = {"memory.limit_in_bytes": limit_mb << 20, "memory.swappiness": 0}
+        elif hierarchy == "0" and not controllers and v2:
+            base = Path("/sys/fs/cgroup", path.lstrip("/"))
+            limits = {"memory.max": limit_mb << 20, "memory.swap.max": 0}
+        else:
+            continue
+        child = base / name
+        try:
+            child.mkdir(exist_ok=True)
+            for file, value in limits.items():
+                if (child / file).exists():
+                    (child / file).write_text(str(value))
+            return child
+        except OSError:
+            continue
+    return None
+
+
+def test_the_out_of_memory_killer_is_oom(make_spec, tmp_path):
+    """The trial job in a memory cgroup of 200 MB; its run allocates far more and the
+    kernel's out-of-memory killer ends it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a memory cgroup with a limit")
+    group = memory_cgroup(f"study-oom-test-{os.getpid()}", 200)
+    assert group is not None, "no writable memory cgroup on this machine"
+    script = f"""#!{sys.executable}
+blocks = []
+while True:
+    blocks.append(bytearray(32 << 20))
+    for i in range(0, len(blocks[-1]), 4096):
+        blocks[-1][i] = 1
+"""
+    env = fake_python(tmp_path, script)
+    cmd = trial_cli(make_spec(timeout_s=120), env, tmp_path)
+    starter = f"echo $$ > {group}/cgroup.procs && exec " + " ".join(f"'{c}'" for c in cmd)
+    try:
+        proc = subprocess.run(["sh", "-c", starter], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        rec = json.loads((tmp_path / "records/t/trial0.json").read_text())
+        assert rec["status"] == "oom", rec["error"]
+        assert rec["error"]["type"] == "OutOfMemory"
+        assert "out-of-memory killer" in rec["error"]["message"]
+        assert "SIGKILL" in rec["error"]["message"]
+    finally:
+        wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 30)
+        group.rmdir()

@@ -1,0 +1,58 @@
+"""The watchdog of a running job process: when the process that started it (the trial
+policy, the calibration, the collectives job) is gone, it kills the job's process
+group and removes its container, so nothing outlives its job, even after a SIGKILL
+that gave the policy no chance to clean up. Started by ``run_logged`` in a session of
+its own; stopped by it when the job ends normally. Standard library only, run as a
+script (no imports of the study).
+
+    python watchdog.py <policy pid> <job process group> [<cleanup command as JSON>]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 0.5
+GRACE_S = 5.0
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop(pgid: int, cleanup: list[str] | None) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline and group_alive(pgid):
+            time.sleep(0.1)
+    if cleanup:  # a container lives on in its engine when its client is killed
+        subprocess.run(cleanup, capture_output=True, timeout=120, check=False)
+
+
+def main(argv: list[str]) -> int:
+    policy, pgid = int(argv[0]), int(argv[1])
+    cleanup = json.loads(argv[2]) if len(argv) > 2 and argv[2] else None
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the policy
+    while os.getppid() == policy:  # re-parented: the policy is gone
+        time.sleep(POLL_S)
+    stop(pgid, cleanup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
