@@ -251,3 +251,24 @@ while True:
     finally:
         wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 30)
         group.rmdir()
+
+
+def test_an_interrupted_calibration_writes_no_reference(tmp_path):
+    """The calibration's probe hangs; SIGTERM to the job: no reference (an empty one
+    would switch the noise reruns off for good), the probe stopped."""
+    pids = tmp_path / "pids"
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    env_json = tmp_path / "env.json"
+    env_json.write_text(json.dumps(env))
+    out = tmp_path / "calibration" / "fake.json"
+    cmd = [sys.executable, "-m", "workflow_scripts.calibration", f"--env-json={env_json}",
+           f"--out={out}", f"--log={tmp_path / 'calibrate.log'}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    assert wait_for(lambda: pids.exists() and pids.read_text().strip())
+    run_pids = [int(p) for p in pids.read_text().split()]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "no reference written" in err
+    assert wait_for(lambda: not any(alive(p) for p in run_pids), 20)
+    assert not out.exists() and not list(out.parent.glob("*"))

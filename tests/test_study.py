@@ -793,3 +793,13 @@ def test_layouts_split_the_cpus_and_share_the_batch():
 def test_layouts_errors(extra, message):
     sweep = {"name": "d", "launcher": "torchrun", "layouts": "all", **extra}
     assert message in error_of({"sweeps": [sweep]})
+
+
+def test_a_sweep_over_folders_of_the_same_name_gets_distinct_ids():
+    """Two data_dirs ending in the same folder name: each id gets a short hash of its
+    path; a third one keeps its plain tag."""
+    sweep = {"name": "f", "data": "image_folder", "data_dir": ["/a/imgs", "/b/imgs", "/c/x"]}
+    ids = load_study({"sweeps": [sweep]}).ids
+    assert len(set(ids)) == 3 and ids[2] == "f-dir-x"
+    assert all(i.startswith("f-dir-imgs-") and len(i) == len("f-dir-imgs-") + 6 for i in ids[:2])
+    assert load_study({"sweeps": [sweep]}).ids == ids  # the same ids every time

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import itertools
 import json
 from pathlib import Path
@@ -199,6 +200,7 @@ def _expand(
             )
             continue
         group = sweep.pop("group", None) or name or "+".join(swept)
+        clashes = _tag_clashes(sweep, swept)
         layouts, problem = _layouts(sweep)
         if problem:
             errors.append(err(f"{where}.layouts", problem))
@@ -214,7 +216,7 @@ def _expand(
             spec = _resolve(fields, defaults, preset)
             spec["group"] = group
             keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
-            tags = [tag(k, spec[k]) for k in keys]
+            tags = [tag(k, spec[k]) + clashes.get((k, _value_key(spec[k])), "") for k in keys]
             if name:
                 spec["id"] = "-".join([name, *tags])
             else:
@@ -247,6 +249,25 @@ def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | No
     if not pairs:
         return [], f"layouts {kind!r}: {budget} CPU(s) cannot hold 2 ranks"
     return pairs, None
+
+
+def _value_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _tag_clashes(sweep: dict, swept: list[str]) -> dict[tuple[str, str], str]:
+    """Swept values of one field that share an id tag (two data_dirs ending in the same
+    folder name): a short hash of the value each, to add to the tag."""
+    out: dict[tuple[str, str], str] = {}
+    for key in swept:
+        by_tag: dict[str, set[str]] = {}
+        for value in sweep[key]:
+            by_tag.setdefault(tag(key, value), set()).add(_value_key(value))
+        for values in by_tag.values():
+            if len(values) > 1:
+                for v in values:
+                    out[(key, v)] = "-" + hashlib.sha1(v.encode()).hexdigest()[:6]
+    return out
 
 
 def _batch(fields: dict, defaults: dict) -> int:
