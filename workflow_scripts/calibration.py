@@ -104,11 +104,12 @@ def rule(inputs, output, params, log, sizes: list[int]) -> int:
     """The calibrate rule's call, with Snakemake's objects. The probe sizes are not
     params: editing an experiment must not rerun the calibration."""
     env_json = inputs.get("image") or inputs.get("env")
-    return runtimes.rule_exit(main(
+    return runtimes.run_entry(
+        "workflow_scripts.calibration",
         [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
          f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
-         f"--repeats={params.repeats}"]
-    ))  # fmt: skip
+         f"--repeats={params.repeats}"],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

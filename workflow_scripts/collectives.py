@@ -182,13 +182,14 @@ def run_rule(inputs, output, params, wildcards, log) -> int:
     editing them reruns the benchmark)."""
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
-    return runtimes.rule_exit(main(
+    return runtimes.run_entry(
+        "workflow_scripts.collectives",
         [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
          f"--log={log[0]}", f"--ranks={c['ranks']}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
-         f"--shm-size={params.shm_size}"]
-    ))  # fmt: skip
+         f"--shm-size={params.shm_size}"],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from .base import (
     Interrupted,
     Runtime,
     Wrapped,
-    rule_exit,
+    run_entry,
     run_logged,
     signal_name,
 )
@@ -23,7 +23,7 @@ __all__ = [
     "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "Interrupted", "LocalRuntime", "Runtime",
     "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "image_provenance", "in_container",
     "resolve",
-    "rule_exit", "run_logged", "signal_name",
+    "run_entry", "run_logged", "signal_name",
 ]  # fmt: skip
 
 RUNTIMES = ("auto", "local", *ENGINES)

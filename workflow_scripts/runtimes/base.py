@@ -128,6 +128,7 @@ def cgroup_oom_kills(proc_cgroup: str = "/proc/self/cgroup") -> int | None:
 INTERRUPTS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 #: how many processes above the job process are watched (the job's shell, Snakemake)
 LIFELINE_LEVELS = 2
+LIFELINE_VAR = "STUDY_LIFELINE_LEVELS"
 POLL_S = 0.5
 WATCHDOG = Path(__file__).with_name("watchdog.py")
 
@@ -145,11 +146,21 @@ class Interrupted(Exception):  # noqa: N818 - named for what happened, like Keyb
         return 128 + self.signum if self.signum else 1
 
 
-def rule_exit(code: int) -> int:
-    """For a rule's ``run:`` block: a job whose entry point returned non-zero (an
-    interruption) fails, so Snakemake neither keeps an output nor calls it done."""
+def run_entry(module: str, argv: list[str]) -> int:
+    """For a rule's ``run:`` block: the entry point ``python -m <module> <argv>`` in a
+    process of its own, and a job that fails when it returns non-zero (an interruption:
+    nothing was written, so Snakemake neither keeps an output nor calls it done).
+
+    Snakemake runs a ``run:`` block in a worker thread of the job's process, where no
+    signal handler can be installed; the entry point's own process has a main thread
+    for them, and stays in the job's process group, so a terminal's Ctrl-C reaches it.
+    It watches three processes above it: the job's process, its shell and Snakemake."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env[LIFELINE_VAR] = "3"
+    code = subprocess.call([sys.executable, "-m", module, *argv], env=env)
     if code:
-        raise RuntimeError(f"the job was interrupted (exit code {code}); nothing was written")
+        raise RuntimeError(f"{module} was interrupted or failed (exit code {code}); see its log")
     return code
 
 
@@ -180,7 +191,9 @@ class Lifeline:
     """The processes above this one, by PID and start time (a reused PID is not the
     same process): ``lost()`` says which one is gone."""
 
-    def __init__(self, levels: int = LIFELINE_LEVELS):
+    def __init__(self, levels: int | None = None):
+        if levels is None:
+            levels = int(os.environ.get(LIFELINE_VAR) or LIFELINE_LEVELS)
         self.watched: list[tuple[int, str]] = []
         pid = os.getppid()
         for _ in range(levels):
