@@ -272,3 +272,21 @@ def test_an_interrupted_calibration_writes_no_reference(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM and "no reference written" in err
     assert wait_for(lambda: not any(alive(p) for p in run_pids), 20)
     assert not out.exists() and not list(out.parent.glob("*"))
+
+
+def test_a_failed_environment_build_names_itself_and_is_never_trusted(tmp_path):
+    """A lock whose hash does not match: the build fails naming the environment and its
+    log, writes no environment record, and leaves no environment marked complete (the
+    next build starts over)."""
+    lock = tmp_path / "bad.txt"
+    lock.write_text("six==1.16.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    root, out, log = tmp_path / "envs", tmp_path / "bad.json", tmp_path / "bad.log"
+    cmd = [sys.executable, "-m", "workflow_scripts.envs", "--name=bad", f"--requirements={lock}",
+           f"--root={root}", f"--out={out}", f"--log={log}"]  # fmt: skip
+    for attempt in range(2):
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode != 0
+        assert "building environment 'bad' failed" in proc.stderr and f"see {log}" in proc.stderr
+        assert not out.exists()
+        assert not list(root.glob("*/.complete.json"))
+    assert "removing incomplete environment" in log.read_text()  # the second one started over
