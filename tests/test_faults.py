@@ -283,7 +283,7 @@ def test_a_failed_environment_build_names_itself_and_is_never_trusted(tmp_path):
     root, out, log = tmp_path / "envs", tmp_path / "bad.json", tmp_path / "bad.log"
     cmd = [sys.executable, "-m", "workflow_scripts.envs", "--name=bad", f"--requirements={lock}",
            f"--root={root}", f"--out={out}", f"--log={log}"]  # fmt: skip
-    for attempt in range(2):
+    for _attempt in range(2):
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode != 0
         assert "building environment 'bad' failed" in proc.stderr and f"see {log}" in proc.stderr
