@@ -290,3 +290,18 @@ def test_a_failed_environment_build_names_itself_and_is_never_trusted(tmp_path):
         assert not out.exists()
         assert not list(root.glob("*/.complete.json"))
     assert "removing incomplete environment" in log.read_text()  # the second one started over
+
+
+def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
+    """Checked again where the trial runs (a cluster node may have fewer CPUs than the
+    submit host): a failed record naming the field, and the run never started."""
+    pids = tmp_path / "pids"
+    spec = make_spec(threads=1)
+    spec["threads"] = 4096  # as if planned on a bigger machine
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    out = tmp_path / "records" / "big" / "trial0.json"
+    rec = trial.run(spec, env, out, tmp_path / "logs" / "big.log")
+    assert rec["status"] == "failed" and rec["error"]["type"] == "MachineMismatch"
+    assert "experiment t.threads: 4096 is more than the" in rec["error"]["message"]
+    assert json.loads(out.read_text())["status"] == "failed"
+    assert not pids.exists(), "the run started"

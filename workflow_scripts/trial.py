@@ -40,6 +40,7 @@ from pathlib import Path
 from . import backends, launchers, probe, runtimes, sysinfo
 from .launchers import harness_args, result_paths
 from .runtimes.base import REPO_ROOT
+from .study import machine
 from .study.settings import NOISE_RETRIES as MAX_RETRIES
 from .study.settings import NOISE_THRESHOLD
 from .util import SCHEMA_VERSION, finite, tail, write_json_atomic
@@ -151,9 +152,22 @@ def run(
     max_retries: int = MAX_RETRIES,
     retry_delay_s: float = RETRY_DELAY_S,
 ) -> dict:
-    """Run the trial (again, while its probe says it was disturbed) and write its record."""
+    """Run the trial (again, while its probe says it was disturbed) and write its record.
+    A machine that cannot give the spec its CPUs (a cluster node other than the one the
+    study was checked on) runs nothing: a failed record says why."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
+    problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
+    if problems:
+        message = "this machine cannot run the experiment as configured: " + "; ".join(
+            p.removeprefix("config error at ") for p in problems
+        )
+        record = failure(spec, trial, "MachineMismatch", message)
+        assemble(record, spec, trial, env_info, runtimes.for_env(env_info).name, [],
+                 runtimes.Finished(None, False, 0.0, sysinfo.now(), sysinfo.now()),
+                 sysinfo.now())  # fmt: skip
+        write_json_atomic(out, record)
+        return record
     discarded: list[dict] = []
     attempt = 1
     while True:

@@ -44,6 +44,57 @@ def count_images(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
+def cpu_problems(spec: dict, allowed: list[int]) -> list[str]:
+    """What the CPUs this process may use (``allowed``) cannot give the experiment:
+    its threads, its ranks' core blocks, its CPU list. Checked before any job, and again
+    by each trial on the machine that runs it (a cluster node may differ)."""
+    errors: list[str] = []
+    at = f"experiment {spec['id']}"
+    threads = spec["threads"]
+    if threads and threads > len(allowed):
+        errors.append(
+            err(
+                f"{at}.threads",
+                f"{threads} is more than the {len(allowed)} CPUs this machine lets the "
+                f"study use (affinity {cpu_list_str(allowed)})",
+            )
+        )
+    n_ranks = spec["ranks"]
+    if n_ranks > 1:
+        pool = parse_cpu_list(spec["cpus"]) if spec["cpus"] else allowed
+        need = n_ranks * (threads or 1)
+        if need > len(pool):
+            where = f"cpus {spec['cpus']!r}" if spec["cpus"] else "this machine"
+            errors.append(
+                err(
+                    f"{at}.ranks",
+                    f"{n_ranks} ranks x {threads or 1} thread(s) need {need} CPUs, one "
+                    f"rank per core block, but {where} has {len(pool)} "
+                    f"({cpu_list_str(pool)})",
+                )
+            )
+    if spec["cpus"]:
+        cpus = parse_cpu_list(spec["cpus"])
+        outside = [c for c in cpus if c not in allowed]
+        if outside:
+            errors.append(
+                err(
+                    f"{at}.cpus",
+                    f"{spec['cpus']!r} names CPUs {cpu_list_str(outside)} that this machine "
+                    f"does not let the study use (allowed: {cpu_list_str(allowed)})",
+                )
+            )
+        elif threads and threads > len(cpus):
+            errors.append(
+                err(
+                    f"{at}.threads",
+                    f"{threads} threads on the {len(cpus)} CPUs of cpus {spec['cpus']!r} "
+                    "would oversubscribe them",
+                )
+            )
+    return errors
+
+
 def check_machine(study: Study) -> None:
     """Raise StudyConfigError with every problem at once; add warnings to the study."""
     errors: list[str] = []
@@ -57,48 +108,7 @@ def check_machine(study: Study) -> None:
     counted: dict[Path, int] = {}
     for spec in study.experiments:
         at = f"experiment {spec['id']}"
-        threads = spec["threads"]
-        if threads and threads > len(allowed):
-            errors.append(
-                err(
-                    f"{at}.threads",
-                    f"{threads} is more than the {len(allowed)} CPUs this machine lets the "
-                    f"study use (affinity {cpu_list_str(allowed)})",
-                )
-            )
-        n_ranks = spec["ranks"]
-        if n_ranks > 1:
-            pool = parse_cpu_list(spec["cpus"]) if spec["cpus"] else allowed
-            need = n_ranks * (threads or 1)
-            if need > len(pool):
-                where = f"cpus {spec['cpus']!r}" if spec["cpus"] else "this machine"
-                errors.append(
-                    err(
-                        f"{at}.ranks",
-                        f"{n_ranks} ranks x {threads or 1} thread(s) need {need} CPUs, one "
-                        f"rank per core block, but {where} has {len(pool)} "
-                        f"({cpu_list_str(pool)})",
-                    )
-                )
-        if spec["cpus"]:
-            cpus = parse_cpu_list(spec["cpus"])
-            outside = [c for c in cpus if c not in allowed]
-            if outside:
-                errors.append(
-                    err(
-                        f"{at}.cpus",
-                        f"{spec['cpus']!r} names CPUs {cpu_list_str(outside)} that this machine "
-                        f"does not let the study use (allowed: {cpu_list_str(allowed)})",
-                    )
-                )
-            elif threads and threads > len(cpus):
-                errors.append(
-                    err(
-                        f"{at}.threads",
-                        f"{threads} threads on the {len(cpus)} CPUs of cpus {spec['cpus']!r} "
-                        "would oversubscribe them",
-                    )
-                )
+        errors += cpu_problems(spec, allowed)
         if spec["data"] == "image_folder":
             if spec["data_dir"]:
                 path = study.path(spec["data_dir"])
