@@ -295,7 +295,7 @@ def interrupted(finished, container: bool) -> None:
     """A run ended by an interrupting signal (SIGTERM, SIGINT, ...) from outside was
     interrupted, not crashed: raise, so that no record is written."""
     sig = killed_by(finished.returncode, container)
-    if sig in runtimes.base.INTERRUPTS:
+    if sig in runtimes.base.INTERRUPTS and not finished.timed_out:  # (a timeout's own kill)
         raise runtimes.Interrupted(f"the run was interrupted by {runtimes.signal_name(sig)}", sig)
 
 
