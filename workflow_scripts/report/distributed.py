@@ -6,7 +6,6 @@ microbenchmark's latency and bus-bandwidth curves."""
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pandas as pd
 from .figures import STYLE, _no_data, _save, inline_svg
 from .formatting import _n_used, fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text
 from .html import _table
+from .stats import _isnan
 
 # The book chapter's claims (../shared/STUDY.md), measured on its own machine (a small
 # CNN on CIFAR-10, 5 epochs, training time and test accuracy): several ranks on one
@@ -31,7 +31,7 @@ BOOK_CLAIMS = (
 def process_group(row: Mapping) -> str:
     """``gloo``, or ``ccl shm``/``ccl tcp`` (``+ worker`` with oneCCL's worker thread)."""
     backend = row.get("dist_backend")
-    backend = "gloo" if backend is None or backend != backend else str(backend)  # NaN: none
+    backend = "gloo" if _isnan(backend) else str(backend)
     if backend != "ccl":
         return backend
     text = f"ccl {row.get('ccl_transport') or 'shm'}"
@@ -46,16 +46,14 @@ def _true(value: Any) -> bool:
     return value is True or str(value).lower() == "true"
 
 
+def _ranks(value: Any) -> int:
+    """A ranks cell: 1 where it is empty (a single process)."""
+    return 1 if _isnan(value) else int(value)
+
+
 def layout(row: Mapping) -> str:
-    ranks = row.get("ranks")
-    ranks = 1 if ranks is None or (isinstance(ranks, float) and math.isnan(ranks)) else int(ranks)
     threads = row.get("threads")
-    per = (
-        "all"
-        if threads is None or (isinstance(threads, float) and math.isnan(threads))
-        else int(threads)
-    )
-    return f"{ranks} × {per}"
+    return f"{_ranks(row.get('ranks'))} × {'all' if _isnan(threads) else int(threads)}"
 
 
 def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
@@ -80,11 +78,6 @@ def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _ranks(row: Mapping) -> int:
-    n = row.get("ranks")
-    return 1 if n is None or (isinstance(n, float) and math.isnan(n)) else int(n)
-
-
 def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
     """The experiments that trained for a number of epochs (and measured accuracy),
     each with its time-to-train speedup and accuracy change over its group's first."""
@@ -98,12 +91,11 @@ def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
     base_acc = acc["group"].map(first["test_accuracy"])
     acc["time_speedup"] = base_time / acc["train_time_s"].where(acc["train_time_s"] > 0)
     acc["accuracy_change"] = acc["test_accuracy"] - base_acc
-    acc["reference"] = acc["group"].map(first["experiment"])
     return acc
 
 
 def _points(delta: Any) -> str:
-    if delta is None or (isinstance(delta, float) and math.isnan(delta)):
+    if _isnan(delta):
         return ""
     return f"{100 * float(delta):+.1f}"
 
@@ -141,11 +133,11 @@ def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, sub in acc.groupby("group", sort=False, dropna=False):
         base = sub.iloc[0]
-        if _ranks(base) != 1 or str(base["precision"]) != "fp32":
+        if _ranks(base["ranks"]) != 1 or str(base["precision"]) != "fp32":
             continue  # no one-process fp32 reference in this group
         for what, claim, backend, precision in BOOK_CLAIMS:
             pick = sub[
-                (sub["ranks"].map(lambda n: _ranks({"ranks": n})) > 1)
+                (sub["ranks"].map(_ranks) > 1)
                 & (sub["dist_backend"].fillna("gloo") == backend)
                 & sub["time_speedup"].notna()
             ]

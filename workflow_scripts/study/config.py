@@ -211,9 +211,9 @@ def _expand(
             fields = {**sweep, **dict(zip(swept, values, strict=True))}
             if n_ranks:
                 fields.update(ranks=n_ranks, threads=threads)
-                if _batch(fields, defaults) % n_ranks:
-                    continue  # a split that cannot share the global batch evenly
             spec = _resolve(fields, defaults, preset)
+            if n_ranks and spec["batch_size"] % n_ranks:
+                continue  # a split that cannot share the global batch evenly
             spec["group"] = group
             keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
             tags = [tag(k, spec[k]) + clashes.get((k, _value_key(spec[k])), "") for k in keys]
@@ -268,10 +268,6 @@ def _tag_clashes(sweep: dict, swept: list[str]) -> dict[tuple[str, str], str]:
                 for v in values:
                     out[(key, v)] = "-" + hashlib.sha1(v.encode()).hexdigest()[:6]
     return out
-
-
-def _batch(fields: dict, defaults: dict) -> int:
-    return fields.get("batch_size", defaults.get("batch_size", BUILTIN_DEFAULTS["batch_size"]))
 
 
 # ---------------------------------------------------------------------------
