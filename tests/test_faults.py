@@ -225,10 +225,11 @@ def memory_cgroup(name: str, limit_mb: int) -> Path | None:
 def test_the_out_of_memory_killer_is_oom(make_spec, tmp_path):
     """The trial job in a memory cgroup of 200 MB; its run allocates far more and the
     kernel's out-of-memory killer ends it."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make a memory cgroup with a limit")
     group = memory_cgroup(f"study-oom-test-{os.getpid()}", 200)
-    assert group is not None, "no writable memory cgroup on this machine"
+    assert group is not None, (
+        "no writable memory cgroup here: this test needs to make one with a limit (as root, "
+        "as CI runs, or with a delegated cgroup)"
+    )
     script = f"""#!{sys.executable}
 blocks = []
 while True:
