@@ -306,3 +306,9 @@ def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
     assert "experiment t.threads: 4096 is more than the" in rec["error"]["message"]
     assert json.loads(out.read_text())["status"] == "failed"
     assert not pids.exists(), "the run started"
+    # nor its data (a data_dir that the submit host has and the node does not)
+    spec = make_spec(data="image_folder", data_dir=str(tmp_path))
+    rec = trial.run(spec, env, out, tmp_path / "logs" / "big.log", data_path=str(tmp_path / "no"))
+    assert rec["error"]["type"] == "MachineMismatch"
+    assert "does not exist on this machine" in rec["error"]["message"]
+    assert not pids.exists(), "the run started"

@@ -28,6 +28,7 @@ from . import backends
 from .probe import peak_rate
 from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
+from .sysinfo import node_type
 
 OK = "ok"
 STATUSES = ("ok", "failed", "crashed", "timeout", "oom")
@@ -98,6 +99,8 @@ PROVENANCE_COLUMNS = [
     "git_revision",
     "git_dirty",
     "hostname",
+    "node_type",
+    "slurm_job_id",
     "started_at",
 ]
 ERROR_COLUMNS = ["error_type", "error"]
@@ -326,6 +329,8 @@ def flatten(record: Mapping[str, Any]) -> dict:
     dirty = prov.get("git_dirty")
     row["git_dirty"] = dirty if isinstance(dirty, bool) else _text(dirty)
     row["hostname"] = _text(prov.get("hostname"))
+    row["node_type"] = node_type(prov) if prov.get("cpu_model") else None
+    row["slurm_job_id"] = _text(_as_dict(prov.get("slurm")).get("job_id"))
     row["started_at"] = _text(prov.get("started_at"))
 
     if isinstance(error, Mapping):
@@ -359,9 +364,11 @@ def _roofline(metrics: Mapping, probe: Mapping, precision: str | None, sps: floa
 
 
 def noise_group_keys(frame: pd.DataFrame) -> pd.Series:
-    """The comparison group of each trial's probe: environment, probe size, threads."""
-    parts = [frame[c].astype("string").fillna("?") for c in ("env", "probe_size", "probe_threads")]
-    return parts[0] + "/" + parts[1] + "/" + parts[2]
+    """The comparison group of each trial's probe: environment, probe size, threads and
+    node type (probes on different CPU models are never compared)."""
+    cols = ("env", "probe_size", "probe_threads", "node_type")
+    parts = [frame[c].astype("string").fillna("?") for c in cols if c in frame]
+    return parts[0].str.cat(parts[1:], sep="/")
 
 
 def mark_noisy(frame: pd.DataFrame, threshold: float = DEFAULT_NOISE_THRESHOLD) -> pd.DataFrame:

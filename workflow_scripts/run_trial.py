@@ -24,6 +24,7 @@ def _pin_before_torch() -> None:
     from workflow_scripts import launchers
     from workflow_scripts.distributed import ranks
 
+    ranks.adopt_slurm()  # a rank that srun started: RANK, WORLD_SIZE, ... from SLURM
     if not launchers.get(spec["launcher"]).pins_itself:
         ranks.pin(spec)
 

@@ -60,6 +60,24 @@ def allowed_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+#: the CPUs the invoking Snakemake planned the study on, inherited by its jobs
+PLAN_CPUS_VAR = "STUDY_PLAN_CPUS"
+
+
+def plan_cpus() -> list[int]:
+    """The CPUs a study is planned on (layouts, CPU checks, what a measured cluster job
+    asks for): this machine's (:func:`allowed_cpus`), or, in a job's process, those of
+    the invocation that planned it (``STUDY_PLAN_CPUS``), so that every job expands the
+    study to the same experiments, also on a cluster node that differs."""
+    inherited = os.environ.get(PLAN_CPUS_VAR)
+    if inherited:
+        try:
+            return parse_cpu_list(inherited)
+        except ValueError:
+            pass
+    return allowed_cpus()
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """``'0-2,5'`` -> ``[0, 1, 2, 5]`` (sorted, each CPU once); ValueError when an item
     is not a CPU number or an a-b range with a <= b."""
@@ -111,6 +129,14 @@ def topology() -> dict:
         "physical_cores": len(cores) or None,
         "numa_nodes": len(nodes) or 1,
     }
+
+
+def node_type(prov: dict | None = None) -> str:
+    """A machine's kind, as far as a measurement is concerned: its CPU model and how many
+    logical CPUs it has (this machine's, or those of a record's provenance)."""
+    prov = topology() if prov is None else prov
+    model = " ".join(str(prov.get("cpu_model") or "unknown CPU").split())
+    return f"{model} ({prov.get('logical_cpus') or '?'} CPUs)"
 
 
 def mapped_libraries() -> list[str]:

@@ -51,11 +51,11 @@ RETRY_DELAY_S = 5.0
 # --------------------------------------------------------------------------- environment
 
 
-def environment(spec: dict, runtime: runtimes.Runtime) -> dict[str, str]:
+def environment(spec: dict, runtime: runtimes.Runtime, starter: str = "local") -> dict[str, str]:
     """A run's variables: the runtime's, then the launcher's (threads), the backend's,
     and last the spec's own ``env_vars``."""
     env = runtime.environment()
-    env.update(launchers.get(spec["launcher"]).environment(spec))
+    env.update(launchers.get(spec["launcher"]).environment(spec, starter))
     env.update(backends.get(spec["backend"]).env_vars)
     env.update({str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()})
     return env
@@ -123,6 +123,10 @@ def noise_check(record: dict, reference: dict | None, threshold: float) -> dict 
         return None
     ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
     check = {"threshold": threshold, "fp32_gflops": rate, "reference": how}
+    measured_on = reference.get("provenance") or {}
+    check["reference_node_type"] = (
+        sysinfo.node_type(measured_on) if measured_on.get("cpu_model") else None
+    )
     if ref is None or ref <= 0:
         return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
     ratio = rate / ref
@@ -153,11 +157,16 @@ def run(
     retry_delay_s: float = RETRY_DELAY_S,
 ) -> dict:
     """Run the trial (again, while its probe says it was disturbed) and write its record.
-    A machine that cannot give the spec its CPUs (a cluster node other than the one the
-    study was checked on) runs nothing: a failed record says why."""
+    A machine that cannot give the spec its CPUs or its data (a cluster node other than
+    the one the study was checked on) runs nothing: a failed record says why."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
+    if data_path and not Path(data_path).exists():
+        problems.append(
+            f"experiment {spec['id']}.data_dir: {str(Path(data_path).resolve())!r} "
+            "does not exist on this machine"
+        )
     if problems:
         message = "this machine cannot run the experiment as configured: " + "; ".join(
             p.removeprefix("config error at ") for p in problems
@@ -218,12 +227,15 @@ def attempt_once(
         path.unlink(missing_ok=True)
     spec_json = json.dumps(spec, sort_keys=True)
     args = harness_args(spec_json, template, _absolute(data_path))
-    cmd = launcher.command(spec, env_info["python"], args)
-    env = environment(spec, runtime)
+    starter = launchers.starter(launcher, spec, runtime.name)
+    cmd = launcher.command(spec, env_info["python"], args, starter=starter)
+    env = environment(spec, runtime, starter)
     cache, cache_folder = compile_cache(spec, env, label, container)
-    why_not = runtime.missing()
+    missing = runtime.missing()
+    why_not = missing or cannot_start(spec, runtime.name)
     if why_not:
-        record = failure(spec, trial, "ImageMissing", why_not)
+        kind = "ImageMissing" if missing else "NeedsCluster"
+        record = failure(spec, trial, kind, why_not)
         record["provenance"] = {**sysinfo.collect(), **runtimes.image_provenance(env_info)}
         record["provenance"].update(runtime=runtime.name, compile_cache=cache)
         return record
@@ -253,6 +265,25 @@ def attempt_once(
     assemble(record, spec, trial, env_info, runtime.name, wrapped.cmd, finished, started)
     record["provenance"]["compile_cache"] = cache
     return record
+
+
+def cannot_start(spec: dict, runtime: str) -> str | None:
+    """Why the ranks of a several-node trial cannot start here (None: they can)."""
+    nodes = int(spec.get("nodes") or 1)
+    if nodes == 1:
+        return None
+    if not runtimes.slurm_job():
+        return (
+            f"nodes {nodes} needs a SLURM job (snakemake --profile profiles/slurm): "
+            "outside one there is a single machine"
+        )
+    if runtime != "local":
+        return (
+            f"nodes {nodes} runs its ranks with srun in local environments on a shared "
+            f"filesystem; runtime {runtime} starts one container per trial on one node "
+            "(use runtime: local on the cluster, or nodes: 1)"
+        )
+    return None
 
 
 def failure(spec: dict, trial: int, kind: str, message: str, log_tail: str | None = None) -> dict:
@@ -407,6 +438,7 @@ def assemble(
         }
     )
     prov.setdefault("versions", env_info.get("versions", {}))
+    prov["slurm"] = runtimes.slurm_job()  # None outside a SLURM job
     if not prov.get("git_revision"):  # no git in the images: the host's checkout
         prov["git_revision"], prov["git_dirty"] = sysinfo.git_revision(REPO_ROOT)
     record["provenance"] = prov
@@ -440,6 +472,33 @@ def progress_line(record: dict) -> str:
         return line
     err = record.get("error") or {}
     return f"{head} {record['status']} {err.get('type', '')}: {err.get('message', '')}"[:400]
+
+
+def node_reference(
+    reference: dict | None, path: Path | None, env_info: dict, log: Path, size: int
+) -> dict | None:
+    """The reference probe of this node's type. The calibration job measured one on the
+    node it ran on; a trial on a node of another type (a cluster of several CPU models)
+    measures this type's own, once per environment and node type, with the node to
+    itself (its job is exclusive), next to the calibration as
+    ``<env>.<node type>.json``, and compares with that."""
+    if reference is None or path is None or size <= 0:
+        return reference
+    here = sysinfo.node_type()
+    measured_on = reference.get("provenance") or {}
+    if not measured_on.get("cpu_model") or sysinfo.node_type(measured_on) == here:
+        return reference  # (a reference that does not say where: taken as this node's)
+    own = path.with_name(f"{path.stem}.{re.sub(r'[^A-Za-z0-9._-]+', '_', here)}.json")
+    if own.exists():
+        return read_reference(own, log)
+    from . import calibration
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as logf:
+        print(f"[launch] the calibration ran on another node type; measuring this one's "
+              f"reference ({here}) into {own}", file=logf)  # fmt: skip
+    result = calibration.calibrate(env_info, own, log.with_suffix(".calibration.log"), [size])
+    return None if result.get("error") else result
 
 
 def read_reference(path: Path | None, log: Path | None = None) -> dict | None:
@@ -495,10 +554,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec_json)
     env_info = json.loads(args.env_json.read_text())
     env_info["shm_size"] = args.shm_size
-    reference = read_reference(
-        Path(args.reference_probe) if args.reference_probe else None, args.log
-    )
+    reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:
+        reference = node_reference(
+            read_reference(reference_path, args.log), reference_path, env_info, args.log,
+            int(spec.get("probe_size") or 0),
+        )  # fmt: skip
         record = run(
             spec, env_info, args.out, args.log, args.trial, args.data_path,
             reference=reference, noise_threshold=args.noise_threshold,

@@ -2,7 +2,9 @@
 group.
 
 A launcher that starts N ranks (torchrun) sets ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in each. The trial's CPUs (the
+``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in each; under srun
+(``STUDY_RANKS_FROM=slurm``) each rank takes them from SLURM's task variables
+(:func:`adopt_slurm`). The trial's CPUs (the
 spec's ``cpus``, or all the process may use) are cut into N consecutive blocks, one
 per rank, so the ranks never share a core; each rank runs ``threads`` intra-op
 threads (the block's size when unset). Standard library only at import time: the
@@ -19,6 +21,24 @@ from ..sysinfo import parse_cpu_list
 #: the process group's timeout when the spec's own timeout is longer: a dead peer
 #: makes the others fail this long after, instead of hanging to the trial's timeout
 MAX_PG_TIMEOUT_S = 300
+
+
+def adopt_slurm(environ=None) -> bool:
+    """Under srun (the launcher set ``STUDY_RANKS_FROM=slurm``): set torch's variables
+    from this task's SLURM ones, before anything reads them. True when it did."""
+    env = os.environ if environ is None else environ
+    if env.get("STUDY_RANKS_FROM") != "slurm" or "SLURM_PROCID" not in env:
+        return False
+    size = int(env["SLURM_NTASKS"])
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    if not per_node.isdigit():
+        per_node = str(size // max(1, int(env.get("SLURM_NNODES", "1"))))
+    env["RANK"] = env["SLURM_PROCID"]
+    env["WORLD_SIZE"] = str(size)
+    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    env["LOCAL_WORLD_SIZE"] = per_node
+    env["GROUP_RANK"] = env.get("SLURM_NODEID", "0")
+    return True
 
 
 def world() -> tuple[int, int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from ..util import discover, lookup
-from .base import ENTRY, Launcher, harness_args, rank_path, result_paths
+from .base import ENTRY, Launcher, harness_args, rank_path, result_paths, starter
 
 __all__ = [
     "ENTRY",
@@ -17,6 +17,7 @@ __all__ = [
     "names",
     "rank_path",
     "result_paths",
+    "starter",
 ]
 
 

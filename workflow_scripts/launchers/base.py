@@ -60,14 +60,20 @@ class Launcher:
         return [python, "-u", str(program), *harness_args]
 
     def command(
-        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+        self,
+        spec: dict,
+        python: str,
+        harness_args: list[str],
+        program: Path = ENTRY,
+        starter: str = "local",
     ) -> list[str]:
         """The command line that starts the trial's ranks. With N > 1 ranks the result
         path in ``harness_args`` holds ``{rank}``, which each rank fills in with its
-        ``RANK`` (see :func:`rank_path`)."""
+        ``RANK`` (see :func:`rank_path`). ``starter``: ``local`` (this machine), or
+        ``srun`` (inside a SLURM job: one task per rank, see :func:`starter`)."""
         return self.rank_command(spec, python, harness_args, program)
 
-    def environment(self, spec: dict) -> dict[str, str]:
+    def environment(self, spec: dict, starter: str = "local") -> dict[str, str]:
         """Variables the launcher sets for its ranks (threads; preloads are its own)."""
         env = {}
         if spec.get("threads"):
@@ -83,6 +89,17 @@ class Launcher:
     def verify(self, spec: dict) -> None:
         """Inside a rank, before any work: raise when what the launcher promised did not
         take effect (e.g. a preload that did not happen)."""
+
+
+def starter(launcher: Launcher, spec: dict, runtime_name: str) -> str:
+    """How the ranks start: ``srun`` for several ranks inside a SLURM job (the cluster
+    profile's, in local environments), else ``local``. One rank is never srun's: its
+    job already runs as a step of one task."""
+    from ..runtimes import slurm_job
+
+    if launcher.ranks(spec) > 1 and runtime_name == "local" and slurm_job():
+        return "srun"
+    return "local"
 
 
 def result_paths(out: Path, ranks: int) -> tuple[str, list[Path]]:

@@ -1,7 +1,13 @@
-"""``torchrun`` (``python -m torch.distributed.run``): N data-parallel ranks on this
-machine, each pinned to its own block of the trial's CPUs, joined in a process group
-of the spec's ``dist_backend`` (gloo, or ccl on oneCCL) and training one DDP model on
-an even share of the global batch. The slowest rank decides each step.
+"""Data-parallel ranks: ``nodes`` x ``ranks`` processes, each pinned to its own block
+of its node's CPUs, joined in a process group of the spec's ``dist_backend`` (gloo, or
+ccl on oneCCL) and training one DDP model on an even share of the global batch. The
+slowest rank decides each step.
+
+Who starts the ranks: ``torchrun`` (``python -m torch.distributed.run``) on this
+machine; inside a SLURM job of the cluster profile (local environments), ``srun``,
+one task per rank, possibly on several nodes (each rank takes its ``RANK``,
+``WORLD_SIZE`` and ``LOCAL_RANK`` from SLURM's ``SLURM_PROCID``, ``SLURM_NTASKS`` and
+``SLURM_LOCALID``, and meets rank 0 at this host, where the job's batch step runs).
 
 The ranks' results are merged into the trial's: per timed step the slowest rank's
 time, every rank's own step times (``rank_step_times_s``), their summed memory, and
@@ -28,6 +34,7 @@ class Torchrun(Launcher):
     distributed = True
     owns = {
         "ranks": 1,
+        "nodes": 1,
         "dist_backend": "gloo",
         "ccl_impl": "study",
         "ccl_transport": "shm",
@@ -42,10 +49,14 @@ class Torchrun(Launcher):
                 "launcher 'torchrun' trains with DistributedDataParallel on CPU tensors; "
                 "backend 'xla' is not supported (use eager, inductor or ipex)"
             )
-        if spec["batch_size"] % spec["ranks"]:
+        world = self.ranks(spec)
+        if spec["batch_size"] % world:
+            over = f"ranks {spec['ranks']}"
+            if spec["nodes"] > 1:
+                over = f"nodes {spec['nodes']} x ranks {spec['ranks']} = {world} processes"
             problems.append(
                 f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
-                f"over ranks {spec['ranks']}; use a multiple of {spec['ranks']}"
+                f"over {over}; use a multiple of {world}"
             )
         if spec["dist_backend"] == "ccl" and spec["backend"] not in ("eager", "inductor"):
             problems.append(
@@ -62,7 +73,8 @@ class Torchrun(Launcher):
         return problems
 
     def ranks(self, spec: dict) -> int:
-        return int(spec["ranks"])
+        """The world: ``nodes`` x ``ranks`` (per node) processes."""
+        return int(spec["ranks"]) * int(spec.get("nodes") or 1)
 
     def env(self, spec: dict, backend) -> str:
         return DIST_ENVS.get(spec["dist_backend"], (backend.env, None))[0]
@@ -71,37 +83,60 @@ class Torchrun(Launcher):
         return DIST_ENVS.get(spec["dist_backend"], (None, backend.image))[1]
 
     def command(
-        self, spec: dict, python: str, harness_args: list[str], program: Path = ENTRY
+        self,
+        spec: dict,
+        python: str,
+        harness_args: list[str],
+        program: Path = ENTRY,
+        starter: str = "local",
     ) -> list[str]:
         rank = self.rank_command(spec, python, harness_args, program)
+        if starter == "srun":
+            return self.srun_command(spec, rank)
         return [
             python, "-u", "-m", "torch.distributed.run",
-            "--standalone", "--nnodes=1", f"--nproc-per-node={self.ranks(spec)}",
+            "--standalone", "--nnodes=1", f"--nproc-per-node={spec['ranks']}",
             "--max-restarts=0", *rank[2:],
+        ]  # fmt: skip
+
+    def srun_command(self, spec: dict, rank: list[str]) -> list[str]:
+        """srun, one task per rank, inside the job's allocation. No binding by SLURM:
+        each rank pins itself to its block of its node's CPUs, as under torchrun; a
+        failed rank ends the others (--kill-on-bad-exit)."""
+        return [
+            "srun", f"--nodes={spec['nodes']}", f"--ntasks={self.ranks(spec)}",
+            f"--ntasks-per-node={spec['ranks']}",
+            f"--cpus-per-task={self.threads_per_rank(spec)}", "--cpu-bind=none",
+            "--kill-on-bad-exit=1", "--unbuffered", "--label", *rank,
         ]  # fmt: skip
 
     def threads_per_rank(self, spec: dict) -> int:
         if spec.get("threads"):
             return int(spec["threads"])
         cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else os.sched_getaffinity(0)
-        return max(1, len(cpus) // self.ranks(spec))
+        return max(1, len(cpus) // int(spec["ranks"]))
 
-    def environment(self, spec: dict) -> dict[str, str]:
+    def environment(self, spec: dict, starter: str = "local") -> dict[str, str]:
         # torchrun sets OMP_NUM_THREADS=1 where it is unset: always set it
         env = {"OMP_NUM_THREADS": str(self.threads_per_rank(spec))}
+        if starter == "srun":
+            env.update(srun_rendezvous(spec))
         if spec["dist_backend"] == "ccl":
             env["CCL_WORKER_OFFLOAD"] = "1" if spec["ccl_worker_offload"] else "0"
             env["CCL_ATL_TRANSPORT"] = "ofi"
+            one_host = int(spec.get("nodes") or 1) == 1
             # the ranks share this host: oneCCL's bootstrap (and ofi's tcp provider) on
             # loopback, which by default it skips ("can't find interface to get host
-            # IP" in a container without a network)
-            env["CCL_KVS_IFACE"] = "lo"
+            # IP" in a container without a network); across nodes, oneCCL's own choice
+            if one_host:
+                env["CCL_KVS_IFACE"] = "lo"
             if spec["ccl_transport"] == "shm":
                 env["CCL_ATL_SHM"] = "1"
             else:
                 env["CCL_ATL_SHM"] = "0"
                 env["FI_PROVIDER"] = "tcp"
-                env["FI_TCP_IFACE"] = "lo"
+                if one_host:
+                    env["FI_TCP_IFACE"] = "lo"
         return env
 
     def merge(self, results: list[dict]) -> dict:
@@ -118,6 +153,19 @@ class Torchrun(Launcher):
             merged["rank_status"] = [x.get("status") for x in results]
             return merged
         return merge_ok(results)
+
+
+def srun_rendezvous(spec: dict) -> dict[str, str]:
+    """Where srun's ranks meet: rank 0 runs on this host (the job's first node, where
+    its batch step runs), on a free port of it; loopback when all ranks are here."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    addr = "127.0.0.1" if int(spec.get("nodes") or 1) == 1 else socket.gethostname()
+    env = {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+    return env
 
 
 def merge_ok(results: list[dict]) -> dict:
@@ -172,6 +220,7 @@ def merge_ok(results: list[dict]) -> dict:
     merged["rank_probes"] = probes
     checks = dict(first.get("checks") or {})
     checks["rank_cpus"] = [(r.get("checks") or {}).get("cpus") for r in results]
+    checks["rank_hosts"] = [(r.get("provenance") or {}).get("hostname") for r in results]
     merged["checks"] = checks
     return merged
 

@@ -169,7 +169,8 @@ def build_report(
     price_list = parse_prices(prices)
 
     stats = experiment_stats(frame)
-    stats["in_effect"] = stats["experiment"].map(in_effect(records))
+    # (an experiment split by node type, "<id> @ <node type>", has its id's findings)
+    stats["in_effect"] = stats["experiment"].str.split(" @ ").str[0].map(in_effect(records))
     baseline = pick_baseline(stats)
     base = baseline_sps(stats, baseline)
     stats_sp = with_group_speedup(with_speedup(stats, base))

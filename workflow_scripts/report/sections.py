@@ -196,7 +196,7 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
     for key, part in sub.groupby(noise_group_keys(sub), sort=False):
         groups.append(
             {
-                "environment / probe size / threads": key,
+                "environment / probe size / threads / node type": key,
                 "ok trials": len(part),
                 "noisy": int(part["noisy"].sum()),
                 "median fp32 (GFLOP/s)": fmt_num(part["probe_fp32_gflops"].median()),

@@ -55,7 +55,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     ok ones that are not noisy, or, when all ok trials are noisy, all of them
     (``noisy_only`` true).
     """
-    frame = frame.copy()
+    frame = per_node_type(frame)
     frame["experiment"] = frame["experiment"].fillna("(unknown)")
     sps = pd.to_numeric(frame["samples_per_s"], errors="coerce").astype("float64")
     frame["_usable"] = (frame["status"] == OK) & sps.notna()
@@ -64,6 +64,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     frame["_sps"] = sps
     first_cols = [
         "group",
+        "node_type",
         "backend",
         "env",
         "model",
@@ -144,6 +145,18 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def per_node_type(frame: pd.DataFrame) -> pd.DataFrame:
+    """With trials on several node types (a cluster of several CPU models), each
+    experiment's trials on each type are rows of their own, ``<id> @ <node type>``: no
+    median mixes CPU models, and group speedups compare runs on one type."""
+    frame = frame.copy()
+    if "node_type" not in frame:
+        frame["node_type"] = None
+    if frame["node_type"].dropna().nunique() > 1:
+        frame["experiment"] = frame["experiment"] + " @ " + frame["node_type"].fillna("unknown")
+    return frame
+
+
 def pick_baseline(stats: pd.DataFrame) -> str | None:
     """``baseline`` if the ladder has it, else the ladder's first experiment."""
     ladder = stats[stats["group"] == "ladder"]
@@ -180,6 +193,8 @@ def with_group_speedup(stats: pd.DataFrame) -> pd.DataFrame:
     """Add ``group_baseline`` (the group's first experiment) and ``group_speedup``."""
     out = stats.copy()
     groups = out["group"].fillna("(none)")
+    if "node_type" in out and out["node_type"].dropna().nunique() > 1:
+        groups = groups + " @ " + out["node_type"].fillna("unknown")
     first = out.groupby(groups, sort=False)["experiment"].transform("first")
     # transform("first") skips NaN; the group's baseline is its first row, ok or not
     heads = out.groupby(groups, sort=False).head(1).set_index("experiment")["sps_median"]

@@ -37,7 +37,7 @@ import jsonschema
 import yaml
 
 from .. import backends, launchers
-from ..sysinfo import allowed_cpus, parse_cpu_list
+from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
 from ..util import show
 from .checks import check_spec, setting_warnings
@@ -212,7 +212,7 @@ def _expand(
             if n_ranks:
                 fields.update(ranks=n_ranks, threads=threads)
             spec = _resolve(fields, defaults, preset)
-            if n_ranks and spec["batch_size"] % n_ranks:
+            if n_ranks and spec["batch_size"] % (n_ranks * spec["nodes"]):
                 continue  # a split that cannot share the global batch evenly
             spec["group"] = group
             keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
@@ -232,7 +232,7 @@ def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | No
     """The (ranks, threads) pairs of ``layouts`` (popped from the sweep): every split of
     the CPU budget into equal blocks, fewest ranks first (``multi``: 2 ranks or more);
     [(None, None)] without it. The budget is the sweep's ``cpus`` or what this machine
-    lets the study use, at plan time."""
+    lets the study use, at plan time (:func:`~workflow_scripts.sysinfo.plan_cpus`)."""
     kind = sweep.pop("layouts", None)
     if kind is None:
         return [(None, None)], None
@@ -241,7 +241,7 @@ def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | No
         return [], f"layouts {kind!r} sets ranks and threads itself; remove {' and '.join(clash)}"
     cpus = sweep.get("cpus")
     try:
-        budget = len(parse_cpu_list(cpus)) if isinstance(cpus, str) else len(allowed_cpus())
+        budget = len(parse_cpu_list(cpus)) if isinstance(cpus, str) else len(plan_cpus())
     except ValueError:
         return [], f"layouts {kind!r} needs a valid cpus list (got cpus {cpus!r})"
     least = 2 if kind == "multi" else 1

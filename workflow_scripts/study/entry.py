@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import yaml
 
 from .. import backends
+from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
 from .config import Study, StudyConfigError, load_study, merge_config
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
@@ -71,6 +73,8 @@ def load_for_snakemake(workflow, config: dict) -> Study:
     WorkflowError, no traceback); warnings are printed."""
     from snakemake.exceptions import WorkflowError
 
+    # the CPUs the study is planned on, for every job's process (see sysinfo.plan_cpus)
+    os.environ.setdefault(PLAN_CPUS_VAR, cpu_list_str(allowed_cpus()))
     try:
         settings = workflow.config_settings
         cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
@@ -81,6 +85,16 @@ def load_for_snakemake(workflow, config: dict) -> Study:
         main_process = getattr(workflow, "is_main_process", True)
         if main_process:
             check_machine(study)
+            nodes = [s["id"] for s in study.experiments if s["nodes"] > 1]
+            if nodes and workflow.local_exec and not workflow.remote_exec:
+                raise StudyConfigError(
+                    "\n".join(
+                        f"config error at experiment {i}.nodes: {study.by_id[i]['nodes']} "
+                        "nodes need a cluster (snakemake --profile profiles/slurm); "
+                        "this run has one machine"
+                        for i in nodes
+                    )
+                )
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
     if main_process:

@@ -276,12 +276,23 @@ FIELDS: dict[str, Field] = {
             "ranks",
             {"type": "integer", "minimum": 1},
             1,
-            "processes of one data-parallel trial (launcher torchrun), each pinned to its own "
-            "threads CPUs; batch_size is the global batch, split evenly over them",
+            "processes per node of one data-parallel trial (launcher torchrun), each pinned to "
+            "its own threads CPUs; batch_size is the global batch, split evenly over them all",
             tag=_prefixed("r"),
             id_pos=15,
             column=True,
             label="ranks",
+        ),
+        Field(
+            "nodes",
+            {"type": "integer", "minimum": 1},
+            1,
+            "machines of one data-parallel trial (launcher torchrun; more than 1 needs a "
+            "cluster, snakemake --profile profiles/slurm): ranks processes on each, started "
+            "by srun; the global batch splits over nodes x ranks",
+            tag=_prefixed("n"),
+            column=True,
+            label="nodes",
         ),
         Field(
             "dist_backend",

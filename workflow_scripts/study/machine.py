@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..sysinfo import allowed_cpus, cpu_list_str, parse_cpu_list
+from ..sysinfo import cpu_list_str, parse_cpu_list, plan_cpus
 from .config import Study, StudyConfigError
 from .schema import err
 
@@ -98,7 +98,7 @@ def cpu_problems(spec: dict, allowed: list[int]) -> list[str]:
 def check_machine(study: Study) -> None:
     """Raise StudyConfigError with every problem at once; add warnings to the study."""
     errors: list[str] = []
-    allowed = allowed_cpus()
+    allowed = plan_cpus()
     memory = total_memory_mb()
     python = study.settings["python"]
     if python and not Path(python).expanduser().exists():
