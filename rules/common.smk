@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import collectives, envs, images
+from workflow_scripts import cluster, collectives, envs, images
 
 SETTINGS = STUDY.settings
 # The interpreter running Snakemake runs the workflow's own scripts.
@@ -171,3 +171,49 @@ def env_python():
 
 def prices_json():
     return json.dumps(SETTINGS["prices"])
+
+
+# ---- what each job asks for (workflow_scripts/cluster.py) ----
+# On a cluster (snakemake --profile profiles/slurm) the resources become sbatch options:
+# measured jobs take whole nodes, with their CPUs, memory and time limit. Locally they
+# limit nothing, and a measured job's threads are every core Snakemake was given: a
+# lock, so that no two measurements ever overlap (overlapping runs on a small machine
+# skewed timings up to 10x).
+def on_cluster():
+    """Jobs go to a cluster (or run there): not the local executor of this machine."""
+    return workflow.non_local_exec or workflow.remote_exec
+
+
+def experiment_resources(wildcards):
+    return cluster.experiment(STUDY.by_id[wildcards.experiment], SETTINGS)
+
+
+def experiment_resource(name):
+    """One resource of a trial's job, by name (a named function per resource)."""
+
+    def resource(wildcards):
+        return experiment_resources(wildcards)[name]
+
+    resource.__name__ = f"experiment_{name}"
+    return resource
+
+
+def experiment_threads(wildcards):
+    if on_cluster():
+        return experiment_resources(wildcards)["cpus_per_task"]
+    return workflow.cores
+
+
+def machine_threads(wildcards):
+    """A calibration's or the allreduce benchmark's threads: the node's CPUs on a
+    cluster, every core Snakemake was given here (the lock, as for trials)."""
+    return cluster.node_cpus() if on_cluster() else workflow.cores
+
+
+CALIBRATION_RESOURCES = cluster.calibration()
+COLLECTIVES_RESOURCES = cluster.collectives(SETTINGS)
+BUILD_ENV_RESOURCES = cluster.setup("build_env")
+BUILD_IMAGE_RESOURCES = cluster.setup("build_image")
+WHEELHOUSE_RESOURCES = cluster.setup("wheelhouse")
+DATA_RESOURCES = cluster.setup("data")
+REPORT_RESOURCES = cluster.setup("report")

@@ -14,6 +14,10 @@ rule build_env:
         "logs/envs/{env}.log",
     priority: SETUP_PRIORITY
     threads: 1
+    resources:
+        cpus_per_task=BUILD_ENV_RESOURCES["cpus_per_task"],
+        mem_mb=BUILD_ENV_RESOURCES["mem_mb"],
+        runtime=BUILD_ENV_RESOURCES["runtime"],
     params:
         root=SETTINGS["envs_root"],
         installer=SETTINGS["installer"],
@@ -40,6 +44,10 @@ rule image_folder:
     log:
         "logs/image_folder.log",
     priority: SETUP_PRIORITY
+    resources:
+        cpus_per_task=DATA_RESOURCES["cpus_per_task"],
+        mem_mb=DATA_RESOURCES["mem_mb"],
+        runtime=DATA_RESOURCES["runtime"],
     params:
         classes=SETTINGS["image_folder"]["classes"],
         per_class=SETTINGS["image_folder"]["images_per_class"],
@@ -66,6 +74,10 @@ rule digits:
     log:
         "logs/digits.log",
     priority: SETUP_PRIORITY
+    resources:
+        cpus_per_task=DATA_RESOURCES["cpus_per_task"],
+        mem_mb=DATA_RESOURCES["mem_mb"],
+        runtime=DATA_RESOURCES["runtime"],
     run:
         from workflow_scripts import digits
 

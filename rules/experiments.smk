@@ -1,6 +1,7 @@
 # One job per experiment trial. A job takes every core Snakemake was given, so
 # no two measurements ever overlap (overlapping runs on a small machine skewed
-# timings up to 10x). The launcher always writes a record, also for a failed,
+# timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
+# asks for"). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
 # Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority.
 # A trial whose noise probe falls below noise_threshold x the reference probe is
@@ -23,7 +24,12 @@ rule calibrate:
     log:
         "logs/calibration/{env}.log",
     priority: SETUP_PRIORITY
-    threads: workflow.cores
+    threads: machine_threads
+    resources:
+        cpus_per_task=CALIBRATION_RESOURCES["cpus_per_task"],
+        mem_mb=CALIBRATION_RESOURCES["mem_mb"],
+        runtime=CALIBRATION_RESOURCES["runtime"],
+        slurm_extra=CALIBRATION_RESOURCES["slurm_extra"],
     params:
         threads="auto",
         repeats=3,
@@ -41,7 +47,15 @@ rule run_experiment:
     log:
         "logs/experiments/{experiment}/trial{trial}.log",
     priority: trial_priority
-    threads: workflow.cores
+    threads: experiment_threads
+    resources:
+        cpus_per_task=experiment_resource("cpus_per_task"),
+        tasks=experiment_resource("tasks"),
+        nodes=experiment_resource("nodes"),
+        mem_mb=experiment_resource("mem_mb"),
+        runtime=experiment_resource("runtime"),
+        slurm_extra=experiment_resource("slurm_extra"),
+        mpi=experiment_resource("mpi"),
     params:
         spec=experiment_spec,
         data_path=experiment_data_path,
@@ -63,7 +77,12 @@ rule collectives:
         result="results/collectives/{variant}.json",
     log:
         "logs/collectives/{variant}.log",
-    threads: workflow.cores
+    threads: machine_threads
+    resources:
+        cpus_per_task=COLLECTIVES_RESOURCES["cpus_per_task"],
+        mem_mb=COLLECTIVES_RESOURCES["mem_mb"],
+        runtime=COLLECTIVES_RESOURCES["runtime"],
+        slurm_extra=COLLECTIVES_RESOURCES["slurm_extra"],
     params:
         settings=collectives_json(),
         shm_size=CONTAINERS["shm_size"],

@@ -13,6 +13,10 @@ rule wheelhouse:
     log:
         "logs/wheelhouse/{lock}.log",
     priority: SETUP_PRIORITY
+    resources:
+        cpus_per_task=WHEELHOUSE_RESOURCES["cpus_per_task"],
+        mem_mb=WHEELHOUSE_RESOURCES["mem_mb"],
+        runtime=WHEELHOUSE_RESOURCES["runtime"],
     run:
         images.wheelhouse_rule(input, output, log)
 
@@ -25,6 +29,10 @@ rule build_image:
     log:
         "logs/images/{image}.log",
     priority: SETUP_PRIORITY
+    resources:
+        cpus_per_task=BUILD_IMAGE_RESOURCES["cpus_per_task"],
+        mem_mb=BUILD_IMAGE_RESOURCES["mem_mb"],
+        runtime=BUILD_IMAGE_RESOURCES["runtime"],
     params:
         engine=RUNTIME,
         prefix=CONTAINERS["prefix"],

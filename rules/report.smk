@@ -50,6 +50,10 @@ rule report:
         ),
     log:
         "logs/report.log",
+    resources:
+        cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
+        mem_mb=REPORT_RESOURCES["mem_mb"],
+        runtime=REPORT_RESOURCES["runtime"],
     params:
         prices=prices_json(),
         noise_threshold=SETTINGS["noise_threshold"],

@@ -30,6 +30,10 @@ VARIANT = re.compile(r"^(gloo|ccl-(shm|tcp))(-offload)?$")
 BACKEND = "eager"
 
 
+#: seconds the benchmark of one variant may take
+TIMEOUT_S = 900
+
+
 def variant_spec(variant: str, ranks: int, timeout_s: int) -> dict:
     """The distributed fields of a variant name (a spec the torchrun launcher reads)."""
     m = VARIANT.match(variant)
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes-kb", default="1,1024,102400")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
     ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
     args = ap.parse_args(argv)
     env_info = json.loads(args.env_json.read_text())

@@ -1,0 +1,106 @@
+"""What each job asks a cluster for: the rules' Snakemake resources, which the SLURM
+executor plugin turns into sbatch options (``snakemake --profile profiles/slurm``).
+
+A measured job (a trial, a calibration, the allreduce microbenchmark) takes whole
+nodes (``--exclusive``: a shared node ruins the measurement) and asks for the CPUs it
+runs on, its memory (a rough estimate, with room) and a time limit derived from its
+own timeout. A trial of several ranks is a job of ``nodes`` x ``ranks`` tasks, one CPU
+block (``threads``) per task, whose ranks ``srun`` starts (the ``mpi`` resource
+tells the plugin so). The other jobs (environment and image builds, data, the
+report) ask for little and share nodes.
+
+Locally Snakemake gives these resources no limit (no ``--resources``); measured jobs
+there take every core Snakemake was given instead (``threads``), so that no two
+measurements overlap. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import launchers
+from .sysinfo import parse_cpu_list, plan_cpus
+
+EXCLUSIVE = "--exclusive"
+#: minutes a measured job needs besides its runs (starting Snakemake, the environment)
+SETUP_MIN = 10
+#: room over the rough memory estimate (study.machine.estimated_memory_mb)
+MEMORY_FACTOR = 1.5
+MEMORY_FLOOR_MB = 2048
+
+
+def node_cpus(spec: dict | None = None) -> int:
+    """The CPUs of the node a measured job runs on: the spec's CPU list, else what the
+    study was planned on (:func:`~workflow_scripts.sysinfo.plan_cpus`)."""
+    if spec and spec.get("cpus"):
+        return len(parse_cpu_list(spec["cpus"]))
+    return len(plan_cpus())
+
+
+def runtime_min(seconds: float) -> int:
+    return math.ceil(seconds / 60) + SETUP_MIN
+
+
+def memory_mb(mb: float) -> int:
+    """A request in whole GiB, with room over an estimate."""
+    return max(MEMORY_FLOOR_MB, 1024 * math.ceil(mb * MEMORY_FACTOR / 1024))
+
+
+def experiment(spec: dict, settings: dict) -> dict:
+    """The resources of a trial's job (``mpi`` None: a single-task job, which the plugin
+    runs as a one-task step)."""
+    from .study.machine import estimated_memory_mb
+
+    launcher = launchers.get(spec["launcher"])
+    world = launcher.ranks(spec)
+    per_node = int(spec["ranks"]) if launcher.distributed else 1
+    cpus = node_cpus(spec)
+    per_task = (spec["threads"] or max(1, cpus // per_node)) if world > 1 else cpus
+    attempts = 1 + int(settings["noise_retries"])
+    extra = EXCLUSIVE if world == 1 else f"{EXCLUSIVE} --ntasks-per-node={per_node}"
+    return {
+        "cpus_per_task": per_task,
+        "tasks": world,
+        "nodes": int(spec.get("nodes") or 1),
+        "mem_mb": memory_mb(estimated_memory_mb(spec) * per_node),
+        "runtime": runtime_min(attempts * (spec["timeout_s"] + 5)),
+        "slurm_extra": extra,
+        "mpi": "srun" if world > 1 else None,
+    }
+
+
+def calibration() -> dict:
+    from .calibration import TIMEOUT_S
+
+    return {
+        "cpus_per_task": node_cpus(),
+        "mem_mb": memory_mb(2048),
+        "runtime": runtime_min(TIMEOUT_S),
+        "slurm_extra": EXCLUSIVE,
+    }
+
+
+def collectives(settings: dict) -> dict:
+    from .collectives import TIMEOUT_S
+
+    return {
+        "cpus_per_task": node_cpus(),
+        "mem_mb": memory_mb(1024 * settings["collectives"]["ranks"]),
+        "runtime": runtime_min(TIMEOUT_S),
+        "slurm_extra": EXCLUSIVE,
+    }
+
+
+#: the other jobs: (CPUs, memory MB, minutes)
+SETUP = {
+    "build_env": (2, 4096, 60),
+    "build_image": (2, 8192, 90),
+    "wheelhouse": (1, 2048, 60),
+    "data": (1, 2048, 15),
+    "report": (1, 4096, 20),
+}
+
+
+def setup(kind: str) -> dict:
+    cpus, mem, minutes = SETUP[kind]
+    return {"cpus_per_task": cpus, "mem_mb": mem, "runtime": minutes}
