@@ -9,7 +9,7 @@ record with status ``crashed`` whose error says the record is unreadable.
 Noise: each trial's record carries the probe it ran just before its steps (dense
 matmul GFLOP/s in fp32 and bf16). :func:`summary_frame` marks a trial ``noisy``
 when either rate is below ``noise_threshold`` times the median rate of the ok
-trials measured the same way (same environment, probe size and thread count, so
+trials measured the same way (same environment, probe size, thread count and node type, so
 that a 1-thread trial is not compared with 2-thread ones, nor torch 2.8 with 2.14).
 """
 

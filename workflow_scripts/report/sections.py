@@ -164,7 +164,7 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
         f"multiplies dense matrices (the noise probe: fp32 and bf16 matmuls, about 0.3 s "
         f"each). A trial is marked <b>noisy</b> when either rate is below "
         f"<b>{threshold:g}</b> × the median of the ok trials measured the same way (same "
-        f"environment, probe size and thread count): something else was using the CPU. "
+        f"environment, probe size, thread count and node type): something else was using the CPU. "
         f"Noisy trials are left out of the medians, spreads and CVs of this report "
         f"(unless all of an experiment's ok trials are noisy: then they are used, and "
         f"flagged in the tables).</p>"
