@@ -218,6 +218,25 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert summary.loc["xla-fp32", "image_id"] == after["xla"]["image_id"]
     assert experiments_run(first)  # the first run did run the study
 
+    # 4. a trial beyond its container's memory limit (containers.memory) is oom, not a
+    # crash: the engine cannot always tell (cgroup v1), the limit's own cgroup can
+    config = {"experiments": [{"id": "big", "batch_size": 64, "probe_size": 0, "steps": 1}]}
+    spec = study.load_study(config).spec_json("big")  # ResNet-50 at 224 px: several GB
+    out = tmp_path / "oom" / "big" / "trial0.json"
+    args = [f"--spec-json={spec}", f"--env-json={wd / 'results/images/eager.json'}"]
+    args += [f"--out={out}", f"--log={tmp_path / 'oom.log'}", "--memory=1g", "--max-retries=0"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.trial", *args],
+        cwd=wd, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["status"] == "oom", record.get("error")
+    assert "out-of-memory killer" in record["error"]["message"]
+    assert "--cgroup-parent" in record["provenance"]["command"] or "--memory" in str(
+        record["provenance"]["command"]
+    )
+
 
 def test_the_base_image_takes_the_hosts_debian_mirror(tmp_path):
     apt = tmp_path / "apt"

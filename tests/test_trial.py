@@ -319,3 +319,24 @@ def test_auto_threads():
     assert probe.auto_threads(2) == [1, 2]
     assert probe.auto_threads(6) == [1, 2, 4, 6]
     assert probe.auto_threads(8) == [1, 2, 4, 8]
+
+
+def test_a_batch_beyond_the_nodes_memory_is_warned_where_it_runs(make_spec, tmp_path):
+    """The plan-time memory warning, again on the machine that runs the trial (a
+    cluster node may have less memory than the submit host): in the log and the record,
+    and the run still happens (the estimate is rough)."""
+    from workflow_scripts.study import machine
+
+    memory = machine.total_memory_mb()
+    per_sample = machine.MEMORY_MB["resnet50"][1]
+    batch = int(memory / per_sample) + 1  # more than this machine's memory by the estimate
+    spec = make_spec(model="resnet50", image_size=224, batch_size=batch)
+    record, _ = run(tmp_path, spec, [{"fp32": 100.0}])
+    assert record["status"] == "ok"
+    (warning,) = record["warnings"]
+    assert f"t.batch_size: batch {batch} of resnet50" in warning
+    assert "may be killed for memory" in warning
+    assert f"[launch] warning: {warning}" in (tmp_path / "logs" / "t.log").read_text()
+    (tmp_path / "small").mkdir()
+    small, _ = run(tmp_path / "small", make_spec(), [{"fp32": 100.0}])
+    assert small["warnings"] == []

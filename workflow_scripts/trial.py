@@ -177,6 +177,10 @@ def run(
                  sysinfo.now())  # fmt: skip
         write_json_atomic(out, record)
         return record
+    memory = machine.memory_warning(spec, machine.total_memory_mb())
+    if memory:  # a warning, not a refusal: the estimate is rough
+        with open(log, "a") as logf:
+            print(f"[launch] warning: {memory}", file=logf)
     discarded: list[dict] = []
     attempt = 1
     while True:
@@ -204,6 +208,7 @@ def run(
         attempt += 1
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
+    record["warnings"] = [memory] if memory else []
     write_json_atomic(out, record)
     return record
 
@@ -533,7 +538,8 @@ def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
-         f"--shm-size={settings['containers']['shm_size']}"],
+         f"--shm-size={settings['containers']['shm_size']}",
+         f"--memory={settings['containers'].get('memory') or ''}"],
     )  # fmt: skip
 
 
@@ -550,10 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
     ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
     ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
+    ap.add_argument("--memory", default="", help="memory limit of a container run (e.g. 8g)")
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
     env_info = json.loads(args.env_json.read_text())
     env_info["shm_size"] = args.shm_size
+    env_info["memory"] = args.memory or None
     reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:
         reference = node_reference(

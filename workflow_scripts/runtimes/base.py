@@ -44,6 +44,8 @@ class Wrapped:
     container: str | None = None
     #: what removes the container when its client was killed (run by the watchdog)
     cleanup_cmd: list[str] | None = None
+    #: the v1 memory cgroup holding a container run's memory limit (removed afterwards)
+    memory_cgroup: str | None = None
 
 
 @dataclasses.dataclass

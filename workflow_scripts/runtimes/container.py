@@ -2,11 +2,20 @@
 
 A run sees the sources read-only and its record's folder writable (each at its own
 host path), no network, the spec's CPUs (``--cpuset-cpus``), the invoking uid:gid,
-``HOME=/tmp`` and a ``/dev/shm`` of ``containers.shm_size``.
+``HOME=/tmp`` and a ``/dev/shm`` of ``containers.shm_size``; with
+``containers.memory``, at most that much memory.
+
+Out of memory: the engine's ``OOMKilled`` says so where it can tell (cgroup v2).
+Under cgroup v1 (podman with runc here) it says false, and the container's own memory
+cgroup is gone when its process was killed: there the limit is set on a memory
+cgroup of the trial's own (``--cgroup-parent``, under the job's), which outlives the
+container, and a run killed by SIGKILL while that cgroup was at its limit ran out of
+memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -58,6 +67,7 @@ def run_prefix(
     shm_size: str = "2g",
     network: bool = False,
     workdir: str | None = None,
+    memory: tuple[str, str | None] | None = None,
 ) -> list[str]:
     """``<engine> run ...`` up to and including the image ID; the command follows.
     mounts: (host path, "ro"|"rw"), mounted at the same path inside."""
@@ -70,6 +80,9 @@ def run_prefix(
         cmd += ["-v", f"{path}:{path}:{mode}"]
     if cpus:
         cmd += ["--cpuset-cpus", ",".join(map(str, cpus))]
+    if memory:  # (limit, the memory cgroup that holds it, or None: the engine's --memory)
+        limit, parent = memory
+        cmd += ["--cgroup-parent", parent] if parent else ["--memory", limit]
     if workdir:
         cmd += ["-w", workdir]
     for key, value in sorted(env.items()):
@@ -120,18 +133,24 @@ class ContainerRuntime(Runtime):
 
     def wrap(self, cmd, env, *, label, mounts=(), cpus=None) -> Wrapped:
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"study-{label}") + f"-{os.getpid()}"
+        limit = self.env_info.get("memory")
+        memory = (limit, memory_cgroup(name, limit)) if limit else None
         prefix = run_prefix(
             self.env_info, name, [(str(REPO_ROOT), "ro"), *mounts], env, cpus=cpus,
             shm_size=self.env_info.get("shm_size", "2g"), workdir=str(REPO_ROOT),
+            memory=memory,
         )  # fmt: skip
         return Wrapped(
             [*prefix, *cmd], engine_env(self.env_info.get("engine_conf")), name,
             cleanup_cmd=remove_command(self.env_info, name),
+            memory_cgroup=memory[1] if memory else None,
         )  # fmt: skip
 
     def cleanup(self, wrapped: Wrapped) -> None:
         if wrapped.container:
             remove_container(self.env_info, wrapped.container)
+        if wrapped.memory_cgroup:
+            remove_cgroup(wrapped.memory_cgroup)
 
     def oom_mark(self) -> int | None:
         return None  # the container has a cgroup of its own: its engine knows
@@ -141,8 +160,71 @@ class ContainerRuntime(Runtime):
             return False
         engine = self.env_info["engine"]
         proc = subprocess.run(
-            [engine, "inspect", "--format", "{{.State.OOMKilled}}", wrapped.container],
+            [engine, "inspect", "--format", "{{.State.OOMKilled}} {{.State.ExitCode}}",
+             wrapped.container],
             capture_output=True, text=True, timeout=60,
             env=engine_env(self.env_info.get("engine_conf")),
         )  # fmt: skip
-        return proc.returncode == 0 and proc.stdout.strip().lower() == "true"
+        said, _, code = proc.stdout.strip().lower().partition(" ")
+        if proc.returncode == 0 and said == "true":
+            return True
+        killed = code.strip() == "137"  # SIGKILL
+        return killed and bool(wrapped.memory_cgroup) and at_limit(wrapped.memory_cgroup)
+
+
+# --------------------------------------------------------------------------- memory (v1)
+
+V1_MEMORY = Path("/sys/fs/cgroup/memory")
+V1_ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_v1_memory_path(proc_cgroup: str = "/proc/self/cgroup") -> str | None:
+    try:
+        for line in Path(proc_cgroup).read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def memory_cgroup(name: str, limit: str) -> str | None:
+    """Under cgroup v1: a memory cgroup for one run below this process's own, holding
+    ``limit`` (its path as ``--cgroup-parent`` takes it); None where that cannot be
+    made (cgroup v2, no permission): the engine's own ``--memory`` then."""
+    own = _own_v1_memory_path()
+    if own is None or not V1_MEMORY.is_dir():
+        return None
+    path = f"{own.rstrip('/')}/{name}"
+    folder = V1_MEMORY / path.lstrip("/")
+    try:
+        folder.mkdir()
+        (folder / "memory.limit_in_bytes").write_text(limit)
+    except OSError:
+        remove_cgroup(path)
+        return None
+    return path
+
+
+def at_limit(path: str) -> bool:
+    """The memory cgroup reached its limit (charges failed there)."""
+    folder = V1_MEMORY / path.lstrip("/")
+    try:
+        return int((folder / "memory.failcnt").read_text()) > 0
+    except (OSError, ValueError):
+        return False
+
+
+def remove_cgroup(path: str) -> None:
+    """The run's cgroup (and what the engine made below and beside it, in every v1
+    hierarchy), deepest first."""
+    for hierarchy in V1_ROOT.iterdir() if V1_ROOT.is_dir() else []:
+        top = hierarchy / path.lstrip("/")
+        if not top.is_dir():
+            continue
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()

@@ -44,6 +44,21 @@ def count_images(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
+def memory_warning(spec: dict, memory: float | None) -> str | None:
+    """``<experiment>.batch_size: ...`` when the rough estimate of the run's memory is
+    near or beyond ``memory`` (MB, this machine's); checked before any job, and again by
+    each trial on the machine that runs it."""
+    need = estimated_memory_mb(spec)
+    if not memory or need <= MEMORY_WARN_FRACTION * memory:
+        return None
+    return (
+        f"experiment {spec['id']}.batch_size: batch {spec['batch_size']} of "
+        f"{spec['model']} at {spec['image_size']} px needs roughly "
+        f"{math.ceil(need / 1024)} GB (a rough estimate); this machine has "
+        f"{memory / 1024:.0f} GB: the run may be killed for memory"
+    )
+
+
 def cpu_problems(spec: dict, allowed: list[int]) -> list[str]:
     """What the CPUs this process may use (``allowed``) cannot give the experiment:
     its threads, its ranks' core blocks, its CPU list. Checked before any job, and again
@@ -127,13 +142,8 @@ def check_machine(study: Study) -> None:
                         f"{spec['batch_size']} is more than {where}: no full batch to train on",
                     )
                 )
-        need = estimated_memory_mb(spec)
-        if memory and need > MEMORY_WARN_FRACTION * memory:
-            study.warnings.append(
-                f"config warning at {at}.batch_size: batch {spec['batch_size']} of "
-                f"{spec['model']} at {spec['image_size']} px needs roughly "
-                f"{math.ceil(need / 1024)} GB (a rough estimate); this machine has "
-                f"{memory / 1024:.0f} GB: the run may be killed for memory"
-            )
+        warning = memory_warning(spec, memory)
+        if warning:
+            study.warnings.append(f"config warning at {warning}")
     if errors:
         raise StudyConfigError("\n".join(errors))

@@ -60,6 +60,16 @@ CONTAINERS = {
             "pattern": "^[0-9]+[bkmg]?$",
             "description": "a size such as 2g or 512m",
         },
+        "memory": {
+            "anyOf": [
+                {
+                    "type": "string",
+                    "pattern": "^[0-9]+[kmg]?$",
+                    "description": "a size such as 8g or 512m",
+                },
+                {"type": "null"},
+            ]
+        },
     },
 }
 COLLECTIVES = {
@@ -141,8 +151,10 @@ SETTINGS: dict[str, Setting] = {
                 "wheelhouse": "resources/wheelhouse",
                 "prefix": "localhost/cpu-train-study",
                 "shm_size": "2g",
+                "memory": None,
             },
-            "the container images: root image, wheelhouse, names, /dev/shm of a run",
+            "the container images: root image, wheelhouse, names, /dev/shm and memory limit of "
+            "a run",
             structured=True,
         ),
         Setting("trials", TRIALS, 1, "runs of each experiment", structured=True),
