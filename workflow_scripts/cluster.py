@@ -61,7 +61,7 @@ def experiment(spec: dict, settings: dict) -> dict:
     return {
         "cpus_per_task": per_task,
         "tasks": world,
-        "nodes": int(spec.get("nodes") or 1),
+        "nodes": launchers.nodes(spec),
         "mem_mb": memory_mb(estimated_memory_mb(spec) * per_node),
         "runtime": runtime_min(attempts * (spec["timeout_s"] + 5)),
         "slurm_extra": extra,

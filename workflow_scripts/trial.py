@@ -123,10 +123,7 @@ def noise_check(record: dict, reference: dict | None, threshold: float) -> dict 
         return None
     ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
     check = {"threshold": threshold, "fp32_gflops": rate, "reference": how}
-    measured_on = reference.get("provenance") or {}
-    check["reference_node_type"] = (
-        sysinfo.node_type(measured_on) if measured_on.get("cpu_model") else None
-    )
+    check["reference_node_type"] = measured_on(reference)
     if ref is None or ref <= 0:
         return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
     ratio = rate / ref
@@ -274,7 +271,7 @@ def attempt_once(
 
 def cannot_start(spec: dict, runtime: str) -> str | None:
     """Why the ranks of a several-node trial cannot start here (None: they can)."""
-    nodes = int(spec.get("nodes") or 1)
+    nodes = launchers.nodes(spec)
     if nodes == 1:
         return None
     if not runtimes.slurm_job():
@@ -479,6 +476,12 @@ def progress_line(record: dict) -> str:
     return f"{head} {record['status']} {err.get('type', '')}: {err.get('message', '')}"[:400]
 
 
+def measured_on(reference: dict) -> str | None:
+    """The node type a reference probe was measured on (None: it does not say)."""
+    prov = reference.get("provenance") or {}
+    return sysinfo.node_type(prov) if prov.get("cpu_model") else None
+
+
 def node_reference(
     reference: dict | None, path: Path | None, env_info: dict, log: Path, size: int
 ) -> dict | None:
@@ -490,8 +493,7 @@ def node_reference(
     if reference is None or path is None or size <= 0:
         return reference
     here = sysinfo.node_type()
-    measured_on = reference.get("provenance") or {}
-    if not measured_on.get("cpu_model") or sysinfo.node_type(measured_on) == here:
+    if measured_on(reference) in (None, here):
         return reference  # (a reference that does not say where: taken as this node's)
     own = path.with_name(f"{path.stem}.{re.sub(r'[^A-Za-z0-9._-]+', '_', here)}.json")
     if own.exists():

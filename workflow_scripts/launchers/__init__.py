@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from ..util import discover, lookup
-from .base import ENTRY, Launcher, harness_args, rank_path, result_paths, starter
+from .base import ENTRY, Launcher, harness_args, nodes, rank_path, result_paths, starter
 
 __all__ = [
     "ENTRY",
@@ -15,6 +15,7 @@ __all__ = [
     "get",
     "harness_args",
     "names",
+    "nodes",
     "rank_path",
     "result_paths",
     "starter",

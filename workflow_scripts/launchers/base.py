@@ -91,6 +91,11 @@ class Launcher:
         take effect (e.g. a preload that did not happen)."""
 
 
+def nodes(spec: dict) -> int:
+    """The machines a trial's ranks run on (1 for a spec from before the field)."""
+    return int(spec.get("nodes") or 1)
+
+
 def starter(launcher: Launcher, spec: dict, runtime_name: str) -> str:
     """How the ranks start: ``srun`` for several ranks inside a SLURM job (the cluster
     profile's, in local environments), else ``local``. One rank is never srun's: its

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import metrics, sysinfo
 from ..util import finite
-from .base import ENTRY, Launcher
+from .base import ENTRY, Launcher, nodes
 
 #: process-group backend -> (environment, image) it needs instead of the backend's own
 DIST_ENVS = {"ccl": ("oneccl", "oneccl")}
@@ -52,7 +52,7 @@ class Torchrun(Launcher):
         world = self.ranks(spec)
         if spec["batch_size"] % world:
             over = f"ranks {spec['ranks']}"
-            if spec["nodes"] > 1:
+            if nodes(spec) > 1:
                 over = f"nodes {spec['nodes']} x ranks {spec['ranks']} = {world} processes"
             problems.append(
                 f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
@@ -74,7 +74,7 @@ class Torchrun(Launcher):
 
     def ranks(self, spec: dict) -> int:
         """The world: ``nodes`` x ``ranks`` (per node) processes."""
-        return int(spec["ranks"]) * int(spec.get("nodes") or 1)
+        return int(spec["ranks"]) * nodes(spec)
 
     def env(self, spec: dict, backend) -> str:
         return DIST_ENVS.get(spec["dist_backend"], (backend.env, None))[0]
@@ -124,7 +124,7 @@ class Torchrun(Launcher):
         if spec["dist_backend"] == "ccl":
             env["CCL_WORKER_OFFLOAD"] = "1" if spec["ccl_worker_offload"] else "0"
             env["CCL_ATL_TRANSPORT"] = "ofi"
-            one_host = int(spec.get("nodes") or 1) == 1
+            one_host = nodes(spec) == 1
             # the ranks share this host: oneCCL's bootstrap (and ofi's tcp provider) on
             # loopback, which by default it skips ("can't find interface to get host
             # IP" in a container without a network); across nodes, oneCCL's own choice
@@ -163,9 +163,8 @@ def srun_rendezvous(spec: dict) -> dict[str, str]:
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    addr = "127.0.0.1" if int(spec.get("nodes") or 1) == 1 else socket.gethostname()
-    env = {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
-    return env
+    addr = "127.0.0.1" if nodes(spec) == 1 else socket.gethostname()
+    return {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
 
 
 def merge_ok(results: list[dict]) -> dict:
