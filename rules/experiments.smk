@@ -33,6 +33,8 @@ rule calibrate:
     params:
         threads="auto",
         repeats=3,
+        # the matmul sizes of the machine's ceiling (a change recalibrates)
+        ceiling_sizes="1024,2048,4096",
     run:
         from workflow_scripts import calibration
 

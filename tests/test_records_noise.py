@@ -29,9 +29,12 @@ def trial(
     precision="fp32",
     discarded=(),
     flops=1e9,
+    ceiling=None,
+    ceiling_dtype="fp32",
     **metrics,
 ):
-    """A record as the launcher writes it (only the fields these tests need)."""
+    """A record as the launcher writes it (only the fields these tests need); with a
+    ``ceiling`` (GFLOP/s), the calibrated ceiling and the run's % of it."""
     probe = None
     if fp32 is not None:
         probe = {
@@ -43,6 +46,9 @@ def trial(
             "seconds": 0.7,
         }
     m = {"samples_per_s": sps, "flops_per_sample": flops, **metrics} if sps is not None else {}
+    if ceiling is not None and sps is not None:
+        m.update(ceiling_gflops=ceiling, ceiling_dtype=ceiling_dtype)
+        m["pct_of_peak"] = 100.0 * flops * sps / 1e9 / ceiling
     return {
         "experiment": experiment,
         "trial": k,
@@ -71,8 +77,7 @@ def frame(records, threshold=0.85):
 
 
 def test_measurement_columns():
-    r = trial("a", sps=20.0, fp32=100.0, bf16=40.0, flops=2e9, achieved_gflops=40.0)
-    r["metrics"]["pct_of_peak"] = 40.0
+    r = trial("a", sps=20.0, fp32=100.0, bf16=40.0, flops=2e9, achieved_gflops=40.0, ceiling=100)
     row = rec.flatten(r)
     assert list(row) == rec.COLUMNS
     assert rec.COLUMNS[-2:] == ["error_type", "error"]
@@ -82,21 +87,38 @@ def test_measurement_columns():
     assert row["attempts"] == 1 and row["discarded_attempts"] == 0
     assert row["flops_per_sample"] == 2e9
     assert row["achieved_gflops"] == 40.0 and row["pct_of_peak"] == 40.0
+    assert row["ceiling_gflops"] == 100.0 and row["ceiling_dtype"] == "fp32"
     assert row["compile_cache_fresh"] is True
-    assert row["noisy"] is False
+    assert row["noisy"] is False and row["noise_signal"] is None
 
 
-def test_roofline_computed_when_the_record_lacks_it():
+def test_pct_of_peak_only_of_a_calibrated_ceiling():
+    # no ceiling (a record from before the calibrated ceiling): achieved GFLOP/s, no %;
+    # the trial's own noise probe (here 100 GFLOP/s) is never the denominator
     row = rec.flatten(trial("a", sps=20.0, fp32=100.0, bf16=50.0, flops=2e9))
     assert row["achieved_gflops"] == pytest.approx(40.0)  # 2e9 * 20 / 1e9
-    assert row["pct_of_peak"] == pytest.approx(40.0)  # of the fp32 probe
-    row = rec.flatten(trial("b", sps=20.0, fp32=100.0, bf16=200.0, flops=2e9, precision="bf16"))
-    assert row["pct_of_peak"] == pytest.approx(20.0)  # bf16 autocast: of the faster bf16 probe
-    row = rec.flatten(trial("b", sps=20.0, fp32=100.0, bf16=50.0, flops=2e9, precision="bf16"))
-    assert row["pct_of_peak"] == pytest.approx(40.0)  # no native bf16: fp32 is the ceiling
-    row = rec.flatten(trial("c", fp32=None))
+    assert math.isnan(row["pct_of_peak"]) and math.isnan(row["ceiling_gflops"])
+    row = rec.flatten(trial("b", sps=20.0, fp32=100.0, flops=2e9, ceiling=160.0))
+    assert row["pct_of_peak"] == pytest.approx(25.0)
+    # above 100 % (here a disturbed probe would have said 114 GFLOP/s): an error, no number
+    r = trial("c", sps=20.0, fp32=30.0, flops=2e9)
+    r["metrics"].update(ceiling_gflops=35.0, pct_of_peak=114.3)
+    row = rec.flatten(r)
+    assert math.isnan(row["pct_of_peak"]) and "measurement error" in row["measurement_error"]
+    row = rec.flatten(trial("d", fp32=None))
     assert math.isnan(row["pct_of_peak"]) and math.isnan(row["probe_fp32_gflops"])
     assert math.isnan(row["load_avg_1m"])
+
+
+def test_truncation_and_within_trial_columns():
+    r = trial("a", steps_timed=3, time_budget_hit=True)
+    r["metrics"]["step_time_s"] = {"mean": 2.0, "stdev": 0.5, "median": 2.0}
+    row = rec.flatten(r)
+    assert row["steps_timed"] == 3 and row["time_budget_hit"] is True
+    assert row["step_time_cv"] == pytest.approx(0.25)
+    f = rec.summary_frame([r, trial("b")])
+    assert f["steps_timed"].tolist()[0] == 3 and pd.isna(f["steps_timed"].tolist()[1])
+    assert f["time_budget_hit"].tolist() == [True, None]
 
 
 # --------------------------------------------------------------------------- noisy marking
@@ -154,6 +176,42 @@ def test_trials_are_compared_with_their_own_threads_and_environment():
     assert not f["noisy"].any()
     assert f.loc[("t1", 0), "probe_fp32_median_gflops"] == 51.0
     assert f.loc[("ipex", 0), "probe_fp32_median_gflops"] == 71.0
+
+
+def test_step_times_dispersed_beyond_the_experiments_other_trials():
+    def cv(experiment, k, value):
+        r = trial(experiment, k)
+        r["metrics"]["step_time_s"] = {"mean": 1.0, "stdev": value}
+        return r
+
+    records = [
+        cv("a", 0, 0.03),
+        cv("a", 1, 0.45),  # the issue's threads-t2: CV 45% beside a quiet 3%
+        cv("a", 2, 0.04),
+        cv("loader", 0, 0.30),  # a configuration whose steps always vary: not noisy
+        cv("loader", 1, 0.35),
+        cv("alone", 0, 0.50),  # no other trial to compare with: not judged here
+    ]
+    f = frame(records)
+    assert f["noisy"].to_dict() == {
+        ("a", 0): False,
+        ("a", 1): True,
+        ("a", 2): False,
+        ("loader", 0): False,
+        ("loader", 1): False,
+        ("alone", 0): False,
+    }
+    assert f.loc[("a", 1), "noise_signal"] == "step times"
+
+
+def test_the_trial_policys_own_signals_mark_noisy():
+    r = trial("a", 0)
+    r["noise_check"] = {"passed": False, "caught_by": ["other work during steps"]}
+    passed = trial("a", 1)
+    passed["noise_check"] = {"passed": True, "caught_by": []}
+    f = frame([r, passed, trial("a", 2, fp32=50.0)])
+    assert f["noise_signal"].tolist() == ["other work during steps", None, "peer probes"]
+    assert f["noisy"].tolist() == [True, False, True]
 
 
 def test_empty_and_probe_less_frames():
@@ -222,10 +280,12 @@ def built(tmp_path_factory):
         }
     ]
     records = [
-        trial("baseline", 0, sps=10.0, fp32=100.0, flops=2e9),
-        trial("baseline", 1, sps=12.0, fp32=99.0, flops=2e9, discarded=discarded),
-        trial("baseline", 2, sps=6.0, fp32=60.0, flops=2e9),  # noisy
-        trial("bf16", 0, sps=20.0, fp32=101.0, bf16=50.0, flops=2e9, precision="bf16"),
+        trial("baseline", 0, sps=10.0, fp32=100.0, flops=2e9, ceiling=100.0),
+        trial("baseline", 1, sps=12.0, fp32=99.0, flops=2e9, discarded=discarded, ceiling=100.0),
+        trial("baseline", 2, sps=6.0, fp32=60.0, flops=2e9, ceiling=100.0),  # noisy
+        trial(
+            "bf16", 0, sps=20.0, fp32=101.0, bf16=50.0, flops=2e9, precision="bf16", ceiling=101.0
+        ),  # fmt: skip
     ]
     paths = []
     for r in records:
@@ -255,9 +315,9 @@ def test_report_noise_section(built):
 def test_report_roofline(built):
     tmp, _, _, html = built
     section = html[html.index('id="roofline"') : html.index('id="noise"')]
-    # baseline: 2 GFLOP x 11 samples/s = 22 GFLOP/s = 22% of the fp32 probe (median 99.5)
-    assert "22.0" in section and "22.1" in section
-    # bf16 autocast: 40 GFLOP/s against the faster probe, here fp32 (101 > 50 bf16)
+    # baseline: 2 GFLOP x 11 samples/s = 22 GFLOP/s = 22% of the fp32 ceiling (100)
+    assert "22.0" in section
+    # bf16 autocast: 40 GFLOP/s against the faster ceiling, here fp32 (101 > 50 bf16)
     assert "39.6" in section and "bf16" in section
     svg = (tmp / "r" / "roofline.svg").read_text()
     assert "baseline (fp32)" in svg and "bf16 (fp32)" in svg and "40%" in svg

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import calibration, probe, trial
+from workflow_scripts import calibration, contention, probe, trial
 
 FAKE_HARNESS = """#!{python}
 import json, os, sys
@@ -36,8 +36,7 @@ result = {{
         "step_time_s": {{"median": 0.4}},
         "time_to_first_step_s": 0.5,
         "peak_rss_mb": 100.0,
-        "pct_of_peak": 12.5,
-        "peak_dtype": "fp32",
+        "achieved_gflops": step.get("achieved", 20.0),
     }},
     "probe": {{
         "fp32_gflops": step["fp32"],
@@ -147,7 +146,7 @@ def test_retries_are_bounded(make_spec, tmp_path):
     assert attempts_run(env) == 3 == record["attempts"]
     assert len(record["discarded_attempts"]) == 2
     assert record["noise_check"]["passed"] is False  # the last attempt is kept, flagged
-    assert "still below the noise threshold" in trial.progress_line(record)
+    assert "still disturbed: probe before steps" in trial.progress_line(record)
 
 
 def test_zero_retries_runs_once(make_spec, tmp_path):
@@ -340,3 +339,102 @@ def test_a_batch_beyond_the_nodes_memory_is_warned_where_it_runs(make_spec, tmp_
     (tmp_path / "small").mkdir()
     small, _ = run(tmp_path / "small", make_spec(), [{"fp32": 100.0}])
     assert small["warnings"] == []
+
+
+# --------------------------------------------------------------------------- ceiling
+
+
+CEILINGS = [
+    {"threads": 1, "fp32_gflops": 90.0, "fp32_size": 2048, "bf16_gflops": 200.0, "bf16_size": 2048},
+    {"threads": 2, "fp32_gflops": 170.0, "fp32_size": 4096, "bf16_gflops": 60.0, "bf16_size": 1024},
+]
+
+
+def ok_record(achieved, precision="fp32", threads=2, world=1, probe_fp32=114.0):
+    return {
+        "status": "ok",
+        "spec": {"precision": precision, "threads": threads},
+        "checks": {"threads": threads, "world_size": world},
+        "metrics": {"achieved_gflops": achieved},
+        "probe": {"fp32_gflops": probe_fp32, "size": 1024, "threads": threads},
+    }
+
+
+def test_pct_of_peak_divides_by_the_calibrated_ceiling_not_the_probe():
+    ref = {**REFERENCE, "ceiling": CEILINGS}
+    # the issue's case: a disturbed probe (114) below what the steps reached (118.6)
+    m = trial.with_ceiling(ok_record(118.6), ref)["metrics"]
+    assert m["ceiling_gflops"] == 170.0 and m["ceiling_dtype"] == "fp32"
+    assert m["pct_of_peak"] == pytest.approx(100 * 118.6 / 170) and m["pct_of_peak"] <= 100
+    assert "2 threads, size 4096" in m["ceiling_source"]
+    # bf16 autocast: the faster of the bf16 and fp32 ceilings (here bf16 is emulated: fp32)
+    m = trial.with_ceiling(ok_record(34.0, "bf16"), ref)["metrics"]
+    assert (m["ceiling_dtype"], m["ceiling_gflops"]) == ("fp32", 170.0)
+    m = trial.with_ceiling(ok_record(50.0, "bf16", threads=1), ref)["metrics"]
+    assert (m["ceiling_dtype"], m["ceiling_gflops"]) == ("bf16", 200.0)
+    # two ranks of 1 thread: the ceiling of 2 threads; 4 threads: the nearest scaled
+    m = trial.with_ceiling(ok_record(85.0, threads=1, world=2), ref)["metrics"]
+    assert m["ceiling_gflops"] == 170.0 and m["pct_of_peak"] == pytest.approx(50.0)
+    m = trial.with_ceiling(ok_record(85.0, threads=4), ref)["metrics"]
+    assert m["ceiling_gflops"] == 340.0 and "scaled linearly to 4" in m["ceiling_source"]
+
+
+def test_above_the_ceiling_is_a_measurement_error_and_no_ceiling_no_percentage():
+    ref = {**REFERENCE, "ceiling": CEILINGS}
+    m = trial.with_ceiling(ok_record(180.0), ref)["metrics"]
+    assert m["pct_of_peak"] is None and m["pct_of_peak_measured"] == pytest.approx(105.9, 0.01)
+    assert "106% of the calibrated ceiling" in m["measurement_error"]
+    # a calibration from before the ceiling: no percentage (the probe is never used)
+    m = trial.with_ceiling(ok_record(50.0), REFERENCE)["metrics"]
+    assert m["pct_of_peak"] is None and "recalibrate" in m["ceiling_source"]
+    failed = {"status": "failed", "metrics": {}}
+    assert trial.with_ceiling(failed, ref) == {"status": "failed", "metrics": {}}
+
+
+def test_noise_signals_other_work_and_the_probe_after_the_steps():
+    rec = ok_record(50.0, probe_fp32=100.0)
+    rec["probe_after"] = {"fp32_gflops": 60.0, "size": 1024, "threads": 2}
+    rec["other_work"] = {"share": 0.4, "other_cpu_s": 8.0, "cpus": 2, "threads": 2,
+                         "wall_s": 10.0}  # fmt: skip
+    check = trial.noise_check(rec, REFERENCE, 0.85)
+    assert [x["signal"] for x in check["signals"]] == [
+        trial.PROBE_BEFORE,
+        trial.PROBE_AFTER,
+        trial.OTHER_WORK,
+    ]
+    assert check["caught_by"] == [trial.PROBE_AFTER, trial.OTHER_WORK]
+    assert check["passed"] is False and check["ratio"] == 1.0  # the probe before: fine
+    reason = trial.noise_reason(check)
+    assert "probe after steps: fp32 60.0 GFLOP/s = 0.60 x the reference 100.0" in reason
+    assert "other processes took 8.0 CPU s on the run's 2 CPUs in 10.0 s, 40%" in reason
+    # without a reference the other work is still judged; nothing at all: no check
+    check = trial.noise_check(rec, None, 0.85)
+    assert check["caught_by"] == [trial.OTHER_WORK]
+    assert trial.noise_check(ok_record(1.0, probe_fp32=None), None, 0.85) is None
+
+
+def test_other_work_share():
+    # a 2-thread run on 2 CPUs: one busy process beside it takes half its threads' time
+    assert contention.share(10.0, 10.0, cpus=2, threads=2) == 0.5
+    # a 1-thread run on 2 CPUs: the same process fits on the free CPU
+    assert contention.share(10.0, 10.0, cpus=2, threads=1) == 0.0
+    assert contention.share(15.0, 10.0, cpus=2, threads=1) == 0.5
+    start = {"t": 0.0, "cpus": [0, 1], "busy_s": 100.0, "own_s": 5.0}
+    end = {"t": 4.0, "cpus": [0, 1], "busy_s": 110.0, "own_s": 12.0}
+    work = contention.measure(start, end, threads=2)
+    assert (work["own_cpu_s"], work["other_cpu_s"]) == (7.0, 3.0)
+    assert work["share"] == pytest.approx(3.0 / 8.0) and work["judged"]
+    short = contention.measure(start, {**end, "t": 0.5}, threads=2)
+    assert short["share"] is None and not short["judged"]
+    assert contention.measure(None, end, 2) is None
+
+
+def test_snapshot_of_this_process():
+    snap = contention.snapshot()
+    assert snap["cpus"] == sorted(os.sched_getaffinity(0))
+    busy = snap["busy_s"]
+    t = __import__("time").process_time()
+    while __import__("time").process_time() - t < 0.3:
+        pass
+    later = contention.snapshot()
+    assert later["own_s"] - snap["own_s"] >= 0.2 and later["busy_s"] - busy >= 0.2

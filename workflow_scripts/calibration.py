@@ -1,10 +1,12 @@
-"""The reference noise probe of a backend environment, measured once with the machine
-to itself (``probe --calibrate``), in the environment (or image) its trials run in,
-with the environment's backend modules imported, as in its trials.
+"""The calibration of a backend environment, measured once with the machine to itself
+(``probe --calibrate``), in the environment (or image) its trials run in, with the
+environment's backend modules imported, as in its trials: the reference noise probe
+(what a quiet probe reads) and the machine's dense matmul ceiling per dtype and thread
+count (the best of the ``--ceiling-sizes``: what a run's % of peak divides by).
 
     python -m workflow_scripts.calibration --env-json results/envs/upstream.json \\
         --out results/calibration/upstream.json --log logs/calibration/upstream.log \\
-        --sizes 1024 --threads auto
+        --sizes 1024 --threads auto --ceiling-sizes 1024,2048,4096
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ TIMEOUT_S = 1800
 
 
 def calibrate(
-    env_info: dict, out: Path, log: Path, sizes: list[int], threads: str = "auto", repeats: int = 3
+    env_info: dict,
+    out: Path,
+    log: Path,
+    sizes: list[int],
+    threads: str = "auto",
+    repeats: int = 3,
+    ceiling_sizes: tuple[int, ...] = probe.CEILING_SIZES,
 ) -> dict:
     """Measure and write the reference probe; a failed measurement writes a reference
     without entries (the trials then run without noise reruns)."""
@@ -34,6 +42,7 @@ def calibrate(
         env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
         "--sizes", ",".join(map(str, sizes)), "--threads", threads,
         "--repeats", str(repeats), "--out", str(partial.resolve()),
+        "--ceiling-sizes", ",".join(map(str, ceiling_sizes)),
         "--imports", ",".join(backends.env_imports(env_name)),
     ]  # fmt: skip
     runtime = runtimes.for_env(env_info)
@@ -80,11 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", default="auto", help="auto (1, 2, 4, ... all CPUs) or a comma list (0 = all)"
     )
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--ceiling-sizes",
+        default=",".join(map(str, probe.CEILING_SIZES)),
+        help="comma list of matmul sizes for the ceiling (the best of them)",
+    )
     args = ap.parse_args(argv)
     env_info = json.loads(args.env_json.read_text())
     sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
     try:
-        result = calibrate(env_info, args.out, args.log, sizes, args.threads, args.repeats)
+        result = calibrate(
+            env_info, args.out, args.log, sizes, args.threads, args.repeats,
+            tuple(int_list(args.ceiling_sizes)),
+        )  # fmt: skip
     except runtimes.Interrupted as exc:
         print(f"[calibrate] {exc}; no reference written", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -97,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(size {result.get('size')}, {result.get('threads')} threads)",
         flush=True,
     )
+    for c in result.get("ceiling") or []:
+        print(
+            f"[calibrate] matmul ceiling, {c.get('threads')} threads: "
+            f"fp32 {c.get('fp32_gflops') or math.nan:.1f} GFLOP/s (size {c.get('fp32_size')}), "
+            f"bf16 {c.get('bf16_gflops') or math.nan:.1f} GFLOP/s (size {c.get('bf16_size')})",
+            flush=True,
+        )
     return 0
 
 
@@ -108,7 +132,7 @@ def rule(inputs, output, params, log, sizes: list[int]) -> int:
         "workflow_scripts.calibration",
         [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
          f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
-         f"--repeats={params.repeats}"],
+         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}"],
     )  # fmt: skip
 
 

@@ -32,6 +32,10 @@ from .util import finite, int_list, write_json_atomic
 DEFAULT_SIZE = 1024
 MIN_SECONDS = 0.3
 DTYPES = ("fp32", "bf16")
+# The sizes the calibration tries for the machine's matmul ceiling (the best of them);
+# larger ones are skipped once a size runs slower than the one before it.
+CEILING_SIZES = (1024, 2048, 4096)
+CEILING_REPEATS = 2
 
 
 def load_avg() -> list[float] | None:
@@ -110,6 +114,65 @@ def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:
     return "fp32", fp32
 
 
+def ceiling(
+    sizes: tuple[int, ...] = CEILING_SIZES,
+    repeats: int = CEILING_REPEATS,
+    min_seconds: float = MIN_SECONDS,
+) -> dict:
+    """The machine's dense matmul ceiling with this process's current threads: per dtype,
+    the best rate over ``repeats`` runs at each of ``sizes`` (1024 barely saturates a
+    big machine; 4096 does). The best, not the median: a ceiling is what the CPUs
+    can do, and a disturbance only ever lowers a rate. A size that runs slower than
+    the one before it ends the search for that dtype (the matrices outgrew the caches
+    and the rate will not come back)."""
+    import torch
+
+    out: dict = {"threads": torch.get_num_threads(), "sizes": {}}
+    for d in DTYPES:
+        best, best_size, rates = None, None, {}
+        for size in sizes:
+            rate = max(matmul_gflops(size, d, min_seconds) for _ in range(repeats))
+            rates[size] = rate
+            if best is not None and rate < best:
+                break
+            best, best_size = rate, size
+        out[f"{d}_gflops"] = best
+        out[f"{d}_size"] = best_size
+        out["sizes"][d] = rates
+    return out
+
+
+def ceiling_rate(
+    reference: dict | None, precision: str, threads
+) -> tuple[float | None, str | None, str]:
+    """(GFLOP/s, dtype, how it was found) of the calibrated ceiling for a run of this
+    precision on ``threads`` threads: the entry measured with that many threads, else the
+    nearest count scaled linearly by threads; (None, None, why) without one."""
+    ceilings = [c for c in (reference or {}).get("ceiling") or [] if isinstance(c, dict)]
+    usable = [c for c in ceilings if finite(c.get("threads")) and c["threads"] > 0]
+    if not usable:
+        why = "no calibrated ceiling" if reference else "no calibration"
+        return None, None, why + " (recalibrate: snakemake -R calibrate)"
+    if not finite(threads) or threads <= 0:
+        return None, None, f"the run's thread count {threads!r} is unknown"
+    near = min(usable, key=lambda c: (abs(c["threads"] - threads), -c["threads"]))
+    dtype, rate = peak_rate(near, precision)
+    if rate is None:
+        return None, None, f"the ceiling has no {precision} rate"
+    size = near.get(f"{dtype}_size")
+    if near["threads"] == threads:
+        return float(rate), dtype, f"calibrated {dtype} ceiling, {threads} threads, size {size}"
+    scaled = float(rate) * threads / near["threads"]
+    return (
+        scaled,
+        dtype,
+        (
+            f"calibrated {dtype} ceiling, {near['threads']} threads (size {size}) "
+            f"scaled linearly to {threads}"
+        ),
+    )
+
+
 def auto_threads(n: int) -> list[int]:
     """Thread counts worth a reference on n CPUs: 1, 2, 4, ... and n itself."""
     counts, t = [], 1
@@ -152,8 +215,11 @@ def calibrate(
     repeats: int = 3,
     min_seconds: float = MIN_SECONDS,
     imports: list[str] = (),
+    ceiling_sizes: tuple[int, ...] = CEILING_SIZES,
 ) -> dict:
-    """The reference: ``repeats`` probes (median) per size and thread count.
+    """The reference: ``repeats`` probes (median) per size and thread count, for noise
+    detection, and per thread count the machine's matmul ceiling (:func:`ceiling`), the
+    denominator of a run's % of peak.
 
     ``threads``: counts to measure, 0 meaning torch's default (all the CPUs this
     process may use), or ``"auto"`` for :func:`auto_threads` of that default; counts
@@ -174,11 +240,13 @@ def calibrate(
     counts = list(dict.fromkeys(t if t > 0 else default for t in threads or [0]))
     before = load_avg()
     t0 = time.perf_counter()
-    entries = []
-    for size in sizes:
-        for count in counts:
-            torch.set_num_threads(count)
+    entries, ceilings = [], []
+    for count in counts:
+        torch.set_num_threads(count)
+        for size in sizes:
             entries.append(summarize([run(size, min_seconds) for _ in range(repeats)]))
+        if ceiling_sizes:
+            ceilings.append(ceiling(tuple(ceiling_sizes), min_seconds=min_seconds))
     torch.set_num_threads(default)
     main = next(
         (e for e in entries if e["threads"] == default),
@@ -191,6 +259,7 @@ def calibrate(
         "fp32_gflops": main.get("fp32_gflops"),
         "bf16_gflops": main.get("bf16_gflops"),
         "entries": entries,
+        "ceiling": ceilings,
         "repeats": repeats,
         "min_seconds": min_seconds,
         "default_threads": default,
@@ -251,13 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=None, help="comma list of sizes for --calibrate")
     ap.add_argument("--repeats", type=int, default=3, help="probes per entry with --calibrate")
     ap.add_argument("--imports", default="", help="comma list of modules to import first")
+    ap.add_argument(
+        "--ceiling-sizes",
+        default=",".join(map(str, CEILING_SIZES)),
+        help="with --calibrate: comma list of sizes for the matmul ceiling (empty: none)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     if args.calibrate:
         sizes = int_list(args.sizes) if args.sizes else [args.size]
         threads = int_list(args.threads) if args.threads not in (None, "auto") else "auto"
         imports = [m for m in args.imports.split(",") if m]
-        result = calibrate(sizes, threads, args.repeats, args.seconds, imports)
+        ceiling_sizes = tuple(int_list(args.ceiling_sizes)) if args.ceiling_sizes else ()
+        result = calibrate(sizes, threads, args.repeats, args.seconds, imports, ceiling_sizes)
         result["imports"] = imports
     else:
         if args.threads:

@@ -10,7 +10,15 @@ Noise: each trial's record carries the probe it ran just before its steps (dense
 matmul GFLOP/s in fp32 and bf16). :func:`summary_frame` marks a trial ``noisy``
 when either rate is below ``noise_threshold`` times the median rate of the ok
 trials measured the same way (same environment, probe size, thread count and node type, so
-that a 1-thread trial is not compared with 2-thread ones, nor torch 2.8 with 2.14).
+that a 1-thread trial is not compared with 2-thread ones, nor torch 2.8 with 2.14):
+signal "peer probes". Also noisy: a trial whose steps were more dispersed than its
+experiment's other trials show ("step times", :func:`mark_noisy`), and one whose last
+attempt the trial policy still found disturbed (its ``noise_check.caught_by``: "probe
+before steps", "probe after steps", "other work during steps"). ``noise_signal`` says
+which signals fired.
+
+Truncation: ``steps_timed`` is how many timed steps ran; ``time_budget_hit`` says the
+spec's ``time_budget_s`` stopped them before ``steps``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,6 @@ from typing import Any
 import pandas as pd
 
 from . import backends
-from .probe import peak_rate
 from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
@@ -70,8 +77,20 @@ MEASUREMENT_COLUMNS = [
     "discarded_attempts",
     "flops_per_sample",
     "achieved_gflops",
+    "ceiling_gflops",
+    "ceiling_dtype",
     "pct_of_peak",
+    "measurement_error",
+    "steps_timed",
+    "time_budget_hit",
+    "step_time_cv",
+    "probe_after_fp32_gflops",
+    "other_work_share",
+    "noise_signal",
 ]
+_TEXT_MEASUREMENT_COLUMNS = (
+    "noisy", "ceiling_dtype", "measurement_error", "time_budget_hit", "noise_signal",
+)  # fmt: skip
 # The spec's fields that have a column (declared in study/fields.py), then what the
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
@@ -120,7 +139,7 @@ _TEXT_MAIN_COLUMNS = ("experiment", "trial", "backend", "status", "precision")
 NUMERIC_COLUMNS = {
     *(c for c in MAIN_COLUMNS if c not in _TEXT_MAIN_COLUMNS),
     *ACCURACY_COLUMNS,
-    *(c for c in MEASUREMENT_COLUMNS if c != "noisy"),
+    *(c for c in MEASUREMENT_COLUMNS if c not in _TEXT_MEASUREMENT_COLUMNS),
     *_NUMBER_FIELDS,
     "torch_num_threads",
     "logical_cpus",
@@ -135,6 +154,7 @@ INTEGER_COLUMNS = {
     "probe_threads",
     "attempts",
     "discarded_attempts",
+    "steps_timed",
     *(name for name in _NUMBER_FIELDS if FIELDS[name].integer),
     "torch_num_threads",
     "logical_cpus",
@@ -293,7 +313,18 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["attempts"] = _int_or_nan(record.get("attempts"))
     discarded = record.get("discarded_attempts")
     row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
-    row.update(_roofline(metrics, probe, row["precision"], row["samples_per_s"]))
+    row.update(_roofline(metrics, row["samples_per_s"]))
+    row["steps_timed"] = _int_or_nan(metrics.get("steps_timed"))
+    hit = metrics.get("time_budget_hit")
+    row["time_budget_hit"] = hit if isinstance(hit, bool) else None
+    mean, stdev = _num(step.get("mean")), _num(step.get("stdev"))
+    row["step_time_cv"] = stdev / mean if mean > 0 else math.nan
+    row["probe_after_fp32_gflops"] = _num(_as_dict(record.get("probe_after")).get("fp32_gflops"))
+    row["other_work_share"] = _num(_as_dict(record.get("other_work")).get("share"))
+    check = _as_dict(record.get("noise_check"))
+    caught = check.get("caught_by") if check.get("passed") is False else None
+    # the trial policy's signals; summary_frame adds the ones that need every trial
+    row["noise_signal"] = _joined(caught, "; ") or None
 
     for key in SPEC_COLUMNS:
         value = spec.get(key)
@@ -347,20 +378,30 @@ def flatten(record: Mapping[str, Any]) -> dict:
     return {col: row[col] for col in COLUMNS}
 
 
-def _roofline(metrics: Mapping, probe: Mapping, precision: str | None, sps: float) -> dict:
-    """flops_per_sample, achieved GFLOP/s and % of the probe's rate of the run's dtype;
-    the harness records all three, older or partial records get them computed."""
+def _roofline(metrics: Mapping, sps: float) -> dict:
+    """flops_per_sample, achieved GFLOP/s, the calibrated ceiling and the run's % of it.
+
+    Only a share of a calibrated ceiling is a ``pct_of_peak`` (records before the
+    ceiling divided by the trial's own noise probe: NaN here), and never one above 100:
+    that is a ``measurement_error`` (the trial policy writes it; checked again here)."""
     flops = _num(metrics.get("flops_per_sample"))
     achieved = _num(metrics.get("achieved_gflops"))
     if math.isnan(achieved):
         achieved = flops * sps / 1e9
-    pct = _num(metrics.get("pct_of_peak"))
-    if math.isnan(pct):
-        rates = {k: _num(probe.get(k)) for k in ("fp32_gflops", "bf16_gflops")}
-        _, peak = peak_rate({k: v for k, v in rates.items() if not math.isnan(v)}, precision)
-        peak = _num(peak)
-        pct = 100.0 * achieved / peak if peak > 0 else math.nan
-    return {"flops_per_sample": flops, "achieved_gflops": achieved, "pct_of_peak": pct}
+    ceiling = _num(metrics.get("ceiling_gflops"))
+    pct = _num(metrics.get("pct_of_peak")) if ceiling > 0 else math.nan
+    error = _text(metrics.get("measurement_error"))
+    if pct > 100.0:
+        error = error or f"{pct:.0f}% of the calibrated ceiling: above 100 is a measurement error"
+        pct = math.nan
+    return {
+        "flops_per_sample": flops,
+        "achieved_gflops": achieved,
+        "ceiling_gflops": ceiling,
+        "ceiling_dtype": _text(metrics.get("ceiling_dtype")),
+        "pct_of_peak": pct,
+        "measurement_error": error,
+    }
 
 
 def noise_group_keys(frame: pd.DataFrame) -> pd.Series:
@@ -371,24 +412,63 @@ def noise_group_keys(frame: pd.DataFrame) -> pd.Series:
     return parts[0].str.cat(parts[1:], sep="/")
 
 
-def mark_noisy(frame: pd.DataFrame, threshold: float = DEFAULT_NOISE_THRESHOLD) -> pd.DataFrame:
-    """Fill ``noisy`` and the probe medians it compares with (see the module docstring).
+# A trial's steps are dispersed beyond what its configuration shows when their CV is
+# above STEP_CV_FACTOR x the lowest CV of the experiment's other ok trials, and above
+# STEP_CV_FLOOR (a few % of jitter is every run's).
+STEP_CV_FACTOR = 3.0
+STEP_CV_FLOOR = 0.10
+PEER_PROBES = "peer probes"
+STEP_TIMES = "step times"
 
-    Only ok trials with a probe count towards the medians and can be noisy; a trial
-    is noisy when its fp32 or its bf16 rate is below ``threshold`` x its group's median.
+
+def step_times_disturbed(frame: pd.DataFrame) -> pd.Series:
+    """Ok trials whose step-time CV is far above their experiment's other trials'
+    (same experiment and node type; an experiment of one trial has nothing to compare)."""
+    cv = pd.to_numeric(frame["step_time_cv"], errors="coerce").astype("float64")
+    usable = (frame["status"] == OK) & cv.notna()
+    keys = (
+        frame["experiment"]
+        .astype("string")
+        .str.cat(frame["node_type"].astype("string").fillna("?"), sep="@")
+    )
+    out = pd.Series(False, index=frame.index)
+    for _, idx in cv[usable].groupby(keys[usable]).groups.items():
+        values = cv[idx]
+        for i in idx:
+            others = values.drop(i)
+            if len(others) and values[i] > max(STEP_CV_FLOOR, STEP_CV_FACTOR * others.min()):
+                out[i] = True
+    return out
+
+
+def mark_noisy(frame: pd.DataFrame, threshold: float = DEFAULT_NOISE_THRESHOLD) -> pd.DataFrame:
+    """Fill ``noisy``, ``noise_signal`` and the probe medians (see the module docstring).
+
+    Only ok trials with a probe count towards the medians; a trial is noisy when its
+    fp32 or its bf16 rate is below ``threshold`` x its group's median, when its step
+    times are disturbed (:func:`step_times_disturbed`), or when the trial policy's own
+    signals still failed on its last attempt (already in ``noise_signal``).
     """
     frame = frame.copy()
     keys = noise_group_keys(frame)
     ok = (frame["status"] == OK).to_numpy()
-    noisy = pd.Series(False, index=frame.index)
+    peers = pd.Series(False, index=frame.index)
     for dtype in ("fp32", "bf16"):
         rate = pd.to_numeric(frame[f"probe_{dtype}_gflops"], errors="coerce").astype("float64")
         usable = pd.Series(ok, index=frame.index) & rate.notna() & (rate > 0)
         medians = rate[usable].groupby(keys[usable]).median()
         median = keys.map(medians).astype("float64").where(usable)
         frame[f"probe_{dtype}_median_gflops"] = median
-        noisy |= usable & (rate < threshold * median)
-    frame["noisy"] = noisy.astype(bool)
+        peers |= usable & (rate < threshold * median)
+    steps = step_times_disturbed(frame)
+    signals = []
+    for i in frame.index:
+        own = frame.at[i, "noise_signal"]
+        found = [s for s in str(own).split("; ") if s] if isinstance(own, str) else []
+        found += [PEER_PROBES] * bool(peers[i]) + [STEP_TIMES] * bool(steps[i])
+        signals.append("; ".join(found) or None)
+    frame["noise_signal"] = pd.Series(signals, index=frame.index, dtype=object)
+    frame["noisy"] = frame["noise_signal"].notna() & (frame["status"] == OK)
     return frame
 
 

@@ -8,11 +8,20 @@ becomes one JSON record: the harness's result (merged over the ranks by the
 launcher), or a ``crashed``/``timeout`` record with the tail of the output when the
 process died without one.
 
-Noise: given a reference probe (the calibration the workflow measures once per
-environment), a trial whose own probe ran below ``noise_threshold`` times the
-reference's fp32 rate was disturbed; it is run again after a pause, at most
-``max_retries`` times. The discarded attempts' probes stay in the record
-(``discarded_attempts``), with ``attempts`` and the last check (``noise_check``).
+Noise: a trial was disturbed when one of three signals says so (:func:`noise_check`):
+its noise probe just before the steps, or the one just after them, ran below
+``noise_threshold`` times the reference's fp32 rate (the calibration the workflow
+measures once per environment), or other work took more than ``1 - noise_threshold``
+of its threads' CPU time during the timed steps (``workflow_scripts.contention``). A
+disturbed trial is run again after a pause, at most ``max_retries`` times. The
+discarded attempts stay in the record (``discarded_attempts``, with the signal that
+caught each), with ``attempts`` and the last check (``noise_check``); a last attempt
+still disturbed keeps its result, flagged (``noise_check.caught_by``).
+
+Ceiling: the calibration also measured the machine's dense matmul ceiling per dtype
+and thread count; a trial's ``pct_of_peak`` is its achieved GFLOP/s over the ceiling
+of its dtype and all its threads (:func:`with_ceiling`). A correct run cannot beat
+it: a value above 100 is a measurement error, recorded as such and not as a number.
 
 Compile caches: each attempt gets a fresh, empty TorchInductor/Triton cache in a
 temporary folder, removed afterwards, so a compiled run always pays (and reports)
@@ -112,30 +121,103 @@ def run_mounts(out: Path, data_path: str | None, cache: dict) -> list[tuple[str,
 # --------------------------------------------------------------------------- noise
 
 
-def noise_check(record: dict, reference: dict | None, threshold: float) -> dict | None:
-    """Compare an ok record's fp32 probe with the reference; None when there is nothing
-    to compare (no reference, a failed run, no probe)."""
-    if reference is None or record.get("status") != "ok":
-        return None
-    result = record.get("probe")
+PROBE_BEFORE = "probe before steps"
+PROBE_AFTER = "probe after steps"
+OTHER_WORK = "other work during steps"
+
+
+def probe_signal(name: str, result, reference: dict | None, threshold: float) -> dict | None:
+    """A probe's fp32 rate against the reference; None when there is nothing to compare."""
     rate = result.get("fp32_gflops") if isinstance(result, dict) else None
-    if not finite(rate):
+    if reference is None or not finite(rate):
         return None
     ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
-    check = {"threshold": threshold, "fp32_gflops": rate, "reference": how}
+    check = {"signal": name, "fp32_gflops": rate, "reference": how}
     check["reference_node_type"] = measured_on(reference)
     if ref is None or ref <= 0:
         return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
     ratio = rate / ref
-    return {**check, "reference_fp32_gflops": ref, "ratio": ratio, "passed": ratio >= threshold}
+    check.update(reference_fp32_gflops=ref, ratio=ratio, passed=ratio >= threshold)
+    check["detail"] = (
+        f"{name}: fp32 {rate:.1f} GFLOP/s = {ratio:.2f} x the reference {ref:.1f} GFLOP/s ({how})"
+    )
+    return check
+
+
+def work_signal(work, threshold: float) -> dict | None:
+    """Other work's share of the run's threads' CPU time during the steps, as a ratio
+    comparable with the probes' (1 - share); None when it could not be judged."""
+    if not isinstance(work, dict) or not finite(work.get("share")):
+        return None
+    ratio = 1.0 - work["share"]
+    detail = (
+        f"{OTHER_WORK}: other processes took {work['other_cpu_s']:.1f} CPU s on the run's "
+        f"{work['cpus']} CPUs in {work['wall_s']:.1f} s, {100 * work['share']:.0f}% of its "
+        f"{work['threads']} threads' time"
+    )
+    return {"signal": OTHER_WORK, "ratio": ratio, "passed": ratio >= threshold,
+            "detail": detail}  # fmt: skip
+
+
+def noise_check(record: dict, reference: dict | None, threshold: float) -> dict | None:
+    """Every noise signal of an ok record; None when none can be judged (a failed run,
+    no probes and no /proc). ``passed`` is False when any signal failed, and
+    ``caught_by`` names those; the probe before the steps keeps its fields at the top."""
+    if record.get("status") != "ok":
+        return None
+    before = probe_signal(PROBE_BEFORE, record.get("probe"), reference, threshold)
+    after = probe_signal(PROBE_AFTER, record.get("probe_after"), reference, threshold)
+    work = work_signal(record.get("other_work"), threshold)
+    signals = [x for x in (before, after, work) if x]
+    if not signals:
+        return None
+    judged = [x["passed"] for x in signals if x["passed"] is not None]
+    check = {
+        "threshold": threshold,
+        "signals": signals,
+        "caught_by": [x["signal"] for x in signals if x["passed"] is False],
+        "passed": all(judged) if judged else None,
+    }
+    if before:
+        keys = ("fp32_gflops", "reference", "reference_fp32_gflops", "ratio",
+                "reference_node_type")  # fmt: skip
+        check.update({k: before[k] for k in keys})
+    return check
 
 
 def noise_reason(check: dict) -> str:
-    return (
-        f"probe fp32 {check['fp32_gflops']:.1f} GFLOP/s = {check['ratio']:.2f} x the reference "
-        f"{check['reference_fp32_gflops']:.1f} GFLOP/s ({check['reference']}), "
-        f"below the threshold {check['threshold']:g}"
-    )
+    failed = [x["detail"] for x in check["signals"] if x["passed"] is False]
+    return "; ".join(failed) + f", below the threshold {check['threshold']:g}"
+
+
+def with_ceiling(record: dict, reference: dict | None) -> dict:
+    """Put the calibrated ceiling and the run's share of it in an ok record's metrics:
+    ``ceiling_gflops`` (of the run's dtype, for all its threads: per rank x ranks),
+    ``ceiling_dtype``, ``ceiling_source`` and ``pct_of_peak``; a share above 100 is
+    no result but a ``measurement_error`` (``pct_of_peak_measured`` keeps the value)."""
+    m = record.get("metrics")
+    if record.get("status") != "ok" or not isinstance(m, dict):
+        return record
+    spec = record.get("spec") or {}
+    checks = record.get("checks") or {}
+    threads = checks.get("threads") or spec.get("threads")
+    world = checks.get("world_size") or 1
+    total = threads * world if finite(threads) else None
+    rate, dtype, how = probe.ceiling_rate(reference, spec.get("precision", "fp32"), total)
+    m.update(ceiling_gflops=rate, ceiling_dtype=dtype, ceiling_source=how, pct_of_peak=None)
+    achieved = m.get("achieved_gflops")
+    if rate and finite(achieved):
+        pct = 100.0 * achieved / rate
+        if pct <= 100.0:
+            m["pct_of_peak"] = pct
+        else:
+            m["pct_of_peak_measured"] = pct
+            m["measurement_error"] = (
+                f"{pct:.0f}% of the calibrated ceiling ({rate:.1f} GFLOP/s, {how}): a run "
+                "cannot compute faster than the machine's best dense matmul, so the FLOP "
+                "count or the ceiling is wrong"
+            )
+    return record
 
 
 # --------------------------------------------------------------------------- the policy
@@ -181,7 +263,9 @@ def run(
     discarded: list[dict] = []
     attempt = 1
     while True:
-        record = attempt_once(spec, env_info, out, log, trial, data_path, attempt)
+        record = with_ceiling(
+            attempt_once(spec, env_info, out, log, trial, data_path, attempt), reference
+        )
         check = noise_check(record, reference, noise_threshold)
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > max_retries:
@@ -191,7 +275,10 @@ def run(
             {
                 "attempt": attempt,
                 "reason": reason,
+                "signal": "; ".join(check["caught_by"]),
                 "probe": record.get("probe"),
+                "probe_after": record.get("probe_after"),
+                "other_work": record.get("other_work"),
                 "samples_per_s": (record.get("metrics") or {}).get("samples_per_s"),
                 "launched_at": record["provenance"].get("launched_at"),
             }
@@ -463,14 +550,20 @@ def progress_line(record: dict) -> str:
         if finite(p.get("fp32_gflops")):
             line += f", probe {p['fp32_gflops']:.0f} GFLOP/s fp32"
         if finite(m.get("pct_of_peak")):
-            line += f", {m['pct_of_peak']:.0f}% of the {m.get('peak_dtype', '')} probe"
+            line += f", {m['pct_of_peak']:.0f}% of the {m.get('ceiling_dtype', '')} ceiling"
         line += ")"
+        if m.get("measurement_error"):
+            line += f" [measurement error: {m['measurement_error']}]"
+        if m.get("time_budget_hit"):
+            line += (
+                f" [time budget: {m.get('steps_timed')} of {record['spec']['steps']} timed steps]"
+            )
         discarded = record.get("discarded_attempts") or []
         if discarded:
             line += f" [attempt {record.get('attempts')}: {len(discarded)} discarded as noisy]"
         check = record.get("noise_check") or {}
         if check.get("passed") is False:
-            line += " [still below the noise threshold]"
+            line += f" [still disturbed: {', '.join(check['caught_by'])}]"
         return line
     err = record.get("error") or {}
     return f"{head} {record['status']} {err.get('type', '')}: {err.get('message', '')}"[:400]

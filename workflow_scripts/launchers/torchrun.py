@@ -200,23 +200,23 @@ def merge_ok(results: list[dict]) -> dict:
     m["first_loss"], m["final_loss"] = losses[0], losses[-1]
     if "test_accuracy" in m:  # every rank scores its (identical) model: rank 0's stands
         m["rank_test_accuracy"] = [x.get("test_accuracy") for x in ms]
-    # the roofline of the whole machine: every rank's work over every rank's ceiling
+    # every rank's work (its share of the ceiling of all their threads: the trial policy's)
     flops = m.get("flops_per_sample")
-    achieved = flops * m["samples_per_s"] / 1e9 if finite(flops) else None
-    peaks = [x["achieved_gflops"] / x["pct_of_peak"] * 100 for x in ms if _pct(x)]
-    m["achieved_gflops"] = achieved
-    m["pct_of_peak"] = (
-        100.0 * achieved / sum(peaks) if achieved is not None and len(peaks) == len(ms) else None
-    )
+    m["achieved_gflops"] = flops * m["samples_per_s"] / 1e9 if finite(flops) else None
     probes = [r.get("probe") for r in results]
-    rated = [p for p in probes if isinstance(p, dict) and finite(p.get("fp32_gflops"))]
     merged = dict(first)
     merged["metrics"] = m
     merged["step_times_s"] = slowest
     merged["rank_step_times_s"] = per_rank
     merged["losses"] = losses
-    merged["probe"] = min(rated, key=lambda p: p["fp32_gflops"]) if rated else first.get("probe")
+    # the most disturbed rank's probes and other work speak for the trial
+    merged["probe"] = _slowest_probe(probes)
     merged["rank_probes"] = probes
+    merged["probe_after"] = _slowest_probe([r.get("probe_after") for r in results])
+    works = [r.get("other_work") for r in results]
+    judged = [w for w in works if isinstance(w, dict) and finite(w.get("share"))]
+    merged["other_work"] = max(judged, key=lambda w: w["share"]) if judged else works[0]
+    merged["rank_other_work"] = works
     checks = dict(first.get("checks") or {})
     checks["rank_cpus"] = [(r.get("checks") or {}).get("cpus") for r in results]
     checks["rank_hosts"] = [(r.get("provenance") or {}).get("hostname") for r in results]
@@ -224,10 +224,9 @@ def merge_ok(results: list[dict]) -> dict:
     return merged
 
 
-def _pct(m: dict) -> bool:
-    return (
-        finite(m.get("achieved_gflops")) and finite(m.get("pct_of_peak")) and m["pct_of_peak"] > 0
-    )
+def _slowest_probe(probes: list) -> dict | None:
+    rated = [p for p in probes if isinstance(p, dict) and finite(p.get("fp32_gflops"))]
+    return min(rated, key=lambda p: p["fp32_gflops"]) if rated else (probes or [None])[0]
 
 
 LAUNCHER = Torchrun()
