@@ -1,11 +1,24 @@
 # results/summary.csv (one row per trial) and the self-contained HTML report,
-# built from the records and the collectives results only.
+# built from the records and the collectives results only (and, to compare machines,
+# the results of other runs named in the config's report: machines:).
+
+
+def report_machine_files():
+    """The files of the other machines' results (report: machines:), so that the report
+    is rebuilt when they change; a missing folder fails the report with its name."""
+    from workflow_scripts.report.machines import result_files
+
+    files = []
+    for machine in SETTINGS["report"].get("machines") or []:
+        files += [str(f) for f in result_files(machine["results"])]
+    return files
 
 
 rule report:
     input:
         records=all_records(),
         collectives=collectives_results(),
+        machines=report_machine_files(),
     output:
         summary=report(
             "results/summary.csv",
@@ -56,6 +69,8 @@ rule report:
         runtime=REPORT_RESOURCES["runtime"],
     params:
         prices=prices_json(),
+        machines=json.dumps(SETTINGS["report"].get("machines") or []),
+        name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
     run:
         from workflow_scripts import report
@@ -68,4 +83,6 @@ rule report:
             log[0],
             noise_threshold=params.noise_threshold,
             collectives=input.collectives,
+            machines_json=params.machines,
+            name=params.name,
         )

@@ -380,27 +380,33 @@ def test_html_content(built):
     _, _, _, html_text = built
     assert "Test &lt;report&gt;" in html_text
     order = [
+        'class="headline"',
         'id="ladder"',
-        'id="batch_size"',
-        'id="num_workers"',
-        'id="threads"',
+        'id="cost"',
         'id="backends"',
+        'id="correctness"',
+        'id="startup"',
+        'id="batch_size"',
         'id="roofline"',
         'id="noise"',
-        'id="cost"',
         'id="other"',
         'id="failures"',
         'id="summary"',
+        'id="provenance"',
     ]
     positions = [html_text.index(marker) for marker in order]
     assert positions == sorted(positions)
+    # sweeps this run did not have: one line, no section, no figure
+    assert 'id="num_workers"' not in html_text and 'id="threads"' not in html_text
+    assert "Not run in this preset: dataloader workers sweep, threads sweep." in html_text
     assert "AMD EPYC 9R14" in html_text and "avx512_bf16" in html_text
     assert "abc123" in html_text and "2.14.1+cu130" in html_text
     # ladder table: speedup with spread for 2 trials, claim
     assert "11.0 (10.0–12.0)" in html_text
     assert "2.00×" in html_text and "3.00×" in html_text and "4.16×" in html_text
-    # cost: 11 samples/s * 3600 / 0.357
-    assert f"{11 * 3600 / 0.357:,.0f}" in html_text
+    # cost: $0.357/hour / (11 samples/s * 3600) * 1e6 = $9.02 per million samples
+    assert f"${0.357 / (11 * 3600) * 1e6:,.2f}" == "$9.02"
+    assert "$9.02" in html_text
     assert "on-demand &lt;us-east-1&gt;" in html_text
     # failures section lists failed ids with escaped tails
     failures = html_text[html_text.index('id="failures"') : html_text.index('id="summary"')]
@@ -414,8 +420,10 @@ def test_html_content(built):
     # other groups
     other = html_text[html_text.index('id="other"') : html_text.index('id="failures"')]
     assert "compiled" in other and "partial" in other
-    # six inline SVG figures
-    assert html_text.count("<svg") == len(PLOTS) == 6
+    # the inline SVG figures: the plots with data (no empty sweeps) and the extra ones
+    figures = re.findall(r'<figure id="fig-([a-z_]+)"', html_text)
+    assert figures == ["ladder", "backends", "losses", "startup", "batch_size"]
+    assert html_text.count("<svg") == len(figures)
 
 
 def test_html_self_contained(built):
@@ -433,8 +441,8 @@ def test_plots_exist_and_are_svg(built):
         assert path.is_file()
         root = ET.parse(path).getroot()
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    # num_workers and threads have no data in this set
-    assert "no successful trials in this group" in (tmp / "report" / "threads.svg").read_text()
+    # num_workers and threads were not run in this set; their files still exist
+    assert "not run in this preset" in (tmp / "report" / "threads.svg").read_text()
     assert "no successful trials" not in (tmp / "report" / "ladder.svg").read_text()
 
 
@@ -448,7 +456,8 @@ def test_empty_report(tmp_path):
     out = report.build_report([], tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
     assert out["trials"] == 0
     for name in PLOTS:
-        assert "no successful trials in this group" in (tmp_path / "p" / f"{name}.svg").read_text()
+        text = (tmp_path / "p" / f"{name}.svg").read_text()
+        assert re.search(r">(no [^<]+|not run in this preset)</text>", text), name
     assert list(pd.read_csv(tmp_path / "s.csv").columns) == rec.COLUMNS
 
 
@@ -570,5 +579,5 @@ def test_accuracy_table_and_the_books_claims(tmp_path):
     )
     assert claims.loc["Gloo, several ranks", "book (its machine)"].startswith("about 1.25×")
     # the throughput table holds the DDP runs without epochs only
-    ddp = page[page.index("Distributed training") : page.index("Accuracy: time to train")]
+    ddp = page[page.index("<h2>Distributed training") : page.index("Accuracy: time to train")]
     assert "ddp-r2" in ddp and "acc-ccl-r2" not in ddp

@@ -20,6 +20,7 @@ data gets a figure that says "no successful trials in this group".
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from workflow_scripts.cli import announce
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
+from .compare import backend_matrix, compiled_pairs, previous_steps
 from .distributed import distributed_section
 from .figures import (
     NO_DATA,
@@ -50,6 +52,7 @@ from .formatting import (
     fmt_spread,
     fmt_text,
 )
+from .headline import headline_html
 from .html import (
     CAPTIONS_DIR,
     CSS,
@@ -60,6 +63,8 @@ from .html import (
     page_html,
     roofline_display,
 )
+from .machines import Machine, load_machine, machines_section, parse_machines, result_files
+from .quality import correctness_section, startup_section
 from .sections import (
     COVERED_GROUPS,
     backends_section,
@@ -78,13 +83,16 @@ from .sections import (
 from .stats import (
     BACKEND_ORDER,
     SWEEPS,
+    _isnan,
     backend_frame,
     baseline_sps,
     best_experiment,
     cost_frame,
+    enrich,
     experiment_stats,
     in_effect,
     ladder_frame,
+    loss_curves,
     parse_prices,
     pick_baseline,
     roofline_frame,
@@ -110,6 +118,7 @@ __all__ = [
     "SWEEPS",
     "backend_frame",
     "baseline_sps",
+    "backend_matrix",
     "best_experiment",
     "build_report",
     "caption_text",
@@ -157,9 +166,15 @@ def build_report(
     title: str = DEFAULT_TITLE,
     noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
     collectives: Sequence[Mapping] = (),
+    machines: Any = None,
+    name: str | None = None,
 ) -> dict:
-    """Write the summary CSV, the plots (:data:`PLOT_NAMES` and the collectives'), and
-    the HTML page; return counts."""
+    """Write the summary CSV, the plots (:data:`PLOT_NAMES`, the collectives', and the
+    extra ones: losses, startup, machines), and the HTML page; return counts.
+
+    ``machines``: other result sets to compare with this one (see
+    :func:`machines.parse_machines`); ``name``: this run's name among them (default: its
+    CPU), priced at the first ``measured`` price."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
     for folder in (summary_path.parent, html_path.parent, plots_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -167,33 +182,60 @@ def build_report(
     frame = summary_frame(records, noise_threshold)
     frame.to_csv(summary_path, index=False)
     price_list = parse_prices(prices)
+    rich = enrich(frame, records)
 
-    stats = experiment_stats(frame)
+    stats = experiment_stats(rich)
     # (an experiment split by node type, "<id> @ <node type>", has its id's findings)
     stats["in_effect"] = stats["experiment"].str.split(" @ ").str[0].map(in_effect(records))
     baseline = pick_baseline(stats)
     base = baseline_sps(stats, baseline)
     stats_sp = with_group_speedup(with_speedup(stats, base))
-    ladder = ladder_frame(stats, baseline)
-    backends = backend_frame(stats, baseline)
+    ladder = previous_steps(ladder_frame(stats, baseline))
+    matrix, order = backend_matrix(stats)
+    compiled = compiled_pairs(stats)
     costs = cost_frame(stats, baseline, price_list)
     roof = roofline_frame(stats)
-    svgs = plot_all(stats, ladder, backends, roof, base, baseline, plots_dir)
+    svgs = plot_all(stats, ladder, matrix, order, roof, baseline, plots_dir)
+    curves = loss_curves(rich, records)
+    correctness, check = correctness_section(stats, rich, curves, plots_dir)
 
+    others = [load_machine(m, noise_threshold) for m in parse_machines(machines)]
+    machine_summary = None
+    machine_sections = []
+    if others:
+        measured = [p for p in price_list if p["throughput"] == "measured"]
+        here = Machine(
+            name=name or ", ".join(dict.fromkeys(rich["node_type"].dropna())) or "this run",
+            frame=rich,
+            records=records,
+            usd_per_hour=measured[0]["usd_per_hour"] if measured else math.nan,
+            note=measured[0]["note"] if measured else "",
+            source="this run",
+        )
+        section, machine_summary = machines_section([here, *others], plots_dir)
+        machine_sections.append(section)
+
+    sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [
         ladder_section(ladder, baseline, base, svgs["ladder"]),
-        *sweep_sections(stats_sp, baseline, svgs),
-        backends_section(backends, svgs["backends"]),
+        *machine_sections,
+        cost_section(costs, baseline),
+        backends_section(matrix, order, compiled, svgs["backends"]),
+        correctness,
+        startup_section(stats, baseline, plots_dir),
+        *sweeps,
         roofline_section(roof, svgs["roofline"]),
         distributed_section(stats_sp, collectives, plots_dir),
-        noise_section(frame, records, noise_threshold),
-        cost_section(costs, baseline),
+        noise_section(rich, records, noise_threshold),
         other_section(stats_sp, baseline),
         failures_section(frame, records),
         summary_section(frame),
     ]
+    headline = headline_html(
+        rich, records, stats, baseline, costs, check, compiled, machine_summary
+    )
     provenance = provenance_html(frame, records)
-    page = page_html(title, baseline, frame, len(stats), provenance, sections)
+    page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)
     html_path.write_text(page, encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
     return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
@@ -207,13 +249,16 @@ def run_rule(
     log,
     noise_threshold=DEFAULT_NOISE_THRESHOLD,
     collectives=(),
+    machines_json: str = "[]",
+    name: str | None = None,
 ) -> int:
     """The report rule's call: plots go next to the HTML file."""
     return main(
         ["--records", *map(str, records), "--collectives", *map(str, collectives),
          f"--summary={summary}", f"--html={html}",
          f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}",
-         f"--noise-threshold={noise_threshold}"]
+         f"--noise-threshold={noise_threshold}", f"--machines-json={machines_json}",
+         *([f"--name={name}"] if name else [])]
     )  # fmt: skip
 
 
@@ -229,8 +274,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--html", required=True, type=Path, help="HTML report to write")
     parser.add_argument("--plots-dir", required=True, type=Path, help="folder for the SVG plots")
     parser.add_argument(
-        "--prices-json", default="[]", help="JSON list of {name, usd_per_hour, note}"
+        "--prices-json",
+        default="[]",
+        help="JSON list of {name, usd_per_hour, note, throughput: measured|article}",
     )
+    parser.add_argument(
+        "--machines-json",
+        default="[]",
+        help="JSON list of other result sets to compare: {name, results, usd_per_hour, note}",
+    )
+    parser.add_argument(
+        "--machine",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "RESULTS", "USD_PER_HOUR"),
+        help="another result set (a results folder, records folder or summary.csv) and "
+        "its hourly price ('-' for none); repeat for several. Without --records, the first "
+        "one is the report's own run",
+    )
+    parser.add_argument("--name", default=None, help="this run's name beside other machines")
     parser.add_argument(
         "--noise-threshold",
         type=float,
@@ -244,11 +307,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         prices = parse_prices(args.prices_json)
     except (ValueError, TypeError) as exc:
         parser.error(f"--prices-json is not valid JSON: {exc}")
-    records = load_records(args.records)
-    result = build_report(
-        records, args.summary, args.html, args.plots_dir, prices, args.title,
-        args.noise_threshold, load_records(args.collectives),
-    )  # fmt: skip
+    try:
+        machines = parse_machines(args.machines_json)
+        machines += parse_machines(
+            [
+                {"name": n, "results": r, "usd_per_hour": None if u in ("-", "") else u}
+                for n, r, u in args.machine
+            ]
+        )
+    except (ValueError, TypeError) as exc:
+        parser.error(f"machines: {exc}")
+    record_paths = list(args.records)
+    name = args.name
+    if not record_paths and machines:  # the first machine is this report's own run
+        first = machines.pop(0)
+        record_paths = [p for p in result_files(first["results"]) if p.suffix == ".json"]
+        if not record_paths:
+            parser.error(f"machine {first['name']!r}: no trial records in {first['results']}")
+        name = name or first["name"]
+        if not _isnan(first["usd_per_hour"]):
+            prices = [
+                {"name": first["name"], "usd_per_hour": first["usd_per_hour"],
+                 "note": first["note"], "throughput": "measured"},
+                *[p for p in prices if p["throughput"] != "measured"],
+            ]  # fmt: skip
+    records = load_records(record_paths)
+    try:
+        result = build_report(
+            records, args.summary, args.html, args.plots_dir, prices, args.title,
+            args.noise_threshold, load_records(args.collectives), machines, name,
+        )  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
     announce(line, args.log)
     return 0

@@ -10,18 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.lines
 import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from .formatting import fmt_num, fmt_speedup
+from .formatting import fmt_num
 from .stats import SWEEPS, _isnan
 
 matplotlib.use("Agg")  # no display; pyplot picks the backend lazily, so this is in time
 
 PLOT_NAMES = ("ladder", "batch_size", "num_workers", "threads", "backends", "roofline")
 NO_DATA = "no successful trials in this group"
+NOT_RUN = "not run in this preset"
+# Figure widths in inches: the page is about 1150 px wide, so are the wide figures.
+WIDE = 11.5
 # Settings that may differ between the experiments of one sweep; those that do
 # split the sweep into several lines.
 SERIES_KEYS = (
@@ -38,10 +42,13 @@ SERIES_KEYS = (
 )
 
 STYLE = {
-    "font.size": 10,
-    "axes.titlesize": 11,
+    "font.size": 11,
+    "axes.titlesize": 12,
     "axes.titleweight": "bold",
-    "axes.labelsize": 10,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
@@ -64,13 +71,18 @@ def _save(fig: plt.Figure, path: Path) -> str:
     return text
 
 
-def _no_data(title: str, path: Path) -> str:
+def _no_data(title: str, path: Path, text: str = NO_DATA) -> str:
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 2.4))
+        fig, ax = plt.subplots(figsize=(6.4, 1.6))
         ax.set_axis_off()
         ax.set_title(title)
-        ax.text(0.5, 0.5, NO_DATA, ha="center", va="center", fontsize=12, color="#666666")
+        ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#666666")
         return _save(fig, path)
+
+
+def not_run_svg(title: str, path: Path, text: str = NOT_RUN) -> str:
+    """A small figure that says why there is none (the plot files always exist)."""
+    return _no_data(title, path, text)
 
 
 def _nanmax(*values: Any) -> float:
@@ -79,17 +91,21 @@ def _nanmax(*values: Any) -> float:
 
 
 def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -> str:
+    """Bars of each ladder step's speedup over the baseline, labelled with the speedup
+    over the step it builds on (``step_speedup``/``step_parent`` when present), and
+    the article's claims as labelled diamonds."""
     title = "Optimization ladder: measured speedup vs. the article's claim"
     if not ladder["speedup"].notna().any():
         return _no_data(title, path)
     n = len(ladder)
+    measured, base_color, claim_color = "#1f77b4", "#9e9e9e", "#d62728"
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, max(2.6, 0.5 * n + 1.4)))
+        fig, ax = plt.subplots(figsize=(WIDE, max(2.8, 0.55 * n + 1.6)))
         y = list(range(n))
         speed = ladder["speedup"].astype("float64")
         lo = (speed - ladder["speedup_min"].astype("float64")).clip(lower=0).fillna(0)
         hi = (ladder["speedup_max"].astype("float64") - speed).clip(lower=0).fillna(0)
-        colors = ["#9e9e9e" if e == baseline else "#1f77b4" for e in ladder["experiment"]]
+        colors = [base_color if e == baseline else measured for e in ladder["experiment"]]
         ax.barh(
             y,
             speed.fillna(0),
@@ -97,7 +113,6 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
             color=colors,
             xerr=[lo, hi],
             error_kw={"ecolor": "#333333", "capsize": 3, "lw": 1},
-            label="measured (median, min–max)",
             zorder=2,
         )
         claims = ladder["claim_speedup"].astype("float64")
@@ -107,25 +122,43 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
                 claims[has_claim],
                 [yy for yy, c in zip(y, has_claim) if c],
                 marker="D",
-                s=36,
-                color="#d62728",
+                s=40,
+                color=claim_color,
                 zorder=3,
-                label="article's claim",
             )
         xmax = _nanmax(*(speed + hi), *claims, 1.0)
-        for yy, s, h in zip(y, speed, hi):
+        parents = ladder["step_parent"] if "step_parent" in ladder else [None] * n
+        steps = ladder["step_speedup"] if "step_speedup" in ladder else [math.nan] * n
+        for yy, s, h, c, parent, step in zip(y, speed, hi, claims, parents, steps):
             if _isnan(s):
-                ax.text(0.02 * xmax, yy, "no ok trials", va="center", fontsize=9, color="#b00020")
-            else:
-                ax.text(s + h + 0.015 * xmax, yy - 0.3, f"{s:.2f}×", va="center", fontsize=8)
+                ax.text(0.02 * xmax, yy, "no ok trials", va="center", fontsize=10, color="#b00020")
+                continue
+            text = f"{s:.2f}×"
+            if not _isnan(step) and parent and parent != baseline:
+                text += f"  ({step:.2f}× over {parent})"
+            ax.text(s + h + 0.015 * xmax, yy, text, va="center", fontsize=10)
+            if not _isnan(c):
+                ax.text(c, yy - 0.36, f"claim {c:.2f}×", ha="center", va="bottom",
+                        fontsize=9, color=claim_color)  # fmt: skip
         ax.axvline(1.0, color="#555555", ls="--", lw=1, zorder=1)
         ax.set_yticks(y, [str(e) for e in ladder["experiment"]])
         ax.invert_yaxis()
-        ax.set_xlim(0, xmax * 1.15)
-        ax.set_xlabel("speedup over baseline (× baseline samples/s)")
+        ax.set_xlim(0, xmax * 1.55)
+        ax.set_xlabel("speedup over the baseline (× its samples/s)")
         ax.set_title(title)
         ax.grid(axis="y", visible=False)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)
+        handles = [
+            matplotlib.patches.Patch(color=measured, label="measured speedup (median, min–max)"),
+            matplotlib.patches.Patch(color=base_color, label=f"baseline ({baseline})"),
+        ]
+        if has_claim.any():
+            handles.append(
+                matplotlib.lines.Line2D(
+                    [], [], marker="D", ls="", color=claim_color, label="article's claim"
+                )
+            )
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+                  ncol=len(handles))  # fmt: skip
         return _save(fig, path)
 
 
@@ -142,6 +175,8 @@ def _series_keys(sub: pd.DataFrame, x: str) -> list[str]:
 def plot_sweep(stats: pd.DataFrame, group: str, path: Path) -> str:
     x, xlabel, title = SWEEPS[group]
     title = f"{title} sweep: throughput vs. {xlabel.split(' (')[0]}"
+    if not (stats["group"] == group).any():
+        return not_run_svg(title, path)
     sub = stats[(stats["group"] == group) & stats["sps_median"].notna()].copy()
     sub["_x"] = pd.to_numeric(sub[x], errors="coerce").astype("float64")
     sub = sub[sub["_x"].notna()]
@@ -149,7 +184,7 @@ def plot_sweep(stats: pd.DataFrame, group: str, path: Path) -> str:
         return _no_data(title, path)
     keys = _series_keys(sub, x)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6.8, 4.0))
+        fig, ax = plt.subplots(figsize=(WIDE, 4.2))
         if keys:
             groups = sub.groupby([sub[k].astype(str) for k in keys], sort=False)
         else:
@@ -179,94 +214,113 @@ def plot_sweep(stats: pd.DataFrame, group: str, path: Path) -> str:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("throughput (samples/s)")
         ax.set_title(title)
-        ax.legend(fontsize=8)
+        ax.legend()
         return _save(fig, path)
 
 
-def plot_backends(backends: pd.DataFrame, base: float, path: Path) -> str:
-    """Bars of the best experiment per backend; backends with no ok trial are marked."""
-    title = "Backends head-to-head: best experiment per backend"
-    if not len(backends) or not backends["sps_median"].notna().any():
-        return _no_data(title, path)
+def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
+    """Grouped bars: per configuration that several backends ran (like for like), one
+    bar per backend variant, labelled with samples/s and the ratio to eager."""
+    title = "Backends head-to-head at the same configuration"
+    if not len(matrix) or not matrix["sps_median"].notna().any():
+        return _no_data(title, path, "no configuration that two backends ran")
+    configs = list(dict.fromkeys(matrix["config"]))
+    n, k = len(configs), max(1, len(order))
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(max(5.0, 1.7 * len(backends) + 1.5), 4.0))
-        xs = list(range(len(backends)))
-        med = backends["sps_median"].astype("float64")
-        err = [
-            (med - backends["sps_min"].astype("float64")).clip(lower=0).fillna(0),
-            (backends["sps_max"].astype("float64") - med).clip(lower=0).fillna(0),
-        ]
-        colors = [f"C{i % 10}" for i in xs]
-        ax.bar(xs, med.fillna(0), color=colors, width=0.6, yerr=err, capsize=3, zorder=2)
-        top = _nanmax(*(med + err[1]), base)
-        ticks = []
-        for xx, (_, r) in zip(xs, backends.iterrows()):
-            if _isnan(r["sps_median"]):
-                ticks.append(str(r["backend"]))
-                ax.text(
-                    xx,
-                    0.02 * top,
-                    "no successful\ntrial",
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                    color="#b00020",
-                )
-                continue
-            ticks.append(f"{r['backend']}\n({r['experiment']})")
-            note = fmt_speedup(r["speedup"])
-            label = fmt_num(r["sps_median"]) + (f"\n{note}" if note else "")
-            ax.text(xx, r["sps_median"] + 0.02 * top, label, ha="center", va="bottom", fontsize=8)
-        if not _isnan(base):
-            ax.axhline(base, color="#555555", ls="--", lw=1, label="baseline", zorder=1)
-            ax.legend(fontsize=8, loc="upper left")
-        ax.set_xticks(xs, ticks)
-        ax.set_ylim(0, top * 1.25)
-        ax.set_ylabel("throughput (samples/s)")
+        fig, ax = plt.subplots(figsize=(WIDE, max(3.0, n * (0.42 * k + 0.5) + 1.4)))
+        height = 0.8 / k
+        colors = {v: f"C{i % 10}" for i, v in enumerate(order)}
+        top = _nanmax(*(matrix["sps_max"].astype("float64")), *(matrix["sps_median"]))
+        for ci, config in enumerate(configs):
+            part = matrix[matrix["config"] == config].set_index("variant")
+            for vi, v in enumerate(order):
+                if v not in part.index:
+                    continue
+                r = part.loc[v]
+                yy = ci + (vi - (k - 1) / 2) * height
+                med = r["sps_median"]
+                if _isnan(med):
+                    ax.text(0.01 * top, yy, f"{v}: no ok trial", va="center", fontsize=10,
+                            color="#b00020")  # fmt: skip
+                    continue
+                lo = 0.0 if _isnan(r["sps_min"]) else max(0.0, med - r["sps_min"])
+                hi = 0.0 if _isnan(r["sps_max"]) else max(0.0, r["sps_max"] - med)
+                err = [[lo], [hi]]
+                whisker = {"ecolor": "#333333", "capsize": 2, "lw": 1}
+                ax.barh(yy, med, height=height * 0.9, color=colors[v], xerr=err,
+                        error_kw=whisker, zorder=2)  # fmt: skip
+                label = f"{fmt_num(med)}"
+                if not _isnan(r["vs_eager"]) and v != "eager":
+                    label += f" ({r['vs_eager']:.2f}× eager)"
+                ax.text(med + err[1][0] + 0.01 * top, yy, label, va="center", fontsize=10)
+        ax.set_yticks(range(n), [_wrap(c) for c in configs])
+        ax.invert_yaxis()
+        ax.set_xlim(0, top * 1.3)
+        ax.set_xlabel("throughput (samples/s, median; whiskers min–max)")
         ax.set_title(title)
-        ax.grid(axis="x", visible=False)
+        ax.grid(axis="y", visible=False)
+        handles = [matplotlib.patches.Patch(color=colors[v], label=v) for v in order]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+                  ncol=min(len(handles), 5))  # fmt: skip
         return _save(fig, path)
+
+
+def _wrap(text: str, width: int = 34) -> str:
+    words, lines, line = text.split(", "), [], ""
+    for w in words:
+        candidate = f"{line}, {w}" if line else w
+        if len(candidate) > width and line:
+            lines.append(line + ",")
+            line = w
+        else:
+            line = candidate
+    return "\n".join([*lines, line])
 
 
 def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
-    """A bar per experiment: achieved GFLOP/s as a % of the matmul probe of its dtype."""
-    title = "Roofline: training FLOP/s as a share of the matmul probe's rate"
+    """A bar per experiment: achieved GFLOP/s as a % of the measured matmul ceiling of
+    its dtype (its measurement error instead where it has one)."""
+    title = "Training FLOP/s as a % of the measured matmul ceiling"
     roof = roof[pd.to_numeric(roof["pct_of_peak"], errors="coerce").notna()]
     if not len(roof):
-        return _no_data(title, path)
+        return _no_data(title, path, "no experiment with a FLOP count and a ceiling")
     colors = {"fp32": "#1f77b4", "bf16": "#ff7f0e"}
     n = len(roof)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, max(2.6, 0.42 * n + 1.4)))
+        fig, ax = plt.subplots(figsize=(WIDE, max(2.8, 0.42 * n + 1.6)))
         y = list(range(n))
         pct = roof["pct_of_peak"].astype("float64")
-        ax.barh(y, pct, height=0.6, color=[colors[d] for d in roof["dtype"]], zorder=2)
+        ax.barh(y, pct, height=0.6, color=[colors.get(d, "#777777") for d in roof["dtype"]],
+                zorder=2)  # fmt: skip
         xmax = _nanmax(*pct, 100.0)
         for yy, (_, r) in zip(y, roof.iterrows()):
-            label = f"{r['pct_of_peak']:.0f}% ({fmt_num(r['achieved_gflops'])} GFLOP/s)"
-            ax.text(r["pct_of_peak"] + 0.01 * xmax, yy, label, va="center", fontsize=8)
+            label = (
+                f"{r['pct_of_peak']:.0f}% ({fmt_num(r['achieved_gflops'])} of "
+                f"{fmt_num(r['peak_gflops'])} GFLOP/s)"
+            )
+            ax.text(r["pct_of_peak"] + 0.01 * xmax, yy, label, va="center", fontsize=10)
         ax.axvline(100.0, color="#555555", ls="--", lw=1, zorder=1)
         ax.set_yticks(y, [f"{e} ({d})" for e, d in zip(roof["experiment"], roof["dtype"])])
         ax.invert_yaxis()
-        ax.set_xlim(0, xmax * 1.3)
-        ax.set_xlabel("achieved GFLOP/s, % of the dense matmul probe of the same dtype")
+        ax.set_xlim(0, xmax * 1.35)
+        ax.set_xlabel("achieved GFLOP/s as a % of the measured dense-matmul rate, same dtype")
         ax.set_title(title)
         ax.grid(axis="y", visible=False)
         handles = [
-            matplotlib.patches.Patch(color=c, label=f"{d} (vs the {d} probe)")
+            matplotlib.patches.Patch(color=c, label=f"{d} (vs the {d} matmul ceiling)")
             for d, c in colors.items()
             if d in set(roof["dtype"])
         ]
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
         return _save(fig, path)
 
 
 def plot_all(
     stats: pd.DataFrame,
     ladder: pd.DataFrame,
-    backends: pd.DataFrame,
+    matrix: pd.DataFrame,
+    order: list[str],
     roof: pd.DataFrame,
-    base: float,
     baseline: str | None,
     plots_dir: Path,
 ) -> dict[str, str]:
@@ -275,7 +329,7 @@ def plot_all(
     svgs = {"ladder": plot_ladder(ladder, plots_dir / "ladder.svg", baseline)}
     for group in SWEEPS:
         svgs[group] = plot_sweep(stats, group, plots_dir / f"{group}.svg")
-    svgs["backends"] = plot_backends(backends, base, plots_dir / "backends.svg")
+    svgs["backends"] = plot_backends(matrix, order, plots_dir / "backends.svg")
     svgs["roofline"] = plot_roofline(roof, plots_dir / "roofline.svg")
     return svgs
 

@@ -22,7 +22,7 @@ from .formatting import (
     fmt_spread,
     fmt_text,
 )
-from .stats import trial_counts
+from .stats import _isnan, trial_counts
 
 # The settings' column names are the fields' report labels (study/fields.py).
 LABEL = labels()
@@ -37,7 +37,9 @@ def _group_note(sub: pd.DataFrame, baseline: str | None) -> str:
     base = html.escape(str(baseline)) if baseline else "none"
     return (
         f'<p class="note">"speedup vs baseline" is relative to the ladder baseline ({base}); '
-        f'"vs first in group" to this group\'s first experiment ({first}).</p>'
+        f'"vs first in group" to this group\'s first experiment ({first}), naming what '
+        "else differs; a ratio between different models or image sizes means nothing, "
+        "and reads n/a.</p>"
     )
 
 
@@ -45,34 +47,49 @@ def _table(df: pd.DataFrame, css: str = "") -> str:
     if not len(df):
         return '<p class="empty">No rows.</p>'
     classes = ["data"] + ([css] if css else [])
-    return df.to_html(index=False, escape=True, na_rep="", classes=classes, border=0)
+    table = df.to_html(index=False, escape=True, na_rep="", classes=classes, border=0)
+    return f'<div class="wide">{table}</div>'
+
+
+def _steps_cells(r) -> dict[str, str]:
+    from .headline import percentile_text, steps_text  # headline imports this module
+
+    return {
+        "timed steps": steps_text(r),
+        "step median (s)": fmt_num(r["step_time_median_s"], 3),
+        "step p90 (s)": percentile_text(r["step_time_p90_s"], "p90", r),
+        "step p99 (s)": percentile_text(r["step_time_p99_s"], "p99", r),
+    }
+
+
+def _step_cell(r) -> str:
+    parent = r.get("step_parent")
+    if parent is None or _isnan(parent):
+        return "—"
+    speed = fmt_speedup(r.get("step_speedup")) or "n/a"
+    return f"{speed} over {parent}: {r.get('step_change')}"
 
 
 def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
+    from .compare import config_text
+
     rows = []
     for _, r in ladder.iterrows():
-        launch = "/".join(x for x in (fmt_text(r["launcher"]), fmt_text(r["allocator"])) if x)
         rows.append(
             {
                 "experiment": r["experiment"],
-                LABEL["backend"]: fmt_text(r["backend"]),
-                LABEL["precision"]: fmt_text(r["precision"]),
-                LABEL["channels_last"]: fmt_text(r["channels_last"]),
-                LABEL["compile"]: fmt_text(r["compile"]),
-                "launcher/allocator": launch,
+                "configuration": config_text(r),
                 "in effect (checked)": fmt_text(r.get("in_effect")),
                 "ok trials": _trials(r),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
-                "CV": fmt_cv(r["sps_cv"]),
                 "speedup": fmt_speedup(
                     r["speedup"], r["speedup_min"], r["speedup_max"], _n_used(r)
                 ),
+                "over the step it builds on": _step_cell(r),
                 "article's claim": fmt_speedup(r["claim_speedup"]),
-                "step median (s)": fmt_num(r["step_time_median_s"], 3),
-                "step p90 (s)": fmt_num(r["step_time_p90_s"], 3),
-                "step p99 (s)": fmt_num(r["step_time_p99_s"], 3),
-                "first step (s)": fmt_num(r["time_to_first_step_s"], 2),
-                "peak RSS (MB)": fmt_num(r["peak_rss_mb"], 0),
+                "CV over trials": fmt_cv(r["sps_cv"]) or "n/a (1 trial)",
+                "step-time CV within a trial": fmt_cv(r.get("step_time_cv")) or "n/a",
+                **_steps_cells(r),
             }
         )
     return pd.DataFrame(rows)
@@ -93,9 +110,11 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
                 LABEL["threads"]: fmt_int(r["threads"]),
                 "ok trials": _trials(r),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
-                "CV": fmt_cv(r["sps_cv"]),
-                "speedup vs baseline": fmt_speedup(r.get("speedup")),
-                "vs first in group": fmt_speedup(r.get("group_speedup")),
+                "CV over trials": fmt_cv(r["sps_cv"]) or "n/a (1 trial)",
+                "step-time CV within a trial": fmt_cv(r.get("step_time_cv")) or "n/a",
+                "speedup vs baseline": r.get("speedup_text", fmt_speedup(r.get("speedup"))),
+                "vs first in group": r.get("group_text", fmt_speedup(r.get("group_speedup"))),
+                "timed steps": _steps_cells(r)["timed steps"],
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
                 "first step (s)": fmt_num(r["time_to_first_step_s"], 2),
                 "peak RSS (MB)": fmt_num(r["peak_rss_mb"], 0),
@@ -105,6 +124,10 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
+    pct = [
+        f"n/a: {err}" if err else fmt_num(v, 1)
+        for v, err in zip(roof["pct_of_peak"], roof["measurement_error"])
+    ]
     return pd.DataFrame(
         {
             "experiment": roof["experiment"],
@@ -112,8 +135,9 @@ def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
             "GFLOP per sample": [fmt_num(v / 1e9, 3) for v in roof["flops_per_sample"]],
             "samples/s": [fmt_num(v) for v in roof["samples_per_s"]],
             "achieved GFLOP/s": [fmt_num(v) for v in roof["achieved_gflops"]],
-            "probe GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
-            "% of probe": [fmt_num(v, 1) for v in roof["pct_of_peak"]],
+            "matmul ceiling GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
+            "ceiling from": roof["ceiling_source"],
+            "% of the ceiling": pct,
         }
     )
 
@@ -141,29 +165,37 @@ body{font-family:-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-ser
  color:#222;max-width:1200px;margin:2em auto;padding:0 1.5em;line-height:1.45}
 h1{font-size:1.7em;margin-bottom:.2em}h2{margin-top:2em;border-bottom:1px solid #ddd;
  padding-bottom:.2em}h3{margin-bottom:.3em}
-nav ol{columns:2;font-size:.95em}
+nav ol{columns:3;font-size:.95em}
+.headline{background:#f2f7fc;border:1px solid #c9dcef;border-radius:6px;padding:.8em 1.2em;
+ margin:1em 0 1.5em}
+.headline .lead{font-size:1.15em;margin:.2em 0 .6em}.headline ul{margin:.2em 0;padding-left:1.2em}
+.headline li{margin:.25em 0}
 table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0 1.2em}
 table.data th,table.data td{border:1px solid #ddd;padding:3px 7px;text-align:left;
  vertical-align:top}
 table.data thead th{background:#f3f5f7;position:sticky;top:0}
 table.data tbody tr:nth-child(even){background:#fafafa}
 table.kv th{width:14em}
-.scroll{overflow:auto;max-height:70vh;border:1px solid #ddd}
+.scroll{overflow:auto;max-height:70vh;border:1px solid #ddd}.wide{overflow-x:auto}
 .scroll table.data{margin:0;white-space:nowrap}
-figure{margin:1em 0}figcaption{font-size:.85em;color:#555;max-width:60em}
+figure{margin:1em 0}figure svg{display:block}figcaption{font-size:.9em;color:#555;max-width:70em}
 pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.6em;overflow:auto;max-height:24em;
  font-size:.8em;white-space:pre-wrap}
-.note{color:#555;font-size:.9em}.fail h3{color:#b00020;font-size:1em}
+.note{color:#555;font-size:.9em}.warn{color:#8a4b00}.fail h3{color:#b00020;font-size:1em}
 .counts b{font-size:1.1em}.empty{color:#777;font-style:italic}
 """
 
 HOW_TO_READ = (
-    "Each experiment trains the same model for a fixed number of steps after a warm-up "
-    "and reports throughput in samples per second (higher is better). When an experiment "
-    "ran several trials the report shows the median, with the min–max spread in "
-    "parentheses and the coefficient of variation (CV: standard deviation / mean), over "
-    "the trials not marked noisy (see Measurement noise). Speedups are ratios of median "
-    "throughput to the baseline experiment ({baseline}). The article's claimed speedups "
+    "Each experiment trains a model for a number of timed steps after a warm-up (or, for "
+    "the accuracy runs, a number of epochs) and reports throughput in samples per second "
+    "(higher is better); a time budget may stop the timed steps early, and the tables say "
+    "where it did. When an experiment ran several trials the report shows the median, "
+    "with the min–max spread in parentheses and the coefficient of variation over the "
+    "trials (CV: standard deviation / mean), over the trials not marked noisy (see "
+    "Measurement noise); the step-time CV within a trial is shown beside it. Speedups are "
+    "ratios of median throughput to the baseline experiment ({baseline}), and only "
+    "between runs of the same model and image size; each ladder step is also compared "
+    "with the step it builds on, naming what differs. The article's claimed speedups "
     "were measured on a different, much larger machine, so compare the direction and "
     "rough size of each step rather than absolute numbers; results here depend on this "
     "machine's CPU, core count and ISA extensions (listed below). Failed trials are "
@@ -182,20 +214,29 @@ def page_html(
     n_experiments: int,
     provenance: str,
     sections: Sequence[tuple[str, str, str]],
+    headline: str = "",
+    not_run: Sequence[str] = (),
 ) -> str:
-    """The whole page: header (how to read, counts, provenance, contents) and the
-    sections, each an (id, heading, HTML content) triple."""
+    """The whole page: title, the headline, contents, what was not run, how to read,
+    counts, provenance, and the sections, each an (id, heading, HTML content) triple."""
     n, n_ok, n_failed = trial_counts(frame)
     status_counts = frame["status"].value_counts(sort=False)
     counts = ", ".join(f"{k}: {v}" for k, v in status_counts.items())
     nav = "".join(
         f'<li><a href="#{sid}">{html.escape(heading)}</a></li>' for sid, heading, _ in sections
     )
+    nav += '<li><a href="#provenance">Run provenance</a></li>'
     body = "\n".join(
         f'<section id="{sid}"><h2>{html.escape(heading)}</h2>\n{content}</section>'
         for sid, heading, content in sections
     )
     how = HOW_TO_READ.format(baseline=html.escape(str(baseline_label(baseline))))
+    skipped = (
+        '<p class="note" id="not-run">Not run in this preset: '
+        f"{html.escape(', '.join(not_run))}.</p>"
+        if not_run
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -207,14 +248,16 @@ def page_html(
 <body>
 <header>
 <h1>{html.escape(title)}</h1>
+{headline}
+<nav><ol>{nav}</ol></nav>
+{skipped}
 <p>{how}</p>
 <p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok,
 <b>{n_failed}</b> failed ({html.escape(counts) if n else "none"}).</p>
-<h2 id="provenance">Run provenance</h2>
-{provenance}
-<nav><ol>{nav}</ol></nav>
 </header>
 {body}
+<section id="provenance"><h2>Run provenance</h2>
+{provenance}</section>
 </body>
 </html>
 """

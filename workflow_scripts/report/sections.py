@@ -3,17 +3,19 @@ for :func:`workflow_scripts.report.html.page_html`; plus the run's provenance.""
 
 from __future__ import annotations
 
+import hashlib
 import html
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from workflow_scripts.records import OK, error_parts, noise_group_keys
 
+from .compare import WORKLOAD_KEYS, differences, geomean, same_workload
 from .formatting import (
-    _n_used,
-    _trials,
     fmt_cv,
     fmt_int,
     fmt_num,
@@ -30,6 +32,7 @@ from .html import (
     ladder_display,
     roofline_display,
 )
+from .machines import _usd, cpu_description, isa_verdict
 from .stats import SWEEPS, _isnan
 
 Section = tuple[str, str, str]  # (id, heading, HTML content)
@@ -65,28 +68,32 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
         if text not in revisions:
             revisions.append(text)
     started = sorted(_uniq(frame["started_at"]))
+    local = set(_uniq(frame["runtime"])) <= {"local"}
+    na_local = "n/a (local run)" if local else "n/a"
+    slurm = ", ".join(_uniq(frame["slurm_job_id"])) if "slurm_job_id" in frame else ""
     items = [
-        ("CPU model", ", ".join(_uniq(frame["cpu_model"]))),
-        ("ISA flags (DL-relevant)", " ".join(flags)),
-        ("logical CPUs", ", ".join(_uniq(frame["logical_cpus"]))),
-        ("physical cores", ", ".join(_uniq(frame["physical_cores"]))),
-        ("NUMA nodes", ", ".join(_uniq(frame["numa_nodes"]))),
-        ("CPU affinity", ", ".join(_uniq(frame["affinity"]))),
-        ("hosts", ", ".join(_uniq(frame["hostname"]))),
-        ("kernel", ", ".join(kernels)),
-        ("runtime", ", ".join(_uniq(frame["runtime"]))),
-        ("git revision", ", ".join(revisions)),
-        ("preset", ", ".join(_uniq(frame["preset"]))),
-        ("started", " … ".join(dict.fromkeys(started[:1] + started[-1:]))),
+        ("CPU", cpu_description(frame, records) if len(frame) else "n/a"),
+        ("ISA", "; ".join(isa_verdict(set(flags))) if flags else "n/a (not recorded)"),
+        ("ISA flags (DL-relevant)", " ".join(flags) or "n/a (not recorded)"),
+        ("CPU affinity", ", ".join(_uniq(frame["affinity"])) or "n/a"),
+        ("hosts", ", ".join(_uniq(frame["hostname"])) or "n/a"),
+        ("kernel", ", ".join(kernels) or "n/a"),
+        ("runtime", ", ".join(_uniq(frame["runtime"])) or "n/a"),
+        ("SLURM jobs", slurm or "n/a (not a SLURM run)"),
+        ("git revision", ", ".join(revisions) or "n/a"),
+        ("preset", ", ".join(_uniq(frame["preset"])) or "n/a"),
+        ("started", " … ".join(dict.fromkeys(started[:1] + started[-1:])) or "n/a"),
     ]
     kv = pd.DataFrame(items, columns=["item", "value"])
     body = kv.to_html(index=False, header=False, escape=True, classes=["data", "kv"], border=0)
 
     version_rows = []
+    warnings: list[str] = []
     envs = frame["env"].fillna("(unknown)")
     where = frame["image"].fillna("")  # container image, if any (eager/inductor share an env)
     for (env, image), sub in frame.groupby([envs, where], sort=False):
         row = {"env": env + (f" (image {image})" if image else "")}
+        in_image = bool(image) or not (set(_uniq(sub["runtime"])) <= {"local"})
         for col, label in (
             ("python_version", "python"),
             ("torch_version", "torch"),
@@ -97,12 +104,69 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
             ("image_id", "image ID"),
             ("image_digest", "image digest"),
         ):
-            row[label] = ", ".join(_uniq(sub[col]))
-        row["lock sha256"] = ", ".join(s[:12] for s in _uniq(sub["env_lock_sha256"]))
-        if any(v for k, v in row.items() if k != "env"):
+            value = ", ".join(_uniq(sub[col])) if col in sub else ""
+            if not value:
+                value = na_local if col.startswith("image") and not in_image else "n/a"
+            row[label] = value
+        row["lock sha256"] = ", ".join(s[:12] for s in _uniq(sub["env_lock_sha256"])) or "n/a"
+        if any(v != "n/a" for k, v in row.items() if k != "env"):
             version_rows.append(row)
+        warnings += env_warnings(env, sub)
     versions = pd.DataFrame(version_rows)
-    return body + "<h3>Versions per environment</h3>" + _table(versions)
+    flagged = "".join(f'<p class="note warn">{html.escape(w)}</p>' for w in warnings)
+    return body + "<h3>Versions per environment</h3>" + _table(versions) + flagged
+
+
+_CUDA_WHEEL = re.compile(r"^(nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)==", re.MULTILINE)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def env_warnings(env: str, sub: pd.DataFrame) -> list[str]:
+    """What is odd about an environment for a CPU study: a library that reports more
+    than one version across its trials (two builds installed, or a rebuilt environment
+    between trials), and CUDA builds or CUDA wheels (a CUDA build of torch, the
+    ``nvidia-*``/``cuda-*`` wheels its lock pins, when the lock in this checkout is the
+    one the trials ran with)."""
+    out = []
+    for col, name in (("torch_version", "torch"), ("torchvision_version", "torchvision")):
+        values = _uniq(sub[col]) if col in sub else []
+        if len(values) > 1:
+            out.append(
+                f"Environment {env}: its trials report {len(values)} builds of {name} "
+                f"({', '.join(values)}): rebuilt between trials, or two builds installed."
+            )
+    torch = " ".join(_uniq(sub["torch_version"])) if "torch_version" in sub else ""
+    cuda = re.findall(r"\+(cu\d+)", torch)
+    wheels = _locked_cuda_wheels(env, _uniq(sub["env_lock_sha256"]), _uniq(sub["python_version"]))
+    if cuda or wheels:
+        what = []
+        if cuda:
+            what.append(f"torch is a CUDA build ({', '.join(dict.fromkeys(cuda))})")
+        if wheels:
+            what.append(
+                f"its lock envs/{env}.txt pins {len(wheels)} CUDA wheels "
+                f"({', '.join(wheels[:4])}{', …' if len(wheels) > 4 else ''})"
+            )
+        out.append(
+            f"Environment {env}: {'; '.join(what)}. A CPU study does not use them: they cost "
+            "download, disk and import time, and a CPU-only wheel "
+            "(download.pytorch.org/whl/cpu) would avoid them."
+        )
+    return out
+
+
+def _locked_cuda_wheels(env: str, shas: list[str], pythons: list[str]) -> list[str]:
+    path = REPO / "envs" / f"{env}.txt"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    for py in pythons:
+        short = ".".join(py.split(".")[:2])
+        digest = hashlib.sha256(data + f"\npython={short}\n".encode()).hexdigest()
+        if digest in shas:
+            return [m.rstrip("=") for m in _CUDA_WHEEL.findall(data.decode("utf-8", "replace"))]
+    return []
 
 
 def failures_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
@@ -142,6 +206,8 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
     ok = frame["status"] == OK
     probed = ok & pd.to_numeric(frame["probe_fp32_gflops"], errors="coerce").notna()
     noisy = frame[frame["noisy"].fillna(False).astype(bool)]
+    if "noise_signal" not in noisy:
+        noisy = noisy.assign(noise_signal=None)
     discarded = []
     for i, record in enumerate(records):
         attempts = record.get("discarded_attempts") if isinstance(record, Mapping) else None
@@ -156,10 +222,17 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
                     "probe fp32 (GFLOP/s)": fmt_num(p.get("fp32_gflops")),
                     "probe bf16 (GFLOP/s)": fmt_num(p.get("bf16_gflops")),
                     "samples/s": fmt_num(a.get("samples_per_s")),
+                    "caught by": fmt_text(a.get("signal")) or "probe before steps",
                     "reason": fmt_text(a.get("reason")),
                 }
             )
     intro = (
+        "<p>Two kinds of noise: from trial to trial (the CV over trials in the tables) and "
+        "within a trial, from step to step (the step-time CV beside it). A disturbed trial "
+        "is caught by one of these signals, named for each below: <b>probe before "
+        "steps</b> or <b>probe after steps</b> (the trial's matmul probe against the "
+        "environment's reference), <b>step times</b> (steps far slower than the trial's "
+        "own median), <b>peer probes</b> (its probe against comparable trials).</p>"
         f"<p>Just before its timed steps, each trial measures how fast its own process "
         f"multiplies dense matrices (the noise probe: fp32 and bf16 matmuls, about 0.3 s "
         f"each). A trial is marked <b>noisy</b> when either rate is below "
@@ -177,11 +250,14 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
     )
     rows = []
     for _, r in noisy.iterrows():
+        signal = r.get("noise_signal")
         rows.append(
             {
                 "experiment": r["experiment"],
                 "trial": fmt_int(r["trial"]),
+                "caught by": fmt_text(signal) or "peer probes",
                 "samples/s": fmt_num(r["samples_per_s"]),
+                "step-time CV": fmt_cv(r.get("step_time_cv")) or "n/a",
                 "probe fp32": fmt_num(r["probe_fp32_gflops"]),
                 "median fp32": fmt_num(r["probe_fp32_median_gflops"]),
                 "fp32 ratio": _ratio(r["probe_fp32_gflops"], r["probe_fp32_median_gflops"]),
@@ -224,58 +300,135 @@ def ladder_section(ladder: pd.DataFrame, baseline: str | None, base: float, svg:
         base_note += f" at {html.escape(fmt_num(base))} samples/s."
     else:
         base_note += " (no ok trials, so no speedups)."
+    note = (
+        '<p class="note">Each row is a variant of its own, divided by the baseline. The '
+        "column <i>over the step it builds on</i> divides it by the earlier row it differs "
+        "from least, and names what differs: that ratio is the gain of that change alone "
+        "(e.g. channels_last on top of bf16), where the speedup over the baseline adds up "
+        "all the changes. Step-time percentiles need enough timed steps to mean "
+        "something (p90: 10, p99: 100); with fewer they read n/a.</p>"
+    )
+    if not len(ladder):
+        return ("ladder", "Optimization ladder", '<p class="empty">No ladder experiments.</p>')
     return (
         "ladder",
         "Optimization ladder",
-        f"<p>{base_note}</p>" + _table(ladder_display(ladder)) + _figure("ladder", svg),
+        f"<p>{base_note}</p>" + note + _table(ladder_display(ladder)) + _figure("ladder", svg),
     )
+
+
+def _like_for_like(sub: pd.DataFrame, stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """``speedup_text``/``group_text`` cells: the ratio where the runs train the same
+    model and image size, else "n/a" naming the difference."""
+    sub = sub.copy()
+    base = stats[stats["experiment"] == baseline]
+    base_row = base.iloc[0] if len(base) else None
+    first = {}
+    for _, r in stats.iterrows():
+        first.setdefault(r["group_baseline"], r)
+    by_id = stats.set_index("experiment", drop=False)
+    speed, group = [], []
+    for _, r in sub.iterrows():
+        if base_row is None or same_workload(base_row, r):
+            speed.append(fmt_speedup(r.get("speedup")))
+        else:
+            speed.append("n/a (" + ", ".join(differences(base_row, r, WORKLOAD_KEYS)) + ")")
+        head = by_id.loc[r["group_baseline"]] if r["group_baseline"] in by_id.index else None
+        if isinstance(head, pd.DataFrame):
+            head = head.iloc[0]
+        if head is None or head["experiment"] == r["experiment"]:
+            group.append(fmt_speedup(r.get("group_speedup")))
+        elif not same_workload(head, r):
+            group.append("n/a (" + ", ".join(differences(head, r, WORKLOAD_KEYS)) + ")")
+        else:
+            diff = ", ".join(differences(head, r))
+            group.append(fmt_speedup(r.get("group_speedup")) + (f" ({diff})" if diff else ""))
+    sub["speedup_text"] = speed
+    sub["group_text"] = group
+    return sub
 
 
 def sweep_sections(
     stats_sp: pd.DataFrame, baseline: str | None, svgs: Mapping[str, str]
-) -> list[Section]:
-    """One section per sweep of :data:`SWEEPS`, its rows in order of the swept setting."""
-    sections = []
+) -> tuple[list[Section], list[str]]:
+    """One section per sweep of :data:`SWEEPS` that this run has, its rows in order of
+    the swept setting; and the names of the sweeps it does not have."""
+    sections, not_run = [], []
     for group, (x, _xlabel, name) in SWEEPS.items():
         sub = stats_sp[stats_sp["group"] == group].copy()
+        if not len(sub):
+            not_run.append(f"{name.lower()} sweep")
+            continue
         sub["_x"] = pd.to_numeric(sub[x], errors="coerce")
         sub = sub.sort_values("_x", kind="stable")
+        sub = _like_for_like(sub, stats_sp, baseline)
+        ok = sub["sps_median"].notna().any()
         sections.append(
             (
                 group,
                 f"Sweep: {name}",
                 _group_note(sub, baseline)
                 + _table(generic_display(sub))
-                + _figure(group, svgs[group]),
+                + (
+                    _figure(group, svgs[group])
+                    if ok
+                    else '<p class="empty">No successful trials in this sweep (see Failures).</p>'
+                ),
             )
         )
-    return sections
+    return sections, not_run
 
 
-def backends_section(backends: pd.DataFrame, svg: str) -> Section:
-    bk_rows = []
-    for _, r in backends.iterrows():
-        bk_rows.append(
-            {
-                "backend": r["backend"],
-                "best experiment": fmt_text(r["experiment"]) or "no successful trial",
-                "env": fmt_text(r["env"]),
-                "torch": fmt_text(r["torch_version"]),
-                "ipex": fmt_text(r["ipex_version"]),
-                "torch_xla": fmt_text(r["torch_xla_version"]),
-                "precision": fmt_text(r["precision"]),
-                "compile": fmt_text(r["compile"]),
-                "ok trials": _trials(r) if fmt_text(r["experiment"]) else "",
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
-                "CV": fmt_cv(r["sps_cv"]),
-                "speedup vs baseline": fmt_speedup(r["speedup"]),
-            }
-        )
-    return (
-        "backends",
-        "Backend head-to-head",
-        _table(pd.DataFrame(bk_rows)) + _figure("backends", svg),
+def backends_section(
+    matrix: pd.DataFrame, order: Sequence[str], compiled: pd.DataFrame, svg: str
+) -> Section:
+    note = (
+        '<p class="note">Backends compared like for like: each row is one configuration '
+        "(model, image size, batch, data, precision, memory format, launcher, ranks, "
+        "threads) that two backend variants or more ran; each cell is that variant's median "
+        "samples/s at exactly that configuration, with its ratio to eager there. The torch "
+        "version each ran is in the column header. A backend missing from a row did not run "
+        "that configuration.</p>"
     )
+    if not len(matrix):
+        return (
+            "backends",
+            "Backend head-to-head",
+            note + '<p class="empty">No configuration was run by two backends.</p>',
+        )
+    torch = {}
+    for _, r in matrix.iterrows():
+        v = fmt_text(r["torch_version"])
+        if v:
+            torch.setdefault(r["variant"], v.split("+")[0])
+    heads = {v: f"{v} (torch {torch[v]})" if v in torch else v for v in order}
+    rows = []
+    for config, part in matrix.groupby("config", sort=False):
+        row = {"configuration": config}
+        cells = part.set_index("variant")
+        for v in order:
+            if v not in cells.index:
+                row[heads[v]] = "not run"
+                continue
+            c = cells.loc[v]
+            sps = fmt_spread(c["sps_median"], c["sps_min"], c["sps_max"], int(c["n_used"] or 0))
+            text = f"{sps or 'no ok trial'} ({c['experiment']})"
+            if v != "eager" and not _isnan(c["vs_eager"]):
+                text += f", {c['vs_eager']:.2f}× eager"
+            row[heads[v]] = text
+        rows.append(row)
+    body = note + _table(pd.DataFrame(rows))
+    if len(compiled):
+        g = geomean(compiled["speedup"])
+        pairs = ", ".join(
+            f"{r['experiment']} {fmt_speedup(r['speedup']) or 'n/a'} over {r['eager']}"
+            for _, r in compiled.iterrows()
+        )
+        body += (
+            f'<p class="counts">torch.compile over its eager twin: geometric mean '
+            f"<b>{fmt_speedup(g) or 'n/a'}</b> ({html.escape(pairs)}).</p>"
+        )
+    return ("backends", "Backend head-to-head", body + _figure("backends", svg))
 
 
 def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
@@ -283,16 +436,19 @@ def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
         '<p class="note">FLOPs per sample: one forward + backward pass of the model at '
         "batch size 1, counted by torch.utils.flop_counter (2 FLOPs per multiply-add of "
         "the convolutions and matrix products; normalization and activations are not "
-        "counted). Achieved GFLOP/s = FLOPs per sample × samples/s; its share of the "
-        "noise probe's dense matmul rate (same process, same threads, same dtype) says "
-        "how far the training step is from what the matrix units deliver here.</p>"
+        "counted). Achieved GFLOP/s = FLOPs per sample × samples/s, as a percentage of "
+        "the dense matmul rate measured on this machine with the same threads and dtype "
+        "(the calibrated ceiling; older records: the trial's own noise probe). There is "
+        "no arithmetic-intensity axis, so this is not a roofline: it says how far the "
+        "training step is from what the matrix units deliver here. A share above 100% is "
+        "a measurement error and is shown as such.</p>"
     )
     return (
         "roofline",
-        "Roofline",
+        "% of the measured matmul ceiling",
         roof_note
-        + (_table(roofline_display(roof)) if len(roof) else "")
-        + _figure("roofline", svg),
+        + (_table(roofline_display(roof)) if len(roof) else '<p class="empty">No FLOP counts.</p>')
+        + (_figure("roofline", svg) if roof["pct_of_peak"].notna().any() else ""),
     )
 
 
@@ -302,27 +458,36 @@ def noise_section(frame: pd.DataFrame, records: Sequence[Mapping], threshold: fl
 
 def cost_section(costs: pd.DataFrame, baseline: str | None) -> Section:
     cost_note = (
-        '<p class="note">Prices come from the workflow configuration, not from a live '
-        "price list. Samples per dollar = samples/s × 3600 / (USD per hour): what the "
-        "throughput measured here would buy at that hourly rate.</p>"
+        '<p class="note">Prices come from the workflow configuration (<code>prices:</code>), '
+        "not from a live price list: edit them. Dollars per million samples = USD per hour "
+        "/ (samples/s × 3600) × 10⁶. A price marked <i>measured</i> is the price of the "
+        "machine these results were measured on; a price marked <i>article</i> is the "
+        "article's instance, priced with the article's own throughput (its claims: "
+        "ResNet-50, batch 128, 8 vCPUs), never with ours. To price another machine with "
+        "throughput measured on it, add its results (see Machines side by side).</p>"
     )
-    if len(costs):
-        cost_display = pd.DataFrame(
-            {
-                "instance": costs["name"],
-                "USD/hour": [fmt_num(v, 3) for v in costs["usd_per_hour"]],
-                "note": costs["note"],
-                f"baseline ({baseline}) samples/$": [
-                    fmt_num(v, 0) for v in costs["baseline_samples_per_usd"]
-                ],
-                "best experiment": costs["best"].map(fmt_text),
-                "best samples/$": [fmt_num(v, 0) for v in costs["best_samples_per_usd"]],
-            }
-        )
-        cost_body = cost_note + _table(cost_display)
-    else:
-        cost_body = cost_note + '<p class="empty">No prices configured.</p>'
-    return ("cost", "Cost", cost_body)
+    if not len(costs):
+        return ("cost", "Cost", cost_note + '<p class="empty">No prices configured.</p>')
+    rows = []
+    for _, c in costs.iterrows():
+        for which in ("baseline", "best"):
+            rows.append(
+                {
+                    "instance": c["name"],
+                    "USD/hour": fmt_num(c["usd_per_hour"], 4),
+                    "throughput from": c["throughput"],
+                    "configuration": fmt_text(c[which]) or "n/a",
+                    "samples/s": fmt_num(c[f"{which}_sps"]) or "n/a",
+                    "$ per million samples": _usd(c[f"{which}_usd_per_million"]),
+                    "million samples per $": _per_usd(c[f"{which}_samples_per_usd"]),
+                    "note": c["note"],
+                }
+            )
+    return ("cost", "Cost", cost_note + _table(pd.DataFrame(rows)))
+
+
+def _per_usd(value: Any) -> str:
+    return "n/a" if _isnan(value) else f"{float(value) / 1e6:.3g}"
 
 
 def other_section(stats_sp: pd.DataFrame, baseline: str | None) -> Section:
@@ -332,7 +497,7 @@ def other_section(stats_sp: pd.DataFrame, baseline: str | None) -> Section:
     for group in dict.fromkeys(groups):
         if group in COVERED_GROUPS:
             continue
-        sub = stats_sp[groups == group]
+        sub = _like_for_like(stats_sp[groups == group], stats_sp, baseline)
         other.append(
             f"<h3>{html.escape(str(group))}</h3>"
             + _group_note(sub, baseline)

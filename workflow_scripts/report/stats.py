@@ -21,6 +21,13 @@ SWEEPS = {
     "threads": ("threads", "intra-op threads", "Threads"),
 }
 BACKEND_ORDER = tuple(backends.names())
+# Text columns of summary.csv that records.py may or may not have yet (issue 13): a
+# trial's measurement error (e.g. a % of the ceiling above 100) and which signals
+# marked it noisy. Absent columns read as empty.
+OPTIONAL_TEXT = ("measurement_error", "noise_signal")
+# Percentiles and the fewest timed steps that make them mean something: a pXX needs
+# at least 100 / (100 - XX) samples beyond it (p90: 10, p95: 20, p99: 100).
+PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
 
 
 def _first(series: pd.Series) -> Any:
@@ -91,12 +98,18 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "ipex_version",
         "torch_xla_version",
     ]
+    first_cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
+    first_cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
     timing_cols = [
         "step_time_median_s",
         "step_time_p90_s",
+        "step_time_p95_s",
         "step_time_p99_s",
+        "step_time_cv",
         "time_to_first_step_s",
+        "setup_s",
         "peak_rss_mb",
+        "final_loss",
     ]
     roofline_cols = [
         "flops_per_sample",
@@ -104,7 +117,13 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "pct_of_peak",
         "probe_fp32_gflops",
         "probe_bf16_gflops",
+        "ceiling_gflops",
     ]
+    for col in [*first_cols, *timing_cols, *roofline_cols, *OPTIONAL_TEXT, "steps_timed"]:
+        if col not in frame:
+            frame[col] = None if col in OPTIONAL_TEXT else math.nan
+    if "time_budget_hit" not in frame:
+        frame["time_budget_hit"] = None
     rows = []
     for experiment, sub in frame.groupby("experiment", sort=False):
         ok = sub[sub["_usable"]]
@@ -136,13 +155,34 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         row["n_accuracy"] = len(accuracy)
         train = pd.to_numeric(used["train_time_s"], errors="coerce")
         row["train_time_s"] = train.median() if len(used) else math.nan
+        timed = pd.to_numeric(used["steps_timed"], errors="coerce").dropna()
+        row["steps_timed"] = timed.min() if len(timed) else math.nan
+        row["steps_timed_total"] = timed.sum() if len(timed) else math.nan
+        row["n_budget_hit"] = int(used["time_budget_hit"].map(_true).sum())
+        for col in OPTIONAL_TEXT:
+            row[col] = "; ".join(_distinct(sub[col]))
         rows.append(row)
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
     columns += [*timing_cols, *roofline_cols]
     columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
-    columns += ["n_accuracy"]
+    columns += ["n_accuracy", "steps_timed", "steps_timed_total", "n_budget_hit", *OPTIONAL_TEXT]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _distinct(series: pd.Series) -> list[str]:
+    out: list[str] = []
+    for value in series:
+        if _isnan(value) or not str(value).strip():
+            continue
+        for part in str(value).split("; "):
+            if part and part not in out:
+                out.append(part)
+    return out
 
 
 def per_node_type(frame: pd.DataFrame) -> pd.DataFrame:
@@ -240,8 +280,20 @@ def best_experiment(stats: pd.DataFrame) -> pd.Series | None:
     return usable.loc[usable["sps_median"].idxmax()]
 
 
+# The article's own figures (../shared/STUDY.md), for pricing its instance with its
+# throughput, never with ours: ResNet-50, batch 128, 8-vCPU Sapphire Rapids, PyTorch 2.4.
+ARTICLE_CLAIMS = {
+    "baseline": ("fp32 eager (the article's claim)", 9.12),
+    "best": ("bf16 + channels_last + run_cpu + ipex.optimize (the article's claim)", 40.73),
+}
+THROUGHPUT_SOURCES = ("measured", "article")
+
+
 def parse_prices(prices: Any) -> list[dict]:
-    """Normalise ``--prices-json`` (a list of {name, usd_per_hour, note} or one such dict)."""
+    """Normalise ``--prices-json`` (a list of {name, usd_per_hour, note, throughput} or
+    one such dict). ``throughput``: ``measured`` (the default: the price of the machine
+    these results were measured on) or ``article`` (price the article's instance with
+    the article's own figures)."""
     if prices is None:
         return []
     if isinstance(prices, str):
@@ -257,11 +309,13 @@ def parse_prices(prices: Any) -> list[dict]:
             usd = float(usd)
         except (TypeError, ValueError):
             usd = math.nan
+        source = str(item.get("throughput") or "measured")
         out.append(
             {
                 "name": str(item.get("name") or f"price {i + 1}"),
                 "usd_per_hour": usd,
                 "note": "" if item.get("note") is None else str(item.get("note")),
+                "throughput": source if source in THROUGHPUT_SOURCES else "measured",
             }
         )
     return out
@@ -273,49 +327,91 @@ def samples_per_dollar(sps: float, usd_per_hour: float) -> float:
     return sps * 3600.0 / usd_per_hour
 
 
+def usd_per_million(sps: float, usd_per_hour: float) -> float:
+    """Dollars per million training samples at ``sps`` samples/s and an hourly price."""
+    if _isnan(sps) or _isnan(usd_per_hour) or sps <= 0 or usd_per_hour < 0:
+        return math.nan
+    return usd_per_hour / (sps * 3600.0) * 1e6
+
+
+def best_like_baseline(stats: pd.DataFrame, baseline: str | None) -> pd.Series | None:
+    """The fastest experiment that trains the baseline's workload (model, image size,
+    no epochs); every experiment when there is no baseline."""
+    from .compare import same_workload  # compare imports this module
+
+    usable = stats[stats["sps_median"].notna()]
+    if baseline is not None and (stats["experiment"] == baseline).any():
+        ref = stats[stats["experiment"] == baseline].iloc[0]
+        usable = usable[[same_workload(ref, r) for _, r in usable.iterrows()]]
+    if not len(usable):
+        return None
+    return usable.loc[usable["sps_median"].idxmax()]
+
+
 def cost_frame(
     stats: pd.DataFrame, baseline: str | None, prices: Sequence[Mapping]
 ) -> pd.DataFrame:
-    """Samples per dollar for the baseline and the best experiment at each price."""
+    """Per price, the cost of the baseline and of the fastest experiment of the same
+    workload: samples per dollar and dollars per million samples. A ``measured`` price
+    is this machine's, applied to the throughput measured here; an ``article`` price
+    is the article's instance, applied to the article's own figures (its claims)."""
     base = baseline_sps(stats, baseline)
-    best = best_experiment(stats)
+    best = best_like_baseline(stats, baseline)
     best_sps = math.nan if best is None else float(best["sps_median"])
     rows = []
     for price in prices:
         usd = price["usd_per_hour"]
+        if price.get("throughput") == "article":
+            (b_name, b_sps), (t_name, t_sps) = ARTICLE_CLAIMS["baseline"], ARTICLE_CLAIMS["best"]
+        else:
+            b_name, b_sps = baseline, base
+            t_name, t_sps = (None if best is None else best["experiment"]), best_sps
         rows.append(
             {
                 "name": price["name"],
                 "usd_per_hour": usd,
                 "note": price["note"],
-                "baseline": baseline,
-                "baseline_samples_per_usd": samples_per_dollar(base, usd),
-                "best": None if best is None else best["experiment"],
-                "best_samples_per_usd": samples_per_dollar(best_sps, usd),
+                "throughput": price.get("throughput", "measured"),
+                "baseline": b_name,
+                "baseline_sps": b_sps,
+                "baseline_samples_per_usd": samples_per_dollar(b_sps, usd),
+                "baseline_usd_per_million": usd_per_million(b_sps, usd),
+                "best": t_name,
+                "best_sps": t_sps,
+                "best_samples_per_usd": samples_per_dollar(t_sps, usd),
+                "best_usd_per_million": usd_per_million(t_sps, usd),
             }
         )
-    columns = [
-        "name",
-        "usd_per_hour",
-        "note",
-        "baseline",
-        "baseline_samples_per_usd",
-        "best",
-        "best_samples_per_usd",
-    ]
+    columns = ["name", "usd_per_hour", "note", "throughput", "baseline", "baseline_sps"]
+    columns += ["baseline_samples_per_usd", "baseline_usd_per_million", "best", "best_sps"]
+    columns += ["best_samples_per_usd", "best_usd_per_million"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
-    """Experiments with a FLOP count: achieved GFLOP/s against the probe's matmul rate
-    of the dtype they trained in (for bf16 autocast the faster of bf16 and fp32)."""
+    """Experiments with a FLOP count: achieved GFLOP/s against the measured matmul
+    ceiling of the dtype they trained in. The calibrated ceiling (``ceiling_gflops``,
+    ``ceiling_dtype``) where the summary has it; else, for older records, the trial's
+    own noise probe (for bf16 autocast the faster of bf16 and fp32), so labelled. A
+    measurement error (e.g. more than 100% of the ceiling) leaves the share empty
+    and is carried in ``measurement_error``."""
     rows = []
     for _, r in stats.iterrows():
         if _isnan(r["flops_per_sample"]):
             continue
-        dtype = "fp32"  # bf16 autocast: the faster of the two probes (harness.peak_rate)
-        if r["precision"] == "bf16" and not r["probe_bf16_gflops"] < r["probe_fp32_gflops"]:
-            dtype = "bf16"
+        error = r.get("measurement_error")
+        error = "" if _isnan(error) else str(error)
+        if not _isnan(r.get("ceiling_gflops")):
+            dtype = str(r.get("ceiling_dtype") or r["precision"] or "fp32")
+            peak, source = r["ceiling_gflops"], "calibrated ceiling"
+        else:  # an older summary: % of the trial's own noise probe, if anything
+            dtype = "fp32"  # bf16 autocast: the faster of the two probes (probe.peak_rate)
+            if r["precision"] == "bf16" and not r["probe_bf16_gflops"] < r["probe_fp32_gflops"]:
+                dtype = "bf16"
+            peak, source = r[f"probe_{dtype}_gflops"], "noise probe (older records)"
+            if _isnan(r["pct_of_peak"]):
+                peak, source = math.nan, "n/a"
+                error = error or "no calibrated ceiling recorded"
         rows.append(
             {
                 "experiment": r["experiment"],
@@ -323,12 +419,15 @@ def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
                 "flops_per_sample": r["flops_per_sample"],
                 "samples_per_s": r["sps_median"],
                 "achieved_gflops": r["achieved_gflops"],
-                "peak_gflops": r[f"probe_{dtype}_gflops"],
-                "pct_of_peak": r["pct_of_peak"],
+                "peak_gflops": peak,
+                "pct_of_peak": math.nan if error else r["pct_of_peak"],
+                "ceiling_source": source,
+                "measurement_error": error,
             }
         )
     columns = ["experiment", "dtype", "flops_per_sample", "samples_per_s", "achieved_gflops"]
-    return pd.DataFrame(rows, columns=[*columns, "peak_gflops", "pct_of_peak"])
+    columns += ["peak_gflops", "pct_of_peak", "ceiling_source", "measurement_error"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def trial_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
@@ -381,3 +480,81 @@ def in_effect(records: Sequence[Mapping]) -> dict[str, str]:
         if text and text not in found:
             found.append(text)
     return {exp: " / ".join(texts) for exp, texts in seen.items()}
+
+
+# ------------------------------------------------------------------ from the records
+
+
+def _spec_and_metrics(record: Any) -> tuple[Mapping, Mapping]:
+    if not isinstance(record, Mapping):
+        return {}, {}
+    spec = record.get("spec") if isinstance(record.get("spec"), Mapping) else {}
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
+    return spec, metrics
+
+
+def _cv_of(times: Any) -> float:
+    if not isinstance(times, list):
+        return math.nan
+    v = pd.to_numeric(pd.Series(times, dtype="object"), errors="coerce").dropna()
+    if len(v) < 2 or v.mean() <= 0:
+        return math.nan
+    return float(v.std(ddof=1) / v.mean())
+
+
+def enrich(frame: pd.DataFrame, records: Sequence[Any]) -> pd.DataFrame:
+    """The summary rows plus what the report reads from the records themselves, each
+    only where ``summary.csv`` has no such column (yet): the spec's ``seed``, ``lr``
+    and ``time_budget_s``; the timed steps actually run (``steps_timed``), whether the
+    time budget cut them short (``time_budget_hit``) and the within-trial step-time
+    CV (``step_time_cv``). Rows and records correspond one to one, in order; without
+    records (a summary.csv read back) the columns stay empty."""
+    frame = frame.copy()
+    n = len(frame)
+    records = list(records)[:n] + [None] * max(0, n - len(records))
+    pairs = [_spec_and_metrics(r) for r in records]
+    derived = {
+        "seed": lambda spec, m, r: _num(spec.get("seed")),
+        "lr": lambda spec, m, r: _num(spec.get("lr")),
+        "time_budget_s": lambda spec, m, r: _num(spec.get("time_budget_s")),
+        "steps_timed": lambda spec, m, r: _num(m.get("steps_timed")),
+        "time_budget_hit": lambda spec, m, r: (
+            m.get("time_budget_hit") if isinstance(m.get("time_budget_hit"), bool) else None
+        ),
+        "step_time_cv": lambda spec, m, r: _cv_of(
+            r.get("step_times_s") if isinstance(r, Mapping) else None
+        ),
+    }
+    for col, get in derived.items():
+        if col in frame:
+            continue
+        frame[col] = [get(spec, m, r) for (spec, m), r in zip(pairs, records)] if n else []
+    return frame
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def loss_curves(frame: pd.DataFrame, records: Sequence[Any]) -> dict[int, list[float]]:
+    """Each ok row's per-step losses (warm-up steps included), by row position."""
+    out: dict[int, list[float]] = {}
+    for i, record in enumerate(list(records)[: len(frame)]):
+        if not isinstance(record, Mapping) or frame["status"].iloc[i] != OK:
+            continue
+        losses = record.get("losses")
+        if isinstance(losses, list) and losses:
+            out[i] = [_num(v) for v in losses]
+    return out
+
+
+def percentile_ok(name: str, steps: Any) -> bool:
+    """Whether ``steps`` timed steps are enough for percentile ``name`` (p90, p95, p99);
+    unknown step counts are given the benefit of the doubt."""
+    need = PERCENTILE_MIN_STEPS.get(name, 0)
+    return _isnan(steps) or float(steps) >= need

@@ -1,0 +1,305 @@
+"""Like-for-like comparisons: which settings two experiments differ in, each ladder
+step against the step it builds on, backends at the same configuration, compiled
+against eager, and which comparisons are not like for like at all (another model).
+
+A ratio of throughputs means something when the experiments train the same
+workload (:data:`WORKLOAD_KEYS`: model, image size, epochs); every other setting
+they differ in is named next to the ratio (:func:`differences`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from .stats import _isnan
+
+# Settings that change what is trained: a throughput ratio across them means nothing.
+WORKLOAD_KEYS = ("model", "image_size", "epochs")
+# Settings that change how it is trained, in the order differences are named.
+SETTING_KEYS = (
+    "backend",
+    "torch_version",
+    "precision",
+    "channels_last",
+    "compile",
+    "compile_mode",
+    "ipex_optimize",
+    "launcher",
+    "allocator",
+    "openmp",
+    "ranks",
+    "dist_backend",
+    "ccl_transport",
+    "ccl_worker_offload",
+    "batch_size",
+    "data",
+    "num_workers",
+    "threads",
+)
+# What a backend head-to-head holds fixed (everything but the backend's own knobs).
+CONTROLLED_KEYS = (
+    "model",
+    "image_size",
+    "batch_size",
+    "data",
+    "num_workers",
+    "precision",
+    "channels_last",
+    "launcher",
+    "allocator",
+    "ranks",
+    "dist_backend",
+    "threads",
+    "epochs",
+)
+_DEFAULT_OFF = {"compile": "none", "compile_mode": "default", "ranks": 1, "epochs": 0}
+
+
+def _norm(key: str, value: Any) -> str:
+    if _isnan(value):
+        value = _DEFAULT_OFF.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or str(value) in ("True", "False"):
+        return "yes" if str(value) == "True" else "no"
+    return str(value)
+
+
+def _short(key: str, value: str) -> str:
+    return value.split("+")[0] if key == "torch_version" else value
+
+
+def differences(a: Mapping, b: Mapping, keys: Sequence[str] = SETTING_KEYS) -> list[str]:
+    """The settings ``b`` changes over ``a``, in words: ``precision fp32→bf16``,
+    ``+ channels_last``."""
+    out = []
+    for key in keys:
+        va, vb = _norm(key, a.get(key)), _norm(key, b.get(key))
+        if va == vb or (key == "threads" and (not va or not vb)):
+            continue
+        label = "torch" if key == "torch_version" else key
+        if va == "no" and vb == "yes":
+            out.append(f"+ {label}")
+        elif va == "yes" and vb == "no":
+            out.append(f"− {label}")
+        else:
+            out.append(f"{label} {_short(key, va) or '?'}→{_short(key, vb) or '?'}")
+    return out
+
+
+def same_workload(a: Mapping, b: Mapping) -> bool:
+    return not differences(a, b, WORKLOAD_KEYS)
+
+
+def workload_text(row: Mapping) -> str:
+    """``resnet50 at 224 px, batch 16, synthetic data``."""
+    parts = [_norm("model", row.get("model")) or "?"]
+    size = _norm("image_size", row.get("image_size"))
+    if size:
+        parts[0] += f" at {size} px"
+    batch = _norm("batch_size", row.get("batch_size"))
+    if batch:
+        parts.append(f"batch {batch}")
+    data = _norm("data", row.get("data"))
+    if data:
+        parts.append(f"{data} data")
+    return ", ".join(parts)
+
+
+def config_text(row: Mapping) -> str:
+    """An experiment's configuration in a few words: backend, precision, layout, launcher."""
+    parts = [_norm("backend", row.get("backend")) or "?"]
+    parts.append(_norm("precision", row.get("precision")) or "fp32")
+    if _norm("channels_last", row.get("channels_last")) == "yes":
+        parts.append("channels_last")
+    compiled = _norm("compile", row.get("compile"))
+    if compiled and compiled != "none":
+        parts.append(f"torch.compile({compiled})")
+    if _norm("ipex_optimize", row.get("ipex_optimize")) == "yes":
+        parts.append("ipex.optimize")
+    launcher = _norm("launcher", row.get("launcher"))
+    if launcher and launcher != "none":
+        alloc = _norm("allocator", row.get("allocator"))
+        parts.append(launcher + (f" + {alloc}" if alloc and alloc != "default" else ""))
+    ranks = _norm("ranks", row.get("ranks"))
+    if ranks and ranks != "1":
+        parts.append(f"{ranks} ranks")
+    return ", ".join(parts)
+
+
+def previous_steps(ladder: pd.DataFrame) -> pd.DataFrame:
+    """Each ladder row against the earlier row it builds on: the one of the same
+    workload it differs from in the fewest settings (the latest such on a tie).
+    Adds ``step_parent``, ``step_change`` (what differs) and ``step_speedup``."""
+    out = ladder.copy()
+    parents, changes, speedups = [], [], []
+    rows = [r for _, r in ladder.iterrows()]
+    for i, row in enumerate(rows):
+        best: tuple[int, int] | None = None
+        for j in range(i):
+            other = rows[j]
+            if not same_workload(other, row):
+                continue
+            n = len(differences(other, row))
+            if best is None or n <= best[0]:
+                best = (n, j)
+        if best is None:
+            parents.append(None)
+            changes.append("")
+            speedups.append(math.nan)
+            continue
+        parent = rows[best[1]]
+        parents.append(parent["experiment"])
+        changes.append(", ".join(differences(parent, row)) or "nothing")
+        speedups.append(_ratio(row["sps_median"], parent["sps_median"]))
+    out["step_parent"] = parents
+    out["step_change"] = changes
+    out["step_speedup"] = speedups
+    return out
+
+
+def _ratio(a: Any, b: Any) -> float:
+    if _isnan(a) or _isnan(b) or float(b) <= 0:
+        return math.nan
+    return float(a) / float(b)
+
+
+def variant(row: Mapping) -> str:
+    """A backend and its own knobs: ``eager``, ``inductor``, ``ipex + ipex.optimize``,
+    ``ipex + compile(ipex)``, with ``compile_mode`` where not the default."""
+    backend = _norm("backend", row.get("backend")) or "?"
+    parts = [backend]
+    compiled = _norm("compile", row.get("compile"))
+    if compiled and compiled not in ("none", backend):
+        parts.append(f"compile({compiled})")
+    mode = _norm("compile_mode", row.get("compile_mode"))
+    if compiled != "none" and mode and mode != "default":
+        parts.append(mode)
+    if _norm("ipex_optimize", row.get("ipex_optimize")) == "yes":
+        parts.append("ipex.optimize")
+    return " + ".join(parts)
+
+
+def controlled_key(row: Mapping) -> tuple[str, ...]:
+    return tuple(_norm(k, row.get(k)) for k in CONTROLLED_KEYS)
+
+
+def controlled_text(row: Mapping) -> str:
+    text = workload_text(row) + f", {_norm('precision', row.get('precision')) or 'fp32'}"
+    if _norm("channels_last", row.get("channels_last")) == "yes":
+        text += ", channels_last"
+    launcher = _norm("launcher", row.get("launcher"))
+    if launcher and launcher != "none":
+        alloc = _norm("allocator", row.get("allocator"))
+        text += f", {launcher}" + (f" + {alloc}" if alloc and alloc != "default" else "")
+    ranks = _norm("ranks", row.get("ranks"))
+    if ranks and ranks != "1":
+        text += f", {ranks} ranks ({_norm('dist_backend', row.get('dist_backend'))})"
+    threads = _norm("threads", row.get("threads"))
+    if threads:
+        text += f", {threads} threads"
+    return text
+
+
+def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Backends at the same configuration: one row per configuration (the
+    :data:`CONTROLLED_KEYS`) that two backend variants or more ran, one column per
+    variant with its median samples/s, plus the experiment ids. Returns the long frame
+    (``config``, ``variant``, ``experiment``, ``sps_median``, ``sps_min``,
+    ``sps_max``, ``n_used``, ``torch_version``, ``vs_eager``) and the variants'
+    order."""
+    rows = []
+    if not len(stats):
+        return pd.DataFrame(columns=["config", "variant", "experiment"]), []
+    keyed: dict[tuple, list] = {}
+    for _, r in stats.iterrows():
+        keyed.setdefault(controlled_key(r), []).append(r)
+    order: list[str] = []
+    for members in keyed.values():
+        variants = {variant(r) for r in members}
+        if len(variants) < 2:
+            continue
+        best: dict[str, Any] = {}
+        for r in members:
+            v = variant(r)
+            have = best.get(v)
+            if have is None or (
+                not _isnan(r["sps_median"])
+                and (_isnan(have["sps_median"]) or r["sps_median"] > have["sps_median"])
+            ):
+                best[v] = r
+        eager = best.get("eager")
+        for v, r in best.items():
+            if v not in order:
+                order.append(v)
+            rows.append(
+                {
+                    "config": controlled_text(r),
+                    "variant": v,
+                    "experiment": r["experiment"],
+                    "sps_median": r["sps_median"],
+                    "sps_min": r["sps_min"],
+                    "sps_max": r["sps_max"],
+                    "n_used": r["n_used"],
+                    "torch_version": r.get("torch_version"),
+                    "vs_eager": _ratio(
+                        r["sps_median"], None if eager is None else eager["sps_median"]
+                    ),
+                }
+            )
+    first = [v for v in ("eager", "inductor") if v in order]
+    order = first + [v for v in order if v not in first]
+    return pd.DataFrame(rows), order
+
+
+def compiled_pairs(stats: pd.DataFrame) -> pd.DataFrame:
+    """Each compiled experiment against its eager twin (the same configuration and
+    environment, not compiled): ``experiment``, ``eager``, ``speedup``."""
+    rows = []
+    plain = stats[stats["compile"].fillna("none") == "none"]
+    for _, r in stats[stats["compile"].fillna("none") != "none"].iterrows():
+        for _, e in plain.iterrows():
+            diff = differences(e, r)
+            allowed = {"backend", "compile", "compile_mode", "torch"}
+            if not same_workload(e, r) or any(
+                d.split(" ")[0].lstrip("+− ") not in allowed for d in diff
+            ):
+                continue
+            if _norm("backend", e["backend"]) not in ("eager", _norm("backend", r["backend"])):
+                continue
+            rows.append(
+                {
+                    "experiment": r["experiment"],
+                    "eager": e["experiment"],
+                    "speedup": _ratio(r["sps_median"], e["sps_median"]),
+                }
+            )
+            break
+    return pd.DataFrame(rows, columns=["experiment", "eager", "speedup"])
+
+
+def geomean(values: Sequence[float]) -> float:
+    finite = [float(v) for v in values if not _isnan(v) and float(v) > 0]
+    if not finite:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in finite) / len(finite))
+
+
+def reference_for(stats: pd.DataFrame, row: Mapping, baseline: str | None) -> pd.Series | None:
+    """The fp32 eager reference of ``row``'s workload: the ladder baseline when it is
+    the same workload, else the first plain fp32 eager experiment that is."""
+    cands = stats[[same_workload(r, row) for _, r in stats.iterrows()]] if len(stats) else stats
+    if baseline is not None and (cands["experiment"] == baseline).any():
+        return cands[cands["experiment"] == baseline].iloc[0]
+    plain = cands[
+        (cands["backend"] == "eager")
+        & (cands["precision"].fillna("fp32") == "fp32")
+        & (cands["compile"].fillna("none") == "none")
+        & ~cands["channels_last"].map(lambda v: _norm("channels_last", v) == "yes")
+    ]
+    return plain.iloc[0] if len(plain) else None

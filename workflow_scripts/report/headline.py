@@ -1,0 +1,200 @@
+"""The report's first lines: on this CPU, the fastest configuration, its speedup over
+the fp32 baseline and its cost per million samples; how much was measured; and what
+undermines it (budget-cut runs, noise, diverging losses)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from .compare import config_text, geomean, workload_text
+from .formatting import fmt_num
+from .machines import _usd, cpu_description, cpu_flags, isa_verdict
+from .stats import OK, _isnan, baseline_sps, best_like_baseline, percentile_ok
+
+
+def _b(id_: str, text: str) -> str:
+    return f'<b id="hl-{id_}">{html.escape(text)}</b>'
+
+
+def truncated(stats: pd.DataFrame) -> pd.DataFrame:
+    """Experiments (step-count ones, not epochs) whose timed steps are fewer than the
+    spec's ``steps``: the time budget, or a run that stopped early."""
+    steps = pd.to_numeric(stats["steps"], errors="coerce")
+    timed = pd.to_numeric(stats["steps_timed"], errors="coerce")
+    epochs = pd.to_numeric(stats["epochs"], errors="coerce").fillna(0)
+    return stats[(epochs == 0) & steps.notna() & timed.notna() & (timed < steps)]
+
+
+def steps_text(row: Mapping) -> str:
+    """``8``, or ``3 of 8 (time budget)`` for a run cut short, or ``n/a``."""
+    timed, steps = row.get("steps_timed"), row.get("steps")
+    epochs = row.get("epochs")
+    if not _isnan(epochs) and float(epochs or 0) > 0:
+        return f"{int(timed)} ({int(epochs)} epochs)" if not _isnan(timed) else "n/a"
+    if _isnan(timed):
+        return "n/a" if _isnan(steps) else f"{int(steps)} asked (not recorded)"
+    text = str(int(timed))
+    if not _isnan(steps) and timed < steps:
+        why = "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
+        text += f" of {int(steps)} ({why})"
+    return text
+
+
+def percentile_text(value: Any, name: str, row: Mapping, digits: int = 3) -> str:
+    """A step-time percentile, or ``n/a (8 steps)`` when too few timed steps back it."""
+    steps = row.get("steps_timed")
+    if _isnan(steps):
+        steps = row.get("steps")
+    if _isnan(value):
+        return "n/a"
+    if not percentile_ok(name, steps):
+        return f"n/a ({int(steps)} steps)"
+    return fmt_num(value, digits)
+
+
+def headline_html(
+    frame: pd.DataFrame,
+    records: Sequence[Any],
+    stats: pd.DataFrame,
+    baseline: str | None,
+    costs: pd.DataFrame,
+    check: pd.DataFrame,
+    compiled: pd.DataFrame,
+    machines: Mapping | None = None,
+) -> str:
+    """The headline box at the top of the page."""
+    flags = cpu_flags(frame) if len(frame) else set()
+    isa, meaning = isa_verdict(flags)
+    cpu = cpu_description(frame, records) if len(frame) else "no trials"
+    lead = [f"On this CPU, {_b('cpu', cpu)}, ISA {_b('isa', isa)} ({html.escape(meaning)})"]
+    base = baseline_sps(stats, baseline)
+    best = best_like_baseline(stats, baseline) if len(stats) else None
+    if best is None:
+        lead.append(": no configuration finished with a throughput (see Failures).")
+    else:
+        ref = stats[stats["experiment"] == baseline].iloc[0] if baseline is not None else best
+        lead.append(
+            f", the fastest configuration of {html.escape(workload_text(ref))} is "
+            f"{_b('best', str(best['experiment']))} ({html.escape(config_text(best))}) at "
+            f"{_b('sps', fmt_num(best['sps_median']))} samples/s"
+        )
+        if not _isnan(base) and base > 0:
+            speedup = f"{best['sps_median'] / base:.2f}×"
+            lead.append(
+                f", {_b('speedup', speedup)} the fp32 eager "
+                f"baseline ({html.escape(str(baseline))}, {fmt_num(base)} samples/s)"
+            )
+        measured = costs[costs["throughput"] == "measured"] if len(costs) else costs
+        if len(measured):
+            c = measured.iloc[0]
+            lead.append(
+                f", at {_b('cost', _usd(c['best_usd_per_million']))} per million samples "
+                f"({_usd(c['baseline_usd_per_million'])} for the baseline) at "
+                f"${fmt_num(c['usd_per_hour'], 4)}/hour ({html.escape(str(c['name']))})"
+            )
+        else:
+            lead.append(" (no price of this machine configured, so no cost)")
+        lead.append(".")
+    items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
+    items.append(_correctness(check))
+    if len(compiled):
+        g = geomean(compiled["speedup"])
+        if not _isnan(g):
+            items.append(
+                f"torch.compile: {_b('compile', f'{g:.2f}×')} eager (geometric mean over "
+                f"{len(compiled)} like-for-like pair{'s' if len(compiled) > 1 else ''}: "
+                f"{html.escape(', '.join(compiled['experiment']))}); its compile cost is in "
+                "Compile latency and memory."
+            )
+    if machines and machines.get("cheapest"):
+        name, exp, cost, sps = machines["cheapest"]
+        items.append(
+            f"Across the machines compared ({machines['matched']} matching experiments): the "
+            f"cheapest per sample is {_b('cheapest', str(name))} running {html.escape(str(exp))} "
+            f"at {fmt_num(sps)} samples/s, {html.escape(_usd(cost))} per million samples."
+        )
+    lis = "".join(f"<li>{i}</li>" for i in items if i)
+    return f'<div class="headline"><p class="lead">{"".join(lead)}</p><ul>{lis}</ul></div>'
+
+
+def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
+    n = len(frame)
+    if not n:
+        return "Nothing was measured: no trial records."
+    ok = frame["status"] == OK
+    timed = pd.to_numeric(frame.loc[ok, "steps_timed"], errors="coerce")
+    presets = ", ".join(sorted({str(v) for v in frame["preset"].dropna()})) or "unknown"
+    trials = pd.to_numeric(stats["n_trials"], errors="coerce")
+    per = (
+        f"{int(trials.min())}"
+        if trials.min() == trials.max()
+        else (f"{int(trials.min())}–{int(trials.max())}")
+    )
+    text = (
+        f"Measured: {_b('trials', str(n))} trials of {len(stats)} experiments "
+        f"({per} per experiment; preset {html.escape(presets)}), {int(ok.sum())} ok, "
+        f"{n - int(ok.sum())} failed"
+    )
+    if timed.notna().any():
+        text += (
+            f"; {_b('steps', f'{int(timed.sum()):,}')} timed steps in all, "
+            f"{int(timed.median())} per ok trial (median, {int(timed.min())}–{int(timed.max())})"
+        )
+        few = int((timed < 10).sum())
+        if few:
+            text += (
+                f". {few} ok trial{'s' if few > 1 else ''} timed fewer than 10 steps: their "
+                "step-time percentiles are not shown (p90 needs 10 steps, p95 20, p99 100)"
+            )
+    else:
+        text += "; the number of timed steps is not recorded"
+    return text + "."
+
+
+def _budget(stats: pd.DataFrame) -> str:
+    cut = truncated(stats)
+    if not len(cut):
+        return "Every experiment ran all the timed steps it asked for." if len(stats) else ""
+    names = ", ".join(f"{r['experiment']} ({steps_text(r)})" for _, r in cut.iterrows())
+    return (
+        f"{_b('truncated', str(len(cut)))} experiment{'s' if len(cut) > 1 else ''} rest on fewer "
+        f"timed steps than asked: {html.escape(names)}."
+    )
+
+
+def _noise(frame: pd.DataFrame, records: Sequence[Any]) -> str:
+    if not len(frame):
+        return ""
+    noisy = int(frame["noisy"].fillna(False).astype(bool).sum()) if "noisy" in frame else 0
+    discarded = sum(
+        len(r.get("discarded_attempts") or [])
+        for r in records
+        if isinstance(r, Mapping) and isinstance(r.get("discarded_attempts"), list)
+    )
+    return (
+        f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as disturbed "
+        f"and left out of the medians; {discarded} attempt{'s' if discarded != 1 else ''} "
+        "discarded and rerun (see Measurement noise)."
+    )
+
+
+def _correctness(check: pd.DataFrame) -> str:
+    if check is None or not len(check):
+        return "Correctness: no loss curves to compare."
+    checked = check[check["verdict"].isin(["matches", "drifts", "diverges"])]
+    bad = checked[checked["verdict"] == "diverges"]
+    if not len(checked):
+        return "Correctness: no configuration has an fp32 eager run of the same setup to compare."
+    if len(bad):
+        return (
+            f"Correctness: {_b('diverging', str(len(bad)))} of {len(checked)} configurations "
+            f"diverge from the fp32 eager losses: {html.escape(', '.join(bad['experiment']))}."
+        )
+    return (
+        f"Correctness: all {len(checked)} configurations compared follow the fp32 eager "
+        "loss curve of their setup."
+    )
