@@ -108,6 +108,35 @@ PRICE = {
         "name": {"type": "string", "minLength": 1},
         "usd_per_hour": {"type": "number", "exclusiveMinimum": 0},
         "note": {"type": "string"},
+        "throughput": {
+            "enum": ["measured", "article"],
+            "description": "measured: the price of the machine that ran the study (priced "
+            "with its measured throughput); article: the article's instance (priced with "
+            "the article's own figures)",
+        },
+    },
+}
+MACHINE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "results"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "results": {
+            "type": "string",
+            "minLength": 1,
+            "description": "another run's results folder, records folder or summary.csv",
+        },
+        "usd_per_hour": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        "note": {"type": "string"},
+    },
+}
+REPORT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": ["string", "null"], "minLength": 1},
+        "machines": {"type": "array", "items": MACHINE},
     },
 }
 
@@ -212,6 +241,14 @@ SETTINGS: dict[str, Setting] = {
             {"type": "array", "items": PRICE},
             [],
             "hourly prices that turn throughput into samples per dollar",
+            structured=True,
+        ),
+        Setting(
+            "report",
+            REPORT,
+            {"name": None, "machines": []},
+            "the report: this run's name beside other machines, and other machines' "
+            "results (name, results folder or summary.csv, usd_per_hour) to compare with",
             structured=True,
         ),
     ]
