@@ -206,18 +206,9 @@ def probe_or_error(size) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
-def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
-    """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
-    the held-out accuracy); return the metrics part of a record (with ``probe``, the
-    noise probe run just before the steps, or None)."""
-    t0 = time.perf_counter()
-    import torch  # (import time is reported apart from setup)
-
-    import_s = time.perf_counter() - t0
-    launchers.get(spec["launcher"]).verify(spec)
-    t0 = time.perf_counter()
-    trainer = Trainer(spec, data_path)
-    setup_s = time.perf_counter() - t0
+def before_steps(spec: dict) -> dict:
+    """What a trial does between its setup and its steps: wait for its own compile
+    worker pool, count the FLOPs, probe the machine (all ranks together)."""
     # The trial's own background work first: a compile worker pool that the setup
     # started (IPEX's import does) would share the cores with the probe and steps.
     try:
@@ -236,6 +227,55 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     ranks.barrier()  # the ranks probe together, and step together after
     probe_result = probe_or_error(spec.get("probe_size"))
     ranks.barrier()
+    return {
+        "compile_pool_wait_s": pool_wait_s,
+        "flops_per_sample": flops,
+        "flops_error": flops_error,
+        "flops_count_s": flops_count_s,
+        "probe": probe_result,
+    }
+
+
+def timed_step(trainer: Trainer, i: int, total: int, progress=None) -> tuple[float, float]:
+    """Step ``i`` (from 0) of ``total``, timed as every trial times its steps: (seconds,
+    loss). The loss is read after the clock stops; a non-finite one ends the run."""
+    start = time.perf_counter()
+    loss = trainer.step()
+    elapsed = time.perf_counter() - start
+    value = trainer.backend.loss_value(loss)
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss is {value} at step {i + 1}")
+    if progress:
+        progress(i + 1, total, elapsed, value)
+    return elapsed, value
+
+
+def progress_printer(rank: int = 0, world: int = 1):
+    """The per-step progress line a trial's log shows (on stderr)."""
+    who = f"[rank {rank}] " if world > 1 else ""
+
+    def progress(i, total, elapsed, loss):
+        # one write per line: the ranks share the launcher's output
+        sys.stderr.write(f"{who}step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}\n")
+        sys.stderr.flush()
+
+    return progress
+
+
+def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
+    """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
+    the held-out accuracy); return the metrics part of a record (with ``probe``, the
+    noise probe run just before the steps, or None)."""
+    t0 = time.perf_counter()
+    import torch  # (import time is reported apart from setup)
+
+    import_s = time.perf_counter() - t0
+    launchers.get(spec["launcher"]).verify(spec)
+    t0 = time.perf_counter()
+    trainer = Trainer(spec, data_path)
+    setup_s = time.perf_counter() - t0
+    before = before_steps(spec)
+    flops = before["flops_per_sample"]
     step_times: list[float] = []
     losses: list[float] = []
     first_step_s = math.nan
@@ -255,19 +295,12 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
             if ranks.agree(sum(step_times) >= budget):
                 budget_hit = True
                 break
-        start = time.perf_counter()
-        loss = trainer.step()
-        elapsed = time.perf_counter() - start
-        value = trainer.backend.loss_value(loss)
-        if not math.isfinite(value):
-            raise FloatingPointError(f"loss is {value} at step {i + 1}")
+        elapsed, value = timed_step(trainer, i, total, progress)
         losses.append(value)
         if i == 0:
             first_step_s = elapsed
         if i >= spec["warmup_steps"]:
             step_times.append(elapsed)
-        if progress:
-            progress(i + 1, total, elapsed, value)
     train_time_s = time.perf_counter() - train_start
     other_work = contention.measure(window_start, contention.snapshot(), torch.get_num_threads())
     ranks.barrier()  # and probe again together: was the machine still quiet at the end?
@@ -292,8 +325,8 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         "samples_per_s": samples_per_s,
         "flops_per_sample": flops,
         "achieved_gflops": achieved_gflops(flops, samples_per_s),
-        "flops_count_s": flops_count_s,
-        "flops_error": flops_error,
+        "flops_count_s": before["flops_count_s"],
+        "flops_error": before["flops_error"],
         "steps_timed": len(step_times),
         "time_budget_hit": budget_hit,
         "step_time_s": metrics.distribution(step_times),
@@ -301,7 +334,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         "train_time_s": train_time_s,
         **accuracy,
         "setup_s": setup_s,
-        "compile_pool_wait_s": pool_wait_s,
+        "compile_pool_wait_s": before["compile_pool_wait_s"],
         "import_s": import_s,
         "final_loss": losses[-1],
         "first_loss": losses[0],
@@ -310,7 +343,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         "step_times_s": step_times,
         "losses": losses,
         "checks": checks,
-        "probe": probe_result,
+        "probe": before["probe"],
         "probe_after": probe_after,
         "other_work": other_work,
     }
@@ -364,14 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec_json)
 
     rank, world, _ = ranks.world()
-    who = f"[rank {rank}] " if world > 1 else ""
-
-    def progress(i, total, elapsed, loss):
-        # one write per line: the ranks share the launcher's output
-        sys.stderr.write(f"{who}step {i}/{total}: {elapsed:.3f} s loss {loss:.4f}\n")
-        sys.stderr.flush()
-
-    result = run(spec, args.data_path, None if args.quiet else progress)
+    result = run(spec, args.data_path, None if args.quiet else progress_printer(rank, world))
     write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
         print(result["error"]["tail"], file=sys.stderr)

@@ -1,29 +1,37 @@
-"""Does the harness measure what a minimal training loop measures? (harness overhead)
+"""What does the harness cost? Its step against a bare hand-written step, paired in one process.
 
-In one session, N rounds (default 5), each running two fresh processes with the same
-settings, one after the other (the order alternates from round to round, so that a
-drift of the machine does not favour one side):
+A shared machine's noise (other work, frequency, the neighbours of a VM) swamps a 2%
+difference between two runs measured one after the other: rounds of separate
+processes spread by +-15-30% here. So both loops run in ONE process, interleaved, and
+every comparison is paired in time:
 
-(a) minimal: the article's loop, written out by hand: the model, SGD, CrossEntropyLoss,
-    one fixed synthetic batch, each step timed with time.perf_counter;
-(b) harness: ``workflow_scripts.harness.train(spec)`` with the same settings (as the
-    study runs it: noise probe and FLOP count before the steps, unless --probe-size 0).
+- the harness side is the study's own code driven as a trial drives it: the spec
+  resolved by the study's loader, the launcher's and the backend's environment
+  variables (``trial.environment``), ``harness.Trainer`` (threads, backend setup,
+  model, data, channels_last), ``harness.before_steps`` (compile-pool wait, FLOP
+  count, noise probe: their allocations stay behind, as in a trial), and every step
+  through ``harness.timed_step`` with the trial log's progress line;
+- the bare side is the article's loop written out by hand, built after it in the
+  same process: the model from the same seed, SGD, CrossEntropyLoss, one fixed batch
+  (in channels_last once when asked), autocast for bf16, ``time.perf_counter`` around
+  the step, ``loss.item()`` after it.
 
-Both report samples/s over the timed steps (batch size x steps / their total time) and
-their step times. The script prints each round's throughputs and ratio, then three
-estimates of the ratio harness/minimal (see :func:`overhead_estimates`), and PASS when
-the one least sensitive to a shared machine's interference, the ratio of the fastest
-steps, is at least --threshold (0.98), else FAIL (exit status 1). On a 2-vCPU shared
-machine the rounds' ratios spread by +-15-20%, far more than the 2% asked.
+After ``--warmup`` steps of each, ``--rounds`` rounds each run a block of ``--block``
+harness steps and a block of bare steps, in ABBA order (harness first in even
+rounds). A round's ratio is the bare block's time over the harness block's: the
+harness's throughput over the bare loop's, > 1 = harness faster. The estimate is the
+median of the rounds' ratios with its distribution-free 95% confidence interval (order
+statistics of the sign test: a round disturbed by something else moves it by one
+rank, not by its size); PASS when the whole interval is at or above ``--threshold``
+(0.98). The geometric mean with Student's t interval is printed beside it.
 
-Run it with a backend environment's python, the repository root on PYTHONPATH, on an
-otherwise idle machine (it trains for real: about a minute with the defaults):
+Run it with the workflow's python (it resolves the spec) and a backend environment's
+python for the training process, on a machine left alone (it trains for real):
 
-    PYTHONPATH=. .venvs/upstream-*/bin/python tests/benchmarks/harness_overhead.py
-    PYTHONPATH=. .venvs/upstream-*/bin/python tests/benchmarks/harness_overhead.py \\
-        --rounds 7 --model resnet50 --image-size 224 --batch-size 16 --precision bf16
-
-Standard library in this process; torch only in the child processes.
+    .venv/bin/python tests/benchmarks/harness_overhead.py --python .venvs/upstream-*/bin/python
+    .venv/bin/python tests/benchmarks/harness_overhead.py --python .venvs/upstream-*/bin/python \\
+        --model resnet50 --image-size 224 --batch-size 16 --precision bf16 --channels-last \\
+        --rounds 30 --out overhead.json          # the study's trial as a user runs it
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
+import math
 import statistics
 import subprocess
 import sys
@@ -39,33 +47,84 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the study's package, in either process
 MARK = "RESULT "
+# Student's t, two-sided 95% (0.975 quantile), by degrees of freedom
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
+        23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
+        30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}  # fmt: skip
 
 
-# --------------------------------------------------------------------------- children
+def t975(df: int) -> float:
+    if df in T975:
+        return T975[df]
+    above = [d for d in T975 if d > df]
+    return T975[min(above)] if above else 1.960
 
 
-def minimal_loop(cfg: dict) -> dict:
-    """(a) The hand-written loop: nothing but the training step and a stopwatch."""
+def median_ci(values: list[float], level: float = 0.95) -> tuple[list[float], float]:
+    """The distribution-free interval of a median: the k-th smallest and k-th largest
+    values, k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2; and its
+    exact coverage. Fewer than 6 values cannot give 95%: their whole range (coverage
+    below the level)."""
+    xs, n = sorted(values), len(values)
+
+    def below(k: int) -> float:  # P(Binomial(n, 1/2) <= k - 1)
+        return sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    k = 1
+    while k + 1 <= n // 2 and below(k + 1) <= (1 - level) / 2:
+        k += 1
+    return [xs[k - 1], xs[n - k]], 1 - 2 * below(k)
+
+
+def paired_estimate(ratios: list[float]) -> dict:
+    """The median of paired ratios with its 95% interval, and the geometric mean with
+    Student's t interval on the logarithms."""
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else math.inf
+    ci, coverage = median_ci(ratios)
+    return {
+        "median": statistics.median(ratios),
+        "ci95": ci,
+        "ci_coverage": coverage,
+        "geometric_mean": math.exp(mean),
+        "geometric_mean_ci95": [math.exp(mean - half), math.exp(mean + half)],
+        "rounds": n,
+        "round_ratio_min": min(ratios),
+        "round_ratio_max": max(ratios),
+    }
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def bare_step(spec: dict):
+    """The hand-written loop's step, nothing but the training step and a stopwatch."""
     import torch
 
     from workflow_scripts import models  # the model constructors only
 
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
-    torch.manual_seed(cfg["seed"])
-    n_classes = models.num_classes(cfg["model"])
-    model = models.build(cfg["model"], n_classes)
+    torch.manual_seed(spec["seed"])
+    n_classes = models.num_classes(spec["model"])
+    model = models.build(spec["model"], n_classes)
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    gen = torch.Generator().manual_seed(cfg["seed"])
-    size, bs = cfg["image_size"], cfg["batch_size"]
+    gen = torch.Generator().manual_seed(spec["seed"])
+    size, bs = spec["image_size"], spec["batch_size"]
     x = torch.randn(bs, 3, size, size, generator=gen)
     y = torch.randint(0, min(10, n_classes), (bs,), generator=gen)
-    bf16 = cfg["precision"] == "bf16"
-    times = []
-    for i in range(cfg["warmup_steps"] + cfg["steps"]):
+    if spec["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    bf16 = spec["precision"] == "bf16"
+
+    def step() -> float:
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -75,178 +134,163 @@ def minimal_loop(cfg: dict) -> dict:
         optimizer.step()
         elapsed = time.perf_counter() - start
         loss.item()
-        if i >= cfg["warmup_steps"]:
-            times.append(elapsed)
-    return {
-        "samples_per_s": bs * len(times) / sum(times),
-        "step_times_s": times,
-        "threads": torch.get_num_threads(),
-    }
+        return elapsed
+
+    return step
 
 
-def harness_spec(cfg: dict) -> dict:
-    """A fully resolved spec for the harness (the study's defaults, the given settings)."""
-    return {
-        "id": "harness-overhead",
-        "group": "benchmark",
-        "claim_speedup": None,
-        "backend": "eager",
-        "model": cfg["model"],
-        "batch_size": cfg["batch_size"],
-        "image_size": cfg["image_size"],
-        "warmup_steps": cfg["warmup_steps"],
-        "steps": cfg["steps"],
-        "data": "synthetic",
-        "data_dir": None,
-        "num_workers": 0,
-        "precision": cfg["precision"],
-        "channels_last": False,
-        "compile": "none",
-        "compile_mode": "default",
-        "ipex_optimize": False,
-        "threads": cfg["threads"],
-        "cpus": None,
-        "launcher": "none",
-        "allocator": "default",
-        "openmp": "gnu",
-        "lr": cfg["lr"],
-        "seed": cfg["seed"],
-        "timeout_s": 3600,
-        "probe_size": cfg["probe_size"],
-        "warm_compile_cache": False,
-        "env_vars": {},
-        "env": "upstream",
-        "preset": "benchmark",
-    }
-
-
-def harness_loop(cfg: dict) -> dict:
-    """(b) The harness, as a trial runs it."""
+def child(spec: dict, cfg: dict) -> int:
     import torch
 
-    from workflow_scripts import harness
+    from workflow_scripts import harness, launchers
 
-    m = harness.train(harness_spec(cfg))
-    return {
-        "samples_per_s": m["samples_per_s"],
-        "step_times_s": m["step_times_s"],
-        "threads": torch.get_num_threads(),
-    }
-
-
-def child(kind: str, cfg: dict) -> int:
-    result = {"minimal": minimal_loop, "harness": harness_loop}[kind](cfg)
-    print(MARK + json.dumps(result), flush=True)
+    launchers.get(spec["launcher"]).verify(spec)
+    trainer = harness.Trainer(spec)
+    harness.before_steps(spec)
+    bare = bare_step(spec)
+    progress = harness.progress_printer()
+    total = cfg["warmup"] + cfg["rounds"] * cfg["block"]
+    k = 0
+    for _ in range(cfg["warmup"]):
+        harness.timed_step(trainer, k, total, progress)
+        k += 1
+        bare()
+    rounds = []
+    for r in range(cfg["rounds"]):
+        order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")
+        got: dict = {"order": list(order)}
+        for kind in order:
+            times = []
+            for _ in range(cfg["block"]):
+                if kind == "harness":
+                    times.append(harness.timed_step(trainer, k, total, progress)[0])
+                    k += 1
+                else:
+                    times.append(bare())
+            got[kind] = times
+        rounds.append(got)
+    print(MARK + json.dumps({"rounds": rounds, "threads": torch.get_num_threads()}), flush=True)
     return 0
 
 
 # --------------------------------------------------------------------------- the session
 
 
-def run_child(python: str, kind: str, cfg: dict) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+def resolve_spec(cfg: dict) -> dict:
+    """The spec through the study's own loader (its defaults, the given fields)."""
+    from workflow_scripts import study
+
+    fields = {
+        "id": "harness-overhead",
+        "model": cfg["model"],
+        "image_size": cfg["image_size"],
+        "batch_size": cfg["batch_size"],
+        "precision": cfg["precision"],
+        "channels_last": cfg["channels_last"],
+        "launcher": cfg["launcher"],
+        "probe_size": cfg["probe_size"],
+        "warmup_steps": cfg["warmup"],
+        "steps": cfg["rounds"] * cfg["block"],
+    }
     if cfg["threads"]:
-        env["OMP_NUM_THREADS"] = str(cfg["threads"])
-    cmd = [python, str(Path(__file__).resolve()), "--child", kind, "--config", json.dumps(cfg)]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+        fields["threads"] = cfg["threads"]
+    config = {"experiments": [fields]}
+    return json.loads(study.load_study(config).spec_json(fields["id"]))
+
+
+def run_child(python: str, spec: dict, cfg: dict, log: Path) -> dict:
+    from workflow_scripts import runtimes, trial
+
+    prefix = str(Path(python).parent.parent)
+    runtime = runtimes.for_env({"python": python, "prefix": prefix, "name": spec.get("env")})
+    env = trial.environment(spec, runtime)
+    cmd = [python, "-u", str(Path(__file__).resolve()), "--child", "--spec-json",
+           json.dumps(spec), "--config", json.dumps(cfg)]  # fmt: skip
+    with open(log, "w") as logf:  # the progress lines go where a trial's go: a log file
+        proc = subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=logf,
+                              text=True)  # fmt: skip
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
-        raise SystemExit(f"the {kind} run failed (exit status {proc.returncode})")
+        sys.stderr.write(proc.stdout[-3000:] + log.read_text()[-6000:])
+        raise SystemExit(f"the benchmark process failed (exit status {proc.returncode})")
     return json.loads(lines[-1][len(MARK) :])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--python", required="--child" not in (argv or sys.argv),
+                    help="a backend environment's python (the training process)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--block", type=int, default=2, help="steps of each side per round")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps of each side")
     ap.add_argument("--model", default="resnet18", choices=["resnet50", "resnet18", "cnn"])
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps")
-    ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=None, help="default: torch's")
-    ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--probe-size", type=int, default=1024, help="the harness's noise probe (0: none)"
-    )
-    ap.add_argument("--threshold", type=float, default=0.98, help="PASS: fastest-step ratio >= it")
-    ap.add_argument("--python", default=sys.executable, help="interpreter of the children")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--launcher", default="none", help="the spec's launcher (its environment)")
+    ap.add_argument("--threads", type=int, default=None, help="default: the study's")
+    ap.add_argument("--probe-size", type=int, default=1024, help="the harness's noise probe")
+    ap.add_argument("--threshold", type=float, default=0.98, help="PASS: the interval >= it")
+    ap.add_argument("--log", type=Path, default=Path("/tmp/harness-overhead.log"))
     ap.add_argument("--out", type=Path, help="also write every round's figures here (JSON)")
-    ap.add_argument("--child", choices=["minimal", "harness"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spec-json", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, json.loads(args.config))
+        return child(json.loads(args.spec_json), json.loads(args.config))
 
     cfg = {
         "model": args.model,
         "image_size": args.image_size,
         "batch_size": args.batch_size,
-        "warmup_steps": args.warmup,
-        "steps": args.steps,
         "precision": args.precision,
+        "channels_last": args.channels_last,
+        "launcher": args.launcher,
         "threads": args.threads,
-        "lr": args.lr,
-        "seed": args.seed,
         "probe_size": args.probe_size,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "block": args.block,
     }
+    spec = resolve_spec(cfg)
     print(
-        f"harness overhead: {args.model} {args.image_size}px batch {args.batch_size} "
-        f"{args.precision}, {args.warmup} warm-up + {args.steps} timed steps, "
-        f"{args.rounds} rounds, python {args.python}",
+        f"harness overhead, paired in one process: {spec['model']} {spec['image_size']}px "
+        f"batch {spec['batch_size']} {spec['precision']}"
+        f"{' channels_last' if spec['channels_last'] else ''}, launcher {spec['launcher']}, "
+        f"{args.rounds} rounds of {args.block}+{args.block} steps after {args.warmup} warm-up "
+        f"steps each, python {args.python}",
         flush=True,
     )
-    ratios, rounds = [], []
-    steps: dict[str, list[float]] = {"minimal": [], "harness": []}
-    for r in range(1, args.rounds + 1):
-        # ABBA order: minimal, harness | harness, minimal | ...
-        order = ("minimal", "harness") if r % 2 else ("harness", "minimal")
-        got = {kind: run_child(args.python, kind, cfg) for kind in order}
-        for kind in steps:
-            steps[kind] += got[kind]["step_times_s"]
-        a, b = got["minimal"]["samples_per_s"], got["harness"]["samples_per_s"]
-        ratios.append(b / a)
-        rounds.append({"order": list(order), **got})
-        print(
-            f"round {r} ({order[0]} first): minimal {a:.2f} samples/s, harness {b:.2f} "
-            f"samples/s, ratio {b / a:.3f} ({got['harness']['threads']} threads)",
-            flush=True,
-        )
-    estimates = overhead_estimates(ratios, steps["minimal"], steps["harness"])
-    verdict = "PASS" if estimates["fastest step"] >= args.threshold else "FAIL"
+    got = run_child(args.python, spec, cfg, args.log)
+    ratios = []
+    for i, r in enumerate(got["rounds"], 1):
+        ratio = sum(r["bare"]) / sum(r["harness"])
+        ratios.append(ratio)
+        print(f"round {i} ({r['order'][0]} first): harness {sum(r['harness']):.3f} s, "
+              f"bare {sum(r['bare']):.3f} s, ratio {ratio:.3f}", flush=True)  # fmt: skip
+    est = paired_estimate(ratios)
+    lo, hi = est["ci95"]
+    verdict = "PASS" if lo >= args.threshold else "FAIL"
+    harness_steps = [t for r in got["rounds"] for t in r["harness"]]
+    bare_steps = [t for r in got["rounds"] for t in r["bare"]]
+    est["median_step_ratio"] = statistics.median(bare_steps) / statistics.median(harness_steps)
     if args.out:
-        result = {"config": cfg, "rounds": rounds, "estimates": estimates, "verdict": verdict}
+        result = {"config": cfg, "spec": spec, "threads": got["threads"], "rounds": got["rounds"],
+                  "estimate": est, "verdict": verdict}  # fmt: skip
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"median step: harness {statistics.median(harness_steps):.4f} s, bare "
+          f"{statistics.median(bare_steps):.4f} s ({got['threads']} threads)")  # fmt: skip
+    glo, ghi = est["geometric_mean_ci95"]
+    print(f"geometric mean {est['geometric_mean']:.4f}, t 95% CI [{glo:.4f}, {ghi:.4f}]; round "
+          f"ratios {est['round_ratio_min']:.3f}-{est['round_ratio_max']:.3f}")  # fmt: skip
     print(
-        f"ratio harness/minimal over {args.rounds} rounds: "
-        + ", ".join(f"{name} {value:.3f}" for name, value in estimates.items())
-        + f" (round ratios {min(ratios):.3f}-{max(ratios):.3f})"
+        f"harness/bare throughput: median of {est['rounds']} paired rounds "
+        f"{est['median']:.4f}, {100 * est['ci_coverage']:.1f}% CI [{lo:.4f}, {hi:.4f}], "
+        f"threshold {args.threshold:g}: {verdict}"
     )
-    print(f"fastest step ratio {estimates['fastest step']:.3f}, threshold {args.threshold:g}: "
-          f"{verdict}")  # fmt: skip
     return 0 if verdict == "PASS" else 1
-
-
-def overhead_estimates(
-    round_ratios: list[float], minimal_steps: list[float], harness_steps: list[float]
-) -> dict[str, float]:
-    """Three estimates of throughput(harness) / throughput(minimal), each >1 = harness faster.
-
-    - "fastest step": the minimal loop's fastest step time over the harness's, every
-      round pooled. A shared machine only ever adds time to a step, so the fastest of
-      many steps is the estimate least disturbed by it (the reasoning of Python's
-      timeit); this one decides PASS/FAIL.
-    - "median step": the same with the median step times, every round pooled.
-    - "median round": the median of the rounds' throughput ratios.
-    """
-    return {
-        "fastest step": min(minimal_steps) / min(harness_steps),
-        "median step": statistics.median(minimal_steps) / statistics.median(harness_steps),
-        "median round": statistics.median(round_ratios),
-    }
 
 
 if __name__ == "__main__":
