@@ -193,11 +193,12 @@ def build_report(
     ladder = previous_steps(ladder_frame(stats, baseline))
     matrix, order = backend_matrix(stats)
     compiled = compiled_pairs(stats)
-    costs = cost_frame(stats, baseline, price_list)
-    roof = roofline_frame(stats)
-    svgs = plot_all(stats, ladder, matrix, order, roof, baseline, plots_dir)
     curves = loss_curves(rich, records)
     correctness, check = correctness_section(stats, rich, curves, plots_dir)
+    diverging = list(check.loc[check["verdict"] == "diverges", "experiment"])
+    costs = cost_frame(stats, baseline, price_list, diverging)
+    roof = roofline_frame(stats)
+    svgs = plot_all(stats, ladder, matrix, order, roof, baseline, plots_dir)
 
     others = [load_machine(m, noise_threshold) for m in parse_machines(machines)]
     machine_summary = None

@@ -72,7 +72,13 @@ def headline_html(
     cpu = cpu_description(frame, records) if len(frame) else "no trials"
     lead = [f"On this CPU, {_b('cpu', cpu)}, ISA {_b('isa', isa)} ({html.escape(meaning)})"]
     base = baseline_sps(stats, baseline)
-    best = best_like_baseline(stats, baseline) if len(stats) else None
+    diverging = (
+        []
+        if check is None or not len(check)
+        else (list(check.loc[check["verdict"] == "diverges", "experiment"]))
+    )
+    best = best_like_baseline(stats, baseline, diverging) if len(stats) else None
+    fastest = best_like_baseline(stats, baseline) if len(stats) else None
     if best is None:
         lead.append(": no configuration finished with a throughput (see Failures).")
     else:
@@ -99,6 +105,12 @@ def headline_html(
         else:
             lead.append(" (no price of this machine configured, so no cost)")
         lead.append(".")
+        if fastest is not None and fastest["experiment"] != best["experiment"]:
+            lead.append(
+                f" ({html.escape(str(fastest['experiment']))} ran faster, at "
+                f"{fmt_num(fastest['sps_median'])} samples/s, but its losses diverge from "
+                "fp32 eager's: see Correctness.)"
+            )
     items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
     items.append(_correctness(check))
     if len(compiled):

@@ -231,8 +231,10 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
         "within a trial, from step to step (the step-time CV beside it). A disturbed trial "
         "is caught by one of these signals, named for each below: <b>probe before "
         "steps</b> or <b>probe after steps</b> (the trial's matmul probe against the "
-        "environment's reference), <b>step times</b> (steps far slower than the trial's "
-        "own median), <b>peer probes</b> (its probe against comparable trials).</p>"
+        "environment's reference), <b>other work during steps</b> (other processes on "
+        "its CPUs), <b>step times</b> (its steps far more dispersed than its "
+        "experiment's other trials), <b>peer probes</b> (its probe against comparable "
+        "trials).</p>"
         f"<p>Just before its timed steps, each trial measures how fast its own process "
         f"multiplies dense matrices (the noise probe: fp32 and bf16 matmuls, about 0.3 s "
         f"each). A trial is marked <b>noisy</b> when either rate is below "
@@ -264,6 +266,8 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
                 "probe bf16": fmt_num(r["probe_bf16_gflops"]),
                 "median bf16": fmt_num(r["probe_bf16_median_gflops"]),
                 "bf16 ratio": _ratio(r["probe_bf16_gflops"], r["probe_bf16_median_gflops"]),
+                "probe after (fp32)": fmt_num(r.get("probe_after_fp32_gflops")) or "n/a",
+                "other work on its CPUs": fmt_cv(r.get("other_work_share")) or "n/a",
                 "load avg 1 min": fmt_num(r["load_avg_1m"], 2),
             }
         )

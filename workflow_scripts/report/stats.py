@@ -334,12 +334,15 @@ def usd_per_million(sps: float, usd_per_hour: float) -> float:
     return usd_per_hour / (sps * 3600.0) * 1e6
 
 
-def best_like_baseline(stats: pd.DataFrame, baseline: str | None) -> pd.Series | None:
+def best_like_baseline(
+    stats: pd.DataFrame, baseline: str | None, exclude: Sequence[str] = ()
+) -> pd.Series | None:
     """The fastest experiment that trains the baseline's workload (model, image size,
-    no epochs); every experiment when there is no baseline."""
+    no epochs); every experiment when there is no baseline. ``exclude``: experiments
+    not to recommend (their losses diverge)."""
     from .compare import same_workload  # compare imports this module
 
-    usable = stats[stats["sps_median"].notna()]
+    usable = stats[stats["sps_median"].notna() & ~stats["experiment"].isin(list(exclude))]
     if baseline is not None and (stats["experiment"] == baseline).any():
         ref = stats[stats["experiment"] == baseline].iloc[0]
         usable = usable[[same_workload(ref, r) for _, r in usable.iterrows()]]
@@ -349,14 +352,17 @@ def best_like_baseline(stats: pd.DataFrame, baseline: str | None) -> pd.Series |
 
 
 def cost_frame(
-    stats: pd.DataFrame, baseline: str | None, prices: Sequence[Mapping]
+    stats: pd.DataFrame,
+    baseline: str | None,
+    prices: Sequence[Mapping],
+    exclude: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Per price, the cost of the baseline and of the fastest experiment of the same
     workload: samples per dollar and dollars per million samples. A ``measured`` price
     is this machine's, applied to the throughput measured here; an ``article`` price
     is the article's instance, applied to the article's own figures (its claims)."""
     base = baseline_sps(stats, baseline)
-    best = best_like_baseline(stats, baseline)
+    best = best_like_baseline(stats, baseline, exclude)
     best_sps = math.nan if best is None else float(best["sps_median"])
     rows = []
     for price in prices:

@@ -1,0 +1,382 @@
+"""The report answers the question (issue 12): the headline's numbers, like-for-like
+comparisons, the cost arithmetic, unrun sweeps, budget-cut runs, noisy and failed
+trials, diverging losses and two machines side by side, from fixture records (no
+torch, no browser; see test_report_browser.py for the rendered page)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.test_report import PROVENANCE, html_tables, make
+from workflow_scripts import records as rec
+from workflow_scripts import report
+from workflow_scripts.report import compare, headline, machines, quality, stats
+
+LOSSES = [2.30, 2.25, 2.20, 2.15, 2.10, 2.05, 2.00, 1.95, 1.90, 1.85]
+PRICE_A = 0.1027
+PRICE_B = 0.2
+
+
+def trial(exp, k=0, sps=10.0, losses=LOSSES, steps_timed=8, probe=(180.0, 400.0), **spec):
+    """A fixture record: 8 timed steps asked, ``steps_timed`` run, a probe, losses."""
+    r = make(exp, k, sps, steps=8, preset="quick", **spec)
+    if sps is not None:
+        r["metrics"]["steps_timed"] = steps_timed
+        r["metrics"]["time_budget_hit"] = steps_timed < 8
+        r["probe"] = {"fp32_gflops": probe[0], "bf16_gflops": probe[1], "size": 1024}
+        r["probe"]["threads"] = 2
+        r["losses"] = list(losses)
+        r["step_times_s"] = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0][:steps_timed]
+    return r
+
+
+def machine_a():
+    """An AVX-512 BF16 machine, preset quick: the ladder, a budget-cut bf16, a noisy
+    baseline trial, a failed IPEX run, a compiled run whose losses diverge, another
+    model in another group; no sweeps."""
+    diverging = [2.30, 2.6, 3.4, 5.0, 9.0, 14.0, 20.0, 30.0, 45.0, 60.0]
+    return [
+        trial("baseline", 0, 10.0),
+        trial("baseline", 1, 12.0),
+        trial("baseline", 2, 4.0, probe=(60.0, 150.0)),  # disturbed: the peers' probes say so
+        trial("bf16", 0, 22.0, steps_timed=3, precision="bf16", claim_speedup=2.67),
+        trial("bf16-cl", 0, 33.0, precision="bf16", channels_last=True, claim_speedup=4.16),
+        trial(
+            "runcpu-tcmalloc", 0, 35.2, precision="bf16", channels_last=True,
+            launcher="run_cpu", allocator="tcmalloc", claim_speedup=4.28,
+        ),
+        trial(
+            "inductor-bf16-cl", 0, 40.0, losses=diverging, precision="bf16",
+            channels_last=True, backend="inductor", compile="inductor",
+        ),
+        trial("inductor-fp32", 0, 12.1, backend="inductor", compile="inductor"),
+        trial("ipex-baseline", 0, 9.0, backend="ipex", env="ipex"),
+        trial(
+            "ipex-optimize-bf16-cl", 0, None, status="failed", backend="ipex", env="ipex",
+            ipex_optimize=True, precision="bf16", channels_last=True,
+            error={"type": "RuntimeError", "message": "bf16 prepack needs AVX-512"},
+        ),
+        trial("resnet18", 0, 80.0, group="models", model="resnet18", image_size=64),
+    ]  # fmt: skip
+
+
+def machine_b():
+    """An AVX2-only machine, preset default: bf16 emulated (slower than fp32); bf16-cl
+    ran at another batch; an experiment machine A does not have."""
+    prov = copy.deepcopy(PROVENANCE)
+    prov.update(cpu_model="Intel Xeon E5-2686 v4", cpu_flags=["avx2", "fma"], logical_cpus=8)
+    records = [
+        trial("baseline", 0, 8.0),
+        trial("bf16", 0, 4.0, precision="bf16"),
+        trial("bf16-cl", 0, 5.0, precision="bf16", channels_last=True, batch_size=32),
+        trial(
+            "runcpu-tcmalloc", 0, 5.2, precision="bf16", channels_last=True,
+            launcher="run_cpu", allocator="tcmalloc",
+        ),
+        trial("xla-fp32", 0, 3.0, backend="xla", env="xla"),
+    ]  # fmt: skip
+    for r in records:
+        r["provenance"] = copy.deepcopy(prov)
+        r["spec"]["preset"] = "default"
+    return records
+
+
+def write(folder, records):
+    paths = []
+    for r in records:
+        p = folder / "records" / r["experiment"] / f"trial{r['trial']}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(r))
+        paths.append(p)
+    return paths
+
+
+PRICES = [
+    {"name": "this machine", "usd_per_hour": PRICE_A, "note": "assumed"},
+    {"name": "article: c7i.2xlarge", "usd_per_hour": 0.357, "throughput": "article"},
+]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("decisions")
+    write(tmp / "b", machine_b())
+    records = rec.load_records(write(tmp / "a", machine_a()))
+    out = report.build_report(
+        records, tmp / "summary.csv", tmp / "report" / "index.html", tmp / "report",
+        prices=PRICES, machines=[{"name": "avx2-box", "results": str(tmp / "b"),
+                                  "usd_per_hour": PRICE_B}], name="avx512-box",
+    )  # fmt: skip
+    text = (tmp / "report" / "index.html").read_text()
+    return tmp, records, out, text
+
+
+def section(text, sid):
+    start = text.index(f'<section id="{sid}">')
+    return text[start : text.index("</section>", start)]
+
+
+def headline_value(text, key):
+    m = re.search(rf'<b id="hl-{key}">([^<]*)</b>', text)
+    return m.group(1) if m else None
+
+
+def test_the_headline_comes_first_with_its_numbers(page):
+    _, _, out, text = page
+    assert out["baseline"] == "baseline"
+    box = text[text.index('class="headline"') : text.index("<nav>")]
+    assert text.index('class="headline"') < text.index('id="ladder"')
+    assert text.index('class="headline"') < text.index('id="provenance"')
+    assert headline_value(text, "cpu").startswith("AMD EPYC 9R14")
+    assert headline_value(text, "isa") == "AVX-512 BF16, no AMX"
+    # the fastest configuration whose losses do not diverge: run_cpu + tcmalloc
+    assert headline_value(text, "best") == "runcpu-tcmalloc"
+    assert headline_value(text, "sps") == "35.2"
+    # the baseline's median over its two clean trials (the noisy one left out): 11
+    assert headline_value(text, "speedup") == f"{35.2 / 11:.2f}×" == "3.20×"
+    # $0.1027/hour / (35.2 samples/s * 3600 s) * 1e6 = $0.81 per million samples
+    assert headline_value(text, "cost") == f"${PRICE_A / (35.2 * 3600) * 1e6:.2f}" == "$0.81"
+    assert "$2.59 for the baseline" in box  # 0.1027 / (11 * 3600) * 1e6
+    assert "inductor-bf16-cl" in box and "diverg" in box
+    # how much was measured: 11 trials, 10 ok; timed steps of the ok ones
+    assert headline_value(text, "trials") == "11"
+    assert headline_value(text, "steps") == str(8 * 9 + 3)
+    assert "preset quick" in box
+    assert "their step-time percentiles are not shown" in box
+    # the budget-cut run, the noisy trial, the diverging configuration
+    assert headline_value(text, "truncated") == "1"
+    assert "bf16 (3 of 8 (time budget))" in box
+    assert headline_value(text, "noisy") == "1"
+    assert headline_value(text, "diverging") == "1"
+    # the geometric mean of compiled over eager twins: 40/33 and 12.1/11
+    assert headline_value(text, "compile") == f"{math.sqrt(40 / 33 * 12.1 / 11):.2f}×"
+    # two machines: the cheapest per sample
+    assert headline_value(text, "cheapest") == "avx512-box"
+
+
+def test_the_ladder_compares_each_step_with_the_one_it_builds_on(page):
+    _, _, _, text = page
+    table = html_tables(section(text, "ladder"))[0].set_index("experiment")
+    step = "over the step it builds on"
+    assert table.loc["baseline", step] == "—"
+    assert table.loc["bf16", step] == "2.00× over baseline: precision fp32→bf16"
+    assert table.loc["bf16-cl", step] == "1.50× over bf16: + channels_last"
+    assert table.loc["runcpu-tcmalloc", step] == (
+        "1.07× over bf16-cl: launcher none→run_cpu, allocator default→tcmalloc"
+    )
+    assert table.loc["runcpu-tcmalloc", "speedup"] == "3.20×"
+    # percentiles from too few timed steps are not numbers
+    assert table.loc["baseline", "step p90 (s)"] == "n/a (8 steps)"
+    assert table.loc["baseline", "step p99 (s)"] == "n/a (8 steps)"
+    assert table.loc["bf16", "timed steps"] == "3 of 8 (time budget)"
+    assert table.loc["baseline", "timed steps"] == "8"
+    # the two kinds of noise side by side
+    assert table.loc["baseline", "CV over trials"] == f"{100 * (2**0.5) / 11:.1f}%"
+    assert table.loc["bf16", "CV over trials"] == "n/a (1 trial)"
+    assert table.loc["baseline", "step-time CV within a trial"].endswith("%")
+
+
+def test_backends_are_compared_at_the_same_configuration(page):
+    _, _, _, text = page
+    table = html_tables(section(text, "backends"))[0].set_index("configuration")
+    fp32 = [c for c in table.index if ", fp32," in c]
+    bf16 = [c for c in table.index if "bf16, channels_last," in c and "run_cpu" not in c]
+    assert len(fp32) == 1 and len(bf16) == 1
+    row = table.loc[fp32[0]]
+    assert row["eager (torch 2.14.1)"].startswith("11.0 (10.0–12.0) (baseline)")
+    assert row["ipex (torch 2.14.1)"] == "9.00 (ipex-baseline), 0.82× eager"
+    assert row["inductor (torch 2.14.1)"] == "12.1 (inductor-fp32), 1.10× eager"
+    row = table.loc[bf16[0]]
+    assert row["eager (torch 2.14.1)"] == "33.0 (bf16-cl)"
+    assert row["inductor (torch 2.14.1)"] == "40.0 (inductor-bf16-cl), 1.21× eager"
+    assert row["ipex + ipex.optimize (torch 2.14.1)"] == "no ok trial (ipex-optimize-bf16-cl)"
+    # nothing compares eager's best bf16 with another backend's fp32
+    assert not any("bf16" in c and "fp32" in c for c in table.index)
+
+
+def test_other_models_are_not_divided_by_the_baseline(page):
+    _, _, _, text = page
+    table = html_tables(section(text, "other"))[0].set_index("experiment")
+    assert (
+        table.loc["resnet18", "speedup vs baseline"]
+        == "n/a (model resnet50→resnet18, image_size 224→64)"
+    )
+
+
+def test_unrun_sweeps_are_one_line(page):
+    tmp, _, _, text = page
+    assert (
+        "Not run in this preset: batch size sweep, dataloader workers sweep, threads sweep." in text
+    )
+    for sweep in ("batch_size", "num_workers", "threads"):
+        assert f'<section id="{sweep}">' not in text
+        assert "not run in this preset" in (tmp / "report" / f"{sweep}.svg").read_text()
+    assert "No rows" not in text
+
+
+def test_cost_in_dollars_per_million_samples(page):
+    _, _, _, text = page
+    table = html_tables(section(text, "cost"))[0]
+    ours = table[table["instance"] == "this machine"].set_index("configuration")
+    assert ours.loc["baseline", "$ per million samples"] == "$2.59"
+    assert ours.loc["baseline", "million samples per $"] == f"{11 * 3600 / PRICE_A / 1e6:.3g}"
+    assert ours.loc["runcpu-tcmalloc", "$ per million samples"] == "$0.81"
+    # the article's instance is priced with the article's own figures, never with ours
+    art = table[table["instance"] == "article: c7i.2xlarge"]
+    assert set(art["throughput from"]) == {"article"}
+    assert list(art["samples/s"]) == ["9.12", "40.7"]
+    assert (
+        list(art["$ per million samples"])
+        == [
+            f"${0.357 / (9.12 * 3600) * 1e6:.2f}",
+            f"${0.357 / (40.73 * 3600) * 1e6:.2f}",
+        ]
+        == ["$10.87", "$2.43"]
+    )
+    assert all("claim" in c for c in art["configuration"])
+
+
+def test_cost_frame_arithmetic():
+    frame = rec.summary_frame([make("baseline", sps=10.0), make("fast", sps=40.0)])
+    s = report.experiment_stats(frame)
+    costs = report.cost_frame(s, "baseline", report.parse_prices('[{"name":"a","usd_per_hour":2}]'))
+    assert costs.loc[0, "baseline_usd_per_million"] == pytest.approx(2 / (10 * 3600) * 1e6)
+    assert costs.loc[0, "best_usd_per_million"] == pytest.approx(2 / (40 * 3600) * 1e6)
+    assert costs.loc[0, "best_samples_per_usd"] == pytest.approx(40 * 3600 / 2)
+    assert stats.usd_per_million(math.nan, 1.0) != stats.usd_per_million(math.nan, 1.0)
+
+
+def test_losses_are_checked_against_fp32_eager(page):
+    _, _, _, text = page
+    part = section(text, "correctness")
+    table = html_tables(part)[0].set_index("experiment")
+    assert table.loc["inductor-bf16-cl", "verdict"] == "diverges"
+    assert table.loc["inductor-bf16-cl", "reference (fp32 eager)"] == "baseline"
+    assert table.loc["bf16-cl", "verdict"] == "matches"
+    assert table.loc["baseline", "verdict"] == "reference"
+    assert table.loc["resnet18", "verdict"] == "reference"  # its own setup's fp32 eager run
+    assert '<figure id="fig-losses">' in part
+
+
+def test_loss_deviation_and_verdicts():
+    dev, step, _ = quality.loss_deviation([2.0, 2.1, 2.2], [2.0, 2.0, 2.0])
+    assert dev == pytest.approx(0.1) and step == 2
+    assert quality.verdict(0.01) == "matches" and quality.verdict(0.05) == "drifts"
+    assert quality.verdict(0.5) == "diverges"
+    dev, step, note = quality.loss_deviation([2.0, math.nan], [2.0, 1.9])
+    assert dev == math.inf and step == 1 and "non-finite" in note
+    # a long run is compared in blocks, relative to the starting loss
+    ref = [2.3] * 10 + [0.1] * 90
+    assert quality.loss_deviation([2.3] * 10 + [0.12] * 90, ref)[0] == pytest.approx(0.02 / 2.3)
+
+
+def test_noisy_trials_say_how_they_were_caught(page):
+    _, _, _, text = page
+    noisy = html_tables(section(text, "noise"))[0]
+    assert list(noisy["experiment"]) == ["baseline"]
+    assert noisy["caught by"].iloc[0] == "peer probes"
+    assert "step-time CV" in noisy.columns
+
+
+def test_two_machines_side_by_side(page):
+    _, _, _, text = page
+    part = section(text, "machines")
+    tables = html_tables(part)
+    overview = tables[0].set_index("machine")
+    assert overview.loc["avx512-box", "ISA"] == "AVX-512 BF16, no AMX"
+    assert overview.loc["avx2-box", "ISA"] == "AVX2 only"
+    assert "bf16 is emulated" in overview.loc["avx2-box", "what the ISA explains"]
+    assert "bf16 ran 0.50× fp32" in overview.loc["avx2-box", "what the ISA explains"]
+    assert "bf16 ran 2.00× fp32" in overview.loc["avx512-box", "what the ISA explains"]
+    assert overview.loc["avx2-box", "USD/hour"] == "0.200"
+    side = tables[1].set_index("experiment")
+    # only what both ran with the same settings: not bf16-cl (another batch), not xla
+    assert list(side.index) == ["baseline", "bf16", "runcpu-tcmalloc"]
+    assert side.loc["runcpu-tcmalloc", "avx2-box: samples/s"] == "5.20"
+    assert side.loc["runcpu-tcmalloc", "avx2-box: × own baseline"] == "0.65×"
+    assert side.loc["runcpu-tcmalloc", "avx2-box: $/M samples"] == (
+        f"${PRICE_B / (5.2 * 3600) * 1e6:.2f}"
+    )
+    assert side.loc["runcpu-tcmalloc", "avx512-box: $/M samples"] == "$0.81"
+    assert "bf16-cl is left out: its settings differ (avx2-box: batch_size 16→32)" in part
+    assert "different presets" in part and "default" in part
+    assert '<figure id="fig-machines">' in part
+
+
+def test_machines_from_the_command_line(tmp_path):
+    """Two result sets and no --records: the first is the report's own run."""
+    write(tmp_path / "a", machine_a())
+    write(tmp_path / "b", machine_b())
+    cmd = [sys.executable, "-m", "workflow_scripts.report"]
+    cmd += ["--machine", "zen4", str(tmp_path / "a"), "0.1"]
+    cmd += ["--machine", "haswell", str(tmp_path / "b"), "-"]
+    cmd += ["--summary", str(tmp_path / "o" / "s.csv"), "--html", str(tmp_path / "o" / "i.html")]
+    cmd += ["--plots-dir", str(tmp_path / "o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "o" / "i.html").read_text()
+    assert headline_value(text, "cost") == f"${0.1 / (35.2 * 3600) * 1e6:.2f}"
+    overview = html_tables(section(text, "machines"))[0].set_index("machine")
+    assert overview.loc["haswell", "USD/hour"] == "n/a (no price)"
+    assert len(pd.read_csv(tmp_path / "o" / "s.csv")) == len(machine_a())
+    bad = subprocess.run(
+        [*cmd[:3], "--machine", "x", str(tmp_path / "none"), "1", *cmd[-6:]],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no trial records" in bad.stderr
+
+
+def test_differences_and_workloads():
+    a = {"model": "resnet50", "precision": "fp32", "channels_last": False, "compile": "none"}
+    b = dict(a, precision="bf16", channels_last=True)
+    assert compare.differences(a, b) == ["precision fp32→bf16", "+ channels_last"]
+    assert compare.same_workload(a, b)
+    assert not compare.same_workload(a, dict(a, model="cnn"))
+    assert compare.differences(a, a) == []
+
+
+def test_percentiles_need_enough_steps():
+    row = {"steps_timed": 8, "steps": 8}
+    assert headline.percentile_text(0.5, "p90", row) == "n/a (8 steps)"
+    assert headline.percentile_text(0.5, "p90", {"steps_timed": 10}) == "0.500"
+    assert headline.percentile_text(0.5, "p95", {"steps_timed": 19}) == "n/a (19 steps)"
+    assert headline.percentile_text(0.5, "p99", {"steps_timed": 100}) == "0.500"
+    # no steps_timed column (an older summary): the spec's steps decide
+    assert headline.percentile_text(0.5, "p99", {"steps": 90}) == "n/a (90 steps)"
+
+
+def test_missing_or_empty_new_columns_do_not_crash(tmp_path):
+    """A summary without the measurement side's new columns (an older summary.csv)."""
+    frame = rec.summary_frame(
+        [make("baseline", sps=10.0), make("bf16", sps=20.0, precision="bf16")]
+    )
+    old = frame.drop(
+        columns=[c for c in ("steps_timed", "time_budget_hit", "step_time_cv", "ceiling_gflops",
+                             "ceiling_dtype", "measurement_error", "noise_signal") if c in frame]
+    )  # fmt: skip
+    s = stats.experiment_stats(stats.enrich(old, []))
+    assert math.isnan(s.loc[0, "steps_timed"]) and s.loc[0, "measurement_error"] == ""
+    roof = stats.roofline_frame(s)
+    assert roof.empty  # no FLOP counts in these records
+    old.to_csv(tmp_path / "summary.csv", index=False)
+    m = machines.load_machine({"name": "old", "results": str(tmp_path / "summary.csv")})
+    assert m.baseline == "baseline" and len(m.stats) == 2
+
+
+def test_a_measurement_error_is_shown_instead_of_a_number():
+    row = {"experiment": "x", "flops_per_sample": 1e9, "sps_median": 10.0, "precision": "fp32",
+           "achieved_gflops": 10.0, "pct_of_peak": math.nan, "ceiling_gflops": 5.0,
+           "ceiling_dtype": "fp32", "probe_fp32_gflops": 5.0, "probe_bf16_gflops": 9.0,
+           "measurement_error": "200% of the calibrated ceiling: a measurement error"}  # fmt: skip
+    roof = stats.roofline_frame(pd.DataFrame([row]))
+    shown = report.roofline_display(roof)
+    assert shown.loc[0, "% of the ceiling"].startswith("n/a: 200% of the calibrated ceiling")
+    assert shown.loc[0, "ceiling from"] == "calibrated ceiling"
