@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(libjemalloc2 libgoogle-perftools4 podman runc mmdebstrap)
+apt_packages=(libjemalloc2 libgoogle-perftools4 podman runc mmdebstrap chromium)
 if command -v apt-get >/dev/null 2>&1; then
     missing=()
     for pkg in "${apt_packages[@]}"; do

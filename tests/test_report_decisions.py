@@ -153,7 +153,7 @@ def test_the_headline_comes_first_with_its_numbers(page):
     assert "their step-time percentiles are not shown" in box
     # the budget-cut run, the noisy trial, the diverging configuration
     assert headline_value(text, "truncated") == "1"
-    assert "bf16 (3 of 8 (time budget))" in box
+    assert "bf16 (3 of 8 (time budget))" in box and "1</b> experiment rests" in box
     assert headline_value(text, "noisy") == "1"
     assert headline_value(text, "diverging") == "1"
     # the geometric mean of compiled over eager twins: 40/33 and 12.1/11

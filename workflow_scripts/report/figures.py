@@ -129,14 +129,19 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
         xmax = _nanmax(*(speed + hi), *claims, 1.0)
         parents = ladder["step_parent"] if "step_parent" in ladder else [None] * n
         steps = ladder["step_speedup"] if "step_speedup" in ladder else [math.nan] * n
-        for yy, s, h, c, parent, step in zip(y, speed, hi, claims, parents, steps):
+        for yy, s, lo_i, h, c, parent, step in zip(y, speed, lo, hi, claims, parents, steps):
             if _isnan(s):
                 ax.text(0.02 * xmax, yy, "no ok trials", va="center", fontsize=10, color="#b00020")
                 continue
             text = f"{s:.2f}×"
             if not _isnan(step) and parent and parent != baseline:
                 text += f"  ({step:.2f}× over {parent})"
-            ax.text(s + h + 0.015 * xmax, yy, text, va="center", fontsize=10)
+            if s > 0.45 * xmax:  # inside the bar's end, clear of whiskers and claims
+                ax.text(s - lo_i - 0.015 * xmax, yy, text, va="center", ha="right",
+                        fontsize=10, color="white", fontweight="bold")  # fmt: skip
+            else:  # after the bar and after its claim's diamond
+                right = max(s + h, c + 0.04 * xmax if not _isnan(c) and c > s else 0)
+                ax.text(right + 0.015 * xmax, yy, text, va="center", fontsize=10)
             if not _isnan(c):
                 ax.text(c, yy - 0.36, f"claim {c:.2f}×", ha="center", va="bottom",
                         fontsize=9, color=claim_color)  # fmt: skip
@@ -254,7 +259,7 @@ def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
                     label += f" ({r['vs_eager']:.2f}× eager)"
                 ax.text(med + err[1][0] + 0.01 * top, yy, label, va="center", fontsize=10)
         ax.set_yticks(range(n), [_wrap(c) for c in configs])
-        ax.invert_yaxis()
+        ax.set_ylim(n - 0.5, -0.5)  # inverted, and holding the "no ok trial" notes
         ax.set_xlim(0, top * 1.3)
         ax.set_xlabel("throughput (samples/s, median; whiskers min–max)")
         ax.set_title(title)

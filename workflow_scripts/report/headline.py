@@ -173,8 +173,8 @@ def _budget(stats: pd.DataFrame) -> str:
         return "Every experiment ran all the timed steps it asked for." if len(stats) else ""
     names = ", ".join(f"{r['experiment']} ({steps_text(r)})" for _, r in cut.iterrows())
     return (
-        f"{_b('truncated', str(len(cut)))} experiment{'s' if len(cut) > 1 else ''} rest on fewer "
-        f"timed steps than asked: {html.escape(names)}."
+        f"{_b('truncated', str(len(cut)))} experiment{'s rest' if len(cut) > 1 else ' rests'} "
+        f"on fewer timed steps than asked: {html.escape(names)}."
     )
 
 

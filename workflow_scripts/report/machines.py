@@ -207,7 +207,7 @@ def cpu_description(frame: pd.DataFrame, records: Sequence[Any] = ()) -> str:
     if cpus:
         bits.append(f"{cpus} logical CPUs")
     if cores:
-        bits.append(f"{cores} cores")
+        bits.append(f"{cores} core{'' if cores == '1' else 's'}")
     if numa:
         bits.append(f"{numa} NUMA node{'' if numa == '1' else 's'}")
     return model + (", " + ", ".join(bits) if bits else "")

@@ -138,7 +138,7 @@ def loss_display(check: pd.DataFrame) -> pd.DataFrame:
                 "largest deviation": "∞"
                 if dev == math.inf
                 else ("" if _isnan(dev) or c["verdict"] == "reference" else f"{100 * dev:.1f}%"),
-                "at step": "" if c["step"] < 0 else str(int(c["step"])),
+                "at step": "" if c["step"] < 0 or not dev else str(int(c["step"])),
                 "final loss (reference)": fmt_num(c["final_loss"], 3)
                 + (
                     f" ({fmt_num(c['reference_final_loss'], 3)})"

@@ -1,0 +1,111 @@
+"""The report in a real headless browser (Debian's chromium): the page that a reader
+opens renders, with the headline on the first screen, every section and figure laid
+out at full width, so a broken page fails a test. Full-page screenshots are written
+to ``$REPORT_SCREENSHOTS`` when it is set (to look at them), else to the test's tmp
+folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_report_decisions import PRICES, machine_a, machine_b, write
+from workflow_scripts import records as rec
+from workflow_scripts import report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WIDTH = 1250
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)"),
+]
+
+
+def chromium(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    cmd += ["--virtual-time-budget=2000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser")
+    write(tmp / "b", machine_b())
+    records = rec.load_records(write(tmp / "a", machine_a()))
+    html = tmp / "report" / "index.html"
+    report.build_report(
+        records, tmp / "summary.csv", html, tmp / "report", prices=PRICES,
+        machines=[{"name": "avx2-box", "results": str(tmp / "b"), "usd_per_hour": 0.2}],
+        name="avx512-box",
+    )  # fmt: skip
+    shots = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    return html, shots
+
+
+def screenshot(html: Path, out: Path, height: int):
+    from PIL import Image
+
+    res = chromium(f"--window-size={WIDTH},{height}", f"--screenshot={out}", html.as_uri())
+    assert out.is_file(), res.stderr[-2000:]
+    return Image.open(out).convert("RGB")
+
+
+def content_rows(image) -> list[int]:
+    """The rows (every 4th) that hold anything but the white page."""
+    width, height = image.size
+    px = image.load()
+    return [
+        y
+        for y in range(0, height, 4)
+        if any(px[x, y] != (255, 255, 255) for x in range(0, width, 7))
+    ]
+
+
+def test_the_browser_renders_the_headline_and_every_section(page):
+    html, _ = page
+    res = chromium("--dump-dom", html.as_uri())
+    dom = res.stdout
+    assert "<body" in dom, res.stderr[-2000:]
+    headline = re.search(r'<div class="headline">(.*?)</div>', dom, re.S).group(1)
+    text = re.sub(r"<[^>]+>", "", headline)
+    assert "the fastest configuration of resnet50 at 224 px, batch 16" in text
+    assert "runcpu-tcmalloc" in text and "3.20× the fp32 eager baseline" in text
+    assert "$0.81 per million samples" in text
+    for sid in ("ladder", "machines", "cost", "backends", "correctness", "startup", "noise"):
+        assert f'<section id="{sid}">' in dom
+    for fig in ("ladder", "machines", "backends", "losses", "startup"):
+        assert re.search(rf'<figure id="fig-{fig}"><svg', dom), fig
+
+
+def test_full_page_screenshot(page):
+    """The whole page at 1250 px: it is not blank, its first screen holds the headline
+    (a tinted box) before any figure, and the figures fill the page's width."""
+    html, shots = page
+    image = screenshot(html, shots / "report-full.png", 16000)
+    assert image.size == (WIDTH, 16000)
+    rows = content_rows(image)
+    assert rows and rows[-1] > 4000, "the page is shorter than its sections"
+    assert rows[-1] < 16000 - 8, "the page is longer than the screenshot: raise its height"
+    px = image.load()
+    # the headline box (background #f2f7fc) is on the first screen, above the fold
+    tinted = [y for y in range(0, 700, 2) if px[WIDTH // 2, y] == (0xF2, 0xF7, 0xFC)]
+    assert tinted, "no headline box on the first screen"
+    # colours other than greys and the page: the figures drew their bars
+    colourful = sum(
+        1
+        for y in range(0, image.size[1], 10)
+        for x in range(0, WIDTH, 10)
+        if max(px[x, y]) - min(px[x, y]) > 80
+    )
+    assert colourful > 500
+    # a figure spans most of the page's width: the ladder's bars and labels
+    first = screenshot(html, shots / "report-first-screen.png", 1100)
+    assert first.size == (WIDTH, 1100)
+    assert len(content_rows(first)) > 100
