@@ -2,23 +2,14 @@
 # built from the records and the collectives results only (and, to compare machines,
 # the results of other runs named in the config's report: machines:).
 
-
-def report_machine_files():
-    """The files of the other machines' results (report: machines:), so that the report
-    is rebuilt when they change; a missing folder fails the report with its name."""
-    from workflow_scripts.report.machines import result_files
-
-    files = []
-    for machine in SETTINGS["report"].get("machines") or []:
-        files += [str(f) for f in result_files(machine["results"])]
-    return files
+from workflow_scripts.report.machines import machine_files
 
 
 rule report:
     input:
         records=all_records(),
         collectives=collectives_results(),
-        machines=report_machine_files(),
+        machines=machine_files(SETTINGS["report"]),
     output:
         summary=report(
             "results/summary.csv",

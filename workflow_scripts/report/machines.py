@@ -124,6 +124,15 @@ def result_files(path: str | Path) -> list[Path]:
     return [p / "summary.csv"] if (p / "summary.csv").is_file() else []
 
 
+def machine_files(report_settings: Mapping | None) -> list[str]:
+    """The files of the other machines' results (the config's ``report: machines:``), the
+    report rule's inputs: the report is rebuilt when they change."""
+    files: list[str] = []
+    for machine in (report_settings or {}).get("machines") or []:
+        files += [str(f) for f in result_files(machine["results"])]
+    return files
+
+
 def load_machine(entry: Mapping, noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> Machine:
     files = result_files(entry["results"])
     if not files:
