@@ -301,14 +301,14 @@ def built(tmp_path_factory):
 
 def test_report_noise_section(built):
     _, _, _, html = built
-    noise = html[html.index('id="noise"') : html.index('id="cost"')]
+    noise = html[html.index('id="noise"') : html.index('id="other"')]
     assert "<b>1</b> of <b>4</b> ok trials" in noise
     assert "<b>1</b> attempt discarded" in noise
     assert "0.60" in noise  # the noisy trial's fp32 probe against the median (100)
     assert "0.41 x the reference 100.0 GFLOP/s" in noise
     assert "upstream/1024/2" in noise  # the comparison group
     # the ladder uses the clean trials: median 11 (10-12), CV 12.9%
-    ladder = html[html.index('id="ladder"') : html.index('id="batch_size"')]
+    ladder = html[html.index('id="ladder"') : html.index('id="cost"')]
     assert "11.0 (10.0–12.0)" in ladder and "12.9%" in ladder and "3/3 (1 noisy)" in ladder
 
 
@@ -334,7 +334,8 @@ def test_report_without_roofline_data(tmp_path):
         [trial("a", flops=None)], tmp_path / "s.csv", tmp_path / "i.html", tmp_path
     )
     assert out["ok"] == 1
-    assert "no successful trials" in (tmp_path / "roofline.svg").read_text()
+    svg = (tmp_path / "roofline.svg").read_text()
+    assert "no experiment with a FLOP count and a ceiling" in svg
 
 
 def test_cli_noise_threshold(built, tmp_path):

@@ -438,3 +438,16 @@ def test_snapshot_of_this_process():
         pass
     later = contention.snapshot()
     assert later["own_s"] - snap["own_s"] >= 0.2 and later["busy_s"] - busy >= 0.2
+
+
+def test_cpu_identification_beyond_the_model_name():
+    """Family, model number and stepping, read where /proc/cpuinfo has them (x86)."""
+    from workflow_scripts import sysinfo
+
+    info = sysinfo._cpuinfo()
+    topo = sysinfo.topology()
+    assert topo["cpu_family"] == info.get("cpu family")
+    assert topo["cpu_model_number"] == info.get("model")
+    assert topo["cpu_stepping"] == info.get("stepping")
+    if "cpu family" in info:
+        assert topo["cpu_family"].isdigit() and topo["cpu_model_number"].isdigit()

@@ -124,6 +124,11 @@ def topology() -> dict:
     return {
         "cpu_model": info.get("model name") or platform.processor() or "unknown",
         "cpu_vendor": info.get("vendor_id"),
+        # a bare model name ("AMD EPYC" in some VMs) still has these: family 25 model 17
+        # is Zen 4 (Genoa), family 6 model 143 Sapphire Rapids
+        "cpu_family": info.get("cpu family"),
+        "cpu_model_number": info.get("model"),
+        "cpu_stepping": info.get("stepping"),
         "cpu_flags": [f for f in DL_FLAGS if f in flags],
         "logical_cpus": os.cpu_count(),
         "physical_cores": len(cores) or None,
