@@ -267,8 +267,15 @@ def test_losses_are_checked_against_fp32_eager(page):
 
 
 def test_loss_deviation_and_verdicts():
+    # blocks of 3 steps at least: the mean of 2.0, 2.1, 2.2 is 0.05 above the reference
     dev, step, _ = quality.loss_deviation([2.0, 2.1, 2.2], [2.0, 2.0, 2.0])
-    assert dev == pytest.approx(0.1) and step == 2
+    assert dev == pytest.approx(0.05) and step == 0
+    dev, step, _ = quality.loss_deviation([2.0] * 3 + [2.6] * 3, [2.0] * 6)
+    assert dev == pytest.approx(0.3) and step == 3 and quality.verdict(dev) == "diverges"
+    # one step off by 20% among steady neighbours (a chaotic start from scratch): a drift
+    ref = [7.28, 4.36, 5.17, 5.81, 7.75, 7.35, 7.29, 6.63, 12.29, 9.16]  # ResNet-50, fp32
+    bf16 = [7.27, 4.33, 5.08, 5.77, 7.59, 7.27, 7.22, 6.54, 10.78, 9.13]  # the same, bf16
+    assert quality.verdict(quality.loss_deviation(bf16, ref)[0]) == "drifts"
     assert quality.verdict(0.01) == "matches" and quality.verdict(0.05) == "drifts"
     assert quality.verdict(0.5) == "diverges"
     dev, step, note = quality.loss_deviation([2.0, math.nan], [2.0, 1.9])
