@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.test_report import write
 from workflow_scripts import records as rec
 from workflow_scripts import report
 
@@ -287,12 +287,7 @@ def built(tmp_path_factory):
             "bf16", 0, sps=20.0, fp32=101.0, bf16=50.0, flops=2e9, precision="bf16", ceiling=101.0
         ),  # fmt: skip
     ]
-    paths = []
-    for r in records:
-        p = tmp / "records" / r["experiment"] / f"trial{r['trial']}.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(r))
-        paths.append(p)
+    paths = write(tmp, records)
     out = report.build_report(
         rec.load_records(paths), tmp / "summary.csv", tmp / "r" / "index.html", tmp / "r"
     )

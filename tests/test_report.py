@@ -215,13 +215,19 @@ def html_tables(page: str) -> list[pd.DataFrame]:
     return [pd.DataFrame(t[1:], columns=t[0]) for t in parser.tables if t]
 
 
-def write_records(tmp_path, records):
+def write(folder, records) -> list:
+    """Each record as the workflow lays it out: <folder>/records/<experiment>/trial<k>.json."""
     paths = []
     for r in records:
-        p = tmp_path / "records" / r["experiment"] / f"trial{r['trial']}.json"
+        p = folder / "records" / r["experiment"] / f"trial{r['trial']}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(r))
         paths.append(p)
+    return paths
+
+
+def write_records(tmp_path, records):
+    paths = write(tmp_path, records)
     bad = tmp_path / "records" / "corrupt" / "trial3.json"
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_text('{"experiment": "corrupt", "metrics": {"samples_per_s": 1')

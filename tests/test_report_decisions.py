@@ -6,7 +6,6 @@ torch, no browser; see test_report_browser.py for the rendered page)."""
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 import subprocess
@@ -15,7 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.test_report import PROVENANCE, html_tables, make
+from tests.test_report import PROVENANCE, html_tables, make, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
 from workflow_scripts.report import compare, headline, machines, quality, stats
@@ -87,16 +86,6 @@ def machine_b():
         r["provenance"] = copy.deepcopy(prov)
         r["spec"]["preset"] = "default"
     return records
-
-
-def write(folder, records):
-    paths = []
-    for r in records:
-        p = folder / "records" / r["experiment"] / f"trial{r['trial']}.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(r))
-        paths.append(p)
-    return paths
 
 
 PRICES = [

@@ -149,13 +149,14 @@ def ceiling_rate(
     precision on ``threads`` threads: the entry measured with that many threads, else the
     nearest count scaled linearly by threads; (None, None, why) without one."""
     ceilings = [c for c in (reference or {}).get("ceiling") or [] if isinstance(c, dict)]
-    usable = [c for c in ceilings if finite(c.get("threads")) and c["threads"] > 0]
-    if not usable:
+    if not ceilings:
         why = "no calibrated ceiling" if reference else "no calibration"
         return None, None, why + " (recalibrate: snakemake -R calibrate)"
     if not finite(threads) or threads <= 0:
         return None, None, f"the run's thread count {threads!r} is unknown"
-    near = min(usable, key=lambda c: (abs(c["threads"] - threads), -c["threads"]))
+    near = nearest_threads(ceilings, threads)
+    if near is None:
+        return None, None, "the ceilings have no thread count"
     dtype, rate = peak_rate(near, precision)
     if rate is None:
         return None, None, f"the ceiling has no {precision} rate"
@@ -271,6 +272,15 @@ def calibrate(
     }
 
 
+def nearest_threads(entries: list[dict], threads: int) -> dict | None:
+    """The entry measured with the thread count nearest ``threads`` (the larger on a
+    tie); None when no entry has one. Its rate scales about linearly with threads."""
+    usable = [e for e in entries if finite(e.get("threads")) and e["threads"] > 0]
+    if not usable:
+        return None
+    return min(usable, key=lambda e: (abs(e["threads"] - threads), -e["threads"]))
+
+
 def reference_rate(
     reference: dict | None, size, threads, dtype: str = "fp32"
 ) -> tuple[float | None, str]:
@@ -292,10 +302,9 @@ def reference_rate(
             return float(e[key]), f"reference size {size}, {threads} threads"
     if not finite(threads) or threads <= 0:
         return None, f"the probe's thread count {threads!r} is unknown"
-    with_threads = [e for e in same_size if finite(e.get("threads")) and e["threads"] > 0]
-    if not with_threads:
+    near = nearest_threads(same_size, threads)
+    if near is None:
         return None, "the reference probes have no thread count"
-    near = min(with_threads, key=lambda e: (abs(e["threads"] - threads), -e["threads"]))
     rate = float(near[key]) * threads / near["threads"]
     return rate, (
         f"reference size {size}, {near['threads']} threads scaled linearly to {threads} threads"

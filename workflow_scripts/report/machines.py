@@ -21,7 +21,7 @@ import pandas as pd
 
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
-from .compare import differences, geomean, same_workload
+from .compare import SETTING_KEYS, WORKLOAD_KEYS, differences, geomean, same_workload
 from .figures import STYLE, WIDE, _save, inline_svg
 from .formatting import fmt_num, fmt_text
 from .html import _table
@@ -34,29 +34,14 @@ from .stats import (
     usd_per_million,
 )
 
-# What must be equal for two machines' runs of one experiment id to be compared.
+# What must be equal for two machines' runs of one experiment id to be compared: the
+# workload and every setting, but not what is the machine's own (its torch build, its
+# thread count), plus the steps measured.
 MATCH_KEYS = (
-    "model",
-    "image_size",
-    "batch_size",
-    "data",
-    "num_workers",
-    "precision",
-    "channels_last",
-    "backend",
-    "compile",
-    "compile_mode",
-    "ipex_optimize",
-    "launcher",
-    "allocator",
-    "openmp",
-    "ranks",
-    "dist_backend",
-    "ccl_transport",
-    "ccl_worker_offload",
+    *WORKLOAD_KEYS,
+    *(k for k in SETTING_KEYS if k not in ("torch_version", "threads")),
     "warmup_steps",
     "steps",
-    "epochs",
 )
 
 
