@@ -265,6 +265,10 @@ def test_loss_deviation_and_verdicts():
     ref = [7.28, 4.36, 5.17, 5.81, 7.75, 7.35, 7.29, 6.63, 12.29, 9.16]  # ResNet-50, fp32
     bf16 = [7.27, 4.33, 5.08, 5.77, 7.59, 7.27, 7.22, 6.54, 10.78, 9.13]  # the same, bf16
     assert quality.verdict(quality.loss_deviation(bf16, ref)[0]) == "drifts"
+    # ... also when that step is in a short last block (here steps 6-9 are one block)
+    bf16_cl = [7.25, 4.34, 5.16, 5.79, 7.79, 7.48, 7.49, 7.26, 13.77, 7.6]
+    dev, step, _ = quality.loss_deviation(bf16_cl, ref)
+    assert step == 6 and quality.verdict(dev) == "drifts"
     assert quality.verdict(0.01) == "matches" and quality.verdict(0.05) == "drifts"
     assert quality.verdict(0.5) == "diverges"
     dev, step, note = quality.loss_deviation([2.0, math.nan], [2.0, 1.9])

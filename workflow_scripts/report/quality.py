@@ -62,7 +62,8 @@ def _key(row: Mapping) -> tuple[str, ...]:
 def loss_deviation(curve: Sequence[float], ref: Sequence[float]) -> tuple[float, int, str]:
     """(largest deviation, at which step, note) of ``curve`` from ``ref`` over their
     common steps, compared as the means of up to :data:`BLOCKS` consecutive blocks
-    (at least :data:`MIN_BLOCK` steps; minibatch noise averages out in them), relative
+    (at least :data:`MIN_BLOCK` steps, a short last one joining the block before it;
+    minibatch noise averages out in them), relative
     to the reference's starting loss (so that small late losses do not inflate it). A
     non-finite loss is an infinite deviation."""
     n = min(len(curve), len(ref))
@@ -74,9 +75,12 @@ def loss_deviation(curve: Sequence[float], ref: Sequence[float]) -> tuple[float,
     size = max(MIN_BLOCK, math.ceil(n / BLOCKS))
     worst, at = 0.0, 0
     scale = abs(sum(ref[:size]) / len(ref[:size]))  # the reference's starting loss
-    for start in range(0, n, size):
-        a = sum(curve[start : start + size]) / len(curve[start : start + size])
-        b = sum(ref[start : start + size]) / len(ref[start : start + size])
+    starts = list(range(0, n, size))
+    if len(starts) > 1 and n - starts[-1] < size:
+        starts.pop()  # a short last block joins the one before it
+    for start, end in zip(starts, [*starts[1:], n]):
+        a = sum(curve[start:end]) / (end - start)
+        b = sum(ref[start:end]) / (end - start)
         if not math.isfinite(b) or not scale:
             continue
         dev = abs(a - b) / scale
