@@ -14,7 +14,8 @@ def fmt_num(x: Any, digits: int | None = None) -> str:
     x = float(x)
     if digits is None:
         digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
-    return f"{x:,.{digits}f}"
+    text = f"{x:,.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text  # no "-0.00"
 
 
 def fmt_spread(median: Any, lo: Any, hi: Any, n: int, digits: int | None = None) -> str:
