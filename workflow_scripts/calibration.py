@@ -57,6 +57,10 @@ def calibrate(
             how = "timed out" if finished.timed_out else f"exited with code {finished.returncode}"
             raise RuntimeError(f"the probe {how}")
         result = json.loads(partial.read_text())
+        # what starting a process costs here (interpreter, torch, the backend's imports,
+        # a container's start): the part of the job's wall time before the measurements
+        result["process_wall_s"] = finished.wall_s
+        result["startup_s"] = max(0.0, finished.wall_s - float(result.get("seconds") or 0.0))
     except (OSError, ValueError, RuntimeError) as exc:
         result = {
             "kind": "calibration",
@@ -115,12 +119,22 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     for c in result.get("ceiling") or []:
+        emulated = " (emulated)" if (c.get("emulated") or {}).get("bf16") else ""
         print(
             f"[calibrate] matmul ceiling, {c.get('threads')} threads: "
             f"fp32 {c.get('fp32_gflops') or math.nan:.1f} GFLOP/s (size {c.get('fp32_size')}), "
-            f"bf16 {c.get('bf16_gflops') or math.nan:.1f} GFLOP/s (size {c.get('bf16_size')})",
+            f"bf16 {c.get('bf16_gflops') or math.nan:.2f} GFLOP/s (size {c.get('bf16_size')})"
+            f"{emulated}",
             flush=True,
         )
+        for dtype, notes in (c.get("skipped") or {}).items():
+            for size, note in notes.items():
+                print(f"[calibrate]   {dtype} {size}: {note}", flush=True)
+    print(
+        f"[calibrate] {result.get('process_wall_s') or math.nan:.1f} s in all, of which "
+        f"{result.get('startup_s') or math.nan:.1f} s starting the process",
+        flush=True,
+    )
     return 0
 
 

@@ -7,6 +7,15 @@ harness runs it in the training process just before the steps, so it sees the
 same threads, pinning and allocator; a trial whose probe is well below what the
 machine usually reaches was disturbed by something else running.
 
+Bounded in time on any CPU: before a dtype is measured at a size, a pilot matmul
+at :data:`PILOT_SIZE` (milliseconds even where the dtype is emulated) predicts
+what the measurement will cost, and a measurement predicted to take longer than
+its budget is skipped, with the prediction recorded. Without AVX-512 BF16 or AMX,
+torch's bf16 matmul is emulated (~1 GFLOP/s at 1024 on 2 cores, ~180x below
+fp32): the probe then measures fp32 only (the noise signals read fp32), and the
+calibration records bf16 as ``emulated`` with the rate of a size that costs
+seconds, not minutes.
+
 Standard library and torch only (it runs in the backend environments); torch is
 imported inside the functions, so the trial policy and the report can use the pure
 helpers (:func:`summarize`, :func:`reference_rate`) without it.
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import statistics
 import sys
@@ -36,6 +46,21 @@ DTYPES = ("fp32", "bf16")
 # larger ones are skipped once a size runs slower than the one before it.
 CEILING_SIZES = (1024, 2048, 4096)
 CEILING_REPEATS = 2
+# The pilot matmul that predicts a measurement's cost: 256^3 x 2 = 34 MFLOP, ~35 ms
+# at 1 GFLOP/s (emulated bf16), well under a millisecond where the dtype is native.
+PILOT_SIZE = 256
+# The most one measurement may cost (predicted from the pilot or the last size):
+# a probe dtype (warm-up + timed matmuls) in a trial, and one ceiling size (all its
+# repeats) in the calibration. fp32 at 4096 on one AVX2 core costs ~6 s; emulated
+# bf16 at 2048 about 4 minutes.
+PROBE_BUDGET_S = 1.5
+CEILING_BUDGET_S = 5.0
+# A dtype whose rate is below this share of fp32's at the same size is emulated
+# (no native instructions): its ceiling search stops at that size. One whose pilot
+# already says so is measured once at EMULATED_SIZE only (0.3 GFLOP: ~0.5 s at the
+# ~1 GFLOP/s of emulated bf16, where 1024 took 6 s and 2048 minutes).
+EMULATED_BELOW = 0.25
+EMULATED_SIZE = 512
 
 
 def load_avg() -> list[float] | None:
@@ -45,19 +70,25 @@ def load_avg() -> list[float] | None:
         return None
 
 
-def matmul_gflops(size: int, dtype: str, min_seconds: float = MIN_SECONDS) -> float:
-    """GFLOP/s of ``torch.matmul`` on two size x size CPU matrices of ``dtype``.
-
-    One untimed warm-up, then matmuls until ``min_seconds`` have passed. The
-    inputs come from a private generator: the global RNG (which the training
-    data may use) is left alone.
-    """
+def _matrices(size: int, dtype: str):
+    """Two size x size inputs of ``dtype`` from a private generator (the global RNG,
+    which the training data may use, is left alone)."""
     import torch
 
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     gen = torch.Generator().manual_seed(1234)
     a = torch.randn(size, size, generator=gen).to(torch_dtype)
     b = torch.randn(size, size, generator=gen).to(torch_dtype)
+    return a, b
+
+
+def matmul_gflops(size: int, dtype: str, min_seconds: float = MIN_SECONDS) -> float:
+    """GFLOP/s of ``torch.matmul`` on two size x size CPU matrices of ``dtype``.
+
+    One untimed warm-up, then matmuls until ``min_seconds`` have passed."""
+    import torch
+
+    a, b = _matrices(size, dtype)
     with torch.no_grad():
         torch.matmul(a, b)  # warm-up: packing, thread pool, kernel selection
         reps = 0
@@ -71,19 +102,89 @@ def matmul_gflops(size: int, dtype: str, min_seconds: float = MIN_SECONDS) -> fl
     return 2.0 * size**3 * reps / elapsed / 1e9
 
 
-def run(size: int = DEFAULT_SIZE, min_seconds: float = MIN_SECONDS) -> dict:
-    """One probe in this process, with its current threads (the record's ``probe``)."""
+def pilot_gflops(dtype: str, size: int = PILOT_SIZE, min_seconds: float = 0.05) -> float:
+    """A first rate of ``dtype`` at a small size, what predicts the cost of a real
+    measurement: the fastest of the timed matmuls after a warm-up, at least two and at
+    least ``min_seconds`` of them (about 0.1 s where the dtype is emulated, less
+    elsewhere). The fastest: a first call's thread-pool start or a preempted call would
+    otherwise make the real measurement look dearer than it is."""
+    import torch
+
+    a, b = _matrices(size, dtype)
+    best = math.inf
+    with torch.no_grad():
+        torch.matmul(a, b)
+        start = time.perf_counter()
+        calls = 0
+        while calls < 2 or time.perf_counter() - start < min_seconds:
+            t0 = time.perf_counter()
+            torch.matmul(a, b)
+            best = min(best, time.perf_counter() - t0)
+            calls += 1
+    return 2.0 * size**3 / max(best, 1e-9) / 1e9
+
+
+def pilot_cost(
+    dtype: str, size: int, min_seconds: float, budget_s: float, repeats: int = 1
+) -> tuple[float, float]:
+    """(pilot GFLOP/s, predicted seconds) of measuring ``dtype`` at ``size``. A pilot
+    that predicts more than the budget is taken again and the faster one kept: the
+    first matmuls of a process pay one-off costs (here the first pilot on a busy
+    machine read 2 GFLOP/s fp32, the next ones 72)."""
+    rate = pilot_gflops(dtype)
+    cost = predicted_seconds(size, rate, min_seconds, repeats)
+    if cost > budget_s:
+        rate = max(rate, pilot_gflops(dtype))
+        cost = predicted_seconds(size, rate, min_seconds, repeats)
+    return rate, cost
+
+
+def predicted_seconds(size: int, gflops: float, min_seconds: float, repeats: int = 1) -> float:
+    """What :func:`matmul_gflops` will cost ``repeats`` times at ``size`` for a dtype that
+    runs at ``gflops``: each call's warm-up matmul, then at least one timed matmul and
+    at least ``min_seconds``."""
+    one = 2.0 * size**3 / (max(gflops, 1e-9) * 1e9)
+    return repeats * (one + max(one, min_seconds))
+
+
+def skip_reason(size: int, gflops: float, seconds: float, budget_s: float, basis: str) -> str:
+    return (
+        f"skipped: predicted {seconds:.1f} s at size {size} (over the {budget_s:g} s budget) "
+        f"from {gflops:.2f} GFLOP/s {basis}"
+    )
+
+
+def run(
+    size: int = DEFAULT_SIZE,
+    min_seconds: float = MIN_SECONDS,
+    budget_s: float | None = PROBE_BUDGET_S,
+) -> dict:
+    """One probe in this process, with its current threads (the record's ``probe``):
+    each dtype's rate at ``size``, unless its pilot predicts that measuring it would take
+    longer than ``budget_s`` (None: no limit); then its rate is None and ``skipped``
+    says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against 0.3 s for fp32)."""
     import torch
 
     before = load_avg()
     t0 = time.perf_counter()
-    rates = {f"{d}_gflops": matmul_gflops(size, d, min_seconds) for d in DTYPES}
+    rates: dict = {}
+    skipped: dict = {}
+    for d in DTYPES:
+        if budget_s is not None:
+            pilot, cost = pilot_cost(d, size, min_seconds, budget_s)
+            if cost > budget_s:
+                rates[f"{d}_gflops"] = None
+                skipped[d] = skip_reason(size, pilot, cost, budget_s, f"at {PILOT_SIZE}")
+                continue
+        rates[f"{d}_gflops"] = matmul_gflops(size, d, min_seconds)
     return {
         **rates,
         "size": size,
         "threads": torch.get_num_threads(),
         "load_avg_before": before,
         "seconds": time.perf_counter() - t0,
+        "budget_s": budget_s,
+        "skipped": skipped,
     }
 
 
@@ -118,27 +219,133 @@ def ceiling(
     sizes: tuple[int, ...] = CEILING_SIZES,
     repeats: int = CEILING_REPEATS,
     min_seconds: float = MIN_SECONDS,
+    budget_s: float | None = CEILING_BUDGET_S,
 ) -> dict:
     """The machine's dense matmul ceiling with this process's current threads: per dtype,
     the best rate over ``repeats`` runs at each of ``sizes`` (1024 barely saturates a
     big machine; 4096 does). The best, not the median: a ceiling is what the CPUs
     can do, and a disturbance only ever lowers a rate. A size that runs slower than
     the one before it ends the search for that dtype (the matrices outgrew the caches
-    and the rate will not come back)."""
+    and the rate will not come back).
+
+    Bounded in time: a pilot matmul (:func:`pilot_gflops`), then the last measured rate,
+    predicts each size's cost; a size predicted over ``budget_s`` runs once instead of
+    ``repeats`` times, or not at all (``skipped`` says why), and ends the search. A dtype
+    slower than :data:`EMULATED_BELOW` x fp32 at the same size is ``emulated``: its
+    search ends there, with the rate of a size that costs seconds."""
     import torch
 
-    out: dict = {"threads": torch.get_num_threads(), "sizes": {}}
+    out: dict = {"threads": torch.get_num_threads(), "sizes": {}, "skipped": {},
+                 "emulated": {}, "pilot": {}}  # fmt: skip
     for d in DTYPES:
-        best, best_size, rates = None, None, {}
-        for size in sizes:
-            rate = max(matmul_gflops(size, d, min_seconds) for _ in range(repeats))
+        best, best_size, rates, notes = None, None, {}, {}
+        rate = out["pilot"][d] = pilot_cost(d, sizes[0], min_seconds, budget_s or math.inf)[0]
+        basis = f"at the pilot size {PILOT_SIZE}"
+        emulated = False
+        fp32_pilot = out["pilot"]["fp32"]
+        tried, runs_at_most = sizes, repeats
+        if d != "fp32" and budget_s is not None and rate < EMULATED_BELOW * fp32_pilot:
+            tried, runs_at_most = (EMULATED_SIZE,), 1
+            notes["pilot"] = (
+                f"emulated: its pilot ran at {rate:.2f} GFLOP/s, below {EMULATED_BELOW:g} x "
+                f"fp32's {fp32_pilot:.1f} at {PILOT_SIZE}; measured once at {EMULATED_SIZE} only"
+            )
+        for size in tried:
+            runs = runs_at_most
+            if budget_s is not None:
+                if predicted_seconds(size, rate, min_seconds, repeats) > budget_s:
+                    runs = 1
+                cost = predicted_seconds(size, rate, min_seconds, runs)
+                if cost > budget_s:
+                    notes[size] = skip_reason(size, rate, cost, budget_s, basis)
+                    break
+            rate = max(matmul_gflops(size, d, min_seconds) for _ in range(runs))
+            basis = f"at size {size}"
             rates[size] = rate
+            fp32 = out["sizes"].get("fp32", {}).get(size, fp32_pilot if "pilot" in notes else None)
+            emulated = d != "fp32" and fp32 is not None and rate < EMULATED_BELOW * fp32
             if best is not None and rate < best:
                 break
             best, best_size = rate, size
+            if emulated and "pilot" not in notes:
+                notes[size] = (
+                    f"emulated: {rate:.2f} GFLOP/s, below {EMULATED_BELOW:g} x fp32's "
+                    f"{fp32:.1f} at size {size}; larger sizes not tried"
+                )
+                break
+        if best is None and rates == {} and out["pilot"][d] > 0:
+            # nothing fitted the budget: the pilot's rate, so labelled, is all there is
+            best, best_size = out["pilot"][d], PILOT_SIZE
+            emulated = d != "fp32" and out["pilot"][d] < EMULATED_BELOW * out["pilot"]["fp32"]
         out[f"{d}_gflops"] = best
         out[f"{d}_size"] = best_size
         out["sizes"][d] = rates
+        out["emulated"][d] = emulated
+        if notes:
+            out["skipped"][d] = {str(k): v for k, v in notes.items()}
+    return out
+
+
+# A small convolutional training step, what the study's time estimate scales by
+# precision: batch 8 of 64 x 32 x 32 activations through two 3x3 convolutions (64
+# channels) and a linear head, forward + backward, in fp32 and under bf16 autocast.
+PROXY_SHAPE = (8, 64, 32, 32)
+PROXY_BUDGET_S = 4.0
+
+
+def proxy_flops(shape: tuple[int, int, int, int] = PROXY_SHAPE) -> float:
+    """FLOPs of one proxy training step (2 per multiply-add; backward = 2 forwards)."""
+    batch, channels, height, width = shape
+    conv = 2.0 * channels * channels * 9 * height * width * batch
+    head = 2.0 * channels * height * width * 10 * batch
+    return 3.0 * (2 * conv + head)
+
+
+def train_proxy(budget_s: float = PROXY_BUDGET_S, shape=PROXY_SHAPE) -> dict:
+    """Seconds per proxy training step in fp32 and under bf16 autocast, and their ratio:
+    how much slower (or faster) this CPU trains a convolutional network in bf16 than in
+    fp32 (about 2x faster with AVX-512 BF16; much slower where bf16 is emulated). Each
+    precision: one warm-up step, then timed steps (the fastest kept) while they fit
+    their share of ``budget_s``; a precision whose warm-up alone overran it keeps that
+    one step's time."""
+    import torch
+    from torch import nn
+
+    batch, channels, height, width = shape
+    gen = torch.Generator().manual_seed(1234)
+    model = nn.Sequential(
+        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(channels * height * width, 10),
+    )  # fmt: skip
+    x = torch.randn(*shape, generator=gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    out: dict = {"shape": list(shape), "flops": proxy_flops(shape), "seconds": {}}
+    t_start = time.perf_counter()
+    for precision in ("fp32", "bf16"):
+        share = budget_s / 2
+
+        def step(precision=precision):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+
+        t0 = time.perf_counter()
+        step()  # warm-up
+        best = time.perf_counter() - t0
+        spent, timed = best, 0
+        while timed < 5 and spent + best <= share:
+            t0 = time.perf_counter()
+            step()
+            took = time.perf_counter() - t0
+            best = min(best, took) if timed else took
+            spent += took
+            timed += 1
+        out["seconds"][precision] = best
+    fp32, bf16 = out["seconds"]["fp32"], out["seconds"]["bf16"]
+    out["gflops"] = {k: out["flops"] / v / 1e9 for k, v in out["seconds"].items()}
+    out["bf16_over_fp32"] = bf16 / fp32 if fp32 > 0 else None
+    out["elapsed_s"] = time.perf_counter() - t_start
     return out
 
 
@@ -249,6 +456,7 @@ def calibrate(
         if ceiling_sizes:
             ceilings.append(ceiling(tuple(ceiling_sizes), min_seconds=min_seconds))
     torch.set_num_threads(default)
+    proxy = train_proxy() if ceiling_sizes else None
     main = next(
         (e for e in entries if e["threads"] == default),
         entries[0] if entries else {},
@@ -261,6 +469,7 @@ def calibrate(
         "bf16_gflops": main.get("bf16_gflops"),
         "entries": entries,
         "ceiling": ceilings,
+        "train_proxy": proxy,
         "repeats": repeats,
         "min_seconds": min_seconds,
         "default_threads": default,

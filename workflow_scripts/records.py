@@ -87,6 +87,9 @@ MEASUREMENT_COLUMNS = [
     "probe_after_fp32_gflops",
     "other_work_share",
     "noise_signal",
+    "probe_s",
+    "trial_wall_s",
+    "estimate_s",
 ]
 _TEXT_MEASUREMENT_COLUMNS = (
     "noisy", "ceiling_dtype", "measurement_error", "time_budget_hit", "noise_signal",
@@ -305,6 +308,11 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["probe_bf16_gflops"] = _num(probe.get("bf16_gflops"))
     row["probe_fp32_median_gflops"] = math.nan
     row["probe_bf16_median_gflops"] = math.nan
+    after = _as_dict(record.get("probe_after"))
+    probe_s = [_num(p.get("seconds")) for p in (probe, after) if p]
+    row["probe_s"] = sum(probe_s) if probe_s else math.nan
+    row["trial_wall_s"] = _num(record.get("trial_wall_s"))
+    row["estimate_s"] = _num(_as_dict(record.get("estimate")).get("seconds"))
     row["probe_size"] = _int_or_nan(probe.get("size"))
     row["probe_threads"] = _int_or_nan(probe.get("threads"))
     load = probe.get("load_avg_before")

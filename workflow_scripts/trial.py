@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import backends, launchers, probe, runtimes, sysinfo
+from . import backends, estimate, launchers, probe, runtimes, sysinfo
 from .launchers import harness_args, result_paths
 from .runtimes.base import REPO_ROOT
 from .study import machine
@@ -260,6 +260,8 @@ def run(
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
+    expected = estimate.for_trial(spec, reference, runtimes.in_container(env_info))
+    started = time.monotonic()
     discarded: list[dict] = []
     attempt = 1
     while True:
@@ -292,6 +294,10 @@ def run(
         attempt += 1
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
+    # how long the trial took here (every attempt, the pauses between them) beside
+    # what the study predicted before it ran (one attempt)
+    record["trial_wall_s"] = round(time.monotonic() - started, 3)
+    record["estimate"] = expected
     record["warnings"] = [memory] if memory else []
     write_json_atomic(out, record)
     return record

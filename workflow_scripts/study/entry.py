@@ -100,7 +100,21 @@ def load_for_snakemake(workflow, config: dict) -> Study:
     if main_process:
         for line in study.warnings:
             print(line, file=sys.stderr)
+        print_estimate(study)
     return study
+
+
+def print_estimate(study: Study) -> None:
+    """The study's expected wall time on this machine, before anything runs (a dry run
+    too). An estimate that cannot be made never stops the workflow."""
+    from .. import estimate
+
+    try:
+        est = estimate.for_study(study, "results")
+    except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
+        print(f"[estimate] no estimate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(estimate.format_estimate(est, study.settings["trials"]), file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,394 @@
+"""How long the study will take on this machine, before anything runs.
+
+Each trial's wall time is predicted from its spec and what this machine measured:
+the calibration of its environment (``results/calibration/<env>.json``: the fp32
+matmul ceiling per thread count, the bf16/fp32 ratio of a small convolutional
+training step, the cost of starting a process there), or, before a calibration
+exists, a quick fp32 matmul in this process and the CPU's flags (bf16 native with
+AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
+
+    step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
+               x bf16/fp32 ratio (bf16 runs) + STEP_OVERHEAD_S
+    timed    = steps x step, cut by time_budget_s as the harness cuts it (>= 2 steps)
+    trial    = process start (x1.5 for torchrun's launcher and rendezvous)
+               + HARNESS_S + FLOP count (one sample's step) + probes + compile
+               + (warmup_steps or every epoch's steps) x step + timed
+               capped at timeout_s; x 1 attempt (noisy reruns are not predicted)
+
+The constants are rough and say so: the study records each trial's estimate beside
+its real wall time (``record.estimate``, ``record.trial_wall_s``) and the report
+shows how far off the estimate was, per experiment and for the whole study.
+
+Host side, standard library only (numpy, if present, for the quick measurement).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+# Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
+# measured 56-81 % on an AVX-512 machine; small models reach less, which the per-step
+# overhead covers).
+EFFICIENCY = 0.6
+# Python/dispatch cost of one eager training step of a small model (seconds).
+STEP_OVERHEAD_S = 0.01
+# The harness's fixed work in a trial besides the steps: model and data setup, the
+# checks, writing the result (seconds).
+HARNESS_S = 2.0
+# Starting a trial's process (interpreter, torch, the backend's imports) when no
+# calibration measured it; a container's start on top.
+PROCESS_START_S = 6.0
+CONTAINER_START_S = 2.0
+# torchrun's own start and the process-group rendezvous, on top of the ranks' start.
+TORCHRUN_S = 4.0
+# Starting DataLoader worker processes (each).
+WORKER_START_S = 1.0
+# One-off compile cost (seconds on 2 cores, cold cache) by model; other models: the
+# largest. Inductor's cold compile of ResNet-50 took 45-75 s on 2 cores.
+COMPILE_S = {"cnn": 15.0, "resnet18": 35.0, "resnet50": 60.0}
+# Throughput relative to eager, where a backend differs (torch-xla on the CPU ran
+# ResNet-50 at half the eager rate; compiled graphs ~1.2x eager).
+BACKEND_SPEED = {"xla": 0.5}
+COMPILED_SPEED = 1.2
+# bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
+# native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated, a ResNet-50 step took
+# ~80 s against ~4 s in fp32 on a 2-core AVX2 machine.
+BF16_NATIVE_RATIO = 0.5
+BF16_EMULATED_RATIO = 20.0
+# The noise probe: fp32 (and bf16 where it is native), 0.3 s each, before and after
+# the steps, plus the pilots.
+PROBE_S = 0.4
+# One calibration, one collectives job and the report, when nothing measured them.
+CALIBRATION_S = 60.0
+COLLECTIVES_S = 30.0
+REPORT_S = 30.0
+
+# FLOPs of a forward pass at 224 px (2 per multiply-add; torchvision lists 4.09 and
+# 1.81 GMAC); convolutions scale with the pixel count.
+FORWARD_FLOPS_224 = {"resnet50": 2 * 4.09e9, "resnet18": 2 * 1.81e9}
+DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % split
+
+
+def forward_flops(model: str, image_size: int) -> float | None:
+    """FLOPs of one sample's forward pass (matmuls and convolutions), or None for a model
+    this table does not know."""
+    if model in FORWARD_FLOPS_224:
+        return FORWARD_FLOPS_224[model] * (image_size / 224) ** 2
+    if model == "cnn":  # models.SmallCNN: three 3x3 convolutions, two max-pools, two linears
+        s = image_size
+        convs = 2 * 9 * (3 * 32 * s * s + 32 * 64 * (s // 2) ** 2 + 64 * 64 * (s // 4) ** 2)
+        return float(convs + 2 * (64 * 16 * 128 + 128 * 10))
+    return None
+
+
+def train_flops_per_sample(spec: Mapping) -> float | None:
+    """A training step's FLOPs per sample: forward + backward, ~3 forwards."""
+    forward = forward_flops(spec.get("model", ""), int(spec.get("image_size") or 224))
+    return None if forward is None else 3 * forward
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def quick_fp32_gflops(size: int = 512, min_seconds: float = 0.2) -> float | None:
+    """This process's fp32 matmul rate with numpy (BLAS, all CPUs): the estimate's
+    basis before a calibration exists (~0.2 s)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < min_seconds:
+        a @ b
+        reps += 1
+    return 2.0 * size**3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def bf16_native(flags: Iterable[str]) -> bool:
+    flags = set(flags)
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+class Machine:
+    """What the estimate knows of this machine, per environment: its calibration if one
+    exists, else the quick measurement and the CPU flags (``basis`` says which)."""
+
+    def __init__(
+        self,
+        calibrations: Mapping[str, Mapping | None],
+        quick_gflops: float | None,
+        cpus: int,
+        flags: Iterable[str],
+        container: bool = False,
+    ):
+        self.calibrations = dict(calibrations)
+        self.quick = quick_gflops
+        self.cpus = max(1, cpus)
+        self.native = bf16_native(flags)
+        self.container = container
+
+    def calibration(self, env: str) -> Mapping | None:
+        cal = self.calibrations.get(env)
+        return cal if isinstance(cal, Mapping) and cal.get("ceiling") else None
+
+    def basis(self, env: str) -> str:
+        if self.calibration(env):
+            return "calibration"
+        bf16 = "native" if self.native else "emulated"
+        return f"quick measurement (fp32 matmul) and CPU flags (bf16 {bf16})"
+
+    def fp32_rate(self, env: str, threads: int) -> float:
+        """GFLOP/s of the fp32 matmul ceiling with ``threads`` threads."""
+        cal = self.calibration(env)
+        if cal:
+            ceilings = [c for c in cal["ceiling"] if _finite(c.get("fp32_gflops"))]
+            if ceilings:
+                near = min(ceilings, key=lambda c: (abs(c["threads"] - threads), -c["threads"]))
+                return float(near["fp32_gflops"]) * threads / near["threads"]
+        all_cpus = self.quick if _finite(self.quick) else 50.0 * self.cpus
+        return all_cpus * min(threads, self.cpus) / self.cpus
+
+    def bf16_ratio(self, env: str) -> float:
+        """A bf16 autocast training step's time over fp32's."""
+        cal = self.calibration(env)
+        ratio = ((cal or {}).get("train_proxy") or {}).get("bf16_over_fp32")
+        if _finite(ratio) and ratio > 0:
+            return float(ratio)
+        return BF16_NATIVE_RATIO if self.native else BF16_EMULATED_RATIO
+
+    def process_start(self, env: str) -> float:
+        cal = self.calibrations.get(env)
+        measured = (cal or {}).get("startup_s") if isinstance(cal, Mapping) else None
+        if _finite(measured):
+            return float(measured)
+        return PROCESS_START_S + (CONTAINER_START_S if self.container else 0.0)
+
+    def calibration_s(self, env: str) -> float:
+        cal = self.calibrations.get(env)
+        wall = (cal or {}).get("process_wall_s") if isinstance(cal, Mapping) else None
+        return float(wall) if _finite(wall) else CALIBRATION_S
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+def _world(spec: Mapping) -> tuple[int, int]:
+    """(ranks in all, threads per rank)."""
+    ranks = int(spec.get("ranks") or 1) * int(spec.get("nodes") or 1)
+    return ranks, int(spec.get("threads") or 0)
+
+
+def trial(spec: Mapping, machine: Machine) -> dict:
+    """The predicted wall time of one attempt of this trial, with its parts."""
+    env = spec.get("env") or "upstream"
+    ranks, threads = _world(spec)
+    total_threads = (threads or max(1, machine.cpus // ranks)) * ranks
+    rate = machine.fp32_rate(env, min(total_threads, machine.cpus)) * EFFICIENCY
+    rate *= BACKEND_SPEED.get(spec.get("backend"), 1.0)
+    compiled = spec.get("compile") not in (None, "none")
+    if compiled:
+        rate *= COMPILED_SPEED
+    flops = train_flops_per_sample(spec)
+    batch = int(spec.get("batch_size") or 1)
+    notes = []
+    if flops is None:
+        notes.append(f"no FLOP count for model {spec.get('model')!r}: 1 s a step assumed")
+        step = 1.0
+    else:
+        step = flops * batch / (rate * 1e9)
+        if spec.get("precision") == "bf16":
+            step *= machine.bf16_ratio(env)
+        step += STEP_OVERHEAD_S
+    if spec.get("data") == "image_folder":
+        step += 0.003 * batch  # decoding and resizing with PIL
+    epochs = int(spec.get("epochs") or 0)
+    warmup = int(spec.get("warmup_steps") or 0)
+    if epochs:
+        per_epoch = math.ceil(DIGITS_TRAIN_IMAGES / batch)
+        untimed, timed_steps = 0, epochs * per_epoch
+    else:
+        steps = int(spec.get("steps") or 1)
+        untimed, timed_steps = warmup, steps
+        budget = spec.get("time_budget_s")
+        if _finite(budget) and step > 0:
+            timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
+    start = machine.process_start(env)
+    if ranks > 1 or spec.get("launcher") == "torchrun":
+        start = start * 1.5 + TORCHRUN_S
+    parts = {
+        "start": start,
+        "harness": HARNESS_S + WORKER_START_S * int(spec.get("num_workers") or 0),
+        "flop_count": (step - STEP_OVERHEAD_S) / batch + 2 * STEP_OVERHEAD_S,
+        "probes": PROBE_S * 2 if int(spec.get("probe_size") or 0) > 0 else 0.0,
+        "compile": (COMPILE_S.get(spec.get("model"), max(COMPILE_S.values())) if compiled else 0.0),
+        "warmup": untimed * step,
+        "timed": timed_steps * step,
+    }
+    if spec.get("backend") == "xla":  # traces and compiles its graph in the first steps
+        parts["compile"] += 10.0
+    seconds = sum(parts.values())
+    timeout = spec.get("timeout_s")
+    capped = _finite(timeout) and seconds > timeout
+    if capped:
+        seconds = float(timeout)
+        notes.append(f"capped at timeout_s {timeout}")
+    return {
+        "seconds": round(seconds, 2),
+        "step_s": round(step, 4),
+        "timed_steps": timed_steps,
+        "parts": {k: round(v, 2) for k, v in parts.items()},
+        "basis": machine.basis(env),
+        "capped": bool(capped),
+        "notes": notes,
+    }
+
+
+# --------------------------------------------------------------------------- the study
+
+
+def total(
+    experiments: list[Mapping],
+    trials: int,
+    machine: Machine,
+    envs: Iterable[str] = (),
+    collectives: int = 0,
+    done: Iterable[tuple[str, int]] = (),
+) -> dict:
+    """Every trial's estimate, summed per group and for the study, with the jobs around
+    them (calibrations, the collectives, the report; environment and image builds are
+    not included). ``done``: (experiment, trial) pairs that already have a record."""
+    done = set(done)
+    groups: dict[str, dict] = {}
+    per_experiment = {}
+    trials_s = remaining = 0.0
+    for spec in experiments:
+        one = trial(spec, machine)
+        per_experiment[spec["id"]] = one
+        g = groups.setdefault(spec.get("group") or spec["id"], {"seconds": 0.0, "trials": 0})
+        for k in range(trials):
+            g["seconds"] += one["seconds"]
+            g["trials"] += 1
+            trials_s += one["seconds"]
+            if (spec["id"], k) not in done:
+                remaining += one["seconds"]
+    setup = {
+        "calibrations": sum(machine.calibration_s(e) for e in envs),
+        "collectives": COLLECTIVES_S * collectives,
+        "report": REPORT_S,
+    }
+    return {
+        "trials_s": round(trials_s, 1),
+        "setup_s": round(sum(setup.values()), 1),
+        "total_s": round(trials_s + sum(setup.values()), 1),
+        "remaining_trials_s": round(remaining, 1),
+        "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
+        "setup": setup,
+        "experiments": per_experiment,
+        "basis": sorted({machine.basis(e) for e in envs} or {machine.basis("upstream")}),
+    }
+
+
+def human(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_estimate(est: Mapping, trials: int) -> str:
+    """The lines a dry run and the start of a real run print."""
+    lines = [
+        f"[estimate] this study will take about {human(est['total_s'])} on this machine: "
+        f"{human(est['trials_s'])} of trials ({trials} per experiment) + "
+        f"{human(est['setup_s'])} of calibrations, collectives and report "
+        "(environment and image builds not included)"
+    ]
+    if est["remaining_trials_s"] < est["trials_s"]:
+        lines.append(
+            f"[estimate] trials without a record yet: about {human(est['remaining_trials_s'])}"
+        )
+    for name, g in sorted(est["groups"].items(), key=lambda kv: -kv[1]["seconds"]):
+        lines.append(f"[estimate]   {name}: {human(g['seconds'])} ({g['trials']} trials)")
+    lines.append(f"[estimate] basis: {'; '.join(est['basis'])} (rough: see the report)")
+    return "\n".join(lines)
+
+
+def read_calibrations(results: Path, envs: Iterable[str]) -> dict[str, dict | None]:
+    out: dict[str, dict | None] = {}
+    for env in envs:
+        try:
+            data = json.loads((results / "calibration" / f"{env}.json").read_text())
+            out[env] = data if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            out[env] = None
+    return out
+
+
+def done_trials(results: Path, experiments: list[Mapping], trials: int) -> list[tuple[str, int]]:
+    return [
+        (spec["id"], k)
+        for spec in experiments
+        for k in range(trials)
+        if (results / "records" / spec["id"] / f"trial{k}.json").exists()
+    ]
+
+
+def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
+    """The estimate of a loaded study (``study.Study``) on this machine, from the
+    calibrations under ``results`` (a quick measurement for what has none)."""
+    from . import sysinfo
+
+    results = Path(results)
+    settings = study.settings
+    envs = list(study.envs)
+    calibrations = read_calibrations(results, envs)
+    quick = None
+    if measure and not all(isinstance(c, dict) and c.get("ceiling") for c in calibrations.values()):
+        quick = quick_fp32_gflops()
+    machine = Machine(
+        calibrations,
+        quick,
+        len(sysinfo.plan_cpus()),
+        sysinfo.topology().get("cpu_flags") or [],
+        container=settings.get("runtime") != "local",
+    )
+    trials = int(settings["trials"])
+    variants = (settings.get("collectives") or {}).get("variants") or []
+    return total(
+        study.experiments,
+        trials,
+        machine,
+        envs=list(study.envs),
+        collectives=len(variants),
+        done=done_trials(results, study.experiments, trials),
+    )
+
+
+def for_trial(spec: Mapping, reference: Mapping | None, container: bool) -> dict:
+    """One trial's estimate as its record keeps it: from the reference (its environment's
+    calibration) the trial policy reads, else a quick measurement here."""
+    from . import sysinfo
+
+    env = spec.get("env") or "upstream"
+    calibrated = isinstance(reference, Mapping) and reference.get("ceiling")
+    machine = Machine(
+        {env: reference if calibrated else None},
+        None if calibrated else quick_fp32_gflops(),
+        len(sysinfo.plan_cpus()),
+        sysinfo.topology().get("cpu_flags") or [],
+        container=container,
+    )
+    return trial(spec, machine)
