@@ -159,3 +159,25 @@ def test_suspicious_values_warn_and_run(wd):
     assert "config warning at noise_threshold: 1 reruns" in proc.stderr
     assert "config warning at experiment huge.batch_size: batch 8192 of resnet50" in proc.stderr
     assert os.path.exists(wd / "config.yaml")
+
+
+def test_a_dry_run_prints_the_studys_expected_time(wd):
+    """Before anything runs, the expected wall time on this machine, once, per group."""
+    proc = dry_run(
+        wd,
+        study={
+            "trials": 3,
+            "experiments": [
+                {"id": "small", "group": "ladder", "model": "cnn", "image_size": 32},
+                {"id": "big", "group": "models", "model": "resnet18", "image_size": 64},
+            ],
+        },
+    )
+    assert jobs(proc) == 6
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("[estimate]")]
+    assert len([x for x in lines if "this study will take about" in x]) == 1, proc.stderr
+    assert "of trials (3 per experiment)" in lines[0]
+    assert any("ladder:" in x and "(3 trials)" in x for x in lines)
+    assert any("models:" in x and "(3 trials)" in x for x in lines)
+    # no calibration yet: a quick measurement and the CPU's flags
+    assert "basis: quick measurement (fp32 matmul) and CPU flags" in lines[-1]

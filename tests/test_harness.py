@@ -121,9 +121,11 @@ def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path, calib
     spec = make_spec(model="resnet18", image_size=64, batch_size=4)
     rec = assert_ok(run(spec, upstream_env, tmp_path, reference=calibration))
     probe = rec["probe"]
-    assert probe["fp32_gflops"] > 0 and probe["bf16_gflops"] > 0
+    # bf16 where it fits the probe's budget; where it is emulated, skipped with the reason
+    assert probe["fp32_gflops"] > 0
+    assert probe["bf16_gflops"] > 0 or "predicted" in probe["skipped"]["bf16"]
     assert probe["size"] == 1024 and probe["threads"] == rec["provenance"]["torch_num_threads"]
-    assert len(probe["load_avg_before"]) == 3 and probe["seconds"] >= 0.6
+    assert len(probe["load_avg_before"]) == 3 and probe["seconds"] >= 0.3
     m = rec["metrics"]
     # torchvision lists ResNet-18 at 1.82 "GFLOPS" at 224 px: multiply-adds, which
     # FlopCounterMode counts as 2 FLOPs; convolutions scale with the pixel count, and a

@@ -10,8 +10,9 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
     step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
                x bf16/fp32 ratio (bf16 runs) + STEP_OVERHEAD_S
     timed    = steps x step, cut by time_budget_s as the harness cuts it (>= 2 steps)
-    trial    = process start (x1.5 for torchrun's launcher and rendezvous)
-               + HARNESS_S + FLOP count (one sample's step) + probes + compile
+    trial    = process start (x1.5 + TORCHRUN_S for torchrun's launcher and rendezvous)
+               + HARNESS_S + the setup's imports + FLOP count (one sample's step)
+               + probes + compile
                + (warmup_steps or every epoch's steps) x step + timed
                capped at timeout_s; x 1 attempt (noisy reruns are not predicted)
 
@@ -36,20 +37,24 @@ from pathlib import Path
 EFFICIENCY = 0.6
 # Python/dispatch cost of one eager training step of a small model (seconds).
 STEP_OVERHEAD_S = 0.01
-# The harness's fixed work in a trial besides the steps: model and data setup, the
-# checks, writing the result (seconds).
-HARNESS_S = 2.0
+# The harness's fixed work in a trial besides the steps and its setup's imports: model
+# and data, the checks, writing the result (seconds).
+HARNESS_S = 1.5
 # Starting a trial's process (interpreter, torch, the backend's imports) when no
 # calibration measured it; a container's start on top.
 PROCESS_START_S = 6.0
 CONTAINER_START_S = 2.0
+# The trial's setup imports torch._dynamo (building an optimizer does), when no
+# calibration measured it: 6-8 s on a 2-core Zen 1 EPYC.
+SETUP_IMPORT_S = 5.0
 # torchrun's own start and the process-group rendezvous, on top of the ranks' start.
-TORCHRUN_S = 4.0
+TORCHRUN_S = 8.0
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
 # One-off compile cost (seconds on 2 cores, cold cache) by model; other models: the
-# largest. Inductor's cold compile of ResNet-50 took 45-75 s on 2 cores.
-COMPILE_S = {"cnn": 15.0, "resnet18": 35.0, "resnet50": 60.0}
+# largest. Inductor's cold compile of ResNet-50 took 45-75 s on 2 cores (AVX-512), of
+# the tiny CNN 25 s on a 2-core Zen 1.
+COMPILE_S = {"cnn": 25.0, "resnet18": 45.0, "resnet50": 75.0}
 # Throughput relative to eager, where a backend differs (torch-xla on the CPU ran
 # ResNet-50 at half the eager rate; compiled graphs ~1.2x eager).
 BACKEND_SPEED = {"xla": 0.5}
@@ -171,6 +176,11 @@ class Machine:
             return float(measured)
         return PROCESS_START_S + (CONTAINER_START_S if self.container else 0.0)
 
+    def setup_import(self, env: str) -> float:
+        cal = self.calibrations.get(env)
+        measured = (cal or {}).get("dynamo_import_s") if isinstance(cal, Mapping) else None
+        return float(measured) if _finite(measured) else SETUP_IMPORT_S
+
     def calibration_s(self, env: str) -> float:
         cal = self.calibrations.get(env)
         wall = (cal or {}).get("process_wall_s") if isinstance(cal, Mapping) else None
@@ -229,7 +239,11 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         start = start * 1.5 + TORCHRUN_S
     parts = {
         "start": start,
-        "harness": HARNESS_S + WORKER_START_S * int(spec.get("num_workers") or 0),
+        "harness": (
+            HARNESS_S
+            + machine.setup_import(env)
+            + WORKER_START_S * int(spec.get("num_workers") or 0)
+        ),
         "flop_count": (step - STEP_OVERHEAD_S) / batch + 2 * STEP_OVERHEAD_S,
         "probes": PROBE_S * 2 if int(spec.get("probe_size") or 0) > 0 else 0.0,
         "compile": (COMPILE_S.get(spec.get("model"), max(COMPILE_S.values())) if compiled else 0.0),

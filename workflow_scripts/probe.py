@@ -41,6 +41,8 @@ from .util import finite, int_list, write_json_atomic
 
 DEFAULT_SIZE = 1024
 MIN_SECONDS = 0.3
+# A measurement's time is split into this many windows; the fastest one counts.
+WINDOWS = 3
 DTYPES = ("fp32", "bf16")
 # The sizes the calibration tries for the machine's matmul ceiling (the best of them);
 # larger ones are skipped once a size runs slower than the one before it.
@@ -82,24 +84,34 @@ def _matrices(size: int, dtype: str):
     return a, b
 
 
-def matmul_gflops(size: int, dtype: str, min_seconds: float = MIN_SECONDS) -> float:
+def matmul_gflops(
+    size: int, dtype: str, min_seconds: float = MIN_SECONDS, windows: int = WINDOWS
+) -> float:
     """GFLOP/s of ``torch.matmul`` on two size x size CPU matrices of ``dtype``.
 
-    One untimed warm-up, then matmuls until ``min_seconds`` have passed."""
+    One untimed warm-up, then matmuls for ``min_seconds`` in ``windows`` equal windows
+    (each at least one matmul); the fastest window's rate. The fastest: the first tenth
+    of a second after a pause runs slow on a VM (here 42-48 GFLOP/s, then 61-66), and
+    one window of a whole probe read 0.6-0.7 x the calibration's median of three; a
+    process competing for the CPUs slows every window."""
     import torch
 
     a, b = _matrices(size, dtype)
+    flop = 2.0 * size**3
+    best = 0.0
     with torch.no_grad():
         torch.matmul(a, b)  # warm-up: packing, thread pool, kernel selection
-        reps = 0
-        t0 = time.perf_counter()
-        while True:
-            torch.matmul(a, b)
-            reps += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_seconds:
-                break
-    return 2.0 * size**3 * reps / elapsed / 1e9
+        for _ in range(max(1, windows)):
+            reps = 0
+            t0 = time.perf_counter()
+            while True:
+                torch.matmul(a, b)
+                reps += 1
+                elapsed = time.perf_counter() - t0
+                if elapsed >= min_seconds / max(1, windows):
+                    break
+            best = max(best, flop * reps / elapsed / 1e9)
+    return best
 
 
 def pilot_gflops(dtype: str, size: int = PILOT_SIZE, min_seconds: float = 0.05) -> float:
@@ -139,12 +151,22 @@ def pilot_cost(
     return rate, cost
 
 
+def one_matmul_s(size: int, gflops: float) -> float:
+    return 2.0 * size**3 / (max(gflops, 1e-9) * 1e9)
+
+
+def windows_for(size: int, gflops: float, min_seconds: float) -> int:
+    """:data:`WINDOWS` where a window holds a few matmuls, else one window (a size whose
+    single matmul takes longer than a window gains nothing from splitting)."""
+    return WINDOWS if WINDOWS * one_matmul_s(size, gflops) <= min_seconds else 1
+
+
 def predicted_seconds(size: int, gflops: float, min_seconds: float, repeats: int = 1) -> float:
     """What :func:`matmul_gflops` will cost ``repeats`` times at ``size`` for a dtype that
-    runs at ``gflops``: each call's warm-up matmul, then at least one timed matmul and
-    at least ``min_seconds``."""
-    one = 2.0 * size**3 / (max(gflops, 1e-9) * 1e9)
-    return repeats * (one + max(one, min_seconds))
+    runs at ``gflops`` (with :func:`windows_for`'s windows): each call's warm-up matmul,
+    then at least one timed matmul per window and at least ``min_seconds``."""
+    one = one_matmul_s(size, gflops)
+    return repeats * (one + max(windows_for(size, gflops, min_seconds) * one, min_seconds))
 
 
 def skip_reason(size: int, gflops: float, seconds: float, budget_s: float, basis: str) -> str:
@@ -176,7 +198,8 @@ def run(
                 rates[f"{d}_gflops"] = None
                 skipped[d] = skip_reason(size, pilot, cost, budget_s, f"at {PILOT_SIZE}")
                 continue
-        rates[f"{d}_gflops"] = matmul_gflops(size, d, min_seconds)
+        windows = windows_for(size, pilot, min_seconds) if budget_s is not None else WINDOWS
+        rates[f"{d}_gflops"] = matmul_gflops(size, d, min_seconds, windows)
     return {
         **rates,
         "size": size,
@@ -259,7 +282,8 @@ def ceiling(
                 if cost > budget_s:
                     notes[size] = skip_reason(size, rate, cost, budget_s, basis)
                     break
-            rate = max(matmul_gflops(size, d, min_seconds) for _ in range(runs))
+            windows = windows_for(size, rate, min_seconds)
+            rate = max(matmul_gflops(size, d, min_seconds, windows) for _ in range(runs))
             basis = f"at size {size}"
             rates[size] = rate
             fp32 = out["sizes"].get("fp32", {}).get(size, fp32_pilot if "pilot" in notes else None)
@@ -441,6 +465,11 @@ def calibrate(
     for module in imports:
         importlib.import_module(module)
     pool_wait_s = wait_for_compile_pool()
+    # what every trial's setup pays here: building an optimizer imports torch._dynamo
+    # (torch.optim's constructors are wrapped by it), ~6 s on a 2-core Zen 1
+    t0 = time.perf_counter()
+    importlib.import_module("torch._dynamo")
+    dynamo_import_s = time.perf_counter() - t0
 
     default = torch.get_num_threads()
     if threads == "auto":
@@ -474,6 +503,7 @@ def calibrate(
         "min_seconds": min_seconds,
         "default_threads": default,
         "compile_pool_wait_s": pool_wait_s,
+        "dynamo_import_s": dynamo_import_s,
         "load_avg_before": before,
         "seconds": time.perf_counter() - t0,
         "torch_version": torch.__version__,

@@ -102,6 +102,7 @@ from .stats import (
     with_group_speedup,
     with_speedup,
 )
+from .timing import timing_section
 
 __all__ = [
     "BACKEND_ORDER",
@@ -228,6 +229,7 @@ def build_report(
         roofline_section(roof, svgs["roofline"]),
         distributed_section(stats_sp, collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
+        timing_section(frame),
         other_section(stats_sp, baseline),
         failures_section(frame, records),
         summary_section(frame),

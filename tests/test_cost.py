@@ -1,0 +1,134 @@
+"""The study's own cost on any CPU: the calibration and the noise probe bounded in time
+(real matmuls, in the real upstream environment), and the time estimate against real
+trials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from workflow_scripts import estimate, probe, runtimes, sysinfo, trial
+from workflow_scripts.runtimes.base import REPO_ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+# Too big for any CPU this study runs on within a budget of seconds: 2 x 32768^3 =
+# 70 TFLOP, over a minute even at 1 TFLOP/s.
+HUGE = 32768
+
+
+def in_env(env: dict, code: str, timeout: float = 600) -> dict:
+    res = subprocess.run(
+        [env["python"], "-c", code], env=runtimes.for_env(env).environment(), cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def native_bf16() -> bool:
+    return estimate.bf16_native(sysinfo.topology()["cpu_flags"])
+
+
+def test_a_calibration_with_a_size_too_slow_for_any_cpu_stays_within_its_budget(
+    upstream_env, tmp_path
+):
+    """The ceiling search predicts each size's cost and skips what would overrun its
+    budget: 32768 is skipped on any CPU, and the whole calibration stays within the sum
+    of its measurements' budgets (plus each dtype's pilots)."""
+    out = tmp_path / "cal.json"
+    budget = 2.0
+    code = f"""
+import json, time
+from workflow_scripts import probe
+probe.CEILING_BUDGET_S = {budget}
+t0 = time.perf_counter()
+result = probe.calibrate([512], threads="auto", repeats=1, ceiling_sizes=(1024, {HUGE}))
+result["elapsed"] = time.perf_counter() - t0
+open({str(out)!r}, "w").write(json.dumps(result))
+print(json.dumps({{"ok": True}}))
+"""
+    in_env(upstream_env, code)
+    cal = json.loads(out.read_text())
+    for c in cal["ceiling"]:
+        for dtype in probe.DTYPES:
+            skipped = c["skipped"].get(dtype, {})
+            # the huge size never ran: skipped with its predicted cost, or never reached
+            assert str(HUGE) not in c["sizes"][dtype]
+            assert c[f"{dtype}_gflops"] > 0  # a rate, measured at a size that fits
+            if c["emulated"][dtype]:
+                assert c[f"{dtype}_size"] == probe.EMULATED_SIZE and "emulated" in str(skipped)
+            elif str(HUGE) in skipped:
+                assert (
+                    "predicted" in skipped[str(HUGE)]
+                    and f"{budget:g} s budget" in (skipped[str(HUGE)])
+                )
+        assert not c["emulated"]["fp32"]
+        if native_bf16():  # AVX-512 BF16 / AMX: a real ceiling at the usual sizes
+            assert not c["emulated"]["bf16"] and c["bf16_size"] == 1024
+    # fp32 reached 1024 and stopped before the huge size, at every thread count
+    assert all(c["fp32_size"] == 1024 and str(HUGE) in c["skipped"]["fp32"] for c in cal["ceiling"])
+    # the bound: per thread count and dtype, one size within its budget (a measurement can
+    # overrun its prediction by what one matmul costs more than predicted: x3 margin)
+    per_count = len(probe.DTYPES) * 3 * budget + 10
+    assert cal["elapsed"] < len(cal["ceiling"]) * per_count + 20, cal["elapsed"]
+    proxy = cal["train_proxy"]
+    assert proxy["seconds"]["fp32"] > 0 and proxy["bf16_over_fp32"] > 0
+    assert proxy["elapsed_s"] < 2 * probe.PROXY_BUDGET_S + 5
+
+
+def test_the_probe_skips_a_dtype_over_its_budget_and_says_why(upstream_env):
+    code = f"""
+import json
+from workflow_scripts import probe
+huge = probe.run({HUGE}, budget_s=1.0)
+usual = probe.run(1024)
+print(json.dumps({{"huge": huge, "usual": usual}}))
+"""
+    res = in_env(upstream_env, code)
+    huge, usual = res["huge"], res["usual"]
+    assert huge["fp32_gflops"] is None and huge["bf16_gflops"] is None
+    for dtype in probe.DTYPES:
+        assert f"at size {HUGE} (over the 1 s budget)" in huge["skipped"][dtype]
+    assert huge["seconds"] < 5  # the pilots only
+    assert usual["fp32_gflops"] > 0
+    if native_bf16():
+        assert usual["bf16_gflops"] > 0 and not usual["skipped"]
+    # whatever the CPU: the probe's cost stays within its budget per dtype, plus pilots
+    assert usual["seconds"] < len(probe.DTYPES) * (probe.PROBE_BUDGET_S + 0.5)
+
+
+def test_the_estimate_against_real_trials(upstream_env, make_spec, tmp_path):
+    """Three small trials, run for real with a real calibration: each record keeps its
+    estimate beside its wall time; together they are within a factor of 2."""
+    cal_path = tmp_path / "upstream.json"
+    cmd = [upstream_env["python"], "-m", "workflow_scripts.probe", "--calibrate",
+           "--sizes", "1024", "--threads", "auto", "--repeats", "1",
+           "--ceiling-sizes", "1024,2048", "--out", str(cal_path)]  # fmt: skip
+    res = subprocess.run(cmd, env=runtimes.for_env(upstream_env).environment(), cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    reference = json.loads(cal_path.read_text())
+    reference["startup_s"] = 4.0  # the calibration rule measures it around the process
+    specs = [
+        make_spec(id="cnn-fp32", steps=20),
+        make_spec(id="cnn-bf16", precision="bf16", steps=5),
+        make_spec(id="r18", model="resnet18", image_size=64, batch_size=8, steps=5),
+    ]
+    estimated = walls = 0.0
+    for spec in specs:
+        out = tmp_path / "records" / spec["id"] / "trial0.json"
+        log = tmp_path / "logs" / f"{spec['id']}.log"
+        rec = trial.run(spec, upstream_env, out, log, reference=reference, max_retries=0)
+        assert rec["status"] == "ok", rec.get("error")
+        est = rec["estimate"]
+        assert est["basis"] == "calibration" and est["seconds"] > 0
+        assert rec["trial_wall_s"] >= rec["provenance"]["process_wall_s"]
+        # the estimate's FLOPs are the harness's count (FlopCounterMode), within 10 %
+        counted = rec["metrics"]["flops_per_sample"]
+        assert estimate.train_flops_per_sample(spec) == pytest.approx(counted, rel=0.10)
+        estimated += est["seconds"]
+        walls += rec["trial_wall_s"]
+    assert 0.5 <= walls / estimated <= 2.0, (walls, estimated)

@@ -1,0 +1,149 @@
+"""The study's time estimate: its arithmetic, the machine facts it reads, and what a
+user sees before anything runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workflow_scripts import estimate, study
+from workflow_scripts.study.entry import read_config
+
+from .conftest import REPO
+
+
+def calibration(fp32_2t=100.0, startup=3.0, bf16_ratio=2.0, wall=40.0) -> dict:
+    return {
+        "ceiling": [
+            {"threads": 1, "fp32_gflops": fp32_2t / 2, "bf16_gflops": 1.0},
+            {"threads": 2, "fp32_gflops": fp32_2t, "bf16_gflops": 1.0},
+        ],
+        "train_proxy": {"bf16_over_fp32": bf16_ratio},
+        "startup_s": startup,
+        "process_wall_s": wall,
+    }
+
+
+def machine(cal=None, quick=None, flags=(), cpus=2, container=False) -> estimate.Machine:
+    return estimate.Machine({"upstream": cal}, quick, cpus, flags, container)
+
+
+def test_cnn_flops_by_hand():
+    # models.SmallCNN at 8 px: convolutions 3->32 at 8x8, 32->64 at 4x4, 64->64 at 2x2
+    # (3x3 kernels, 2 FLOPs a multiply-add), then linears 1024->128->10
+    convs = 2 * 9 * (3 * 32 * 64 + 32 * 64 * 16 + 64 * 64 * 4)
+    linears = 2 * (1024 * 128 + 128 * 10)
+    assert estimate.forward_flops("cnn", 8) == convs + linears
+    assert estimate.train_flops_per_sample({"model": "cnn", "image_size": 8}) == 3 * (
+        convs + linears
+    )
+    # ResNet-50 at 224 px: 2 x 4.09 GMAC forward, ~24.5 GFLOP a training sample
+    assert estimate.train_flops_per_sample(
+        {"model": "resnet50", "image_size": 224}
+    ) == pytest.approx(24.5e9, rel=0.01)
+    assert estimate.forward_flops("resnet18", 112) == pytest.approx(2 * 1.81e9 / 4)
+    assert estimate.forward_flops("no-such-model", 32) is None
+
+
+def test_one_trial_by_hand(make_spec):
+    spec = make_spec(model="resnet50", image_size=224, batch_size=16, warmup_steps=2, steps=8)
+    spec["time_budget_s"] = None
+    est = estimate.trial(spec, machine(calibration()))
+    step = 24.54e9 * 16 / (100.0 * estimate.EFFICIENCY * 1e9) + estimate.STEP_OVERHEAD_S
+    assert est["step_s"] == pytest.approx(step, rel=1e-3)
+    parts = est["parts"]
+    assert parts["start"] == 3.0  # the calibration's measured process start
+    assert parts["warmup"] == pytest.approx(2 * step, rel=1e-3)
+    assert parts["timed"] == pytest.approx(8 * step, rel=1e-3)
+    assert parts["probes"] == 2 * estimate.PROBE_S and parts["compile"] == 0
+    assert est["seconds"] == pytest.approx(sum(parts.values()), abs=0.05)
+    assert est["basis"] == "calibration" and not est["capped"]
+
+
+def test_bf16_scales_by_the_measured_ratio_and_budget_and_timeout_cut(make_spec):
+    fp32 = make_spec(model="resnet50", image_size=224, batch_size=16, steps=8)
+    fp32["time_budget_s"] = None
+    bf16 = {**fp32, "precision": "bf16"}
+    m = machine(calibration(bf16_ratio=20.0))
+    a, b = estimate.trial(fp32, m), estimate.trial(bf16, m)
+    step = a["step_s"] - estimate.STEP_OVERHEAD_S
+    assert b["step_s"] == pytest.approx(20 * step + estimate.STEP_OVERHEAD_S, rel=1e-3)
+    # the harness stops timing once the timed steps passed the budget (2 at least)
+    cut = estimate.trial({**bf16, "time_budget_s": 60}, m)
+    assert cut["timed_steps"] == max(2, math.ceil(60 / b["step_s"]))
+    assert cut["timed_steps"] < 8
+    capped = estimate.trial({**bf16, "timeout_s": 30}, m)
+    assert capped["seconds"] == 30 and capped["capped"]
+
+
+def test_compile_torchrun_workers_and_epochs(make_spec):
+    m = machine(calibration())
+    base = estimate.trial(make_spec(), m)
+    compiled = estimate.trial(make_spec(backend="inductor"), m)
+    assert compiled["parts"]["compile"] == estimate.COMPILE_S["cnn"]
+    ddp = estimate.trial(make_spec(launcher="torchrun", ranks=2, threads=1), m)
+    assert ddp["parts"]["start"] == pytest.approx(3.0 * 1.5 + estimate.TORCHRUN_S)
+    workers = estimate.trial(make_spec(data="per_sample", num_workers=2), m)
+    assert workers["parts"]["harness"] == base["parts"]["harness"] + 2 * estimate.WORKER_START_S
+    acc = estimate.trial(make_spec(data="digits", epochs=3, batch_size=32, image_size=32), m)
+    assert acc["timed_steps"] == 3 * math.ceil(estimate.DIGITS_TRAIN_IMAGES / 32)
+
+
+def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):
+    spec = make_spec(model="resnet50", image_size=224, batch_size=16, precision="bf16")
+    spec["time_budget_s"] = None
+    native = estimate.trial(spec, machine(quick=170.0, flags=["avx2", "avx512_bf16"]))
+    emulated = estimate.trial(spec, machine(quick=170.0, flags=["avx2"]))
+    assert "bf16 native" in native["basis"] and "bf16 emulated" in emulated["basis"]
+    ratio = estimate.BF16_EMULATED_RATIO / estimate.BF16_NATIVE_RATIO
+    assert (emulated["step_s"] - 0.01) == pytest.approx(ratio * (native["step_s"] - 0.01), 1e-3)
+    # a container's start is dearer than a local process's, before anything measured it
+    local = estimate.trial(spec, machine(quick=170.0))
+    boxed = estimate.trial(spec, machine(quick=170.0, container=True))
+    assert boxed["parts"]["start"] == local["parts"]["start"] + estimate.CONTAINER_START_S
+
+
+def _study(preset: str):
+    return study.load_study(read_config(REPO / "config.yaml", [f"preset={preset}"]), REPO)
+
+
+def test_the_default_study_on_an_avx2_machine_takes_hours():
+    """What a user of a 2-core AVX2 machine reads before starting the default study."""
+    st = _study("default")
+    avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
+    est = estimate.total(st.experiments, st.settings["trials"], avx2, envs=st.envs)
+    assert est["total_s"] > 3600
+    text = estimate.format_estimate(est, st.settings["trials"])
+    assert " h on this machine" in text.splitlines()[0]
+    assert "[estimate]   ladder:" in text and "bf16 emulated" in text
+    # the same study where bf16 is native: the bf16 rungs no longer dominate
+    native = estimate.Machine({}, 170.0, 2, ["avx2", "avx512_bf16"])
+    faster = estimate.total(st.experiments, st.settings["trials"], native, envs=st.envs)
+    assert faster["total_s"] < est["total_s"] / 2
+
+
+def test_groups_sum_and_records_already_made_are_not_remaining():
+    st = _study("quick")
+    m = estimate.Machine({}, 100.0, 2, ["avx2"])
+    est = estimate.total(st.experiments, 1, m, envs=st.envs, collectives=2)
+    assert sum(g["seconds"] for g in est["groups"].values()) == pytest.approx(est["trials_s"], 0.01)
+    assert sum(g["trials"] for g in est["groups"].values()) == len(st.experiments)
+    assert est["setup"]["collectives"] == 2 * estimate.COLLECTIVES_S
+    first = st.experiments[0]["id"]
+    done = estimate.total(st.experiments, 1, m, envs=st.envs, done=[(first, 0)])
+    assert done["remaining_trials_s"] == pytest.approx(
+        est["trials_s"] - est["experiments"][first]["seconds"], abs=0.2
+    )
+    assert "without a record yet" in estimate.format_estimate(done, 1)
+
+
+def test_calibration_times_come_from_the_calibrations():
+    m = machine(calibration(wall=25.0))
+    assert m.calibration_s("upstream") == 25.0
+    assert machine().calibration_s("upstream") == estimate.CALIBRATION_S
+
+
+def test_quick_measurement_is_a_rate():
+    rate = estimate.quick_fp32_gflops(size=128, min_seconds=0.02)
+    assert rate is not None and rate > 0.1
