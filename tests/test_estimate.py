@@ -147,3 +147,15 @@ def test_calibration_times_come_from_the_calibrations():
 def test_quick_measurement_is_a_rate():
     rate = estimate.quick_fp32_gflops(size=128, min_seconds=0.02)
     assert rate is not None and rate > 0.1
+
+
+def test_the_setup_imports_come_from_the_calibration(make_spec):
+    """Every trial's setup imports torch._dynamo (its optimizer does): the calibration
+    measures what that costs in the environment, the estimate adds it."""
+    cal = {**calibration(), "dynamo_import_s": 7.5}
+    measured = estimate.trial(make_spec(), machine(cal))
+    assert measured["parts"]["harness"] == pytest.approx(estimate.HARNESS_S + 7.5)
+    default = estimate.trial(make_spec(), machine(calibration()))
+    assert default["parts"]["harness"] == pytest.approx(
+        estimate.HARNESS_S + estimate.SETUP_IMPORT_S
+    )

@@ -78,7 +78,8 @@ def test_the_browser_renders_the_headline_and_every_section(page):
     assert "the fastest configuration of resnet50 at 224 px, batch 16" in text
     assert "runcpu-tcmalloc" in text and "3.20× the fp32 eager baseline" in text
     assert "$0.81 per million samples" in text
-    for sid in ("ladder", "machines", "cost", "backends", "correctness", "startup", "noise"):
+    sections = ("ladder", "machines", "cost", "backends", "correctness", "startup", "noise")
+    for sid in (*sections, "study-time"):
         assert f'<section id="{sid}">' in dom
     for fig in ("ladder", "machines", "backends", "losses", "startup"):
         assert re.search(rf'<figure id="fig-{fig}"><svg', dom), fig

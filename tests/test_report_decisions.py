@@ -34,6 +34,11 @@ def trial(exp, k=0, sps=10.0, losses=LOSSES, steps_timed=8, probe=(180.0, 400.0)
         r["probe"]["threads"] = 2
         r["losses"] = list(losses)
         r["step_times_s"] = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0][:steps_timed]
+        r["probe"]["seconds"] = 0.5
+        r["attempts"] = 1
+        # the study's own cost: what was predicted before the trial ran, and its wall time
+        r["estimate"] = {"seconds": 16.0, "basis": "calibration"}
+        r["trial_wall_s"] = 20.0 + k
     return r
 
 
@@ -380,3 +385,32 @@ def test_a_measurement_error_is_shown_instead_of_a_number():
     shown = report.roofline_display(roof)
     assert shown.loc[0, "% of the ceiling"].startswith("n/a: 200% of the calibrated ceiling")
     assert shown.loc[0, "ceiling from"] == "calibrated ceiling"
+
+
+def test_the_study_time_against_its_estimate(page):
+    """Each experiment's wall time beside the estimate made before it ran, the whole
+    study's, and the probes' share of it."""
+    _, records, _, text = page
+    part = section(text, "study-time")
+    plain = re.sub(r"<[^>]+>", "", part)
+    timed = [r for r in records if r.get("estimate")]
+    wall = sum(r["trial_wall_s"] for r in timed)
+    assert f"All {len(timed)} trials with an estimate" in plain
+    assert f"{wall / (16.0 * len(timed)):.2f}×" in plain  # measured over estimated, in all
+    # baseline: 3 trials predicted at 16 s each, measured 20, 21 and 22 s (median 21)
+    row = re.search(r"<td>baseline</td>\s*<td>3</td>\s*<td>3</td>\s*<td>16.0</td>"
+                    r"\s*<td>21.0</td>\s*<td>1.31×</td>", part)  # fmt: skip
+    assert row, part
+    # the probes: 0.5 s before the steps in each trial (none after in these records)
+    assert f"{100 * 0.5 * len(timed) / wall:.1f}% of the trials' wall time" in plain
+    assert "ipex-optimize-bf16-cl" not in part  # failed before it had a wall time
+
+
+def test_records_without_an_estimate_say_so(tmp_path):
+    records = [make("baseline", 0, 10.0)]
+    frame = rec.summary_frame(records)
+    from workflow_scripts.report.timing import timing_section
+
+    sid, heading, content = timing_section(frame)
+    assert sid == "study-time" and "estimate vs measured" in heading
+    assert "n/a: no record holds both an estimate and its wall time" in content

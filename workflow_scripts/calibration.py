@@ -60,7 +60,9 @@ def calibrate(
         # what starting a process costs here (interpreter, torch, the backend's imports,
         # a container's start): the part of the job's wall time before the measurements
         result["process_wall_s"] = finished.wall_s
-        result["startup_s"] = max(0.0, finished.wall_s - float(result.get("seconds") or 0.0))
+        # (the torch._dynamo import is measured apart: a trial pays it in its setup)
+        measured = float(result.get("seconds") or 0.0) + float(result.get("dynamo_import_s") or 0.0)
+        result["startup_s"] = max(0.0, finished.wall_s - measured)
     except (OSError, ValueError, RuntimeError) as exc:
         result = {
             "kind": "calibration",

@@ -48,7 +48,7 @@ CONTAINER_START_S = 2.0
 # calibration measured it: 6-8 s on a 2-core Zen 1 EPYC.
 SETUP_IMPORT_S = 5.0
 # torchrun's own start and the process-group rendezvous, on top of the ranks' start.
-TORCHRUN_S = 8.0
+TORCHRUN_S = 4.0
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
 # One-off compile cost (seconds on 2 cores, cold cache) by model; other models: the

@@ -39,6 +39,7 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
         _est=_num(frame, "estimate_s"),
         _wall=_num(frame, "trial_wall_s"),
         _probe=_num(frame, "probe_s"),
+        _attempts=_num(frame, "attempts"),
     )
     sub = sub[sub["_est"].notna() & sub["_wall"].notna()]
     rows = []
@@ -47,6 +48,7 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
             {
                 "experiment": experiment,
                 "trials": len(part),
+                "attempts": part["_attempts"].sum(min_count=1),
                 "estimate_s": part["_est"].median(),
                 "wall_s": part["_wall"].median(),
                 "estimate_sum_s": part["_est"].sum(),
@@ -98,6 +100,7 @@ def timing_section(frame: pd.DataFrame) -> Section:
         {
             "experiment": r["experiment"],
             "trials": fmt_int(r["trials"]),
+            "attempts (noisy reruns too)": fmt_int(r["attempts"]),
             "estimated (s, median)": fmt_num(r["estimate_s"]),
             "measured (s, median)": fmt_num(r["wall_s"]),
             "measured / estimated": _off(r["wall_s"], r["estimate_s"]),
