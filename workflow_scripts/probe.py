@@ -448,6 +448,7 @@ def calibrate(
     min_seconds: float = MIN_SECONDS,
     imports: list[str] = (),
     ceiling_sizes: tuple[int, ...] = CEILING_SIZES,
+    ceiling_budget_s: float | None = CEILING_BUDGET_S,
 ) -> dict:
     """The reference: ``repeats`` probes (median) per size and thread count, for noise
     detection, and per thread count the machine's matmul ceiling (:func:`ceiling`), the
@@ -483,7 +484,9 @@ def calibrate(
         for size in sizes:
             entries.append(summarize([run(size, min_seconds) for _ in range(repeats)]))
         if ceiling_sizes:
-            ceilings.append(ceiling(tuple(ceiling_sizes), min_seconds=min_seconds))
+            ceilings.append(
+                ceiling(tuple(ceiling_sizes), min_seconds=min_seconds, budget_s=ceiling_budget_s)
+            )
     torch.set_num_threads(default)
     proxy = train_proxy() if ceiling_sizes else None
     main = next(
