@@ -80,19 +80,20 @@ print(json.dumps({{"ok": True}}))
 
 
 def test_the_probe_skips_a_dtype_over_its_budget_and_says_why(upstream_env):
-    code = f"""
+    code = """
 import json
 from workflow_scripts import probe
-huge = probe.run({HUGE}, budget_s=1.0)
+tight = probe.run(1024, budget_s=0.001)
 usual = probe.run(1024)
-print(json.dumps({{"huge": huge, "usual": usual}}))
+print(json.dumps({"tight": tight, "usual": usual}))
 """
     res = in_env(upstream_env, code)
-    huge, usual = res["huge"], res["usual"]
-    assert huge["fp32_gflops"] is None and huge["bf16_gflops"] is None
-    for dtype in probe.DTYPES:
-        assert f"at size {HUGE} (over the 1 s budget)" in huge["skipped"][dtype]
-    assert huge["seconds"] < 5  # the pilots only
+    tight, usual = res["tight"], res["usual"]
+    # over its budget (any CPU: a measurement takes 0.3 s at least), bf16 is skipped with
+    # its predicted cost; fp32, what the noise signals read, is measured whatever it costs
+    assert tight["bf16_gflops"] is None and "fp32" not in tight["skipped"]
+    assert "at size 1024 (over the 0.001 s budget)" in tight["skipped"]["bf16"]
+    assert tight["fp32_gflops"] > 0
     assert usual["fp32_gflops"] > 0
     if native_bf16():
         assert usual["bf16_gflops"] > 0 and not usual["skipped"]

@@ -182,9 +182,10 @@ def run(
     budget_s: float | None = PROBE_BUDGET_S,
 ) -> dict:
     """One probe in this process, with its current threads (the record's ``probe``):
-    each dtype's rate at ``size``, unless its pilot predicts that measuring it would take
-    longer than ``budget_s`` (None: no limit); then its rate is None and ``skipped``
-    says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against 0.3 s for fp32)."""
+    fp32's rate at ``size``, and each other dtype's unless its pilot predicts that
+    measuring it would take longer than ``budget_s`` (None: no limit); then its rate is
+    None and ``skipped`` says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against
+    0.3 s for fp32)."""
     import torch
 
     before = load_avg()
@@ -194,7 +195,9 @@ def run(
     for d in DTYPES:
         if budget_s is not None:
             pilot, cost = pilot_cost(d, size, min_seconds, budget_s)
-            if cost > budget_s:
+            # fp32 is always measured: the noise signals read it, and a disturbed machine
+            # makes its pilot slow too (skipping it would hide the disturbance)
+            if cost > budget_s and d != "fp32":
                 rates[f"{d}_gflops"] = None
                 skipped[d] = skip_reason(size, pilot, cost, budget_s, f"at {PILOT_SIZE}")
                 continue
