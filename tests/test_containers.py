@@ -31,7 +31,9 @@ PODMAN = shutil.which("podman") is not None
 
 def container_config(*extra: str) -> list[str]:
     config = [
-        "preset=quick", "runtime=podman",
+        # (noise reruns are the trial policy's, tested on their own: here they would only
+        # add minutes on a shared machine)
+        "preset=quick", "runtime=podman", "noise_retries=0",
         # the default image names: the base image (reused by its settings' hash) and
         # the layer cache are shared with the user's own runs
         f"containers={{wheelhouse: {WHEELHOUSE}}}",

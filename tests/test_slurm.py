@@ -63,7 +63,10 @@ def when(text: str) -> datetime:
 
 def run_through_slurm(workdir: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm"]
+    # (noise reruns are the trial policy's, tested on their own: here they would only
+    # add minutes on a shared machine)
     cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}"]
+    cmd += ["noise_retries=0"]
     proc = subprocess.Popen(
         cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
