@@ -31,6 +31,9 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from . import probe
+from .util import finite
+
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
 # measured 56-81 % on an AVX-512 machine; small models reach less, which the per-step
 # overhead covers).
@@ -154,41 +157,37 @@ class Machine:
         """GFLOP/s of the fp32 matmul ceiling with ``threads`` threads."""
         cal = self.calibration(env)
         if cal:
-            ceilings = [c for c in cal["ceiling"] if _finite(c.get("fp32_gflops"))]
-            if ceilings:
-                near = min(ceilings, key=lambda c: (abs(c["threads"] - threads), -c["threads"]))
+            ceilings = [c for c in cal["ceiling"] if finite(c.get("fp32_gflops"))]
+            near = probe.nearest_threads(ceilings, threads)
+            if near is not None:
                 return float(near["fp32_gflops"]) * threads / near["threads"]
-        all_cpus = self.quick if _finite(self.quick) else 50.0 * self.cpus
+        all_cpus = self.quick if finite(self.quick) else 50.0 * self.cpus
         return all_cpus * min(threads, self.cpus) / self.cpus
 
     def bf16_ratio(self, env: str) -> float:
         """A bf16 autocast training step's time over fp32's."""
         cal = self.calibration(env)
         ratio = ((cal or {}).get("train_proxy") or {}).get("bf16_over_fp32")
-        if _finite(ratio) and ratio > 0:
+        if finite(ratio) and ratio > 0:
             return float(ratio)
         return BF16_NATIVE_RATIO if self.native else BF16_EMULATED_RATIO
 
     def process_start(self, env: str) -> float:
         cal = self.calibrations.get(env)
         measured = (cal or {}).get("startup_s") if isinstance(cal, Mapping) else None
-        if _finite(measured):
+        if finite(measured):
             return float(measured)
         return PROCESS_START_S + (CONTAINER_START_S if self.container else 0.0)
 
     def setup_import(self, env: str) -> float:
         cal = self.calibrations.get(env)
         measured = (cal or {}).get("dynamo_import_s") if isinstance(cal, Mapping) else None
-        return float(measured) if _finite(measured) else SETUP_IMPORT_S
+        return float(measured) if finite(measured) else SETUP_IMPORT_S
 
     def calibration_s(self, env: str) -> float:
         cal = self.calibrations.get(env)
         wall = (cal or {}).get("process_wall_s") if isinstance(cal, Mapping) else None
-        return float(wall) if _finite(wall) else CALIBRATION_S
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        return float(wall) if finite(wall) else CALIBRATION_S
 
 
 # --------------------------------------------------------------------------- one trial
@@ -232,7 +231,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         steps = int(spec.get("steps") or 1)
         untimed, timed_steps = warmup, steps
         budget = spec.get("time_budget_s")
-        if _finite(budget) and step > 0:
+        if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
     start = machine.process_start(env)
     if ranks > 1 or spec.get("launcher") == "torchrun":
@@ -254,7 +253,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         parts["compile"] += 10.0
     seconds = sum(parts.values())
     timeout = spec.get("timeout_s")
-    capped = _finite(timeout) and seconds > timeout
+    capped = finite(timeout) and seconds > timeout
     if capped:
         seconds = float(timeout)
         notes.append(f"capped at timeout_s {timeout}")
