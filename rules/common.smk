@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import cluster, collectives, envs, images
+from workflow_scripts import cluster, collectives, envs, images, jobs
 
 SETTINGS = STUDY.settings
 # The interpreter running Snakemake runs the workflow's own scripts.

@@ -23,19 +23,7 @@ rule build_env:
         installer=SETTINGS["installer"],
         python=env_python(),
     run:
-        from workflow_scripts import envs
-
-        envs.main(
-            [
-                f"--name={wildcards.env}",
-                f"--requirements={input.requirements}",
-                f"--root={params.root}",
-                f"--installer={params.installer}",
-                f"--python={params.python}",
-                f"--out={output.env}",
-                f"--log={log[0]}",
-            ]
-        )
+        jobs.run("workflow_scripts.envs", input, output, params, wildcards, log)
 
 
 rule image_folder:
@@ -53,17 +41,7 @@ rule image_folder:
         per_class=SETTINGS["image_folder"]["images_per_class"],
         size=SETTINGS["image_folder"]["size"],
     run:
-        from workflow_scripts import imagefolder
-
-        imagefolder.main(
-            [
-                f"--out={output[0]}",
-                f"--classes={params.classes}",
-                f"--per-class={params.per_class}",
-                f"--size={params.size}",
-                f"--log={log[0]}",
-            ]
-        )
+        jobs.run("workflow_scripts.imagefolder", input, output, params, wildcards, log)
 
 
 # scikit-learn's digits, exported once from the workflow's environment (where
@@ -79,6 +57,4 @@ rule digits:
         mem_mb=DATA_RESOURCES["mem_mb"],
         runtime=DATA_RESOURCES["runtime"],
     run:
-        from workflow_scripts import digits
-
-        digits.main([f"--out={output[0]}", f"--log={log[0]}"])
+        jobs.run("workflow_scripts.digits", input, output, params, wildcards, log)

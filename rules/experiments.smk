@@ -36,9 +36,15 @@ rule calibrate:
         # the matmul sizes of the machine's ceiling (a change recalibrates)
         ceiling_sizes="1024,2048,4096",
     run:
-        from workflow_scripts import calibration
-
-        calibration.rule(input, output, params, log, PROBE_SIZES)
+        jobs.run(
+            "workflow_scripts.calibration",
+            input,
+            output,
+            params,
+            wildcards,
+            log,
+            settings={"probe_sizes": PROBE_SIZES},
+        )
 
 
 rule run_experiment:
@@ -64,9 +70,15 @@ rule run_experiment:
         # where it runs is part of what it measured: switching runtimes reruns it
         runtime=RUNTIME,
     run:
-        from workflow_scripts import trial
-
-        trial.run_rule(input, output, params, wildcards, log, SETTINGS)
+        jobs.run(
+            "workflow_scripts.trial",
+            input,
+            output,
+            params,
+            wildcards,
+            log,
+            settings=SETTINGS,
+        )
 
 
 # The allreduce microbenchmark, one job per process-group variant (config
@@ -90,6 +102,4 @@ rule collectives:
         shm_size=CONTAINERS["shm_size"],
         runtime=RUNTIME,
     run:
-        from workflow_scripts import collectives
-
-        collectives.run_rule(input, output, params, wildcards, log)
+        jobs.run("workflow_scripts.collectives", input, output, params, wildcards, log)

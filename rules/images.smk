@@ -18,7 +18,7 @@ rule wheelhouse:
         mem_mb=WHEELHOUSE_RESOURCES["mem_mb"],
         runtime=WHEELHOUSE_RESOURCES["runtime"],
     run:
-        images.wheelhouse_rule(input, output, log)
+        jobs.run("workflow_scripts.images:wheelhouse_argv", input, output, params, wildcards, log)
 
 
 rule build_image:
@@ -38,4 +38,12 @@ rule build_image:
         prefix=CONTAINERS["prefix"],
         base=base_image_json(),
     run:
-        images.build_rule(input, output, params, wildcards, log, SETTINGS)
+        jobs.run(
+            "workflow_scripts.images:build_argv",
+            input,
+            output,
+            params,
+            wildcards,
+            log,
+            settings=SETTINGS,
+        )

@@ -64,16 +64,4 @@ rule report:
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
     run:
-        from workflow_scripts import report
-
-        report.run_rule(
-            input.records,
-            output.summary,
-            output.html,
-            params.prices,
-            log[0],
-            noise_threshold=params.noise_threshold,
-            collectives=input.collectives,
-            machines_json=params.machines,
-            name=params.name,
-        )
+        jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

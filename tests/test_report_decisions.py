@@ -414,3 +414,37 @@ def test_records_without_an_estimate_say_so(tmp_path):
     sid, heading, content = timing_section(frame)
     assert sid == "study-time" and "estimate vs measured" in heading
     assert "n/a: no record holds both an estimate and its wall time" in content
+
+
+def section_ids(text):
+    return re.findall(r'<section id="([^"]+)">', text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [None, "mine"])
+def test_the_report_builds_for_any_single_experiment(tmp_path, page, group):
+    """A study of one experiment (any of them, in its own group or in a group of its own
+    with no baseline and no fp32 eager reference) gives every section of the full report;
+    a section without its reference says so instead of failing."""
+    full = section_ids(page[3])
+    for exp in dict.fromkeys(r["experiment"] for r in machine_a()):
+        records = [copy.deepcopy(r) for r in machine_a() if r["experiment"] == exp]
+        for r in records:
+            if group:
+                r["spec"]["group"] = group
+        folder = tmp_path / f"{exp}-{group}"
+        loaded = rec.load_records(write(folder, records))
+        out = report.build_report(
+            loaded, folder / "summary.csv", folder / "report" / "index.html",
+            folder / "report", prices=PRICES,
+        )  # fmt: skip
+        text = (folder / "report" / "index.html").read_text()
+        assert out["trials"] == len(records), exp
+        missing = set(full) - set(section_ids(text)) - {"machines"}
+        assert not missing, (exp, group, missing)
+        start = section(text, "startup")
+        spec = records[0]["spec"]
+        plain = spec.get("backend", "eager") == "eager" and spec.get("precision", "fp32") == "fp32"
+        plain = plain and not spec.get("channels_last") and spec.get("compile", "none") == "none"
+        if group == "mine" and "<table" in start and not plain:
+            assert quality.NO_REFERENCE in start, (exp, start[-3000:])

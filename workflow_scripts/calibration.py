@@ -140,16 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def rule(inputs, output, params, log, sizes: list[int]) -> int:
-    """The calibrate rule's call, with Snakemake's objects. The probe sizes are not
-    params: editing an experiment must not rerun the calibration."""
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The calibrate rule's command line (workflow_scripts.jobs), from Snakemake's
+    objects. The probe sizes come in the settings, not in params: editing an experiment
+    must not rerun the calibration."""
     env_json = inputs.get("image") or inputs.get("env")
-    return runtimes.run_entry(
-        "workflow_scripts.calibration",
-        [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
+    sizes = settings["probe_sizes"]
+    return [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
          f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
-         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}"],
-    )  # fmt: skip
+         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}"]  # fmt: skip
 
 
 if __name__ == "__main__":

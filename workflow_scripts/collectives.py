@@ -181,19 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_rule(inputs, output, params, wildcards, log) -> int:
-    """The collectives rule's call, with Snakemake's objects (the settings are a param:
-    editing them reruns the benchmark)."""
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The collectives rule's command line (workflow_scripts.jobs), from Snakemake's
+    objects (the benchmark's settings are a param: editing them reruns it)."""
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
-    return runtimes.run_entry(
-        "workflow_scripts.collectives",
-        [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
+    return [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
          f"--log={log[0]}", f"--ranks={c['ranks']}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
-         f"--shm-size={params.shm_size}"],
-    )  # fmt: skip
+         f"--shm-size={params.shm_size}"]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -66,6 +66,11 @@ def export(out: str | Path, test_fraction: float = TEST_FRACTION, seed: int = SP
     return source
 
 
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The digits rule's command line (workflow_scripts.jobs)."""
+    return [f"--out={output[0]}", f"--log={log[0]}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)

@@ -275,6 +275,13 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
         return info
 
 
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The build_env rule's command line (workflow_scripts.jobs)."""
+    return [f"--name={wildcards.env}", f"--requirements={inputs.requirements}",
+            f"--root={params.root}", f"--installer={params.installer}",
+            f"--python={params.python}", f"--out={output.env}", f"--log={log[0]}"]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", required=True)

@@ -37,6 +37,13 @@ def make_image_folder(root: str | Path, classes: int, per_class: int, size: int,
     return root
 
 
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The image_folder rule's command line (workflow_scripts.jobs)."""
+    return [f"--out={output[0]}", f"--classes={params.classes}",
+            f"--per-class={params.per_class}", f"--size={params.size}",
+            f"--log={log[0]}"]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, type=Path)

@@ -311,24 +311,26 @@ def build(
 # ---------------------------------------------------------------- rules
 
 
-def wheelhouse_rule(inputs, output, log) -> None:
-    """The wheelhouse rule: the wheelhouse is the folder above the copied lock's."""
+def wheelhouse_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The wheelhouse rule's command line (workflow_scripts.jobs): the wheelhouse is the
+    folder above the copied lock's."""
     lock_copy = Path(output.lock)
-    fill_wheelhouse(Path(inputs.lock), lock_copy.parent.parent, lock_copy, Path(log[0]))
+    return ["wheelhouse", f"--lock={inputs.lock}", f"--wheelhouse={lock_copy.parent.parent}",
+            f"--out={lock_copy}", f"--log={log[0]}"]  # fmt: skip
 
 
-def build_rule(inputs, output, params, wildcards, log, settings: dict) -> None:
-    """The build_image rule's call. The engine's containers.conf is a host setting, not
-    an input of the image: read from the settings, so changing it rebuilds nothing."""
+def build_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The build_image rule's command line. The engine's containers.conf is a host
+    setting, not an input of the image: read from the settings, so changing it rebuilds
+    nothing."""
     parent = inputs.get("parent")
     lock = inputs.get("lock")
-    rec = build(
-        wildcards.image, params.engine, Path(output.image), Path(log[0]), params.prefix,
-        Path(parent) if parent else None,
-        Path(lock).parent.parent if lock else None,  # <wheelhouse>/locks/<lock>.txt
-        json.loads(params.base), settings["container_engine_conf"],
-    )  # fmt: skip
-    print(build_line(rec), flush=True)
+    return ["build", f"--image={wildcards.image}", f"--engine={params.engine}",
+            f"--out={output.image}", f"--log={log[0]}", f"--prefix={params.prefix}",
+            f"--parent-json={parent or ''}",
+            f"--wheelhouse={Path(lock).parent.parent if lock else ''}",  # <wh>/locks/<lock>.txt
+            f"--base-json={params.base}",
+            f"--engine-conf={settings.get('container_engine_conf') or ''}"]  # fmt: skip
 
 
 def build_line(rec: dict) -> str:

@@ -628,20 +628,18 @@ def read_reference(path: Path | None, log: Path | None = None) -> dict | None:
 # --------------------------------------------------------------------------- entry points
 
 
-def run_rule(inputs, output, params, wildcards, log, settings: dict) -> int:
-    """The run_experiment rule's call, with Snakemake's objects. The noise settings come
-    from the study settings, not from params: changing them reruns no experiment."""
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The run_experiment rule's command line (workflow_scripts.jobs), from Snakemake's
+    objects. The noise settings come from the study settings, not from params: changing
+    them reruns no experiment."""
     env_json = inputs.get("image") or inputs.get("env")
-    return runtimes.run_entry(
-        "workflow_scripts.trial",
-        [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
+    return [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
          f"--log={log[0]}", f"--trial={wildcards.trial}", f"--data-path={params.data_path}",
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
          f"--shm-size={settings['containers']['shm_size']}",
-         f"--memory={settings['containers'].get('memory') or ''}"],
-    )  # fmt: skip
+         f"--memory={settings['containers'].get('memory') or ''}"]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

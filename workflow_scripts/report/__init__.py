@@ -148,7 +148,7 @@ __all__ = [
     "provenance_html",
     "roofline_display",
     "roofline_frame",
-    "run_rule",
+    "rule_argv",
     "samples_per_dollar",
     "spread_stats",
     "with_group_speedup",
@@ -244,25 +244,15 @@ def build_report(
     return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
 
 
-def run_rule(
-    records,
-    summary,
-    html,
-    prices_json: str,
-    log,
-    noise_threshold=DEFAULT_NOISE_THRESHOLD,
-    collectives=(),
-    machines_json: str = "[]",
-    name: str | None = None,
-) -> int:
-    """The report rule's call: plots go next to the HTML file."""
-    return main(
-        ["--records", *map(str, records), "--collectives", *map(str, collectives),
-         f"--summary={summary}", f"--html={html}",
-         f"--plots-dir={Path(html).parent}", f"--prices-json={prices_json}", f"--log={log}",
-         f"--noise-threshold={noise_threshold}", f"--machines-json={machines_json}",
-         *([f"--name={name}"] if name else [])]
-    )  # fmt: skip
+def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The report rule's command line (workflow_scripts.jobs): plots go next to the
+    HTML file."""
+    return ["--records", *map(str, inputs.records), "--collectives", *map(str, inputs.collectives),
+            f"--summary={output.summary}", f"--html={output.html}",
+            f"--plots-dir={Path(output.html).parent}", f"--prices-json={params.prices}",
+            f"--log={log[0]}", f"--noise-threshold={params.noise_threshold}",
+            f"--machines-json={params.machines}",
+            *([f"--name={params.name}"] if params.name else [])]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -268,6 +268,15 @@ def _div(a: Any, b: Any) -> float:
     return float(a) / float(b)
 
 
+NO_REFERENCE = "none: no fp32 eager run of this workload"
+
+
+def _finite_max(values: pd.Series) -> float:
+    """The largest finite value, 0 when there is none (an axis limit is never NaN)."""
+    finite = values[values.map(lambda v: not _isnan(v) and math.isfinite(v))]
+    return float(finite.max()) if len(finite) else 0.0
+
+
 def plot_startup(start: pd.DataFrame, path: Path) -> str:
     title = "Start-up: the first step's one-off cost (compilation) and peak memory"
     data = start[start["one_off_s"].notna() | start["rss_ratio"].notna()]
@@ -282,7 +291,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         colors = ["#d95f02" if c else "#1f77b4" for c in data["compiled"]]
         one_off = data["one_off_s"].astype("float64").clip(lower=0)
         ax.barh(y, one_off.fillna(0), color=colors, height=0.6, zorder=2)
-        top = max(one_off.max(skipna=True) or 0, 1e-9)
+        top = max(_finite_max(one_off), 1e-9)
         for yy, v in zip(y, one_off):
             if not _isnan(v):
                 ax.text(v + 0.01 * top, yy, f"{v:.2f} s", va="center", fontsize=10)
@@ -293,7 +302,11 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         ax.set_title("One-off cost of the first step", fontsize=11)
         ratio = data["rss_ratio"].astype("float64")
         ax2.barh(y, ratio.fillna(0), color=colors, height=0.6, zorder=2)
-        rtop = max(ratio.max(skipna=True) or 0, 1.0)
+        rtop = max(_finite_max(ratio), 1.0)
+        if ratio.isna().all():
+            ax2.text(0.5, 0.5, "no fp32 eager run of the same workload:\nno memory ratio",
+                     transform=ax2.transAxes, ha="center", va="center", fontsize=10,
+                     color="#777777")  # fmt: skip
         for yy, v in zip(y, ratio):
             if not _isnan(v):
                 ax2.text(v + 0.01 * rtop, yy, f"{v:.2f}×", va="center", fontsize=10)
@@ -334,7 +347,7 @@ def startup_section(
             "first step (s)": [fmt_num(v, 2) for v in start["first_step_s"]],
             "median step (s)": [fmt_num(v, 3) for v in start["step_median_s"]],
             "one-off cost (s)": [fmt_num(v, 2) for v in start["one_off_s"]],
-            "reference": start["reference"].map(fmt_text),
+            "reference": [fmt_text(r) if r else NO_REFERENCE for r in start["reference"]],
             "one-off over the reference's (s)": [fmt_num(v, 2) for v in start["one_off_vs_ref_s"]],
             "peak RSS (MB)": [fmt_num(v, 0) for v in start["peak_rss_mb"]],
             "memory vs reference": ["" if _isnan(v) else f"{v:.2f}×" for v in start["rss_ratio"]],

@@ -12,7 +12,6 @@ from .base import (
     Interrupted,
     Runtime,
     Wrapped,
-    run_entry,
     run_logged,
     signal_name,
 )
@@ -24,7 +23,7 @@ __all__ = [
     "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "Interrupted", "LocalRuntime", "Runtime",
     "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "image_provenance", "in_container",
     "resolve",
-    "run_entry", "run_logged", "signal_name", "slurm_job",
+    "run_logged", "signal_name", "slurm_job",
 ]  # fmt: skip
 
 RUNTIMES = ("auto", "local", *ENGINES)

@@ -148,24 +148,6 @@ class Interrupted(Exception):  # noqa: N818 - named for what happened, like Keyb
         return 128 + self.signum if self.signum else 1
 
 
-def run_entry(module: str, argv: list[str]) -> int:
-    """For a rule's ``run:`` block: the entry point ``python -m <module> <argv>`` in a
-    process of its own, and a job that fails when it returns non-zero (an interruption:
-    nothing was written, so Snakemake neither keeps an output nor calls it done).
-
-    Snakemake runs a ``run:`` block in a worker thread of the job's process, where no
-    signal handler can be installed; the entry point's own process has a main thread
-    for them, and stays in the job's process group, so a terminal's Ctrl-C reaches it.
-    It watches three processes above it: the job's process, its shell and Snakemake."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env[LIFELINE_VAR] = "3"
-    code = subprocess.call([sys.executable, "-m", module, *argv], env=env)
-    if code:
-        raise RuntimeError(f"{module} was interrupted or failed (exit code {code}); see its log")
-    return code
-
-
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
