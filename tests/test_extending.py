@@ -216,3 +216,84 @@ def test_the_toy_backend_and_knob_act_in_a_real_run(toy_backend, upstream_env, t
     plain = _losses(knob, upstream_env, _spec(knob))
     smoothed = _losses(knob, upstream_env, _spec(knob, label_smoothing=0.5))
     assert plain[0] != pytest.approx(smoothed[0])
+
+
+REPORT_RUN = """
+import json, sys
+from workflow_scripts import records as rec
+from workflow_scripts.report import compare, quality, stats as st
+records = rec.load_records(sys.argv[1:])
+frame = st.enrich(rec.summary_frame(records), records)
+stats = st.experiment_stats(frame)
+matrix, order = compare.backend_matrix(stats)
+check = quality.loss_check(stats, frame, st.loss_curves(frame, records))
+base = stats.set_index("experiment")
+print(json.dumps({
+    "order": order,
+    "rows": matrix[["config", "variant", "experiment"]].values.tolist(),
+    "references": dict(zip(check["experiment"], check["reference"])),
+    "differences": compare.differences(base.loc["eager-ls0"], base.loc["eager-ls3"]),
+}))
+"""
+
+
+def report_view(wd: Path, tmp_path: Path, runs: list[tuple[str, float, dict]]) -> dict:
+    """Fixture records of ``runs`` (id, spec fields) through the copy's report code: the
+    backend head-to-head rows, each loss curve's reference, a pair's differences."""
+    from tests.test_report import make, write
+
+    records = []
+    for exp, sps, spec in runs:
+        r = make(exp, 0, sps, **spec)
+        r["losses"] = [2.3, 2.2, 2.1, 2.0, 1.9, 1.8]
+        records.append(r)
+    paths = write(tmp_path / "view", records)
+    return json.loads(python(wd, REPORT_RUN, *map(str, paths)))
+
+
+def test_the_report_compares_by_the_registry(tmp_path):
+    """A knob added as the README says separates the backend head-to-head's rows and the
+    loss check's pairs, and is named where two runs differ in it; a backend added as the
+    README says is a column of the head-to-head (its own knobs its variant)."""
+    wd = add_knob(copy_workflow(tmp_path / "knob"))
+    backend = json.loads(
+        python(
+            wd,
+            "import json; from workflow_scripts.study import fields; "
+            "print(json.dumps(fields.FIELDS['label_smoothing'].role))",
+        )  # fmt: skip
+    )
+    assert backend == "setting"
+    view = report_view(wd, tmp_path / "k", [
+        # (the fastest eager run is the one a head-to-head that ignored the knob would take)
+        ("eager-ls0", 30.0, {"label_smoothing": 0.0}),
+        ("eager-ls3", 10.0, {"label_smoothing": 0.3}),
+        ("inductor-ls3", 12.0, {"label_smoothing": 0.3, "backend": "inductor",
+                                "compile": "inductor"}),
+        ("bf16-ls3", 20.0, {"label_smoothing": 0.3, "precision": "bf16"}),
+    ])  # fmt: skip
+    # inductor is compared with eager at the same label smoothing only
+    pairs = {(v, e) for _, v, e in view["rows"]}
+    assert pairs == {("eager", "eager-ls3"), ("inductor", "inductor-ls3")}, view["rows"]
+    # bf16's curve is checked against fp32 eager with the same label smoothing
+    assert view["references"]["bf16-ls3"] == "eager-ls3", view["references"]
+    assert view["differences"] == ["label_smoothing 0→0.3"], view["differences"]
+
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "workflow_scripts/backends/toy.py").write_text(TOY_BACKEND.replace("owns = {}", (
+        "owns = {'toy_fast': False}")))  # fmt: skip
+    fields_py = wd / "workflow_scripts/study/fields.py"
+    anchor = '        Field(\n            "env_vars",'
+    knob = KNOB.replace("label_smoothing", "toy_fast").replace(
+        '{"type": "number", "minimum": 0, "maximum": 1},\n            0.0', '{"type": "boolean"},\n'
+        "            False").replace('tag=lambda v: f"ls{v:g}"', 'tag=lambda v: "fast" if v else ""'
+    ).replace('label="label smoothing"', 'label="toy.fast", compare="variant"')  # fmt: skip
+    fields_py.write_text(fields_py.read_text().replace(anchor, knob + anchor, 1))
+    view = report_view(wd, tmp_path / "b", [
+        ("eager-ls0", 10.0, {}),
+        ("eager-ls3", 11.0, {"seed": 1}),
+        ("toy", 12.0, {"backend": "toy", "env": "toy"}),
+        ("toy-fast", 13.0, {"backend": "toy", "env": "toy", "toy_fast": True}),
+    ])  # fmt: skip
+    assert view["order"] == ["eager", "toy", "toy + toy.fast"], view
+    assert {v for _, v, _ in view["rows"]} == {"eager", "toy", "toy + toy.fast"}

@@ -14,48 +14,30 @@ from typing import Any
 
 import pandas as pd
 
+from .. import backends
+from ..study import fields
 from .stats import _isnan
 
+# Every comparison below is read from the field registry (workflow_scripts/study/
+# fields.py: each field's comparison role, order, reference and missing value) and the
+# backends' own knobs: a knob declared there is compared here with no edit.
 # Settings that change what is trained: a throughput ratio across them means nothing.
-WORKLOAD_KEYS = ("model", "image_size", "epochs")
+WORKLOAD_KEYS = fields.compare_keys("workload")
+# The torch release each ran: named right after the backend where runs differ in it.
+VERSION_KEY = "torch_version"
 # Settings that change how it is trained, in the order differences are named.
-SETTING_KEYS = (
-    "backend",
-    "torch_version",
-    "precision",
-    "channels_last",
-    "compile",
-    "compile_mode",
-    "ipex_optimize",
-    "launcher",
-    "allocator",
-    "openmp",
-    "ranks",
-    "dist_backend",
-    "ccl_transport",
-    "ccl_worker_offload",
-    "batch_size",
-    "data",
-    "num_workers",
-    "threads",
+SETTING_KEYS = tuple(
+    k
+    for key in fields.compare_keys("setting", "variant", "detail")
+    for k in ((key, VERSION_KEY) if key == "backend" else (key,))
 )
-# What a backend head-to-head holds fixed (everything but the backend's own knobs).
-CONTROLLED_KEYS = (
-    "model",
-    "image_size",
-    "batch_size",
-    "data",
-    "num_workers",
-    "precision",
-    "channels_last",
-    "launcher",
-    "allocator",
-    "ranks",
-    "dist_backend",
-    "threads",
-    "epochs",
-)
-_DEFAULT_OFF = {"compile": "none", "compile_mode": "default", "ranks": 1, "epochs": 0}
+# What a backend head-to-head holds fixed (everything but the backend's own knobs and
+# the details).
+CONTROLLED_KEYS = (*WORKLOAD_KEYS, *fields.compare_keys("setting"))
+# What a run recorded without a field had (compile none, one rank, ...).
+_DEFAULT_OFF = fields.missing_values()
+# The plain fp32 eager reference: every optimization knob at its reference value.
+REFERENCE = fields.reference_values()
 
 
 def _norm(key: str, value: Any) -> str:
@@ -171,7 +153,8 @@ def _ratio(a: Any, b: Any) -> float:
 
 def variant(row: Mapping) -> str:
     """A backend and its own knobs: ``eager``, ``inductor``, ``ipex + ipex.optimize``,
-    ``ipex + compile(ipex)``, with ``compile_mode`` where not the default."""
+    ``ipex + compile(ipex)``, with ``compile_mode`` where not the default. A knob a
+    backend owns (``Backend.owns``) is named by its label where it is not neutral."""
     backend = _norm("backend", row.get("backend")) or "?"
     parts = [backend]
     compiled = _norm("compile", row.get("compile"))
@@ -180,9 +163,23 @@ def variant(row: Mapping) -> str:
     mode = _norm("compile_mode", row.get("compile_mode"))
     if compiled != "none" and mode and mode != "default":
         parts.append(mode)
-    if _norm("ipex_optimize", row.get("ipex_optimize")) == "yes":
-        parts.append("ipex.optimize")
+    for knob, neutral in owned_knobs().items():
+        value = _norm(knob, row.get(knob))
+        if value and value != _norm(knob, neutral):
+            label = fields.FIELDS[knob].label if knob in fields.FIELDS else None
+            parts.append(label or f"{knob}={value}")
     return " + ".join(parts)
+
+
+def owned_knobs() -> dict[str, Any]:
+    """Every backend's own knobs and their neutral values (``Backend.owns``)."""
+    return {k: v for b in backends.all_backends() for k, v in b.owns.items()}
+
+
+def is_reference(row: Mapping) -> bool:
+    """A plain fp32 eager run: every optimization knob at the reference's value (a run
+    recorded without the field counts as having it)."""
+    return all(_norm(k, row.get(k)) in ("", _norm(k, v)) for k, v in REFERENCE.items())
 
 
 def controlled_key(row: Mapping) -> tuple[str, ...]:
@@ -296,10 +293,5 @@ def reference_for(stats: pd.DataFrame, row: Mapping, baseline: str | None) -> pd
     cands = stats[[same_workload(r, row) for _, r in stats.iterrows()]] if len(stats) else stats
     if baseline is not None and (cands["experiment"] == baseline).any():
         return cands[cands["experiment"] == baseline].iloc[0]
-    plain = cands[
-        (cands["backend"] == "eager")
-        & (cands["precision"].fillna("fp32") == "fp32")
-        & (cands["compile"].fillna("none") == "none")
-        & ~cands["channels_last"].map(lambda v: _norm("channels_last", v) == "yes")
-    ]
+    plain = cands[[is_reference(r) for _, r in cands.iterrows()]] if len(cands) else cands
     return plain.iloc[0] if len(plain) else None

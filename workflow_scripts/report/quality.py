@@ -14,26 +14,18 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .compare import _norm, reference_for
+from ..study import fields
+from .compare import _norm, is_reference, reference_for
 from .figures import STYLE, WIDE, _save, inline_svg, not_run_svg
 from .formatting import fmt_num, fmt_text
 from .html import _table
 from .stats import _isnan
 
 # Runs that must train identically step by step (the same data in the same order from
-# the same initial weights): the same workload, batch, data, seed, learning rate,
-# number of ranks and DataLoader workers.
-LOSS_KEYS = (
-    "model",
-    "image_size",
-    "epochs",
-    "batch_size",
-    "data",
-    "num_workers",
-    "seed",
-    "lr",
-    "ranks",
-)
+# the same initial weights): the fields whose registry entry says they change the
+# trajectory (the workload, batch, data, seed, learning rate, ranks, DataLoader workers
+# and any knob added without saying otherwise).
+LOSS_KEYS = fields.trajectory_keys()
 # A curve's largest relative deviation from its reference (block means, see
 # :func:`loss_deviation`): up to MATCH it matches, up to DRIFT it drifts, beyond it
 # (or any non-finite loss) it diverges.
@@ -43,16 +35,6 @@ BLOCKS = 10
 # 20% from one step to the next (7.3, 6.6, 12.3, 9.2), and bf16 with it a step
 # earlier or later; a run gone wrong stays off for several steps.
 MIN_BLOCK = 3
-
-
-def _plain(row: Mapping) -> bool:
-    return (
-        _norm("backend", row.get("backend")) == "eager"
-        and (_norm("precision", row.get("precision")) or "fp32") == "fp32"
-        and _norm("compile", row.get("compile")) in ("", "none")
-        and _norm("channels_last", row.get("channels_last")) != "yes"
-        and _norm("ipex_optimize", row.get("ipex_optimize")) != "yes"
-    )
 
 
 def _key(row: Mapping) -> tuple[str, ...]:
@@ -110,7 +92,7 @@ def loss_check(
         first_curve.setdefault(str(frame["experiment"].iloc[i]), curve)
     refs: dict[tuple, str] = {}
     for _, r in stats.iterrows():
-        if r["experiment"] in first_curve and _plain(r):
+        if r["experiment"] in first_curve and is_reference(r):
             refs.setdefault(_key(r), r["experiment"])
     rows = []
     for _, r in stats.iterrows():

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.records import OK, error_parts, noise_group_keys
+from workflow_scripts.records import OK, VERSION_KEYS, error_parts, noise_group_keys
 
 from .compare import WORKLOAD_KEYS, differences, geomean, same_workload
 from .formatting import (
@@ -95,11 +95,7 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
         row = {"env": env + (f" (image {image})" if image else "")}
         in_image = bool(image) or not (set(_uniq(sub["runtime"])) <= {"local"})
         for col, label in (
-            ("python_version", "python"),
-            ("torch_version", "torch"),
-            ("torchvision_version", "torchvision"),
-            ("ipex_version", "ipex"),
-            ("torch_xla_version", "torch_xla"),
+            *((f"{key}_version", key) for key in VERSION_KEYS),
             ("openmp_runtime", "OpenMP runtime"),
             ("image_id", "image ID"),
             ("image_digest", "image digest"),

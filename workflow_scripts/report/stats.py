@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts import backends
-from workflow_scripts.records import OK
+from workflow_scripts.records import OK, VERSION_KEYS
+from workflow_scripts.study import fields
 
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
 SWEEPS = {
@@ -94,12 +95,13 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "threads",
         "epochs",
         "claim_speedup",
-        "torch_version",
-        "ipex_version",
-        "torch_xla_version",
+        *(f"{key}_version" for key in VERSION_KEYS if key != "python"),
     ]
     first_cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
     first_cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
+    # every field the report compares by (the registry's), added or not
+    registry = [*fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
+    first_cols += [k for k in dict.fromkeys(registry) if k not in first_cols]
     timing_cols = [
         "step_time_median_s",
         "step_time_p90_s",

@@ -27,6 +27,15 @@ ID_ALLOWED = "1-100 letters, digits, '.', '_' or '-', starting with a letter or 
 CPUS_PATTERN = "^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$"
 
 
+#: the report's comparison roles: ``workload`` changes what is trained (no throughput
+#: ratio across it); ``setting`` changes how, and a backend head-to-head holds it fixed;
+#: ``variant`` is a backend's own knob (part of the backend variant a head-to-head
+#: compares); ``detail`` is named where runs differ but held fixed nowhere; ``none``
+#: (role None) is never compared (a label, a claim, the number of steps)
+COMPARE_ROLES = ("workload", "setting", "variant", "detail")
+UNSET = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+
 def safe(text: str) -> str:
     """Text reduced to the characters an id may hold."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.-") or "x"
@@ -71,6 +80,30 @@ class Field:
     per_experiment: bool = False
     #: may hold a list of values in a sweep
     sweepable: bool = True
+    #: how the report compares runs that differ in it (see :data:`COMPARE_ROLES`);
+    #: None: never (None for a field with a summary column means "setting")
+    compare: str | None = None
+    #: the order differences are named in (None: after the numbered ones, in field order)
+    compare_pos: int | None = None
+    #: what a run without a value (an older record, a summary without the column) had
+    missing: Any = None
+    #: the value the plain fp32 eager reference has, for an optimization knob (UNSET: any)
+    reference: Any = UNSET
+    #: runs that differ in it train differently step by step: their loss curves are
+    #: never compared (None for a field with a summary column means True)
+    trajectory: bool | None = None
+
+    @property
+    def role(self) -> str | None:
+        if self.compare is not None:
+            return None if self.compare == "none" else self.compare
+        return "setting" if self.column else None
+
+    @property
+    def changes_trajectory(self) -> bool:
+        if self.trajectory is not None:
+            return self.trajectory
+        return self.role in ("workload", "setting")
 
     def value_schema(self) -> dict:
         return self.schema() if callable(self.schema) else self.schema
@@ -127,6 +160,7 @@ FIELDS: dict[str, Field] = {
             label="group",
             per_experiment=True,
             sweepable=False,
+            compare="none",
         ),
         Field(
             "claim_speedup",
@@ -137,6 +171,7 @@ FIELDS: dict[str, Field] = {
             label="claimed speedup",
             per_experiment=True,
             sweepable=False,
+            compare="none",
         ),
         Field(
             "backend",
@@ -145,6 +180,10 @@ FIELDS: dict[str, Field] = {
             "where and how the model trains (workflow_scripts/backends)",
             id_pos=1,
             label="backend",
+            compare="variant",
+            compare_pos=0,
+            reference="eager",
+            trajectory=False,
         ),
         Field(
             "model",
@@ -155,6 +194,7 @@ FIELDS: dict[str, Field] = {
             id_always=True,
             column=True,
             label="model",
+            compare="workload",
         ),
         Field(
             "batch_size",
@@ -166,6 +206,7 @@ FIELDS: dict[str, Field] = {
             id_always=True,
             column=True,
             label="batch",
+            compare_pos=14,
         ),
         Field(
             "image_size",
@@ -177,6 +218,7 @@ FIELDS: dict[str, Field] = {
             id_reference=lambda spec, defaults: defaults["image_size"],
             column=True,
             label="image size",
+            compare="workload",
         ),
         Field(
             "data",
@@ -194,6 +236,7 @@ FIELDS: dict[str, Field] = {
             id_pos=7,
             column=True,
             label="data",
+            compare_pos=15,
         ),
         Field(
             "data_dir",
@@ -211,6 +254,7 @@ FIELDS: dict[str, Field] = {
             id_pos=8,
             column=True,
             label="workers",
+            compare_pos=16,
         ),
         Field(
             "precision",
@@ -220,6 +264,10 @@ FIELDS: dict[str, Field] = {
             id_pos=5,
             id_always=True,
             label="precision",
+            compare="setting",
+            compare_pos=2,
+            reference="fp32",
+            trajectory=False,
         ),
         Field(
             "channels_last",
@@ -230,6 +278,9 @@ FIELDS: dict[str, Field] = {
             id_pos=6,
             column=True,
             label="channels_last",
+            compare_pos=3,
+            reference=False,
+            trajectory=False,
         ),
         Field(
             "compile",
@@ -241,6 +292,11 @@ FIELDS: dict[str, Field] = {
             id_reference=lambda spec, defaults: backends.get(spec["backend"]).default_compile,
             column=True,
             label="compile",
+            compare="variant",
+            compare_pos=4,
+            missing="none",
+            reference="none",
+            trajectory=False,
         ),
         Field(
             "compile_mode",
@@ -250,6 +306,10 @@ FIELDS: dict[str, Field] = {
             id_pos=3,
             column=True,
             label="compile mode",
+            compare="variant",
+            compare_pos=5,
+            missing="default",
+            trajectory=False,
         ),
         Field(
             "ipex_optimize",
@@ -260,6 +320,10 @@ FIELDS: dict[str, Field] = {
             id_pos=4,
             column=True,
             label="ipex.optimize",
+            compare="variant",
+            compare_pos=6,
+            reference=False,
+            trajectory=False,
         ),
         Field(
             "launcher",
@@ -271,6 +335,8 @@ FIELDS: dict[str, Field] = {
             id_pos=10,
             column=True,
             label="launcher",
+            compare_pos=7,
+            trajectory=False,
         ),
         Field(
             "ranks",
@@ -282,6 +348,8 @@ FIELDS: dict[str, Field] = {
             id_pos=15,
             column=True,
             label="ranks",
+            compare_pos=10,
+            missing=1,
         ),
         Field(
             "nodes",
@@ -293,6 +361,9 @@ FIELDS: dict[str, Field] = {
             tag=_prefixed("n"),
             column=True,
             label="nodes",
+            compare_pos=10.5,
+            missing=1,
+            trajectory=False,
         ),
         Field(
             "dist_backend",
@@ -303,6 +374,8 @@ FIELDS: dict[str, Field] = {
             id_pos=16,
             column=True,
             label="process group",
+            compare_pos=11,
+            trajectory=False,
         ),
         Field(
             "ccl_impl",
@@ -314,6 +387,10 @@ FIELDS: dict[str, Field] = {
             id_pos=17,
             column=True,
             label="ccl implementation",
+            compare="detail",
+            compare_pos=11.5,
+            missing="study",
+            trajectory=False,
         ),
         Field(
             "ccl_transport",
@@ -325,6 +402,9 @@ FIELDS: dict[str, Field] = {
             id_pos=18,
             column=True,
             label="ccl transport",
+            compare="detail",
+            compare_pos=12,
+            trajectory=False,
         ),
         Field(
             "ccl_worker_offload",
@@ -335,6 +415,9 @@ FIELDS: dict[str, Field] = {
             id_pos=19,
             column=True,
             label="ccl worker offload",
+            compare="detail",
+            compare_pos=13,
+            trajectory=False,
         ),
         Field(
             "allocator",
@@ -345,6 +428,8 @@ FIELDS: dict[str, Field] = {
             id_pos=11,
             column=True,
             label="allocator",
+            compare_pos=8,
+            trajectory=False,
         ),
         Field(
             "openmp",
@@ -355,6 +440,9 @@ FIELDS: dict[str, Field] = {
             id_pos=12,
             column=True,
             label="OpenMP",
+            compare="detail",
+            compare_pos=9,
+            trajectory=False,
         ),
         Field(
             "cpus",
@@ -369,6 +457,7 @@ FIELDS: dict[str, Field] = {
             tag=lambda v: "cpus" + v.replace(",", "_") if v else "cpusall",
             column=True,
             label="CPUs",
+            compare="none",
         ),
         Field(
             "warmup_steps",
@@ -378,6 +467,7 @@ FIELDS: dict[str, Field] = {
             tag=_prefixed("warmup"),
             column=True,
             label="warm-up steps",
+            compare="none",
         ),
         Field(
             "steps",
@@ -387,6 +477,7 @@ FIELDS: dict[str, Field] = {
             tag=_prefixed("steps"),
             column=True,
             label="steps",
+            compare="none",
         ),
         Field(
             "epochs",
@@ -399,6 +490,8 @@ FIELDS: dict[str, Field] = {
             id_pos=20,
             column=True,
             label="epochs",
+            compare="workload",
+            missing=0,
         ),
         Field(
             "time_budget_s",
@@ -416,6 +509,9 @@ FIELDS: dict[str, Field] = {
             tag=lambda v: f"t{v}" if v is not None else "tdefault",
             id_pos=9,
             label="threads",
+            compare="setting",
+            compare_pos=17,
+            trajectory=False,
         ),
         Field(
             "lr",
@@ -423,8 +519,16 @@ FIELDS: dict[str, Field] = {
             0.01,
             "SGD learning rate",
             tag=_prefixed("lr", "{:g}"),
+            trajectory=True,
         ),
-        Field("seed", {"type": "integer", "minimum": 0}, 0, "RNG seed", tag=_prefixed("seed")),
+        Field(
+            "seed",
+            {"type": "integer", "minimum": 0},
+            0,
+            "RNG seed",
+            tag=_prefixed("seed"),
+            trajectory=True,
+        ),
         Field(
             "timeout_s",
             {"type": "integer", "minimum": 1},
@@ -447,6 +551,7 @@ FIELDS: dict[str, Field] = {
             tag=_flag("warmcache", "coldcache"),
             column=True,
             label="warm compile cache",
+            compare="none",
         ),
         Field(
             "env_vars",
@@ -479,6 +584,29 @@ ID_FIELDS = tuple(sorted((n for n, f in FIELDS.items() if f.id_pos is not None),
 COLUMN_FIELDS = tuple(n for n, f in FIELDS.items() if f.column)
 #: what the loader adds to each spec: the environment (from the backend) and the preset
 DERIVED_KEYS = ("env", "preset")
+
+
+def compare_keys(*roles: str) -> tuple[str, ...]:
+    """The fields of the given comparison roles, in the order differences are named."""
+    order = {n: i for i, n in enumerate(FIELDS)}
+    named = [n for n, f in FIELDS.items() if f.role in roles]
+    return tuple(sorted(named, key=lambda n: (FIELDS[n].compare_pos is None,
+                                              FIELDS[n].compare_pos or 0, order[n])))  # fmt: skip
+
+
+def trajectory_keys() -> tuple[str, ...]:
+    """Fields that must be equal for two runs to train the same trajectory step by step."""
+    return tuple(n for n, f in FIELDS.items() if f.changes_trajectory)
+
+
+def reference_values() -> dict[str, Any]:
+    """What the plain fp32 eager reference run has, knob by knob (optimizations off)."""
+    return {n: f.reference for n, f in FIELDS.items() if f.reference is not UNSET}
+
+
+def missing_values() -> dict[str, Any]:
+    """What a run recorded without the field had (fields that declare it)."""
+    return {n: f.missing for n, f in FIELDS.items() if f.missing is not None}
 
 
 def labels() -> dict[str, str]:
