@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.test_workflow import copy_workflow
-from workflow_scripts import cluster, launchers, study, trial
+from workflow_scripts import cluster, launchers, study, sysinfo, trial
 from workflow_scripts.distributed import ranks
 from workflow_scripts.records import COLUMNS, noise_group_keys
 from workflow_scripts.report.stats import experiment_stats, with_group_speedup
@@ -150,11 +150,10 @@ def test_no_median_mixes_cpu_models():
 
 
 def test_the_slurm_job_a_record_names():
-    from workflow_scripts import runtimes
 
     env = {"SLURM_JOB_ID": "7", "SLURM_CLUSTER_NAME": "c", "SLURM_JOB_PARTITION": "cpu"}
-    assert runtimes.slurm_job(env) == {"job_id": "7", "cluster": "c", "partition": "cpu"}
-    assert runtimes.slurm_job({"SLURM_CLUSTER_NAME": "c"}) is None  # not in a job
+    assert sysinfo.slurm_job(env) == {"job_id": "7", "cluster": "c", "partition": "cpu"}
+    assert sysinfo.slurm_job({"SLURM_CLUSTER_NAME": "c"}) is None  # not in a job
 
 
 @pytest.mark.slow

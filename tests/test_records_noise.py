@@ -247,7 +247,7 @@ def test_experiment_stats_leave_noisy_trials_out():
     assert not a["noisy_only"]
     b = stats.loc["b"]
     assert (b["n_used"], b["sps_median"]) == (1, 20.0) and math.isnan(b["sps_cv"])
-    assert report._trials(a) == "3/3 (1 noisy)"
+    assert report.trials_text(a) == "3/3 (1 noisy)"
 
 
 def test_all_noisy_trials_are_used_and_flagged():
@@ -262,7 +262,7 @@ def test_all_noisy_trials_are_used_and_flagged():
     x = stats.loc["x"]
     assert x["noisy_only"] and x["n_noisy"] == 2 and x["n_used"] == 2
     assert x["sps_median"] == 8.0
-    assert report._trials(x) == "2/2 (2 noisy, all used)"
+    assert report.trials_text(x) == "2/2 (2 noisy, all used)"
 
 
 # --------------------------------------------------------------------------- the report

@@ -17,7 +17,7 @@ import pytest
 from tests.test_report import PROVENANCE, html_tables, make, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
-from workflow_scripts.report import compare, headline, machines, quality, stats
+from workflow_scripts.report import compare, formatting, machines, quality, stats
 
 LOSSES = [2.30, 2.25, 2.20, 2.15, 2.10, 2.05, 2.00, 1.95, 1.90, 1.85]
 PRICE_A = 0.1027
@@ -350,12 +350,12 @@ def test_differences_and_workloads():
 
 def test_percentiles_need_enough_steps():
     row = {"steps_timed": 8, "steps": 8}
-    assert headline.percentile_text(0.5, "p90", row) == "n/a (8 steps)"
-    assert headline.percentile_text(0.5, "p90", {"steps_timed": 10}) == "0.500"
-    assert headline.percentile_text(0.5, "p95", {"steps_timed": 19}) == "n/a (19 steps)"
-    assert headline.percentile_text(0.5, "p99", {"steps_timed": 100}) == "0.500"
+    assert formatting.percentile_text(0.5, "p90", row) == "n/a (8 steps)"
+    assert formatting.percentile_text(0.5, "p90", {"steps_timed": 10}) == "0.500"
+    assert formatting.percentile_text(0.5, "p95", {"steps_timed": 19}) == "n/a (19 steps)"
+    assert formatting.percentile_text(0.5, "p99", {"steps_timed": 100}) == "0.500"
     # no steps_timed column (an older summary): the spec's steps decide
-    assert headline.percentile_text(0.5, "p99", {"steps": 90}) == "n/a (90 steps)"
+    assert formatting.percentile_text(0.5, "p99", {"steps": 90}) == "n/a (90 steps)"
 
 
 def test_missing_or_empty_new_columns_do_not_crash(tmp_path):

@@ -1,12 +1,27 @@
-"""Code behind the CPU training study workflow.
+"""Code behind the CPU training study workflow, on two sides of a process boundary.
 
-Modules that run inside a backend environment (``harness``, ``probe``, ``models``,
-``data``, ``sysinfo``, ``metrics``, ``util``, and the ``backends`` and ``launchers``
-packages) need only the standard library and torch/torchvision (the backends import
-their own libraries inside their methods). Modules that run in the workflow's own
-environment (``study``, ``envs``, ``images``, ``runtimes``, ``trial``,
-``calibration``, ``records``, ``report``) may also use pandas, matplotlib,
-jsonschema and yaml.
+- **Rank side** (:data:`RANK_SIDE`): runs inside a backend environment or image, in the
+  trial's ranks and probes: ``harness`` (the training loop), ``run_trial`` (one rank's
+  entry), ``data``, ``models``, ``probe``, ``metrics``, ``contention`` and the
+  ``distributed`` package. Standard library and torch/torchvision only (a backend's own
+  libraries are imported inside its methods).
+- **Shared** (:data:`SHARED`): read on both sides, standard library only at import
+  time: ``util``, ``sysinfo``, ``cli``, and the ``backends`` and ``launchers`` packages
+  (their attributes are read on the host, their methods run in the ranks).
+- **Host side**: everything else runs in the workflow's own environment, under
+  Snakemake: ``jobs`` (how every rule enters this code), ``study`` (the config),
+  ``trial``, ``calibration`` and ``collectives`` (the measured jobs), ``runtimes``,
+  ``envs``, ``images``, ``cluster``, ``estimate``, ``records`` and ``report``; these may
+  also use pandas, matplotlib, jsonschema and yaml.
+
+Rank-side and shared modules import nothing host-side (``tests/test_layout.py``), and no
+module imports another's private names or takes part in an import cycle.
 """
+
+#: top-level modules and packages that run inside a backend environment
+RANK_SIDE = ("harness", "run_trial", "data", "models", "probe", "metrics", "contention",
+             "distributed")  # fmt: skip
+#: top-level modules and packages read on both sides (standard library only at import)
+SHARED = ("util", "sysinfo", "cli", "backends", "launchers")
 
 __all__: list[str] = []

@@ -367,7 +367,7 @@ def cannot_start(spec: dict, runtime: str) -> str | None:
     nodes = launchers.nodes(spec)
     if nodes == 1:
         return None
-    if not runtimes.slurm_job():
+    if not sysinfo.slurm_job():
         return (
             f"nodes {nodes} needs a SLURM job (snakemake --profile profiles/slurm): "
             "outside one there is a single machine"
@@ -533,7 +533,7 @@ def assemble(
         }
     )
     prov.setdefault("versions", env_info.get("versions", {}))
-    prov["slurm"] = runtimes.slurm_job()  # None outside a SLURM job
+    prov["slurm"] = sysinfo.slurm_job()  # None outside a SLURM job
     if not prov.get("git_revision"):  # no git in the images: the host's checkout
         prov["git_revision"], prov["git_dirty"] = sysinfo.git_revision(REPO_ROOT)
     record["provenance"] = prov

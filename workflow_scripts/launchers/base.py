@@ -100,7 +100,7 @@ def starter(launcher: Launcher, spec: dict, runtime_name: str) -> str:
     """How the ranks start: ``srun`` for several ranks inside a SLURM job (the cluster
     profile's, in local environments), else ``local``. One rank is never srun's: its
     job already runs as a step of one task."""
-    from ..runtimes import slurm_job
+    from ..sysinfo import slurm_job
 
     if launcher.ranks(spec) > 1 and runtime_name == "local" and slurm_job():
         return "srun"

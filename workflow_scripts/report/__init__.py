@@ -43,7 +43,6 @@ from .figures import (
     plot_roofline,
     plot_sweep,
 )
-from .formatting import _trials as _trials  # tests use it
 from .formatting import (
     fmt_cv,
     fmt_int,
@@ -52,6 +51,7 @@ from .formatting import (
     fmt_spread,
     fmt_text,
 )
+from .formatting import trials_text as trials_text  # tests use it
 from .headline import headline_html
 from .html import (
     CAPTIONS_DIR,
@@ -83,7 +83,6 @@ from .sections import (
 from .stats import (
     BACKEND_ORDER,
     SWEEPS,
-    _isnan,
     backend_frame,
     baseline_sps,
     best_experiment,
@@ -91,6 +90,7 @@ from .stats import (
     enrich,
     experiment_stats,
     in_effect,
+    isnan,
     ladder_frame,
     loss_curves,
     parse_prices,
@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not record_paths:
             parser.error(f"machine {first['name']!r}: no trial records in {first['results']}")
         name = name or first["name"]
-        if not _isnan(first["usd_per_hour"]):
+        if not isnan(first["usd_per_hour"]):
             prices = [
                 {"name": first["name"], "usd_per_hour": first["usd_per_hour"],
                  "note": first["note"], "throughput": "measured"},

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import backends
 from ..study import fields
-from .stats import _isnan
+from .values import isnan
 
 # Every comparison below is read from the field registry (workflow_scripts/study/
 # fields.py: each field's comparison role, order, reference and missing value) and the
@@ -40,8 +40,8 @@ _DEFAULT_OFF = fields.missing_values()
 REFERENCE = fields.reference_values()
 
 
-def _norm(key: str, value: Any) -> str:
-    if _isnan(value):
+def norm_setting(key: str, value: Any) -> str:
+    if isnan(value):
         value = _DEFAULT_OFF.get(key)
     if value is None:
         return ""
@@ -61,7 +61,7 @@ def differences(a: Mapping, b: Mapping, keys: Sequence[str] = SETTING_KEYS) -> l
     ``+ channels_last``."""
     out = []
     for key in keys:
-        va, vb = _norm(key, a.get(key)), _norm(key, b.get(key))
+        va, vb = norm_setting(key, a.get(key)), norm_setting(key, b.get(key))
         if va == vb or (key == "threads" and (not va or not vb)):
             continue
         label = "torch" if key == "torch_version" else key
@@ -80,14 +80,14 @@ def same_workload(a: Mapping, b: Mapping) -> bool:
 
 def workload_text(row: Mapping) -> str:
     """``resnet50 at 224 px, batch 16, synthetic data``."""
-    parts = [_norm("model", row.get("model")) or "?"]
-    size = _norm("image_size", row.get("image_size"))
+    parts = [norm_setting("model", row.get("model")) or "?"]
+    size = norm_setting("image_size", row.get("image_size"))
     if size:
         parts[0] += f" at {size} px"
-    batch = _norm("batch_size", row.get("batch_size"))
+    batch = norm_setting("batch_size", row.get("batch_size"))
     if batch:
         parts.append(f"batch {batch}")
-    data = _norm("data", row.get("data"))
+    data = norm_setting("data", row.get("data"))
     if data:
         parts.append(f"{data} data")
     return ", ".join(parts)
@@ -95,20 +95,20 @@ def workload_text(row: Mapping) -> str:
 
 def config_text(row: Mapping) -> str:
     """An experiment's configuration in a few words: backend, precision, layout, launcher."""
-    parts = [_norm("backend", row.get("backend")) or "?"]
-    parts.append(_norm("precision", row.get("precision")) or "fp32")
-    if _norm("channels_last", row.get("channels_last")) == "yes":
+    parts = [norm_setting("backend", row.get("backend")) or "?"]
+    parts.append(norm_setting("precision", row.get("precision")) or "fp32")
+    if norm_setting("channels_last", row.get("channels_last")) == "yes":
         parts.append("channels_last")
-    compiled = _norm("compile", row.get("compile"))
+    compiled = norm_setting("compile", row.get("compile"))
     if compiled and compiled != "none":
         parts.append(f"torch.compile({compiled})")
-    if _norm("ipex_optimize", row.get("ipex_optimize")) == "yes":
+    if norm_setting("ipex_optimize", row.get("ipex_optimize")) == "yes":
         parts.append("ipex.optimize")
-    launcher = _norm("launcher", row.get("launcher"))
+    launcher = norm_setting("launcher", row.get("launcher"))
     if launcher and launcher != "none":
-        alloc = _norm("allocator", row.get("allocator"))
+        alloc = norm_setting("allocator", row.get("allocator"))
         parts.append(launcher + (f" + {alloc}" if alloc and alloc != "default" else ""))
-    ranks = _norm("ranks", row.get("ranks"))
+    ranks = norm_setting("ranks", row.get("ranks"))
     if ranks and ranks != "1":
         parts.append(f"{ranks} ranks")
     return ", ".join(parts)
@@ -146,7 +146,7 @@ def previous_steps(ladder: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ratio(a: Any, b: Any) -> float:
-    if _isnan(a) or _isnan(b) or float(b) <= 0:
+    if isnan(a) or isnan(b) or float(b) <= 0:
         return math.nan
     return float(a) / float(b)
 
@@ -155,17 +155,17 @@ def variant(row: Mapping) -> str:
     """A backend and its own knobs: ``eager``, ``inductor``, ``ipex + ipex.optimize``,
     ``ipex + compile(ipex)``, with ``compile_mode`` where not the default. A knob a
     backend owns (``Backend.owns``) is named by its label where it is not neutral."""
-    backend = _norm("backend", row.get("backend")) or "?"
+    backend = norm_setting("backend", row.get("backend")) or "?"
     parts = [backend]
-    compiled = _norm("compile", row.get("compile"))
+    compiled = norm_setting("compile", row.get("compile"))
     if compiled and compiled not in ("none", backend):
         parts.append(f"compile({compiled})")
-    mode = _norm("compile_mode", row.get("compile_mode"))
+    mode = norm_setting("compile_mode", row.get("compile_mode"))
     if compiled != "none" and mode and mode != "default":
         parts.append(mode)
     for knob, neutral in owned_knobs().items():
-        value = _norm(knob, row.get(knob))
-        if value and value != _norm(knob, neutral):
+        value = norm_setting(knob, row.get(knob))
+        if value and value != norm_setting(knob, neutral):
             label = fields.FIELDS[knob].label if knob in fields.FIELDS else None
             parts.append(label or f"{knob}={value}")
     return " + ".join(parts)
@@ -179,25 +179,27 @@ def owned_knobs() -> dict[str, Any]:
 def is_reference(row: Mapping) -> bool:
     """A plain fp32 eager run: every optimization knob at the reference's value (a run
     recorded without the field counts as having it)."""
-    return all(_norm(k, row.get(k)) in ("", _norm(k, v)) for k, v in REFERENCE.items())
+    return all(
+        norm_setting(k, row.get(k)) in ("", norm_setting(k, v)) for k, v in REFERENCE.items()
+    )
 
 
 def controlled_key(row: Mapping) -> tuple[str, ...]:
-    return tuple(_norm(k, row.get(k)) for k in CONTROLLED_KEYS)
+    return tuple(norm_setting(k, row.get(k)) for k in CONTROLLED_KEYS)
 
 
 def controlled_text(row: Mapping) -> str:
-    text = workload_text(row) + f", {_norm('precision', row.get('precision')) or 'fp32'}"
-    if _norm("channels_last", row.get("channels_last")) == "yes":
+    text = workload_text(row) + f", {norm_setting('precision', row.get('precision')) or 'fp32'}"
+    if norm_setting("channels_last", row.get("channels_last")) == "yes":
         text += ", channels_last"
-    launcher = _norm("launcher", row.get("launcher"))
+    launcher = norm_setting("launcher", row.get("launcher"))
     if launcher and launcher != "none":
-        alloc = _norm("allocator", row.get("allocator"))
+        alloc = norm_setting("allocator", row.get("allocator"))
         text += f", {launcher}" + (f" + {alloc}" if alloc and alloc != "default" else "")
-    ranks = _norm("ranks", row.get("ranks"))
+    ranks = norm_setting("ranks", row.get("ranks"))
     if ranks and ranks != "1":
-        text += f", {ranks} ranks ({_norm('dist_backend', row.get('dist_backend'))})"
-    threads = _norm("threads", row.get("threads"))
+        text += f", {ranks} ranks ({norm_setting('dist_backend', row.get('dist_backend'))})"
+    threads = norm_setting("threads", row.get("threads"))
     if threads:
         text += f", {threads} threads"
     return text
@@ -226,8 +228,8 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             v = variant(r)
             have = best.get(v)
             if have is None or (
-                not _isnan(r["sps_median"])
-                and (_isnan(have["sps_median"]) or r["sps_median"] > have["sps_median"])
+                not isnan(r["sps_median"])
+                and (isnan(have["sps_median"]) or r["sps_median"] > have["sps_median"])
             ):
                 best[v] = r
         eager = best.get("eager")
@@ -267,7 +269,10 @@ def compiled_pairs(stats: pd.DataFrame) -> pd.DataFrame:
                 d.split(" ")[0].lstrip("+− ") not in allowed for d in diff
             ):
                 continue
-            if _norm("backend", e["backend"]) not in ("eager", _norm("backend", r["backend"])):
+            if norm_setting("backend", e["backend"]) not in (
+                "eager",
+                norm_setting("backend", r["backend"]),
+            ):
                 continue
             rows.append(
                 {
@@ -281,7 +286,7 @@ def compiled_pairs(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def geomean(values: Sequence[float]) -> float:
-    finite = [float(v) for v in values if not _isnan(v) and float(v) > 0]
+    finite = [float(v) for v in values if not isnan(v) and float(v) > 0]
     if not finite:
         return math.nan
     return math.exp(sum(math.log(v) for v in finite) / len(finite))

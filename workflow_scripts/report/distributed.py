@@ -13,10 +13,10 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .figures import STYLE, _no_data, _save, inline_svg
-from .formatting import _n_used, fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text
-from .html import _table
-from .stats import _isnan
+from .figures import STYLE, inline_svg, no_data_svg, save_svg
+from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
+from .html import table_html
+from .values import isnan
 
 # The book chapter's claims (../shared/STUDY.md), measured on its own machine (a small
 # CNN on CIFAR-10, 5 epochs, training time and test accuracy): several ranks on one
@@ -31,7 +31,7 @@ BOOK_CLAIMS = (
 def process_group(row: Mapping) -> str:
     """``gloo``, or ``ccl shm``/``ccl tcp`` (``+ worker`` with oneCCL's worker thread)."""
     backend = row.get("dist_backend")
-    backend = "gloo" if _isnan(backend) else str(backend)
+    backend = "gloo" if isnan(backend) else str(backend)
     if backend != "ccl":
         return backend
     text = f"ccl {row.get('ccl_transport') or 'shm'}"
@@ -48,12 +48,12 @@ def _true(value: Any) -> bool:
 
 def _ranks(value: Any) -> int:
     """A ranks cell: 1 where it is empty (a single process)."""
-    return 1 if _isnan(value) else int(value)
+    return 1 if isnan(value) else int(value)
 
 
 def layout(row: Mapping) -> str:
     threads = row.get("threads")
-    return f"{_ranks(row.get('ranks'))} × {'all' if _isnan(threads) else int(threads)}"
+    return f"{_ranks(row.get('ranks'))} × {'all' if isnan(threads) else int(threads)}"
 
 
 def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
@@ -68,7 +68,7 @@ def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
                 "backend": fmt_text(r["backend"]),
                 "precision": fmt_text(r["precision"]),
                 "global batch": fmt_int(r["batch_size"]),
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], used_count(r)),
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
                 "vs first in group": fmt_speedup(r.get("group_speedup")),
                 "claimed": fmt_speedup(r.get("claim_speedup")),
@@ -95,7 +95,7 @@ def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def _points(delta: Any) -> str:
-    if _isnan(delta):
+    if isnan(delta):
         return ""
     return f"{100 * float(delta):+.1f}"
 
@@ -175,10 +175,10 @@ def accuracy_part(stats: pd.DataFrame) -> list[str]:
         "group's first run over this run's; Δ accuracy is the change in percentage "
         "points against that run. Test accuracy: median over the trials (min–max).</p>"
     )
-    parts.append(_table(accuracy_display(acc)))
+    parts.append(table_html(accuracy_display(acc)))
     claims = claims_display(acc)
     if len(claims):
-        parts.append(_table(claims))
+        parts.append(table_html(claims))
     return parts
 
 
@@ -224,7 +224,7 @@ def collectives_display(frame: pd.DataFrame) -> pd.DataFrame:
 def plot_collectives(frame: pd.DataFrame, path: Path) -> str:
     """Latency and bus bandwidth against message size, one line per variant and dtype."""
     if frame.empty:
-        return _no_data("allreduce latency and bandwidth", path)
+        return no_data_svg("allreduce latency and bandwidth", path)
     with plt.rc_context(STYLE):
         fig, (ax_lat, ax_bw) = plt.subplots(1, 2, figsize=(10, 3.8))
         for (variant, dtype), sub in frame.groupby(["variant", "dtype"], sort=False):
@@ -245,7 +245,7 @@ def plot_collectives(frame: pd.DataFrame, path: Path) -> str:
         ax_bw.set_ylabel("bus bandwidth (GB/s)")
         ax_bw.set_title("Bus bandwidth (higher is better)")
         ax_bw.legend(fontsize=8, loc="upper left")
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def distributed_section(
@@ -259,7 +259,7 @@ def distributed_section(
         "rank.</p>"
     ]
     if len(ddp):
-        parts.append(_table(ddp_display(ddp)))
+        parts.append(table_html(ddp_display(ddp)))
     else:
         parts.append('<p class="empty">No data-parallel (torchrun) throughput experiments.</p>')
     parts += accuracy_part(stats_sp)
@@ -276,7 +276,7 @@ def distributed_section(
             "this machine: median latency and bus bandwidth (nccl-tests' definition: bytes / "
             "time x 2(n-1)/n) per message size.</p>"
         )
-        parts.append(_table(collectives_display(frame)))
+        parts.append(table_html(collectives_display(frame)))
         parts.append(f'<figure id="fig-collectives">{inline_svg(svg, "collectives")}</figure>')
     for c in failed:
         err = (c.get("error") or {}).get("message", "")

@@ -17,7 +17,8 @@ import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
 from .formatting import fmt_num
-from .stats import SWEEPS, _isnan
+from .stats import SWEEPS
+from .values import isnan
 
 matplotlib.use("Agg")  # no display; pyplot picks the backend lazily, so this is in time
 
@@ -62,7 +63,7 @@ STYLE = {
 SVG_METADATA = {"Creator": None, "Date": None, "Format": None, "Type": None}
 
 
-def _save(fig: plt.Figure, path: Path) -> str:
+def save_svg(fig: plt.Figure, path: Path) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata=SVG_METADATA, bbox_inches="tight")
     plt.close(fig)
@@ -71,22 +72,22 @@ def _save(fig: plt.Figure, path: Path) -> str:
     return text
 
 
-def _no_data(title: str, path: Path, text: str = NO_DATA) -> str:
+def no_data_svg(title: str, path: Path, text: str = NO_DATA) -> str:
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.4, 1.6))
         ax.set_axis_off()
         ax.set_title(title)
         ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#666666")
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def not_run_svg(title: str, path: Path, text: str = NOT_RUN) -> str:
     """A small figure that says why there is none (the plot files always exist)."""
-    return _no_data(title, path, text)
+    return no_data_svg(title, path, text)
 
 
 def _nanmax(*values: Any) -> float:
-    finite = [float(v) for v in values if not _isnan(v)]
+    finite = [float(v) for v in values if not isnan(v)]
     return max(finite) if finite else math.nan
 
 
@@ -96,7 +97,7 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
     the article's claims as labelled diamonds."""
     title = "Optimization ladder: measured speedup vs. the article's claim"
     if not ladder["speedup"].notna().any():
-        return _no_data(title, path)
+        return no_data_svg(title, path)
     n = len(ladder)
     measured, base_color, claim_color = "#1f77b4", "#9e9e9e", "#d62728"
     with plt.rc_context(STYLE):
@@ -130,19 +131,19 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
         parents = ladder["step_parent"] if "step_parent" in ladder else [None] * n
         steps = ladder["step_speedup"] if "step_speedup" in ladder else [math.nan] * n
         for yy, s, lo_i, h, c, parent, step in zip(y, speed, lo, hi, claims, parents, steps):
-            if _isnan(s):
+            if isnan(s):
                 ax.text(0.02 * xmax, yy, "no ok trials", va="center", fontsize=10, color="#b00020")
                 continue
             text = f"{s:.2f}×"
-            if not _isnan(step) and parent and parent != baseline:
+            if not isnan(step) and parent and parent != baseline:
                 text += f"  ({step:.2f}× over {parent})"
             if s > 0.45 * xmax:  # inside the bar's end, clear of whiskers and claims
                 ax.text(s - lo_i - 0.015 * xmax, yy, text, va="center", ha="right",
                         fontsize=10, color="white", fontweight="bold")  # fmt: skip
             else:  # after the bar and after its claim's diamond
-                right = max(s + h, c + 0.04 * xmax if not _isnan(c) and c > s else 0)
+                right = max(s + h, c + 0.04 * xmax if not isnan(c) and c > s else 0)
                 ax.text(right + 0.015 * xmax, yy, text, va="center", fontsize=10)
-            if not _isnan(c):
+            if not isnan(c):
                 ax.text(c, yy - 0.36, f"claim {c:.2f}×", ha="center", va="bottom",
                         fontsize=9, color=claim_color)  # fmt: skip
         ax.axvline(1.0, color="#555555", ls="--", lw=1, zorder=1)
@@ -164,7 +165,7 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
             )
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
                   ncol=len(handles))  # fmt: skip
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def _series_keys(sub: pd.DataFrame, x: str) -> list[str]:
@@ -186,7 +187,7 @@ def plot_sweep(stats: pd.DataFrame, group: str, path: Path) -> str:
     sub["_x"] = pd.to_numeric(sub[x], errors="coerce").astype("float64")
     sub = sub[sub["_x"].notna()]
     if not len(sub):
-        return _no_data(title, path)
+        return no_data_svg(title, path)
     keys = _series_keys(sub, x)
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(WIDE, 4.2))
@@ -220,7 +221,7 @@ def plot_sweep(stats: pd.DataFrame, group: str, path: Path) -> str:
         ax.set_ylabel("throughput (samples/s)")
         ax.set_title(title)
         ax.legend()
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
@@ -228,7 +229,7 @@ def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
     bar per backend variant, labelled with samples/s and the ratio to eager."""
     title = "Backends head-to-head at the same configuration"
     if not len(matrix) or not matrix["sps_median"].notna().any():
-        return _no_data(title, path, "no configuration that two backends ran")
+        return no_data_svg(title, path, "no configuration that two backends ran")
     configs = list(dict.fromkeys(matrix["config"]))
     n, k = len(configs), max(1, len(order))
     with plt.rc_context(STYLE):
@@ -244,18 +245,18 @@ def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
                 r = part.loc[v]
                 yy = ci + (vi - (k - 1) / 2) * height
                 med = r["sps_median"]
-                if _isnan(med):
+                if isnan(med):
                     ax.text(0.01 * top, yy, f"{v}: no ok trial", va="center", fontsize=10,
                             color="#b00020")  # fmt: skip
                     continue
-                lo = 0.0 if _isnan(r["sps_min"]) else max(0.0, med - r["sps_min"])
-                hi = 0.0 if _isnan(r["sps_max"]) else max(0.0, r["sps_max"] - med)
+                lo = 0.0 if isnan(r["sps_min"]) else max(0.0, med - r["sps_min"])
+                hi = 0.0 if isnan(r["sps_max"]) else max(0.0, r["sps_max"] - med)
                 err = [[lo], [hi]]
                 whisker = {"ecolor": "#333333", "capsize": 2, "lw": 1}
                 ax.barh(yy, med, height=height * 0.9, color=colors[v], xerr=err,
                         error_kw=whisker, zorder=2)  # fmt: skip
                 label = f"{fmt_num(med)}"
-                if not _isnan(r["vs_eager"]) and v != "eager":
+                if not isnan(r["vs_eager"]) and v != "eager":
                     label += f" ({r['vs_eager']:.2f}× eager)"
                 ax.text(med + err[1][0] + 0.01 * top, yy, label, va="center", fontsize=10)
         ax.set_yticks(range(n), [_wrap(c) for c in configs])
@@ -267,7 +268,7 @@ def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
         handles = [matplotlib.patches.Patch(color=colors[v], label=v) for v in order]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
                   ncol=min(len(handles), 5))  # fmt: skip
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def _wrap(text: str, width: int = 34) -> str:
@@ -288,7 +289,7 @@ def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
     title = "Training FLOP/s as a % of the measured matmul ceiling"
     roof = roof[pd.to_numeric(roof["pct_of_peak"], errors="coerce").notna()]
     if not len(roof):
-        return _no_data(title, path, "no experiment with a FLOP count and a ceiling")
+        return no_data_svg(title, path, "no experiment with a FLOP count and a ceiling")
     colors = {"fp32": "#1f77b4", "bf16": "#ff7f0e"}
     n = len(roof)
     with plt.rc_context(STYLE):
@@ -317,7 +318,7 @@ def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
             if d in set(roof["dtype"])
         ]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def plot_all(

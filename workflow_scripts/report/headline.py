@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 
 from .compare import config_text, geomean, workload_text
-from .formatting import fmt_num
-from .machines import _usd, cpu_description, cpu_flags, isa_verdict
-from .stats import OK, _isnan, baseline_sps, best_like_baseline, percentile_ok
+from .formatting import fmt_num, fmt_usd, steps_text
+from .machines import cpu_description, cpu_flags, isa_verdict
+from .stats import OK, baseline_sps, best_like_baseline
+from .values import isnan
 
 
 def _b(id_: str, text: str) -> str:
@@ -27,33 +28,6 @@ def truncated(stats: pd.DataFrame) -> pd.DataFrame:
     timed = pd.to_numeric(stats["steps_timed"], errors="coerce")
     epochs = pd.to_numeric(stats["epochs"], errors="coerce").fillna(0)
     return stats[(epochs == 0) & steps.notna() & timed.notna() & (timed < steps)]
-
-
-def steps_text(row: Mapping) -> str:
-    """``8``, or ``3 of 8 (time budget)`` for a run cut short, or ``n/a``."""
-    timed, steps = row.get("steps_timed"), row.get("steps")
-    epochs = row.get("epochs")
-    if not _isnan(epochs) and float(epochs or 0) > 0:
-        return f"{int(timed)} ({int(epochs)} epochs)" if not _isnan(timed) else "n/a"
-    if _isnan(timed):
-        return "n/a" if _isnan(steps) else f"{int(steps)} asked (not recorded)"
-    text = str(int(timed))
-    if not _isnan(steps) and timed < steps:
-        why = "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
-        text += f" of {int(steps)} ({why})"
-    return text
-
-
-def percentile_text(value: Any, name: str, row: Mapping, digits: int = 3) -> str:
-    """A step-time percentile, or ``n/a (8 steps)`` when too few timed steps back it."""
-    steps = row.get("steps_timed")
-    if _isnan(steps):
-        steps = row.get("steps")
-    if _isnan(value):
-        return "n/a"
-    if not percentile_ok(name, steps):
-        return f"n/a ({int(steps)} steps)"
-    return fmt_num(value, digits)
 
 
 def headline_html(
@@ -88,7 +62,7 @@ def headline_html(
             f"{_b('best', str(best['experiment']))} ({html.escape(config_text(best))}) at "
             f"{_b('sps', fmt_num(best['sps_median']))} samples/s"
         )
-        if not _isnan(base) and base > 0:
+        if not isnan(base) and base > 0:
             speedup = f"{best['sps_median'] / base:.2f}×"
             lead.append(
                 f", {_b('speedup', speedup)} the fp32 eager "
@@ -98,8 +72,8 @@ def headline_html(
         if len(measured):
             c = measured.iloc[0]
             lead.append(
-                f", at {_b('cost', _usd(c['best_usd_per_million']))} per million samples "
-                f"({_usd(c['baseline_usd_per_million'])} for the baseline) at "
+                f", at {_b('cost', fmt_usd(c['best_usd_per_million']))} per million samples "
+                f"({fmt_usd(c['baseline_usd_per_million'])} for the baseline) at "
                 f"${fmt_num(c['usd_per_hour'], 4)}/hour ({html.escape(str(c['name']))})"
             )
         else:
@@ -115,7 +89,7 @@ def headline_html(
     items.append(_correctness(check))
     if len(compiled):
         g = geomean(compiled["speedup"])
-        if not _isnan(g):
+        if not isnan(g):
             items.append(
                 f"torch.compile: {_b('compile', f'{g:.2f}×')} eager (geometric mean over "
                 f"{len(compiled)} like-for-like pair{'s' if len(compiled) > 1 else ''}: "
@@ -127,7 +101,7 @@ def headline_html(
         items.append(
             f"Across the machines compared ({machines['matched']} matching experiments): the "
             f"cheapest per sample is {_b('cheapest', str(name))} running {html.escape(str(exp))} "
-            f"at {fmt_num(sps)} samples/s, {html.escape(_usd(cost))} per million samples."
+            f"at {fmt_num(sps)} samples/s, {html.escape(fmt_usd(cost))} per million samples."
         )
     lis = "".join(f"<li>{i}</li>" for i in items if i)
     return f'<div class="headline"><p class="lead">{"".join(lead)}</p><ul>{lis}</ul></div>'

@@ -11,18 +11,22 @@ from pathlib import Path
 import pandas as pd
 
 from ..study.fields import labels
+from .compare import config_text
 from .figures import inline_svg
 from .formatting import (
-    _n_used,
-    _trials,
     fmt_cv,
     fmt_int,
     fmt_num,
     fmt_speedup,
     fmt_spread,
     fmt_text,
+    percentile_text,
+    steps_text,
+    trials_text,
+    used_count,
 )
-from .stats import _isnan, trial_counts
+from .stats import trial_counts
+from .values import isnan
 
 # The settings' column names are the fields' report labels (study/fields.py).
 LABEL = labels()
@@ -30,7 +34,7 @@ LABEL = labels()
 CAPTIONS_DIR = Path(__file__).parent.parent / "captions"
 
 
-def _group_note(sub: pd.DataFrame, baseline: str | None) -> str:
+def group_note(sub: pd.DataFrame, baseline: str | None) -> str:
     if not len(sub):
         return ""
     first = html.escape(str(sub["group_baseline"].iloc[0]))
@@ -43,7 +47,7 @@ def _group_note(sub: pd.DataFrame, baseline: str | None) -> str:
     )
 
 
-def _table(df: pd.DataFrame, css: str = "") -> str:
+def table_html(df: pd.DataFrame, css: str = "") -> str:
     if not len(df):
         return '<p class="empty">No rows.</p>'
     classes = ["data"] + ([css] if css else [])
@@ -52,7 +56,6 @@ def _table(df: pd.DataFrame, css: str = "") -> str:
 
 
 def _steps_cells(r) -> dict[str, str]:
-    from .headline import percentile_text, steps_text  # headline imports this module
 
     return {
         "timed steps": steps_text(r),
@@ -64,14 +67,13 @@ def _steps_cells(r) -> dict[str, str]:
 
 def _step_cell(r) -> str:
     parent = r.get("step_parent")
-    if parent is None or _isnan(parent):
+    if parent is None or isnan(parent):
         return "—"
     speed = fmt_speedup(r.get("step_speedup")) or "n/a"
     return f"{speed} over {parent}: {r.get('step_change')}"
 
 
 def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
-    from .compare import config_text
 
     rows = []
     for _, r in ladder.iterrows():
@@ -80,10 +82,10 @@ def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
                 "experiment": r["experiment"],
                 "configuration": config_text(r),
                 "in effect (checked)": fmt_text(r.get("in_effect")),
-                "ok trials": _trials(r),
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "ok trials": trials_text(r),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], used_count(r)),
                 "speedup": fmt_speedup(
-                    r["speedup"], r["speedup_min"], r["speedup_max"], _n_used(r)
+                    r["speedup"], r["speedup_min"], r["speedup_max"], used_count(r)
                 ),
                 "over the step it builds on": _step_cell(r),
                 "article's claim": fmt_speedup(r["claim_speedup"]),
@@ -108,8 +110,8 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
                 LABEL["batch_size"]: fmt_int(r["batch_size"]),
                 LABEL["num_workers"]: fmt_int(r["num_workers"]),
                 LABEL["threads"]: fmt_int(r["threads"]),
-                "ok trials": _trials(r),
-                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], _n_used(r)),
+                "ok trials": trials_text(r),
+                "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], used_count(r)),
                 "CV over trials": fmt_cv(r["sps_cv"]) or "n/a (1 trial)",
                 "step-time CV within a trial": fmt_cv(r.get("step_time_cv")) or "n/a",
                 "speedup vs baseline": r.get("speedup_text", fmt_speedup(r.get("speedup"))),
@@ -154,7 +156,7 @@ def caption_text(name: str) -> str:
     return " ".join(text.split())
 
 
-def _figure(name: str, svg: str) -> str:
+def figure_html(name: str, svg: str) -> str:
     cap = caption_text(name)
     caption = f"<figcaption>{html.escape(cap)}</figcaption>" if cap else ""
     return f'<figure id="fig-{name}">{inline_svg(svg, name)}{caption}</figure>'

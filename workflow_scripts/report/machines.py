@@ -22,17 +22,17 @@ import pandas as pd
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import SETTING_KEYS, WORKLOAD_KEYS, differences, geomean, same_workload
-from .figures import STYLE, WIDE, _save, inline_svg
-from .formatting import fmt_num, fmt_text
-from .html import _table
+from .figures import STYLE, WIDE, inline_svg, save_svg
+from .formatting import fmt_num, fmt_text, fmt_usd
+from .html import table_html
 from .stats import (
-    _isnan,
     baseline_sps,
     enrich,
     experiment_stats,
     pick_baseline,
     usd_per_million,
 )
+from .values import isnan
 
 # What must be equal for two machines' runs of one experiment id to be compared: the
 # workload and every setting, but not what is the machine's own (its torch build, its
@@ -217,7 +217,7 @@ def bf16_gain(stats: pd.DataFrame) -> tuple[float, int]:
             if same_workload(f, r) and [d.split(" ")[0] for d in differences(f, r)] == [
                 "precision"
             ]:
-                if not (_isnan(r["sps_median"]) or _isnan(f["sps_median"])):
+                if not (isnan(r["sps_median"]) or isnan(f["sps_median"])):
                     ratios.append(r["sps_median"] / f["sps_median"])
                 break
     return geomean(ratios), len(ratios)
@@ -295,7 +295,7 @@ def comparison_frame(machines: Sequence[Machine], matched: Sequence[str]) -> pd.
                     "experiment": exp,
                     "group": r["group"],
                     "sps": sps,
-                    "speedup": sps / base if base and not _isnan(base) else math.nan,
+                    "speedup": sps / base if base and not isnan(base) else math.nan,
                     "usd_per_million": usd_per_million(sps, m.usd_per_hour),
                 }
             )
@@ -327,13 +327,13 @@ def plot_machines(comp: pd.DataFrame, names: Sequence[str], path: Path) -> str:
             )
         for ax, (col, label, fmt) in zip(axes[0], panels):
             top = comp[col].max(skipna=True)
-            top = top if top and not _isnan(top) else 1.0
+            top = top if top and not isnan(top) else 1.0
             for mi, name in enumerate(names):
                 part = comp[comp["machine"] == name].set_index("experiment")
                 for ei, exp in enumerate(exps):
                     v = part.loc[exp, col] if exp in part.index else math.nan
                     yy = ei + (mi - (k - 1) / 2) * height
-                    if _isnan(v):
+                    if isnan(v):
                         ax.text(0.01 * top, yy, "n/a", va="center", fontsize=9, color="#777777")
                         continue
                     ax.barh(yy, v, height=height * 0.9, color=f"C{mi % 10}", zorder=2)
@@ -350,7 +350,7 @@ def plot_machines(comp: pd.DataFrame, names: Sequence[str], path: Path) -> str:
         ]
         fig.legend(handles=handles, loc="outside lower center", ncol=min(k, 4))
         fig.suptitle("Machines side by side (matching experiments only)", fontweight="bold")
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def machines_section(
@@ -370,7 +370,7 @@ def machines_section(
             stats.loc[stats["sps_median"].idxmax()] if stats["sps_median"].notna().any() else None
         )
         cost = math.nan if best is None else usd_per_million(best["sps_median"], m.usd_per_hour)
-        if best is not None and not _isnan(cost):
+        if best is not None and not isnan(cost):
             have = summary.get("cheapest")
             if have is None or cost < have[2]:
                 summary["cheapest"] = (m.name, best["experiment"], cost, best["sps_median"])
@@ -390,8 +390,8 @@ def machines_section(
                 "baseline samples/s": fmt_num(baseline_sps(m.stats, m.baseline)),
                 "fastest matching experiment": "" if best is None else str(best["experiment"]),
                 "its samples/s": "" if best is None else fmt_num(best["sps_median"]),
-                "$ per million samples": _usd(cost),
-                "million samples per $": "" if _isnan(cost) else f"{1 / cost:.3g}",
+                "$ per million samples": fmt_usd(cost),
+                "million samples per $": "" if isnan(cost) else f"{1 / cost:.3g}",
             }
         )
     parts = [
@@ -399,7 +399,7 @@ def machines_section(
         "hourly rate. Two machines' runs of an experiment are compared only when they have "
         "the same id and the same settings (model, batch, precision, layout, backend, "
         "launcher, steps); speedups are over each machine's own baseline.</p>",
-        _table(pd.DataFrame(rows)),
+        table_html(pd.DataFrame(rows)),
     ]
     for note in notes:
         parts.append(f'<p class="note warn">{html.escape(note)}.</p>')
@@ -412,20 +412,14 @@ def machines_section(
                 c = comp[(comp["machine"] == m.name) & (comp["experiment"] == exp)].iloc[0]
                 row[f"{m.name}: samples/s"] = fmt_num(c["sps"])
                 row[f"{m.name}: × own baseline"] = (
-                    "" if _isnan(c["speedup"]) else f"{c['speedup']:.2f}×"
+                    "" if isnan(c["speedup"]) else f"{c['speedup']:.2f}×"
                 )
-                row[f"{m.name}: $/M samples"] = _usd(c["usd_per_million"])
+                row[f"{m.name}: $/M samples"] = fmt_usd(c["usd_per_million"])
             wide.append(row)
         parts.append("<h3>Matching experiments, machine by machine</h3>")
-        parts.append(_table(pd.DataFrame(wide)))
+        parts.append(table_html(pd.DataFrame(wide)))
         svg = plot_machines(comp, [m.name for m in machines], Path(plots_dir) / "machines.svg")
         parts.append(f'<figure id="fig-machines">{inline_svg(svg, "machines")}</figure>')
     else:
         parts.append('<p class="empty">No experiment matches across the machines.</p>')
     return ("machines", "Machines side by side", "\n".join(parts)), summary
-
-
-def _usd(value: Any) -> str:
-    if _isnan(value):
-        return "n/a"
-    return f"${float(value):,.2f}" if float(value) >= 0.1 else f"${float(value):.3g}"

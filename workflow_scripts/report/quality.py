@@ -15,11 +15,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..study import fields
-from .compare import _norm, is_reference, reference_for
-from .figures import STYLE, WIDE, _save, inline_svg, not_run_svg
+from .compare import is_reference, norm_setting, reference_for
+from .figures import STYLE, WIDE, inline_svg, not_run_svg, save_svg
 from .formatting import fmt_num, fmt_text
-from .html import _table
-from .stats import _isnan
+from .html import table_html
+from .values import isnan
 
 # Runs that must train identically step by step (the same data in the same order from
 # the same initial weights): the fields whose registry entry says they change the
@@ -38,7 +38,7 @@ MIN_BLOCK = 3
 
 
 def _key(row: Mapping) -> tuple[str, ...]:
-    return tuple(_norm(k, row.get(k)) for k in LOSS_KEYS)
+    return tuple(norm_setting(k, row.get(k)) for k in LOSS_KEYS)
 
 
 def loss_deviation(curve: Sequence[float], ref: Sequence[float]) -> tuple[float, int, str]:
@@ -72,7 +72,7 @@ def loss_deviation(curve: Sequence[float], ref: Sequence[float]) -> tuple[float,
 
 
 def verdict(dev: float) -> str:
-    if _isnan(dev):
+    if isnan(dev):
         return "n/a"
     if dev <= MATCH:
         return "matches"
@@ -127,12 +127,12 @@ def loss_display(check: pd.DataFrame) -> pd.DataFrame:
                 "steps compared": c["note"] if c["verdict"] != "reference" else "",
                 "largest deviation": "∞"
                 if dev == math.inf
-                else ("" if _isnan(dev) or c["verdict"] == "reference" else f"{100 * dev:.1f}%"),
+                else ("" if isnan(dev) or c["verdict"] == "reference" else f"{100 * dev:.1f}%"),
                 "at step": "" if c["step"] < 0 or not dev else str(int(c["step"])),
                 "final loss (reference)": fmt_num(c["final_loss"], 3)
                 + (
                     f" ({fmt_num(c['reference_final_loss'], 3)})"
-                    if c["verdict"] != "reference" and not _isnan(c["reference_final_loss"])
+                    if c["verdict"] != "reference" and not isnan(c["reference_final_loss"])
                     else ""
                 ),
                 "verdict": c["verdict"],
@@ -171,7 +171,7 @@ def plot_losses(
             ax.set_xlabel("step (warm-up included)")
             ax.set_ylabel("training loss")
             ax.legend(fontsize=9)
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def correctness_section(
@@ -203,7 +203,7 @@ def correctness_section(
         + (f": {html.escape(', '.join(bad['experiment']))}" if len(bad) else "")
         + ".</p>"
     )
-    body = note + summary + _table(loss_display(check))
+    body = note + summary + table_html(loss_display(check))
     body += f'<figure id="fig-losses">{inline_svg(svg, "losses")}</figure>'
     return ("correctness", "Correctness: losses against fp32 eager", body), check
 
@@ -215,25 +215,25 @@ def startup_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     rows = []
     for _, r in stats.iterrows():
         first = r["time_to_first_step_s"]
-        if _isnan(first) and _isnan(r["peak_rss_mb"]):
+        if isnan(first) and isnan(r["peak_rss_mb"]):
             continue
         ref = reference_for(stats, r, baseline)
         median = r["step_time_median_s"]
-        extra = first - median if not (_isnan(first) or _isnan(median)) else math.nan
+        extra = first - median if not (isnan(first) or isnan(median)) else math.nan
         ref_rss = math.nan if ref is None else ref["peak_rss_mb"]
         ref_extra = math.nan
-        if ref is not None and not _isnan(ref["time_to_first_step_s"]):
+        if ref is not None and not isnan(ref["time_to_first_step_s"]):
             ref_extra = ref["time_to_first_step_s"] - ref["step_time_median_s"]
         rows.append(
             {
                 "experiment": r["experiment"],
-                "compiled": _norm("compile", r["compile"]) not in ("", "none"),
+                "compiled": norm_setting("compile", r["compile"]) not in ("", "none"),
                 "reference": None if ref is None else ref["experiment"],
                 "setup_s": r["setup_s"],
                 "first_step_s": first,
                 "step_median_s": median,
                 "one_off_s": extra,
-                "one_off_vs_ref_s": extra - ref_extra if not _isnan(ref_extra) else math.nan,
+                "one_off_vs_ref_s": extra - ref_extra if not isnan(ref_extra) else math.nan,
                 "peak_rss_mb": r["peak_rss_mb"],
                 "rss_ratio": _div(r["peak_rss_mb"], ref_rss),
             }
@@ -245,7 +245,7 @@ def startup_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
 
 
 def _div(a: Any, b: Any) -> float:
-    if _isnan(a) or _isnan(b) or float(b) <= 0:
+    if isnan(a) or isnan(b) or float(b) <= 0:
         return math.nan
     return float(a) / float(b)
 
@@ -255,7 +255,7 @@ NO_REFERENCE = "none: no fp32 eager run of this workload"
 
 def _finite_max(values: pd.Series) -> float:
     """The largest finite value, 0 when there is none (an axis limit is never NaN)."""
-    finite = values[values.map(lambda v: not _isnan(v) and math.isfinite(v))]
+    finite = values[values.map(lambda v: not isnan(v) and math.isfinite(v))]
     return float(finite.max()) if len(finite) else 0.0
 
 
@@ -275,7 +275,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         ax.barh(y, one_off.fillna(0), color=colors, height=0.6, zorder=2)
         top = max(_finite_max(one_off), 1e-9)
         for yy, v in zip(y, one_off):
-            if not _isnan(v):
+            if not isnan(v):
                 ax.text(v + 0.01 * top, yy, f"{v:.2f} s", va="center", fontsize=10)
         ax.set_yticks(y, list(data["experiment"]))
         ax.invert_yaxis()
@@ -290,7 +290,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
                      transform=ax2.transAxes, ha="center", va="center", fontsize=10,
                      color="#777777")  # fmt: skip
         for yy, v in zip(y, ratio):
-            if not _isnan(v):
+            if not isnan(v):
                 ax2.text(v + 0.01 * rtop, yy, f"{v:.2f}×", va="center", fontsize=10)
         ax2.axvline(1.0, color="#555555", ls="--", lw=1)
         ax2.set_xlim(0, rtop * 1.2)
@@ -303,7 +303,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         ax2.legend(handles=handles, fontsize=9, loc="lower right")
         for a in (ax, ax2):
             a.grid(axis="y", visible=False)
-        return _save(fig, path)
+        return save_svg(fig, path)
 
 
 def startup_section(
@@ -332,10 +332,12 @@ def startup_section(
             "reference": [fmt_text(r) if r else NO_REFERENCE for r in start["reference"]],
             "one-off over the reference's (s)": [fmt_num(v, 2) for v in start["one_off_vs_ref_s"]],
             "peak RSS (MB)": [fmt_num(v, 0) for v in start["peak_rss_mb"]],
-            "memory vs reference": ["" if _isnan(v) else f"{v:.2f}×" for v in start["rss_ratio"]],
+            "memory vs reference": ["" if isnan(v) else f"{v:.2f}×" for v in start["rss_ratio"]],
         }
     )
     body = (
-        note + _table(display) + f'<figure id="fig-startup">{inline_svg(svg, "startup")}</figure>'
+        note
+        + table_html(display)
+        + f'<figure id="fig-startup">{inline_svg(svg, "startup")}</figure>'
     )
     return ("startup", "Compile latency and memory", body)

@@ -22,18 +22,20 @@ from .formatting import (
     fmt_speedup,
     fmt_spread,
     fmt_text,
+    fmt_usd,
 )
 from .html import (
-    _figure,
-    _group_note,
-    _table,
     baseline_label,
+    figure_html,
     generic_display,
+    group_note,
     ladder_display,
     roofline_display,
+    table_html,
 )
-from .machines import _usd, cpu_description, isa_verdict
-from .stats import SWEEPS, _isnan
+from .machines import cpu_description, isa_verdict
+from .stats import SWEEPS
+from .values import isnan
 
 Section = tuple[str, str, str]  # (id, heading, HTML content)
 COVERED_GROUPS = {"ladder", *SWEEPS}
@@ -62,7 +64,7 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
             kernels.append(str(k))
     revisions = []
     for rev, dirty in zip(frame["git_revision"], frame["git_dirty"]):
-        if _isnan(rev):
+        if isnan(rev):
             continue
         text = str(rev) + (" (dirty)" if dirty is True else "")
         if text not in revisions:
@@ -110,7 +112,7 @@ def provenance_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
         warnings += env_warnings(env, sub)
     versions = pd.DataFrame(version_rows)
     flagged = "".join(f'<p class="note warn">{html.escape(w)}</p>' for w in warnings)
-    return body + "<h3>Versions per environment</h3>" + _table(versions) + flagged
+    return body + "<h3>Versions per environment</h3>" + table_html(versions) + flagged
 
 
 _CUDA_WHEEL = re.compile(r"^(nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)==", re.MULTILINE)
@@ -192,7 +194,7 @@ def failures_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
 
 
 def _ratio(a: Any, b: Any) -> str:
-    if _isnan(a) or _isnan(b) or not float(b):
+    if isnan(a) or isnan(b) or not float(b):
         return ""
     return f"{float(a) / float(b):.2f}"
 
@@ -284,21 +286,21 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
     return (
         intro
         + "<h3>Noisy trials (probe rates in GFLOP/s)</h3>"
-        + (_table(pd.DataFrame(rows)) if rows else '<p class="empty">No noisy trials.</p>')
+        + (table_html(pd.DataFrame(rows)) if rows else '<p class="empty">No noisy trials.</p>')
         + "<h3>Attempts discarded by the launcher</h3>"
         + (
-            _table(pd.DataFrame(discarded))
+            table_html(pd.DataFrame(discarded))
             if discarded
             else '<p class="empty">No attempts discarded.</p>'
         )
         + "<h3>Probe medians per comparison group</h3>"
-        + (_table(pd.DataFrame(groups)) if groups else '<p class="empty">No probes.</p>')
+        + (table_html(pd.DataFrame(groups)) if groups else '<p class="empty">No probes.</p>')
     )
 
 
 def ladder_section(ladder: pd.DataFrame, baseline: str | None, base: float, svg: str) -> Section:
     base_note = f"Baseline: <b>{html.escape(str(baseline_label(baseline)))}</b>"
-    if not _isnan(base):
+    if not isnan(base):
         base_note += f" at {html.escape(fmt_num(base))} samples/s."
     else:
         base_note += " (no ok trials, so no speedups)."
@@ -315,7 +317,10 @@ def ladder_section(ladder: pd.DataFrame, baseline: str | None, base: float, svg:
     return (
         "ladder",
         "Optimization ladder",
-        f"<p>{base_note}</p>" + note + _table(ladder_display(ladder)) + _figure("ladder", svg),
+        f"<p>{base_note}</p>"
+        + note
+        + table_html(ladder_display(ladder))
+        + figure_html("ladder", svg),
     )
 
 
@@ -369,10 +374,10 @@ def sweep_sections(
             (
                 group,
                 f"Sweep: {name}",
-                _group_note(sub, baseline)
-                + _table(generic_display(sub))
+                group_note(sub, baseline)
+                + table_html(generic_display(sub))
                 + (
-                    _figure(group, svgs[group])
+                    figure_html(group, svgs[group])
                     if ok
                     else '<p class="empty">No successful trials in this sweep (see Failures).</p>'
                 ),
@@ -415,11 +420,11 @@ def backends_section(
             c = cells.loc[v]
             sps = fmt_spread(c["sps_median"], c["sps_min"], c["sps_max"], int(c["n_used"] or 0))
             text = f"{sps or 'no ok trial'} ({c['experiment']})"
-            if v != "eager" and not _isnan(c["vs_eager"]):
+            if v != "eager" and not isnan(c["vs_eager"]):
                 text += f", {c['vs_eager']:.2f}× eager"
             row[heads[v]] = text
         rows.append(row)
-    body = note + _table(pd.DataFrame(rows))
+    body = note + table_html(pd.DataFrame(rows))
     if len(compiled):
         g = geomean(compiled["speedup"])
         pairs = ", ".join(
@@ -430,7 +435,7 @@ def backends_section(
             f'<p class="counts">torch.compile over its eager twin: geometric mean '
             f"<b>{fmt_speedup(g) or 'n/a'}</b> ({html.escape(pairs)}).</p>"
         )
-    return ("backends", "Backend head-to-head", body + _figure("backends", svg))
+    return ("backends", "Backend head-to-head", body + figure_html("backends", svg))
 
 
 def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
@@ -449,8 +454,12 @@ def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
         "roofline",
         "% of the measured matmul ceiling",
         roof_note
-        + (_table(roofline_display(roof)) if len(roof) else '<p class="empty">No FLOP counts.</p>')
-        + (_figure("roofline", svg) if roof["pct_of_peak"].notna().any() else ""),
+        + (
+            table_html(roofline_display(roof))
+            if len(roof)
+            else '<p class="empty">No FLOP counts.</p>'
+        )
+        + (figure_html("roofline", svg) if roof["pct_of_peak"].notna().any() else ""),
     )
 
 
@@ -480,16 +489,16 @@ def cost_section(costs: pd.DataFrame, baseline: str | None) -> Section:
                     "throughput from": c["throughput"],
                     "configuration": fmt_text(c[which]) or "n/a",
                     "samples/s": fmt_num(c[f"{which}_sps"]) or "n/a",
-                    "$ per million samples": _usd(c[f"{which}_usd_per_million"]),
+                    "$ per million samples": fmt_usd(c[f"{which}_usd_per_million"]),
                     "million samples per $": _per_usd(c[f"{which}_samples_per_usd"]),
                     "note": c["note"],
                 }
             )
-    return ("cost", "Cost", cost_note + _table(pd.DataFrame(rows)))
+    return ("cost", "Cost", cost_note + table_html(pd.DataFrame(rows)))
 
 
 def _per_usd(value: Any) -> str:
-    return "n/a" if _isnan(value) else f"{float(value) / 1e6:.3g}"
+    return "n/a" if isnan(value) else f"{float(value) / 1e6:.3g}"
 
 
 def other_section(stats_sp: pd.DataFrame, baseline: str | None) -> Section:
@@ -502,8 +511,8 @@ def other_section(stats_sp: pd.DataFrame, baseline: str | None) -> Section:
         sub = _like_for_like(stats_sp[groups == group], stats_sp, baseline)
         other.append(
             f"<h3>{html.escape(str(group))}</h3>"
-            + _group_note(sub, baseline)
-            + _table(generic_display(sub))
+            + group_note(sub, baseline)
+            + table_html(generic_display(sub))
         )
     return ("other", "Other groups", "\n".join(other) or '<p class="empty">No other groups.</p>')
 

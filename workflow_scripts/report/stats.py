@@ -14,6 +14,9 @@ from workflow_scripts import backends
 from workflow_scripts.records import OK, VERSION_KEYS
 from workflow_scripts.study import fields
 
+from .compare import same_workload
+from .values import isnan
+
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
 SWEEPS = {
     # group: (x column, x label, section title)
@@ -34,13 +37,6 @@ PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
 def _first(series: pd.Series) -> Any:
     present = series.dropna()
     return present.iloc[0] if len(present) else None
-
-
-def _isnan(x: Any) -> bool:
-    try:
-        return x is None or pd.isna(x)
-    except (TypeError, ValueError):
-        return False
 
 
 def spread_stats(values: pd.Series) -> dict[str, float]:
@@ -179,7 +175,7 @@ def _true(value: Any) -> bool:
 def _distinct(series: pd.Series) -> list[str]:
     out: list[str] = []
     for value in series:
-        if _isnan(value) or not str(value).strip():
+        if isnan(value) or not str(value).strip():
             continue
         for part in str(value).split("; "):
             if part and part not in out:
@@ -324,14 +320,14 @@ def parse_prices(prices: Any) -> list[dict]:
 
 
 def samples_per_dollar(sps: float, usd_per_hour: float) -> float:
-    if _isnan(sps) or _isnan(usd_per_hour) or usd_per_hour <= 0:
+    if isnan(sps) or isnan(usd_per_hour) or usd_per_hour <= 0:
         return math.nan
     return sps * 3600.0 / usd_per_hour
 
 
 def usd_per_million(sps: float, usd_per_hour: float) -> float:
     """Dollars per million training samples at ``sps`` samples/s and an hourly price."""
-    if _isnan(sps) or _isnan(usd_per_hour) or sps <= 0 or usd_per_hour < 0:
+    if isnan(sps) or isnan(usd_per_hour) or sps <= 0 or usd_per_hour < 0:
         return math.nan
     return usd_per_hour / (sps * 3600.0) * 1e6
 
@@ -342,7 +338,6 @@ def best_like_baseline(
     """The fastest experiment that trains the baseline's workload (model, image size,
     no epochs); every experiment when there is no baseline. ``exclude``: experiments
     not to recommend (their losses diverge)."""
-    from .compare import same_workload  # compare imports this module
 
     usable = stats[stats["sps_median"].notna() & ~stats["experiment"].isin(list(exclude))]
     if baseline is not None and (stats["experiment"] == baseline).any():
@@ -405,11 +400,11 @@ def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
     and is carried in ``measurement_error``."""
     rows = []
     for _, r in stats.iterrows():
-        if _isnan(r["flops_per_sample"]):
+        if isnan(r["flops_per_sample"]):
             continue
         error = r.get("measurement_error")
-        error = "" if _isnan(error) else str(error)
-        if not _isnan(r.get("ceiling_gflops")):
+        error = "" if isnan(error) else str(error)
+        if not isnan(r.get("ceiling_gflops")):
             dtype = str(r.get("ceiling_dtype") or r["precision"] or "fp32")
             peak, source = r["ceiling_gflops"], "calibrated ceiling"
         else:  # an older summary: % of the trial's own noise probe, if anything
@@ -417,7 +412,7 @@ def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
             if r["precision"] == "bf16" and not r["probe_bf16_gflops"] < r["probe_fp32_gflops"]:
                 dtype = "bf16"
             peak, source = r[f"probe_{dtype}_gflops"], "noise probe (older records)"
-            if _isnan(r["pct_of_peak"]):
+            if isnan(r["pct_of_peak"]):
                 peak, source = math.nan, "n/a"
                 error = error or "no calibrated ceiling recorded"
         rows.append(
@@ -565,4 +560,4 @@ def percentile_ok(name: str, steps: Any) -> bool:
     """Whether ``steps`` timed steps are enough for percentile ``name`` (p90, p95, p99);
     unknown step counts are given the benefit of the doubt."""
     need = PERCENTILE_MIN_STEPS.get(name, 0)
-    return _isnan(steps) or float(steps) >= need
+    return isnan(steps) or float(steps) >= need

@@ -8,8 +8,8 @@ import html
 import pandas as pd
 
 from .formatting import fmt_int, fmt_num
-from .html import _table
-from .stats import _isnan
+from .html import table_html
+from .values import isnan
 
 Section = tuple[str, str, str]
 
@@ -21,13 +21,13 @@ def _num(frame: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _minutes(seconds: float) -> str:
-    if _isnan(seconds):
+    if isnan(seconds):
         return "n/a"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def _off(measured: float, estimated: float) -> str:
-    if _isnan(measured) or _isnan(estimated) or estimated <= 0:
+    if isnan(measured) or isnan(estimated) or estimated <= 0:
         return ""
     return f"{measured / estimated:.2f}×"
 
@@ -113,5 +113,5 @@ def timing_section(frame: pd.DataFrame) -> Section:
     return (
         "study-time",
         "The study's own cost: time estimate vs measured",
-        intro + counts + _table(pd.DataFrame(rows)),
+        intro + counts + table_html(pd.DataFrame(rows)),
     )

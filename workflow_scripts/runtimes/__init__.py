@@ -17,13 +17,12 @@ from .base import (
 )
 from .container import ENGINES, ContainerRuntime, engine_env, engine_works
 from .local import LocalRuntime
-from .slurm import slurm_job
 
 __all__ = [
     "ENGINES", "RUNTIMES", "ContainerRuntime", "Finished", "Interrupted", "LocalRuntime", "Runtime",
     "RuntimeUnavailable", "Wrapped", "engine_env", "for_env", "image_provenance", "in_container",
     "resolve",
-    "run_logged", "signal_name", "slurm_job",
+    "run_logged", "signal_name",
 ]  # fmt: skip
 
 RUNTIMES = ("auto", "local", *ENGINES)

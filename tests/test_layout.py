@@ -1,0 +1,120 @@
+"""The code's layout (issue 25): no import cycles, no private names imported across
+modules, and nothing on the rank side (or shared by both sides) importing host-side
+code. Every import counts, function-level ones too: a cycle hidden in a function is
+still a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import workflow_scripts
+
+ROOT = Path(workflow_scripts.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def imports(name: str) -> list[tuple[str, str | None]]:
+    """(module imported, name imported from it) for every import in the module."""
+    path = MODULES[name]
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None) for a in node.names if a.name.startswith("workflow_scripts")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[: len(package) - (node.level - 1)]
+                base = ".".join([*up, *([base] if base else [])])
+            if base.startswith("workflow_scripts"):
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    out.append((full, None) if full in MODULES else (base, alias.name))
+    return out
+
+
+GRAPH = {
+    m: {t for t, _ in imports(m) if t in MODULES and not t.startswith(m + ".")} for m in MODULES
+}
+
+
+def side(module: str) -> str:
+    top = module.split(".")[1] if "." in module else ""
+    if top in workflow_scripts.RANK_SIDE:
+        return "rank"
+    return "shared" if top in workflow_scripts.SHARED else "host"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_detector_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert cycles(GRAPH) == []
+
+
+def test_no_private_names_cross_modules():
+    crossing = [
+        f"{m} imports {name} from {target}"
+        for m in MODULES
+        for target, name in imports(m)
+        if name and name.startswith("_") and not name.startswith("__") and target != m
+    ]
+    assert crossing == []
+
+
+def test_the_rank_side_imports_nothing_host_side():
+    sides = {m: side(m) for m in MODULES}
+    assert "workflow_scripts.harness" in sides and sides["workflow_scripts.harness"] == "rank"
+    assert sides["workflow_scripts.distributed.ccl"] == "rank"
+    assert sides["workflow_scripts.trial"] == "host"
+    for name in (*workflow_scripts.RANK_SIDE, *workflow_scripts.SHARED):
+        assert f"workflow_scripts.{name}" in MODULES, name
+    crossing = [
+        f"{m} ({sides[m]}) imports {t} (host)"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if sides[m] in ("rank", "shared") and sides[t] == "host"
+    ]
+    assert crossing == []
