@@ -28,23 +28,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import backends
+from . import backends, launchers
 
 COMPLETE_MARKER = ".complete.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Compiled extensions an environment gets when its lock holds their library: built
-# ahead of time with the environment's python (never per run), again when a source
-# changes. name -> (the requirement that brings the library, the build script, its
-# sources, the folder under the prefix it builds into).
-EXTENSIONS = {
-    "ccl": (
-        "oneccl-cpu-devel==",
-        "containers/oneccl/build_ccl.py",
-        ("containers/oneccl/ccl_backend.cpp", "containers/oneccl/build_ccl.py"),
-        "lib/study-ccl",
-    ),
-}
+# Compiled extensions an environment gets when its lock holds their library, declared
+# by the launchers that use them (name -> requirement, build script, sources, folder).
+EXTENSIONS = {name: ext for la in launchers.all_launchers() for name, ext in la.extensions.items()}
 
 # Names run_cpu looks for, and where Debian/Ubuntu/Fedora put the real files.
 ALLOCATOR_LIBS = {

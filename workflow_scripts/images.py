@@ -53,12 +53,12 @@ CONTAINERS = REPO_ROOT / "containers"
 VENV = "/opt/venv"
 
 # name -> (parent image, envs/ lock it installs or None): the root, what every backend
-# needs, one image per backend, and the oneCCL library for distributed runs.
+# needs, one image per backend, and the launchers' own (oneCCL's, for distributed runs).
 IMAGES: dict[str, tuple[str | None, str | None]] = {
     "os": (None, None),
     "common": ("os", None),
     **{b.image: (b.image_parent, b.image_lock) for b in backends.all_backends()},
-    "oneccl": ("inductor", "oneccl"),
+    **{name: image for la in launchers.all_launchers() for name, image in la.images.items()},
 }
 
 

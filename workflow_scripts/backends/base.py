@@ -45,6 +45,8 @@ class Backend:
     env_vars: dict[str, str] = {}
     #: position in the report's backend comparison
     order: int = 100
+    #: trains a DistributedDataParallel model on CPU tensors (torchrun's ranks)
+    ddp: bool = True
 
     # ------------------------------------------------------------------ plan time
 

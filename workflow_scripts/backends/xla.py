@@ -13,6 +13,7 @@ class Xla(Backend):
     versions = {"torch_xla": "torch_xla"}
     env_vars = {"PJRT_DEVICE": "CPU"}
     order = 3
+    ddp = False  # its tensors live on the XLA device: no DDP over CPU process groups
 
     def check(self, spec: dict) -> list[str]:
         problems = []

@@ -34,6 +34,12 @@ class Launcher:
     distributed: bool = False
     #: environments only this launcher's runs use (besides the backends' own)
     envs: set[str] = set()
+    #: images only this launcher's runs use: name -> (parent image, the lock it installs)
+    images: dict[str, tuple[str, str]] = {}
+    #: compiled extensions an environment gets when its lock holds their library (built
+    #: ahead of time, never per run): name -> (the requirement that brings the library,
+    #: the build script, its sources, the folder under the prefix it builds into)
+    extensions: dict[str, tuple[str, str, tuple[str, ...], str]] = {}
 
     def check(self, spec: dict) -> list[str]:
         """Combination problems of a resolved spec with this launcher."""

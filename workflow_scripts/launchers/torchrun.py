@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import metrics, sysinfo
+from .. import backends, metrics, sysinfo
 from ..util import finite
 from .base import ENTRY, Launcher, nodes
 
@@ -41,13 +41,26 @@ class Torchrun(Launcher):
         "ccl_worker_offload": False,
     }
     envs = {env for env, _ in DIST_ENVS.values()}
+    # oneCCL's image: the inductor image (upstream PyTorch) plus the oneccl lock
+    images = {"oneccl": ("inductor", "oneccl")}
+    # the study's own ccl process group, compiled against the lock's oneCCL
+    extensions = {
+        "ccl": (
+            "oneccl-cpu-devel==",
+            "containers/oneccl/build_ccl.py",
+            ("containers/oneccl/ccl_backend.cpp", "containers/oneccl/build_ccl.py"),
+            "lib/study-ccl",
+        ),
+    }
 
     def check(self, spec: dict) -> list[str]:
         problems = []
-        if spec["backend"] == "xla":
+        backend = backends.get(spec["backend"])
+        if not backend.ddp:
+            able = ", ".join(b.name for b in backends.all_backends() if b.ddp)
             problems.append(
                 "launcher 'torchrun' trains with DistributedDataParallel on CPU tensors; "
-                "backend 'xla' is not supported (use eager, inductor or ipex)"
+                f"backend {backend.name!r} is not supported (use {able})"
             )
         world = self.ranks(spec)
         if spec["batch_size"] % world:
@@ -58,10 +71,12 @@ class Torchrun(Launcher):
                 f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
                 f"over {over}; use a multiple of {world}"
             )
-        if spec["dist_backend"] == "ccl" and spec["backend"] not in ("eager", "inductor"):
+        if spec["dist_backend"] == "ccl" and backend.env != CCL_BASE_ENV:
+            able = " or ".join(repr(b.name) for b in backends.all_backends()
+                               if b.env == CCL_BASE_ENV)  # fmt: skip
             problems.append(
                 f"dist_backend 'ccl' runs in the oneccl environment (upstream PyTorch + "
-                f"oneCCL): backend 'eager' or 'inductor' (got backend {spec['backend']!r})"
+                f"oneCCL): backend {able} (got backend {spec['backend']!r})"
             )
         if spec["dist_backend"] != "ccl":
             for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload"):
