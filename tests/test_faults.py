@@ -179,7 +179,7 @@ def test_container_exit_codes_are_read_as_signals():
     assert trial.killed_by(143, container=True) == signal.SIGTERM
     assert trial.killed_by(137, container=False) is None  # a local process's own exit code
     assert trial.killed_by(-9) == signal.SIGKILL and trial.killed_by(1) is None
-    assert trial._how_it_ended(139, container=True) == "killed by signal 11 (SIGSEGV)"
+    assert trial.how_it_ended(139, container=True) == "killed by signal 11 (SIGSEGV)"
 
 
 def test_a_failed_allocation_is_oom(make_spec, tmp_path):

@@ -1,0 +1,91 @@
+"""One attempt: the ranks' command lines from the launcher, wrapped by the runtime,
+run with the spec's time limit, and the record assembled from what came back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .. import launchers, runtimes, sysinfo
+from ..launchers import harness_args, result_paths
+from .environment import absolute_path, compile_cache, environment, run_mounts
+from .outcome import assemble, failure, interrupted, outcome
+
+
+def attempt_once(
+    spec: dict,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    trial: int,
+    data_path: str | None,
+    attempt: int,
+) -> dict:
+    """One run of the trial (its ranks' processes): its record, not yet written."""
+    runtime = runtimes.for_env(env_info)
+    launcher = launchers.get(spec["launcher"])
+    container = runtimes.in_container(env_info)
+    label = f"{spec['id']}-trial{trial}-{attempt}"
+    template, results = result_paths(out, launcher.ranks(spec))
+    for path in results:
+        path.unlink(missing_ok=True)
+    spec_json = json.dumps(spec, sort_keys=True)
+    args = harness_args(spec_json, template, absolute_path(data_path))
+    starter = launchers.starter(launcher, spec, runtime.name)
+    cmd = launcher.command(spec, env_info["python"], args, starter=starter)
+    env = environment(spec, runtime, starter)
+    cache, cache_folder = compile_cache(spec, env, label, container)
+    missing = runtime.missing()
+    why_not = missing or cannot_start(spec, runtime.name)
+    if why_not:
+        kind = "ImageMissing" if missing else "NeedsCluster"
+        record = failure(spec, trial, kind, why_not)
+        record["provenance"] = {**sysinfo.collect(), **runtimes.image_provenance(env_info)}
+        record["provenance"].update(runtime=runtime.name, compile_cache=cache)
+        return record
+    cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
+    wrapped = runtime.wrap(
+        cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}",
+        mounts=run_mounts(out, data_path, cache), cpus=cpus,
+    )  # fmt: skip
+    started = sysinfo.now()
+    mark = runtime.oom_mark()
+    try:
+        finished = runtimes.run_logged(wrapped, log, spec["timeout_s"])
+        interrupted(finished, container)
+        oom = runtime.oom_killed(wrapped, mark)
+    except runtimes.Interrupted:
+        for path in results:  # no part of an unfinished trial is ever read
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        runtime.cleanup(wrapped)
+        if cache_folder is not None:
+            shutil.rmtree(cache_folder, ignore_errors=True)
+            cache["removed"] = not cache_folder.exists()
+    record = outcome(spec, launcher, results, finished, log, container, oom)
+    for path in results:
+        path.unlink(missing_ok=True)
+    assemble(record, spec, trial, env_info, runtime.name, wrapped.cmd, finished, started)
+    record["provenance"]["compile_cache"] = cache
+    return record
+
+
+def cannot_start(spec: dict, runtime: str) -> str | None:
+    """Why the ranks of a several-node trial cannot start here (None: they can)."""
+    nodes = launchers.nodes(spec)
+    if nodes == 1:
+        return None
+    if not sysinfo.slurm_job():
+        return (
+            f"nodes {nodes} needs a SLURM job (snakemake --profile profiles/slurm): "
+            "outside one there is a single machine"
+        )
+    if runtime != "local":
+        return (
+            f"nodes {nodes} runs its ranks with srun in local environments on a shared "
+            f"filesystem; runtime {runtime} starts one container per trial on one node "
+            "(use runtime: local on the cluster, or nodes: 1)"
+        )
+    return None

@@ -1,0 +1,71 @@
+"""What a trial's processes run with: their environment variables, the compile cache
+(a fresh, empty one per attempt unless ``warm_compile_cache``) and the folders a
+container run mounts."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from .. import backends, launchers, runtimes
+
+
+def environment(spec: dict, runtime: runtimes.Runtime, starter: str = "local") -> dict[str, str]:
+    """A run's variables: the runtime's, then the launcher's (threads), the backend's,
+    and last the spec's own ``env_vars``."""
+    env = runtime.environment()
+    env.update(launchers.get(spec["launcher"]).environment(spec, starter))
+    env.update(backends.get(spec["backend"]).env_vars)
+    env.update({str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()})
+    return env
+
+
+def default_inductor_cache_dir(env: dict[str, str]) -> str:
+    """Where TorchInductor caches when TORCHINDUCTOR_CACHE_DIR is unset (as torch computes it)."""
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except Exception:  # noqa: BLE001 - no user name: torch falls back the same way
+        user = "unknown"
+    tmp = env.get("TMPDIR") or tempfile.gettempdir()
+    return os.path.join(tmp, f"torchinductor_{user}")
+
+
+def compile_cache(
+    spec: dict, env: dict[str, str], label: str, container: bool = False
+) -> tuple[dict, Path | None]:
+    """Point the run's compile caches at a fresh temporary folder (unless the spec keeps
+    them warm, or sets TORCHINDUCTOR_CACHE_DIR itself); return what was used and the
+    folder to remove afterwards."""
+    own = "TORCHINDUCTOR_CACHE_DIR" in (spec.get("env_vars") or {})
+    if spec.get("warm_compile_cache") or own:
+        where = env.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_cache_dir(env)
+        return {"dir": where, "fresh": False}, None
+    if container:
+        # every container starts from the image: its /tmp is fresh and goes with it
+        env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor-cache"
+        env["TRITON_CACHE_DIR"] = "/tmp/torchinductor-cache/triton"
+        return {"dir": "/tmp/torchinductor-cache (in the container)", "fresh": True}, None
+    folder = Path(tempfile.mkdtemp(prefix=f"compile-cache-{label}-"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    env["TRITON_CACHE_DIR"] = str(folder / "triton")
+    return {"dir": str(folder), "fresh": True}, folder
+
+
+def absolute_path(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
+
+
+def run_mounts(out: Path, data_path: str | None, cache: dict) -> list[tuple[str, str]]:
+    """What a container run sees of the host besides the sources, each at its own path:
+    the record's folder writable, the data (image folder or digits) read-only, and a
+    warm compile cache if the spec keeps one."""
+    mounts = [(str(out.parent.resolve()), "rw")]
+    if data_path:
+        mounts.append((absolute_path(data_path), "ro"))
+    if not cache["fresh"]:
+        Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
+        mounts.append((cache["dir"], "rw"))
+    return mounts

@@ -1,0 +1,107 @@
+"""Was the trial disturbed? The three noise signals (the probe before and after the
+steps, other work during them) against the environment's reference, and the trial's
+share of the measured matmul ceiling."""
+
+from __future__ import annotations
+
+from .. import probe
+from ..util import finite
+from .reference import measured_on
+
+PROBE_BEFORE = "probe before steps"
+PROBE_AFTER = "probe after steps"
+OTHER_WORK = "other work during steps"
+
+
+def probe_signal(name: str, result, reference: dict | None, threshold: float) -> dict | None:
+    """A probe's fp32 rate against the reference; None when there is nothing to compare."""
+    rate = result.get("fp32_gflops") if isinstance(result, dict) else None
+    if reference is None or not finite(rate):
+        return None
+    ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
+    check = {"signal": name, "fp32_gflops": rate, "reference": how}
+    check["reference_node_type"] = measured_on(reference)
+    if ref is None or ref <= 0:
+        return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
+    ratio = rate / ref
+    check.update(reference_fp32_gflops=ref, ratio=ratio, passed=ratio >= threshold)
+    check["detail"] = (
+        f"{name}: fp32 {rate:.1f} GFLOP/s = {ratio:.2f} x the reference {ref:.1f} GFLOP/s ({how})"
+    )
+    return check
+
+
+def work_signal(work, threshold: float) -> dict | None:
+    """Other work's share of the run's threads' CPU time during the steps, as a ratio
+    comparable with the probes' (1 - share); None when it could not be judged."""
+    if not isinstance(work, dict) or not finite(work.get("share")):
+        return None
+    ratio = 1.0 - work["share"]
+    detail = (
+        f"{OTHER_WORK}: other processes took {work['other_cpu_s']:.1f} CPU s on the run's "
+        f"{work['cpus']} CPUs in {work['wall_s']:.1f} s, {100 * work['share']:.0f}% of its "
+        f"{work['threads']} threads' time"
+    )
+    return {"signal": OTHER_WORK, "ratio": ratio, "passed": ratio >= threshold,
+            "detail": detail}  # fmt: skip
+
+
+def noise_check(record: dict, reference: dict | None, threshold: float) -> dict | None:
+    """Every noise signal of an ok record; None when none can be judged (a failed run,
+    no probes and no /proc). ``passed`` is False when any signal failed, and
+    ``caught_by`` names those; the probe before the steps keeps its fields at the top."""
+    if record.get("status") != "ok":
+        return None
+    before = probe_signal(PROBE_BEFORE, record.get("probe"), reference, threshold)
+    after = probe_signal(PROBE_AFTER, record.get("probe_after"), reference, threshold)
+    work = work_signal(record.get("other_work"), threshold)
+    signals = [x for x in (before, after, work) if x]
+    if not signals:
+        return None
+    judged = [x["passed"] for x in signals if x["passed"] is not None]
+    check = {
+        "threshold": threshold,
+        "signals": signals,
+        "caught_by": [x["signal"] for x in signals if x["passed"] is False],
+        "passed": all(judged) if judged else None,
+    }
+    if before:
+        keys = ("fp32_gflops", "reference", "reference_fp32_gflops", "ratio",
+                "reference_node_type")  # fmt: skip
+        check.update({k: before[k] for k in keys})
+    return check
+
+
+def noise_reason(check: dict) -> str:
+    failed = [x["detail"] for x in check["signals"] if x["passed"] is False]
+    return "; ".join(failed) + f", below the threshold {check['threshold']:g}"
+
+
+def with_ceiling(record: dict, reference: dict | None) -> dict:
+    """Put the calibrated ceiling and the run's share of it in an ok record's metrics:
+    ``ceiling_gflops`` (of the run's dtype, for all its threads: per rank x ranks),
+    ``ceiling_dtype``, ``ceiling_source`` and ``pct_of_peak``; a share above 100 is
+    no result but a ``measurement_error`` (``pct_of_peak_measured`` keeps the value)."""
+    m = record.get("metrics")
+    if record.get("status") != "ok" or not isinstance(m, dict):
+        return record
+    spec = record.get("spec") or {}
+    checks = record.get("checks") or {}
+    threads = checks.get("threads") or spec.get("threads")
+    world = checks.get("world_size") or 1
+    total = threads * world if finite(threads) else None
+    rate, dtype, how = probe.ceiling_rate(reference, spec.get("precision", "fp32"), total)
+    m.update(ceiling_gflops=rate, ceiling_dtype=dtype, ceiling_source=how, pct_of_peak=None)
+    achieved = m.get("achieved_gflops")
+    if rate and finite(achieved):
+        pct = 100.0 * achieved / rate
+        if pct <= 100.0:
+            m["pct_of_peak"] = pct
+        else:
+            m["pct_of_peak_measured"] = pct
+            m["measurement_error"] = (
+                f"{pct:.0f}% of the calibrated ceiling ({rate:.1f} GFLOP/s, {how}): a run "
+                "cannot compute faster than the machine's best dense matmul, so the FLOP "
+                "count or the ceiling is wrong"
+            )
+    return record

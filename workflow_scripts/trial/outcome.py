@@ -1,0 +1,172 @@
+"""How an attempt ended (ok, failed, crashed, timeout, oom, interrupted) and the record
+it becomes: the harness's result merged over the ranks, or a failure with the tail of
+the output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .. import launchers, runtimes, sysinfo
+from ..runtimes.base import REPO_ROOT
+from ..util import SCHEMA_VERSION, tail
+
+
+def failure(spec: dict, trial: int, kind: str, message: str, log_tail: str | None = None) -> dict:
+    """The record of a trial that produced no result."""
+    error = {"type": kind, "message": message}
+    if log_tail is not None:
+        error["tail"] = log_tail
+    return {
+        "status": _FAILURE_STATUS.get(kind, "failed"),
+        "error": error,
+        "metrics": {},
+        "schema_version": SCHEMA_VERSION,
+        "experiment": spec["id"],
+        "trial": trial,
+        "spec": spec,
+    }
+
+
+_FAILURE_STATUS = {
+    "Timeout": "timeout",
+    "Crashed": "crashed",
+    "UnreadableResult": "crashed",
+    "OutOfMemory": "oom",
+}
+
+
+def killed_by(returncode: int | None, container: bool = False) -> int | None:
+    """The signal that ended a run: a negative return code, or a container's 128 + n
+    (the engine passes its process's death on that way: 137 = SIGKILL, 139 = SIGSEGV)."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if container and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
+
+
+def interrupted(finished, container: bool) -> None:
+    """A run ended by an interrupting signal (SIGTERM, SIGINT, ...) from outside was
+    interrupted, not crashed: raise, so that no record is written."""
+    sig = killed_by(finished.returncode, container)
+    if sig in runtimes.base.INTERRUPTS and not finished.timed_out:  # (a timeout's own kill)
+        raise runtimes.Interrupted(f"the run was interrupted by {runtimes.signal_name(sig)}", sig)
+
+
+def how_it_ended(returncode: int | None, container: bool = False) -> str:
+    sig = killed_by(returncode, container)
+    if sig is not None:
+        return f"killed by signal {sig} ({runtimes.signal_name(sig)})"
+    return f"exited with code {returncode}"
+
+
+def outcome(
+    spec: dict,
+    launcher: launchers.Launcher,
+    results: list[Path],
+    finished,
+    log: Path,
+    container: bool = False,
+    oom: bool = False,
+) -> dict:
+    """What the ranks left: the launcher's merge of their results, or why there is none.
+
+    The kernel's out-of-memory killer (seen in the memory cgroup, or by the container
+    engine) and an allocation that failed in the run give ``oom``; a run that wrote a
+    result and then did not exit cleanly (a crash on exit) is ``crashed``, not ok."""
+    how = how_it_ended(finished.returncode, container)
+    if finished.timed_out:
+        message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
+        return failure(spec, 0, "Timeout", message, tail(log))
+    if oom:
+        message = f"the kernel's out-of-memory killer ended the run ({how})"
+        return failure(spec, 0, "OutOfMemory", message, tail(log))
+    try:
+        found = [json.loads(p.read_text()) if p.exists() else None for p in results]
+    except ValueError as exc:
+        return failure(spec, 0, "UnreadableResult", str(exc))
+    failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
+    if failed and len(results) > 1:
+        # a rank that failed ends the others (the launcher stops them): its error is why
+        return _memory(launcher.merge([res if res else {"status": "stopped"} for res in found]))
+    if any(res is None for res in found):
+        lost = [r for r, res in enumerate(found) if res is None]
+        who = f" (rank {', '.join(map(str, lost))})" if len(results) > 1 else ""
+        return failure(
+            spec, 0, "Crashed", f"the run {how} without writing a result{who}", tail(log)
+        )
+    try:
+        record = _memory(launcher.merge(found))
+    except ValueError as exc:
+        return failure(spec, 0, "UnreadableResult", str(exc))
+    if record.get("status") == "ok" and finished.returncode != 0:
+        record["status"] = "crashed"
+        record["error"] = {
+            "type": "CrashedAfterResult",
+            "message": f"the run wrote its result, then {how}",
+            "tail": tail(log),
+        }
+    return record
+
+
+# an allocation that failed inside the run (torch's allocator, Python's MemoryError)
+_MEMORY_ERROR = re.compile(
+    r"MemoryError|(can't|cannot|unable to|failed to) allocate|not enough memory|out of memory",
+    re.IGNORECASE,
+)
+
+
+def _memory(record: dict) -> dict:
+    """A failed run whose error is a failed allocation ran out of memory: ``oom``."""
+    error = record.get("error") or {}
+    if record.get("status") == "failed" and _MEMORY_ERROR.search(
+        f"{error.get('type', '')}: {error.get('message', '')}"
+    ):
+        record["status"] = "oom"
+    return record
+
+
+def assemble(
+    record: dict,
+    spec: dict,
+    trial: int,
+    env_info: dict,
+    runtime: str,
+    cmd: list[str],
+    finished,
+    started: str,
+) -> dict:
+    """Complete a record with what the trial policy knows: the spec, where and how it
+    ran, and the process's lifetime as the trial policy saw it."""
+    record.setdefault("metrics", {})
+    record["schema_version"] = SCHEMA_VERSION
+    record["experiment"] = spec["id"]
+    record["trial"] = trial
+    record["spec"] = spec
+    prov = record.get("provenance") or sysinfo.collect()
+    prov.setdefault("started_at", started)
+    prov.setdefault("finished_at", sysinfo.now())
+    prov.update(
+        {
+            "runtime": runtime,
+            "env_name": env_info.get("name"),
+            "env_prefix": env_info.get("prefix"),
+            "env_lock_sha256": env_info.get("requirements_sha256"),
+            **runtimes.image_provenance(env_info),
+            "command": cmd,
+            "exit_code": finished.returncode,
+            "launched_at": finished.launched_at,
+            "ended_at": finished.ended_at,
+            "process_wall_s": finished.wall_s,
+        }
+    )
+    prov.setdefault("versions", env_info.get("versions", {}))
+    prov["slurm"] = sysinfo.slurm_job()  # None outside a SLURM job
+    if not prov.get("git_revision"):  # no git in the images: the host's checkout
+        prov["git_revision"], prov["git_dirty"] = sysinfo.git_revision(REPO_ROOT)
+    record["provenance"] = prov
+    return record

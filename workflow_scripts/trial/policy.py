@@ -1,0 +1,98 @@
+"""The trial policy: run attempts until one is not disturbed (at most
+``max_retries`` reruns), keep the discarded ones, write the record."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import estimate, runtimes, sysinfo
+from ..study import machine
+from ..study.settings import NOISE_RETRIES as MAX_RETRIES
+from ..study.settings import NOISE_THRESHOLD
+from ..util import write_json_atomic
+from .attempt import attempt_once
+from .noise import noise_check, noise_reason, with_ceiling
+from .outcome import assemble, failure
+
+RETRY_DELAY_S = 5.0
+
+
+def run(
+    spec: dict,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    trial: int = 0,
+    data_path: str | None = None,
+    reference: dict | None = None,
+    noise_threshold: float = NOISE_THRESHOLD,
+    max_retries: int = MAX_RETRIES,
+    retry_delay_s: float = RETRY_DELAY_S,
+) -> dict:
+    """Run the trial (again, while its probe says it was disturbed) and write its record.
+    A machine that cannot give the spec its CPUs or its data (a cluster node other than
+    the one the study was checked on) runs nothing: a failed record says why."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
+    if data_path and not Path(data_path).exists():
+        problems.append(
+            f"experiment {spec['id']}.data_dir: {str(Path(data_path).resolve())!r} "
+            "does not exist on this machine"
+        )
+    if problems:
+        message = "this machine cannot run the experiment as configured: " + "; ".join(
+            p.removeprefix("config error at ") for p in problems
+        )
+        record = failure(spec, trial, "MachineMismatch", message)
+        assemble(record, spec, trial, env_info, runtimes.for_env(env_info).name, [],
+                 runtimes.Finished(None, False, 0.0, sysinfo.now(), sysinfo.now()),
+                 sysinfo.now())  # fmt: skip
+        write_json_atomic(out, record)
+        return record
+    memory = machine.memory_warning(spec, machine.total_memory_mb())
+    if memory:  # a warning, not a refusal: the estimate is rough
+        with open(log, "a") as logf:
+            print(f"[launch] warning: {memory}", file=logf)
+    expected = estimate.for_trial(spec, reference, runtimes.in_container(env_info))
+    started = time.monotonic()
+    discarded: list[dict] = []
+    attempt = 1
+    while True:
+        record = with_ceiling(
+            attempt_once(spec, env_info, out, log, trial, data_path, attempt), reference
+        )
+        check = noise_check(record, reference, noise_threshold)
+        record["noise_check"] = check
+        if not check or check["passed"] is not False or attempt > max_retries:
+            break
+        reason = noise_reason(check)
+        discarded.append(
+            {
+                "attempt": attempt,
+                "reason": reason,
+                "signal": "; ".join(check["caught_by"]),
+                "probe": record.get("probe"),
+                "probe_after": record.get("probe_after"),
+                "other_work": record.get("other_work"),
+                "samples_per_s": (record.get("metrics") or {}).get("samples_per_s"),
+                "launched_at": record["provenance"].get("launched_at"),
+            }
+        )
+        with open(log, "a") as logf:
+            print(
+                f"[launch] attempt {attempt} discarded: {reason}; again in {retry_delay_s:g} s",
+                file=logf,
+            )
+        time.sleep(retry_delay_s)
+        attempt += 1
+    record["attempts"] = attempt
+    record["discarded_attempts"] = discarded
+    # how long the trial took here (every attempt, the pauses between them) beside
+    # what the study predicted before it ran (one attempt)
+    record["trial_wall_s"] = round(time.monotonic() - started, 3)
+    record["estimate"] = expected
+    record["warnings"] = [memory] if memory else []
+    write_json_atomic(out, record)
+    return record
