@@ -278,7 +278,8 @@ def best_experiment(stats: pd.DataFrame) -> pd.Series | None:
     return usable.loc[usable["sps_median"].idxmax()]
 
 
-# The article's own figures (../shared/STUDY.md), for pricing its instance with its
+# The article's own figures (Chaim Rand, "Training AI Models on CPU", 2024; the README's
+# Sources), for pricing its instance with its
 # throughput, never with ours: ResNet-50, batch 128, 8-vCPU Sapphire Rapids, PyTorch 2.4.
 ARTICLE_CLAIMS = {
     "baseline": ("fp32 eager (the article's claim)", 9.12),

@@ -21,10 +21,10 @@ from .fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
 from .schema import build_schema
 from .settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS
 
-FIELDS = NAMES  # the field names, in declaration order
+FIELD_NAMES = NAMES  # the field names, in declaration order (the fields: fields.FIELDS)
 
 __all__ = [
-    "BUILTIN_DEFAULTS", "FIELDS", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
+    "BUILTIN_DEFAULTS", "FIELD_NAMES", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
     "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "check_config_files",
     "check_spec", "derive_id",
     "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config",

@@ -2,10 +2,13 @@
 
 A :class:`Field` holds all that the workflow knows of one experiment knob: its
 JSON schema (type and allowed values), its built-in default, a help line, its tag
-in experiment ids, whether ``summary.csv`` has a column for it, and its label in
-the report. The config schema (``schema.py``), the defaults table, id derivation
-(``config.py``) and the summary/report columns (``records.py``, ``report/``) are
-all derived from :data:`FIELDS`. Adding a knob is one declaration here plus the
+in experiment ids, whether ``summary.csv`` has a column for it, its label in the
+report and how the report compares runs that differ in it (its role, the order
+differences are named in, its missing and reference values, whether it changes the
+training trajectory). The config schema (``schema.py``), the defaults table, id
+derivation (``config.py``), the summary columns (``records.py``) and what the report
+holds comparable (``report/compare.py``, ``report/quality.py``) are all derived from
+:data:`FIELDS`. Adding a knob is one declaration here plus the
 code that applies it (see the README, "Adding a knob").
 
 The backends and launchers contribute the allowed values of ``backend``,
