@@ -14,7 +14,7 @@ import yaml
 # the repository root, for a pytest run without the project's pythonpath setting
 from workflow_scripts.study import (
     BUILTIN_DEFAULTS,
-    FIELDS,
+    FIELD_NAMES,
     StudyConfigError,
     build_schema,
     load_study,
@@ -26,7 +26,7 @@ from workflow_scripts.sysinfo import allowed_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
-SPEC_KEYS = set(FIELDS) | {"env", "preset"}
+SPEC_KEYS = set(FIELD_NAMES) | {"env", "preset"}
 
 
 def machine_splits(batch: int) -> list[tuple[int, int]]:
@@ -188,10 +188,10 @@ def test_shipped_paper_preset_inherits_experiments(shipped):
 
 def test_schema_lists_every_field():
     schema = build_schema()
-    assert set(schema["$defs"]["experiment"]["properties"]) == set(FIELDS)
+    assert set(schema["$defs"]["experiment"]["properties"]) == set(FIELD_NAMES)
     sweep = set(schema["$defs"]["sweep"]["properties"])
-    assert sweep == (set(FIELDS) - {"id"}) | {"name", "layouts"}
-    assert set(schema["$defs"]["defaults"]["properties"]) == set(FIELDS) - {
+    assert sweep == (set(FIELD_NAMES) - {"id"}) | {"name", "layouts"}
+    assert set(schema["$defs"]["defaults"]["properties"]) == set(FIELD_NAMES) - {
         "id",
         "group",
         "claim_speedup",
@@ -222,7 +222,7 @@ def test_builtin_defaults_fill_every_field():
     assert spec["env"] == "upstream"
     assert spec["compile"] == "none"
     assert spec["preset"] == "default"
-    for field in FIELDS:
+    for field in FIELD_NAMES:
         if field not in ("id", "group", "compile"):
             assert spec[field] == BUILTIN_DEFAULTS[field]
 

@@ -217,16 +217,26 @@ def interruptible():
             signal.signal(sig, old)
 
 
-def _start_watchdog(pgid: int, cleanup_cmd: list[str] | None, env: dict) -> subprocess.Popen | None:
+def _start_watchdog(cleanup_cmd: list[str] | None, env: dict) -> subprocess.Popen | None:
+    """The watchdog, started before the command: it waits for the command's process
+    group on its input (:func:`_watch`)."""
     try:
         return subprocess.Popen(
-            [sys.executable, str(WATCHDOG), str(os.getpid()), str(pgid),
+            [sys.executable, str(WATCHDOG), str(os.getpid()),
              json.dumps(cleanup_cmd) if cleanup_cmd else ""],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, **env}, start_new_session=True,
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, **env}, start_new_session=True, text=True,
         )  # fmt: skip
     except OSError:
         return None
+
+
+def _watch(watchdog: subprocess.Popen | None, pgid: int) -> None:
+    if watchdog is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        watchdog.stdin.write(f"{pgid}\n")
+        watchdog.stdin.close()
 
 
 def _kill_stragglers(pgid: int) -> None:
@@ -260,12 +270,15 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
     with interruptible(), open(log, "ab") as logf:
         logf.write(f"$ {' '.join(wrapped.cmd)}\n".encode())
         logf.flush()
-        proc = subprocess.Popen(
-            wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env, cwd=REPO_ROOT,
-            start_new_session=True,
-        )  # fmt: skip
-        watchdog = _start_watchdog(proc.pid, wrapped.cleanup_cmd, wrapped.env)
+        proc = watchdog = None
         try:
+            # the watchdog first, so that the command never runs unwatched
+            watchdog = _start_watchdog(wrapped.cleanup_cmd, wrapped.env)
+            proc = subprocess.Popen(
+                wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env,
+                cwd=REPO_ROOT, start_new_session=True,
+            )  # fmt: skip
+            _watch(watchdog, proc.pid)
             deadline = t0 + timeout_s
             while True:
                 left = deadline - time.perf_counter()
@@ -285,9 +298,10 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
             logf.write(f"[launch] {exc}: stopping the run\n".encode())
             raise
         finally:
-            if proc.poll() is None:
-                _kill_group(proc)
-            _kill_stragglers(proc.pid)
+            if proc is not None:
+                if proc.poll() is None:
+                    _kill_group(proc)
+                _kill_stragglers(proc.pid)
             if watchdog is not None:
                 watchdog.kill()
                 watchdog.wait()

@@ -2,10 +2,12 @@
 policy, the calibration, the collectives job) is gone, it kills the job's process
 group and removes its container, so nothing outlives its job, even after a SIGKILL
 that gave the policy no chance to clean up. Started by ``run_logged`` in a session of
-its own; stopped by it when the job ends normally. Standard library only, run as a
-script (no imports of the study).
+its own, before the job's command, which it learns from its first line of input (the
+job's process group): so there is no moment when the command runs unwatched. Stopped
+by ``run_logged`` when the job ends normally. Standard library only, run as a script
+(no imports of the study).
 
-    python watchdog.py <policy pid> <job process group> [<cleanup command as JSON>]
+    echo <job process group> | python watchdog.py <policy pid> [<cleanup command as JSON>]
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ def stop(pgid: int, cleanup: list[str] | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    policy, pgid = int(argv[0]), int(argv[1])
-    cleanup = json.loads(argv[2]) if len(argv) > 2 and argv[2] else None
+    policy = int(argv[0])
+    cleanup = json.loads(argv[1]) if len(argv) > 1 and argv[1] else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the policy
+    line = sys.stdin.readline().strip()  # the job's process group, once it started
+    if not line.isdigit():  # the policy never started it (or is gone before saying)
+        return 0
+    pgid = int(line)
     while os.getppid() == policy:  # re-parented: the policy is gone
         time.sleep(POLL_S)
     stop(pgid, cleanup)
