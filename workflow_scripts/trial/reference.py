@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .. import sysinfo
+from .. import calibration, sysinfo
 
 
 def measured_on(reference: dict) -> str | None:
@@ -32,8 +32,6 @@ def node_reference(
     own = path.with_name(f"{path.stem}.{re.sub(r'[^A-Za-z0-9._-]+', '_', here)}.json")
     if own.exists():
         return read_reference(own, log)
-    from . import calibration
-
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as logf:
         print(f"[launch] the calibration ran on another node type; measuring this one's "
