@@ -101,20 +101,19 @@ def injected(module: str) -> bool:
 
 
 class _Tail:
-    """stderr, keeping its last lines: the message of an entry point that printed it
-    and exited with a bare code (``argparse``'s ``parser.error``)."""
+    """stderr, keeping its last non-empty line: the message of an entry point that
+    printed it and exited with a bare code (``argparse``'s ``parser.error``)."""
 
-    def __init__(self, stream, keep: int = 5):
-        self.stream, self.keep, self.lines, self.partial = stream, keep, [], ""
+    def __init__(self, stream):
+        self.stream, self.line, self.partial = stream, "", ""
 
     def write(self, text: str) -> int:
         *done, self.partial = (self.partial + text).split("\n")
-        self.lines = [*self.lines, *(d for d in done if d.strip())][-self.keep :]
+        self.line = next((d for d in reversed(done) if d.strip()), self.line)
         return self.stream.write(text)
 
     def last(self) -> str:
-        lines = [*self.lines, self.partial] if self.partial.strip() else self.lines
-        return lines[-1].strip() if lines else ""
+        return (self.partial if self.partial.strip() else self.line).strip()
 
     def __getattr__(self, name):
         return getattr(self.stream, name)

@@ -38,6 +38,8 @@ CONTROLLED_KEYS = (*WORKLOAD_KEYS, *fields.compare_keys("setting"))
 _DEFAULT_OFF = fields.missing_values()
 # The plain fp32 eager reference: every optimization knob at its reference value.
 REFERENCE = fields.reference_values()
+# Every backend's own knobs and their neutral values (``Backend.owns``).
+OWNED = {k: v for b in backends.all_backends() for k, v in b.owns.items()}
 
 
 def norm_setting(key: str, value: Any) -> str:
@@ -163,17 +165,12 @@ def variant(row: Mapping) -> str:
     mode = norm_setting("compile_mode", row.get("compile_mode"))
     if compiled != "none" and mode and mode != "default":
         parts.append(mode)
-    for knob, neutral in owned_knobs().items():
+    for knob, neutral in OWNED.items():
         value = norm_setting(knob, row.get(knob))
         if value and value != norm_setting(knob, neutral):
             label = fields.FIELDS[knob].label if knob in fields.FIELDS else None
             parts.append(label or f"{knob}={value}")
     return " + ".join(parts)
-
-
-def owned_knobs() -> dict[str, Any]:
-    """Every backend's own knobs and their neutral values (``Backend.owns``)."""
-    return {k: v for b in backends.all_backends() for k, v in b.owns.items()}
 
 
 def is_reference(row: Mapping) -> bool:

@@ -86,7 +86,7 @@ def not_run_svg(title: str, path: Path, text: str = NOT_RUN) -> str:
     return no_data_svg(title, path, text)
 
 
-def _nanmax(*values: Any) -> float:
+def nanmax(*values: Any) -> float:
     finite = [float(v) for v in values if not isnan(v)]
     return max(finite) if finite else math.nan
 
@@ -127,7 +127,7 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
                 color=claim_color,
                 zorder=3,
             )
-        xmax = _nanmax(*(speed + hi), *claims, 1.0)
+        xmax = nanmax(*(speed + hi), *claims, 1.0)
         parents = ladder["step_parent"] if "step_parent" in ladder else [None] * n
         steps = ladder["step_speedup"] if "step_speedup" in ladder else [math.nan] * n
         for yy, s, lo_i, h, c, parent, step in zip(y, speed, lo, hi, claims, parents, steps):
@@ -236,7 +236,7 @@ def plot_backends(matrix: pd.DataFrame, order: list[str], path: Path) -> str:
         fig, ax = plt.subplots(figsize=(WIDE, max(3.0, n * (0.42 * k + 0.5) + 1.4)))
         height = 0.8 / k
         colors = {v: f"C{i % 10}" for i, v in enumerate(order)}
-        top = _nanmax(*(matrix["sps_max"].astype("float64")), *(matrix["sps_median"]))
+        top = nanmax(*(matrix["sps_max"].astype("float64")), *(matrix["sps_median"]))
         for ci, config in enumerate(configs):
             part = matrix[matrix["config"] == config].set_index("variant")
             for vi, v in enumerate(order):
@@ -298,7 +298,7 @@ def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
         pct = roof["pct_of_peak"].astype("float64")
         ax.barh(y, pct, height=0.6, color=[colors.get(d, "#777777") for d in roof["dtype"]],
                 zorder=2)  # fmt: skip
-        xmax = _nanmax(*pct, 100.0)
+        xmax = nanmax(*pct, 100.0)
         for yy, (_, r) in zip(y, roof.iterrows()):
             label = (
                 f"{r['pct_of_peak']:.0f}% ({fmt_num(r['achieved_gflops'])} of "

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..study import fields
 from .compare import is_reference, norm_setting, reference_for
-from .figures import STYLE, WIDE, inline_svg, not_run_svg, save_svg
+from .figures import STYLE, WIDE, inline_svg, nanmax, not_run_svg, save_svg
 from .formatting import fmt_num, fmt_text
 from .html import table_html
 from .values import isnan
@@ -253,12 +253,6 @@ def _div(a: Any, b: Any) -> float:
 NO_REFERENCE = "none: no fp32 eager run of this workload"
 
 
-def _finite_max(values: pd.Series) -> float:
-    """The largest finite value, 0 when there is none (an axis limit is never NaN)."""
-    finite = values[values.map(lambda v: not isnan(v) and math.isfinite(v))]
-    return float(finite.max()) if len(finite) else 0.0
-
-
 def plot_startup(start: pd.DataFrame, path: Path) -> str:
     title = "Start-up: the first step's one-off cost (compilation) and peak memory"
     data = start[start["one_off_s"].notna() | start["rss_ratio"].notna()]
@@ -273,7 +267,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         colors = ["#d95f02" if c else "#1f77b4" for c in data["compiled"]]
         one_off = data["one_off_s"].astype("float64").clip(lower=0)
         ax.barh(y, one_off.fillna(0), color=colors, height=0.6, zorder=2)
-        top = max(_finite_max(one_off), 1e-9)
+        top = nanmax(*one_off, 1e-9)
         for yy, v in zip(y, one_off):
             if not isnan(v):
                 ax.text(v + 0.01 * top, yy, f"{v:.2f} s", va="center", fontsize=10)
@@ -284,7 +278,7 @@ def plot_startup(start: pd.DataFrame, path: Path) -> str:
         ax.set_title("One-off cost of the first step", fontsize=11)
         ratio = data["rss_ratio"].astype("float64")
         ax2.barh(y, ratio.fillna(0), color=colors, height=0.6, zorder=2)
-        rtop = max(_finite_max(ratio), 1.0)
+        rtop = nanmax(*ratio, 1.0)
         if ratio.isna().all():
             ax2.text(0.5, 0.5, "no fp32 eager run of the same workload:\nno memory ratio",
                      transform=ax2.transAxes, ha="center", va="center", fontsize=10,
