@@ -43,7 +43,7 @@ rule calibrate:
             params,
             wildcards,
             log,
-            settings={"probe_sizes": PROBE_SIZES},
+            settings={"probe_sizes": PROBE_SIZES, "containers": CONTAINERS},
         )
 
 
@@ -94,12 +94,22 @@ rule collectives:
     threads: machine_threads
     resources:
         cpus_per_task=COLLECTIVES_RESOURCES["cpus_per_task"],
+        tasks=COLLECTIVES_RESOURCES["tasks"],
+        nodes=COLLECTIVES_RESOURCES["nodes"],
         mem_mb=COLLECTIVES_RESOURCES["mem_mb"],
         runtime=COLLECTIVES_RESOURCES["runtime"],
         slurm_extra=COLLECTIVES_RESOURCES["slurm_extra"],
+        mpi=COLLECTIVES_RESOURCES["mpi"],
     params:
         settings=collectives_json(),
-        shm_size=CONTAINERS["shm_size"],
         runtime=RUNTIME,
     run:
-        jobs.run("workflow_scripts.collectives", input, output, params, wildcards, log)
+        jobs.run(
+            "workflow_scripts.collectives",
+            input,
+            output,
+            params,
+            wildcards,
+            log,
+            settings=SETTINGS,
+        )

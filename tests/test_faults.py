@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts import runtimes, trial
+from workflow_scripts.runtimes import measured
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 # A run that records its process id and its child's, then works until it is killed.
@@ -174,12 +175,12 @@ def test_an_unnamed_signal_is_reported_by_number(make_spec, tmp_path):
 
 
 def test_container_exit_codes_are_read_as_signals():
-    assert trial.killed_by(137, container=True) == signal.SIGKILL
-    assert trial.killed_by(139, container=True) == signal.SIGSEGV
-    assert trial.killed_by(143, container=True) == signal.SIGTERM
-    assert trial.killed_by(137, container=False) is None  # a local process's own exit code
-    assert trial.killed_by(-9) == signal.SIGKILL and trial.killed_by(1) is None
-    assert trial.how_it_ended(139, container=True) == "killed by signal 11 (SIGSEGV)"
+    assert measured.killed_by(137, container=True) == signal.SIGKILL
+    assert measured.killed_by(139, container=True) == signal.SIGSEGV
+    assert measured.killed_by(143, container=True) == signal.SIGTERM
+    assert measured.killed_by(137, container=False) is None  # a local process's own exit code
+    assert measured.killed_by(-9) == signal.SIGKILL and measured.killed_by(1) is None
+    assert measured.how_it_ended(139, container=True) == "killed by signal 11 (SIGSEGV)"
 
 
 def test_a_failed_allocation_is_oom(make_spec, tmp_path):

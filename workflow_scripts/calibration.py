@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from . import backends, probe, runtimes, sysinfo
+from .runtimes.measured import add_limit_args, limit_argv, run_measured, with_limits
 from .util import int_list, tail, write_json_atomic
 
 TIMEOUT_S = 1800
@@ -37,41 +38,38 @@ def calibrate(
     env_name = env_info.get("env") or env_info.get("name")  # image record / local env
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.probe")
+    partial = out.with_name(f".{out.name}.probe").resolve()
     cmd = [
         env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
         "--sizes", ",".join(map(str, sizes)), "--threads", threads,
-        "--repeats", str(repeats), "--out", str(partial.resolve()),
+        "--repeats", str(repeats), "--out", str(partial),
         "--ceiling-sizes", ",".join(map(str, ceiling_sizes)),
         "--imports", ",".join(backends.env_imports(env_name)),
     ]  # fmt: skip
     runtime = runtimes.for_env(env_info)
-    wrapped = runtime.wrap(
-        cmd, runtime.environment(), label="calibrate",
-        mounts=[(str(out.parent.resolve()), "rw")],
-    )  # fmt: skip
-    partial.unlink(missing_ok=True)
     try:
-        finished = runtimes.run_logged(wrapped, log, TIMEOUT_S)
-        if finished.timed_out or finished.returncode != 0:
-            how = "timed out" if finished.timed_out else f"exited with code {finished.returncode}"
-            raise RuntimeError(f"the probe {how}")
-        result = json.loads(partial.read_text())
+        ran = run_measured(
+            runtime, cmd, runtime.environment(), label="calibrate", log=log,
+            timeout_s=TIMEOUT_S, results=[partial], mounts=[(str(out.parent.resolve()), "rw")],
+        )  # fmt: skip
+        if not ran.clean or ran.oom:
+            how = "timed out" if ran.finished.timed_out else ran.how
+            raise RuntimeError(f"the probe {how}" + (" (out of memory)" if ran.oom else ""))
+        if ran.unreadable or ran.results[0] is None:
+            raise ValueError(ran.unreadable or "the probe wrote no result")
+        result = ran.results[0]
         # what starting a process costs here (interpreter, torch, the backend's imports,
         # a container's start): the part of the job's wall time before the measurements
-        result["process_wall_s"] = finished.wall_s
+        result["process_wall_s"] = ran.finished.wall_s
         # (the torch._dynamo import is measured apart: a trial pays it in its setup)
         measured = float(result.get("seconds") or 0.0) + float(result.get("dynamo_import_s") or 0.0)
-        result["startup_s"] = max(0.0, finished.wall_s - measured)
+        result["startup_s"] = max(0.0, ran.finished.wall_s - measured)
     except (OSError, ValueError, RuntimeError) as exc:
         result = {
             "kind": "calibration",
             "entries": [],
             "error": {"type": type(exc).__name__, "message": str(exc)[:2000], "tail": tail(log)},
         }
-    finally:
-        runtime.cleanup(wrapped)
-        partial.unlink(missing_ok=True)
     result["env_name"] = env_info.get("name")
     result["env_lock_sha256"] = env_info.get("requirements_sha256")
     result["provenance"] = {
@@ -100,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(map(str, probe.CEILING_SIZES)),
         help="comma list of matmul sizes for the ceiling (the best of them)",
     )
+    add_limit_args(ap)
     args = ap.parse_args(argv)
-    env_info = json.loads(args.env_json.read_text())
+    env_info = with_limits(json.loads(args.env_json.read_text()), args)
     sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
     try:
         result = calibrate(
@@ -142,13 +141,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
     """The calibrate rule's command line (workflow_scripts.jobs), from Snakemake's
-    objects. The probe sizes come in the settings, not in params: editing an experiment
-    must not rerun the calibration."""
+    objects. The probe sizes and the container limits come in the settings, not in
+    params: editing an experiment must not rerun the calibration."""
     env_json = inputs.get("image") or inputs.get("env")
     sizes = settings["probe_sizes"]
     return [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
          f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
-         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}"]  # fmt: skip
+         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}",
+         *limit_argv(settings["containers"])]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ nodes (``--exclusive``: a shared node ruins the measurement) and asks for the CP
 runs on, its memory (a rough estimate, with room) and a time limit derived from its
 own timeout. A trial of several ranks is a job of ``nodes`` x ``ranks`` tasks, one CPU
 block (``threads``) per task, whose ranks ``srun`` starts (the ``mpi`` resource
-tells the plugin so). The other jobs (environment and image builds, data, the
+tells the plugin so); the collectives benchmark's ranks likewise, on one node. The other jobs (environment and image builds, data, the
 report) ask for little and share nodes.
 
 Locally Snakemake gives these resources no limit (no ``--resources``); measured jobs
@@ -81,13 +81,19 @@ def calibration() -> dict:
 
 
 def collectives(settings: dict) -> dict:
+    """The resources of an allreduce microbenchmark's job: its ranks are started like a
+    trial's (one task per rank, by srun), on one node."""
     from .collectives import TIMEOUT_S
 
+    ranks = int(settings["collectives"]["ranks"])
     return {
-        "cpus_per_task": node_cpus(),
-        "mem_mb": memory_mb(1024 * settings["collectives"]["ranks"]),
+        "cpus_per_task": max(1, node_cpus() // ranks),
+        "tasks": ranks,
+        "nodes": 1,
+        "mem_mb": memory_mb(1024 * ranks),
         "runtime": runtime_min(TIMEOUT_S),
-        "slurm_extra": EXCLUSIVE,
+        "slurm_extra": f"{EXCLUSIVE} --ntasks-per-node={ranks}",
+        "mpi": "srun",
     }
 
 

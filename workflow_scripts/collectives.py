@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 from . import backends, launchers, runtimes, sysinfo
+from .runtimes.measured import Ran, add_limit_args, limit_argv, run_measured, with_limits
+from .trial.environment import environment
 from .util import tail, write_json_atomic
 
 PROGRAM = Path(__file__).resolve().parent / "distributed" / "allreduce_bench.py"
@@ -45,6 +47,8 @@ def variant_spec(variant: str, ranks: int, timeout_s: int) -> dict:
     backend = "gloo" if m.group(1) == "gloo" else "ccl"
     return {
         "launcher": "torchrun",
+        "backend": BACKEND,
+        "nodes": 1,
         "ranks": ranks,
         "dist_backend": backend,
         "ccl_impl": "study",
@@ -79,63 +83,59 @@ def run(
 ) -> dict:
     spec = variant_spec(variant, ranks, timeout_s)
     out.parent.mkdir(parents=True, exist_ok=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    launcher = launchers.get("torchrun")
+    launcher = launchers.get(spec["launcher"])
     template, paths = launchers.result_paths(out, ranks)
-    for p in paths:
-        p.unlink(missing_ok=True)
     args = [
         "--spec-json", json.dumps(spec, sort_keys=True),
         "--sizes-kb", ",".join(f"{kb:g}" for kb in sizes_kb),
         "--dtypes", ",".join(dtypes), "--iterations", str(iterations), "--out", template,
     ]  # fmt: skip
-    cmd = launcher.command(spec, env_info["python"], args, program=PROGRAM)
     runtime = runtimes.for_env(env_info)
-    env = runtime.environment()
-    env.update(launcher.environment(spec))
-    wrapped = runtime.wrap(
-        cmd, env, label=f"collectives-{variant}", mounts=[(str(out.parent.resolve()), "rw")]
-    )
-    try:
-        finished = runtimes.run_logged(wrapped, log, timeout_s)
-    except runtimes.Interrupted:
-        for p in paths:
-            p.unlink(missing_ok=True)
-        raise
-    finally:
-        runtime.cleanup(wrapped)
-    results = []
-    for p in paths:
-        try:
-            results.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            results.append(None)
-        p.unlink(missing_ok=True)
-    record = dict(results[0]) if results[0] else {}
-    bad = [r for r, res in enumerate(results) if not res or res.get("status") != "ok"]
-    if finished.timed_out or bad:
-        why = (
-            f"killed after {timeout_s} s"
-            if finished.timed_out
-            else "; ".join(
-                f"rank {r}: "
-                + ((results[r] or {}).get("error") or {}).get("message", "wrote no result")
-                for r in bad
-            )
-        )
-        record.update(status="failed", error={"message": why, "tail": tail(log)})
+    starter = launchers.starter(launcher, spec, runtime.name)
+    cmd = launcher.command(spec, env_info["python"], args, program=PROGRAM, starter=starter)
+    ran = run_measured(
+        runtime, cmd, environment(spec, runtime, starter), label=f"collectives-{variant}",
+        log=log, timeout_s=timeout_s, results=paths, mounts=[(str(out.parent.resolve()), "rw")],
+    )  # fmt: skip
+    record = merge(ran, timeout_s, log)
     record.update(
         kind="collectives",
         variant=variant,
         ranks=ranks,
         env_name=env_info.get("name"),
         runtime=runtime.name,
-        command=wrapped.cmd,
-        process_wall_s=finished.wall_s,
+        command=ran.cmd,
+        process_wall_s=ran.finished.wall_s,
     )
     record.setdefault("provenance", sysinfo.collect())
     record["provenance"].update(runtimes.image_provenance(env_info))
     write_json_atomic(out, record)
+    return record
+
+
+def merge(ran: Ran, timeout_s: int, log: Path) -> dict:
+    """The benchmark's record from its ranks' results: rank 0's figures (every rank
+    times the same collectives), failed when any rank failed or wrote nothing, or the
+    run ran out of time or memory. (Not the launcher's ``merge``: that one merges
+    training steps.)"""
+    results = ran.results
+    record = dict(results[0]) if results and results[0] else {}
+    bad = [r for r, res in enumerate(results) if not res or res.get("status") != "ok"]
+    if ran.finished.timed_out:
+        why = f"killed after {timeout_s} s"
+    elif ran.oom:
+        why = f"the kernel's out-of-memory killer ended the run ({ran.how})"
+    elif ran.unreadable:
+        why = f"unreadable result: {ran.unreadable}"
+    elif bad:
+        why = "; ".join(
+            f"rank {r}: "
+            + ((results[r] or {}).get("error") or {}).get("message", f"wrote no result ({ran.how})")
+            for r in bad
+        )
+    else:
+        return record
+    record.update(status="failed", error={"message": why, "tail": tail(log)})
     return record
 
 
@@ -164,10 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
-    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
+    add_limit_args(ap)
     args = ap.parse_args(argv)
-    env_info = json.loads(args.env_json.read_text())
-    env_info["shm_size"] = args.shm_size
+    env_info = with_limits(json.loads(args.env_json.read_text()), args)
     try:
         record = run(
             args.variant, env_info, args.out, args.log, args.ranks,
@@ -183,14 +182,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
     """The collectives rule's command line (workflow_scripts.jobs), from Snakemake's
-    objects (the benchmark's settings are a param: editing them reruns it)."""
+    objects (the benchmark's settings are a param: editing them reruns it; the
+    container limits come in the study settings, as a trial's)."""
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
     return [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
          f"--log={log[0]}", f"--ranks={c['ranks']}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
-         f"--shm-size={params.shm_size}"]  # fmt: skip
+         *limit_argv(settings["containers"])]  # fmt: skip
 
 
 if __name__ == "__main__":

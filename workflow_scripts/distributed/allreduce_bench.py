@@ -76,6 +76,7 @@ def measure(size_bytes: int, dtype_name: str, iterations: int, budget_s: float) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    ranks.adopt_slurm()  # a rank that srun started: RANK, WORLD_SIZE, ... from SLURM
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec-json", required=True, help="dist_backend, ccl_impl, threads, ...")
     ap.add_argument("--sizes-kb", required=True, help="comma list of message sizes in KiB")

@@ -1,10 +1,11 @@
 """What a runtime is: where a command runs (a local environment or a container image),
 and the one way the study starts a process and waits for it.
 
-:meth:`Runtime.wrap` turns the command lines of a job (a trial's ranks, or the
-calibration's probe) and their variables into what the host runs; the trial policy
-and the calibration share it. :func:`run_logged` starts that, with its output in
-the job's log, its own process group and a time limit. Standard library only.
+:meth:`Runtime.wrap` turns the command lines of a job (a trial's ranks, the
+calibration's probe, a collectives benchmark) and their variables into what the host
+runs, and :func:`run_logged` starts that, with its output in the job's log, its own
+process group and a time limit; ``measured.run_measured`` is the one place that does
+both for a measured job. Standard library only.
 
 Nothing outlives its job: the command runs in a process group of its own, which is
 killed when it ends (stragglers included), when it runs out of time, when the job

@@ -56,14 +56,14 @@ from .noise import (
     with_ceiling,
     work_signal,
 )
-from .outcome import assemble, failure, how_it_ended, interrupted, killed_by, outcome
+from .outcome import assemble, failure, outcome
 from .policy import RETRY_DELAY_S, run
 from .reference import measured_on, node_reference, read_reference
 
 __all__ = [
     "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "assemble", "attempt_once",
     "cannot_start", "compile_cache", "default_inductor_cache_dir", "environment", "failure",
-    "how_it_ended", "interrupted", "killed_by", "main", "measured_on", "node_reference",
+    "main", "measured_on", "node_reference",
     "noise_check", "noise_reason", "outcome", "probe_signal", "progress_line", "read_reference",
     "rule_argv", "run", "run_mounts", "with_ceiling", "work_signal",
 ]  # fmt: skip

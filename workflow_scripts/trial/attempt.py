@@ -1,5 +1,6 @@
-"""One attempt: the ranks' command lines from the launcher, wrapped by the runtime,
-run with the spec's time limit, and the record assembled from what came back."""
+"""One attempt: the ranks' command lines from the launcher, run as a measured process
+(``runtimes.measured``: wrapped by the runtime, with the spec's time limit), and the
+record assembled from what came back."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..launchers import harness_args, result_paths
+from ..runtimes.measured import run_measured
 from .environment import absolute_path, compile_cache, environment, run_mounts
-from .outcome import assemble, failure, interrupted, outcome
+from .outcome import assemble, failure, outcome
 
 
 def attempt_once(
@@ -28,8 +30,6 @@ def attempt_once(
     container = runtimes.in_container(env_info)
     label = f"{spec['id']}-trial{trial}-{attempt}"
     template, results = result_paths(out, launcher.ranks(spec))
-    for path in results:
-        path.unlink(missing_ok=True)
     spec_json = json.dumps(spec, sort_keys=True)
     args = harness_args(spec_json, template, absolute_path(data_path))
     starter = launchers.starter(launcher, spec, runtime.name)
@@ -45,29 +45,19 @@ def attempt_once(
         record["provenance"].update(runtime=runtime.name, compile_cache=cache)
         return record
     cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
-    wrapped = runtime.wrap(
-        cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}",
-        mounts=run_mounts(out, data_path, cache), cpus=cpus,
-    )  # fmt: skip
     started = sysinfo.now()
-    mark = runtime.oom_mark()
     try:
-        finished = runtimes.run_logged(wrapped, log, spec["timeout_s"])
-        interrupted(finished, container)
-        oom = runtime.oom_killed(wrapped, mark)
-    except runtimes.Interrupted:
-        for path in results:  # no part of an unfinished trial is ever read
-            path.unlink(missing_ok=True)
-        raise
+        ran = run_measured(
+            runtime, cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}", log=log,
+            timeout_s=spec["timeout_s"], results=results,
+            mounts=run_mounts(out, data_path, cache), cpus=cpus,
+        )  # fmt: skip
     finally:
-        runtime.cleanup(wrapped)
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
             cache["removed"] = not cache_folder.exists()
-    record = outcome(spec, launcher, results, finished, log, container, oom)
-    for path in results:
-        path.unlink(missing_ok=True)
-    assemble(record, spec, trial, env_info, runtime.name, wrapped.cmd, finished, started)
+    record = outcome(spec, launcher, ran, log)
+    assemble(record, spec, trial, env_info, runtime.name, ran, started)
     record["provenance"]["compile_cache"] = cache
     return record
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import runtimes
+from ..runtimes.measured import add_limit_args, limit_argv, with_limits
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import finite
@@ -57,8 +58,7 @@ def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[st
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
-         f"--shm-size={settings['containers']['shm_size']}",
-         f"--memory={settings['containers'].get('memory') or ''}"]  # fmt: skip
+         *limit_argv(settings["containers"])]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,13 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
     ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
     ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
-    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
-    ap.add_argument("--memory", default="", help="memory limit of a container run (e.g. 8g)")
+    add_limit_args(ap)
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
-    env_info = json.loads(args.env_json.read_text())
-    env_info["shm_size"] = args.shm_size
-    env_info["memory"] = args.memory or None
+    env_info = with_limits(json.loads(args.env_json.read_text()), args)
     reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:
         reference = node_reference(

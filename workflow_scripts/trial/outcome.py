@@ -4,12 +4,12 @@ the output."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..runtimes.base import REPO_ROOT
+from ..runtimes.measured import Ran
 from ..util import SCHEMA_VERSION, tail
 
 
@@ -37,65 +37,29 @@ _FAILURE_STATUS = {
 }
 
 
-def killed_by(returncode: int | None, container: bool = False) -> int | None:
-    """The signal that ended a run: a negative return code, or a container's 128 + n
-    (the engine passes its process's death on that way: 137 = SIGKILL, 139 = SIGSEGV)."""
-    if returncode is None:
-        return None
-    if returncode < 0:
-        return -returncode
-    if container and 128 < returncode < 128 + 65:
-        return returncode - 128
-    return None
-
-
-def interrupted(finished, container: bool) -> None:
-    """A run ended by an interrupting signal (SIGTERM, SIGINT, ...) from outside was
-    interrupted, not crashed: raise, so that no record is written."""
-    sig = killed_by(finished.returncode, container)
-    if sig in runtimes.base.INTERRUPTS and not finished.timed_out:  # (a timeout's own kill)
-        raise runtimes.Interrupted(f"the run was interrupted by {runtimes.signal_name(sig)}", sig)
-
-
-def how_it_ended(returncode: int | None, container: bool = False) -> str:
-    sig = killed_by(returncode, container)
-    if sig is not None:
-        return f"killed by signal {sig} ({runtimes.signal_name(sig)})"
-    return f"exited with code {returncode}"
-
-
-def outcome(
-    spec: dict,
-    launcher: launchers.Launcher,
-    results: list[Path],
-    finished,
-    log: Path,
-    container: bool = False,
-    oom: bool = False,
-) -> dict:
+def outcome(spec: dict, launcher: launchers.Launcher, ran: Ran, log: Path) -> dict:
     """What the ranks left: the launcher's merge of their results, or why there is none.
 
     The kernel's out-of-memory killer (seen in the memory cgroup, or by the container
     engine) and an allocation that failed in the run give ``oom``; a run that wrote a
     result and then did not exit cleanly (a crash on exit) is ``crashed``, not ok."""
-    how = how_it_ended(finished.returncode, container)
-    if finished.timed_out:
+    how = ran.how
+    if ran.finished.timed_out:
         message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
         return failure(spec, 0, "Timeout", message, tail(log))
-    if oom:
+    if ran.oom:
         message = f"the kernel's out-of-memory killer ended the run ({how})"
         return failure(spec, 0, "OutOfMemory", message, tail(log))
-    try:
-        found = [json.loads(p.read_text()) if p.exists() else None for p in results]
-    except ValueError as exc:
-        return failure(spec, 0, "UnreadableResult", str(exc))
+    if ran.unreadable:
+        return failure(spec, 0, "UnreadableResult", ran.unreadable)
+    found = ran.results
     failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
-    if failed and len(results) > 1:
+    if failed and len(found) > 1:
         # a rank that failed ends the others (the launcher stops them): its error is why
         return _memory(launcher.merge([res if res else {"status": "stopped"} for res in found]))
     if any(res is None for res in found):
         lost = [r for r, res in enumerate(found) if res is None]
-        who = f" (rank {', '.join(map(str, lost))})" if len(results) > 1 else ""
+        who = f" (rank {', '.join(map(str, lost))})" if len(found) > 1 else ""
         return failure(
             spec, 0, "Crashed", f"the run {how} without writing a result{who}", tail(log)
         )
@@ -103,7 +67,7 @@ def outcome(
         record = _memory(launcher.merge(found))
     except ValueError as exc:
         return failure(spec, 0, "UnreadableResult", str(exc))
-    if record.get("status") == "ok" and finished.returncode != 0:
+    if record.get("status") == "ok" and ran.finished.returncode != 0:
         record["status"] = "crashed"
         record["error"] = {
             "type": "CrashedAfterResult",
@@ -136,8 +100,7 @@ def assemble(
     trial: int,
     env_info: dict,
     runtime: str,
-    cmd: list[str],
-    finished,
+    ran: Ran,
     started: str,
 ) -> dict:
     """Complete a record with what the trial policy knows: the spec, where and how it
@@ -157,11 +120,11 @@ def assemble(
             "env_prefix": env_info.get("prefix"),
             "env_lock_sha256": env_info.get("requirements_sha256"),
             **runtimes.image_provenance(env_info),
-            "command": cmd,
-            "exit_code": finished.returncode,
-            "launched_at": finished.launched_at,
-            "ended_at": finished.ended_at,
-            "process_wall_s": finished.wall_s,
+            "command": ran.cmd,
+            "exit_code": ran.finished.returncode,
+            "launched_at": ran.finished.launched_at,
+            "ended_at": ran.finished.ended_at,
+            "process_wall_s": ran.finished.wall_s,
         }
     )
     prov.setdefault("versions", env_info.get("versions", {}))

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .. import estimate, runtimes, sysinfo
+from ..runtimes.measured import Ran
 from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
@@ -46,9 +47,9 @@ def run(
             p.removeprefix("config error at ") for p in problems
         )
         record = failure(spec, trial, "MachineMismatch", message)
-        assemble(record, spec, trial, env_info, runtimes.for_env(env_info).name, [],
-                 runtimes.Finished(None, False, 0.0, sysinfo.now(), sysinfo.now()),
-                 sysinfo.now())  # fmt: skip
+        now = sysinfo.now()
+        runtime = runtimes.for_env(env_info).name
+        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
         write_json_atomic(out, record)
         return record
     memory = machine.memory_warning(spec, machine.total_memory_mb())

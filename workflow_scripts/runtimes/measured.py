@@ -1,0 +1,140 @@
+"""The one way the study runs a measured process: a trial's ranks, the calibration's
+probe and a collectives benchmark all go through :func:`run_measured`.
+
+It removes what an earlier run left at the result paths, wraps the command for the
+runtime (a container gets the run's ``/dev/shm`` and memory limit, see
+:func:`with_limits`), runs it with its output in the job's log and its time limit
+(:func:`~.base.run_logged`), turns a run ended by an interrupting signal into
+:class:`~.base.Interrupted` (no part of it is read, its results are removed), asks the
+runtime whether the kernel's out-of-memory killer ended it, always removes the
+container, and reads what each process wrote. The caller merges those results into
+its record (a trial through its launcher's ``merge``). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
+
+
+@dataclasses.dataclass
+class Ran:
+    """How a measured process ended and what its processes wrote."""
+
+    #: what the host ran (the command as wrapped by the runtime)
+    cmd: list[str]
+    finished: Finished
+    #: whether it ran in a container (its exit code carries a signal as 128 + n)
+    container: bool
+    #: the kernel's out-of-memory killer ended it
+    oom: bool
+    #: each result path's JSON, in order (None: the process wrote nothing there)
+    results: list[dict | None]
+    #: why a result could not be read (None: all that exist are JSON)
+    unreadable: str | None = None
+
+    @classmethod
+    def not_run(cls, now: str) -> Ran:
+        """What a run that never started leaves (a record of why it did not)."""
+        return cls([], Finished(None, False, 0.0, now, now), False, False, [])
+
+    @property
+    def how(self) -> str:
+        """How the process ended, in words."""
+        return how_it_ended(self.finished.returncode, self.container)
+
+    @property
+    def clean(self) -> bool:
+        """It exited 0 within its time."""
+        return not self.finished.timed_out and self.finished.returncode == 0
+
+
+def killed_by(returncode: int | None, container: bool = False) -> int | None:
+    """The signal that ended a run: a negative return code, or a container's 128 + n
+    (the engine passes its process's death on that way: 137 = SIGKILL, 139 = SIGSEGV)."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if container and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
+
+
+def how_it_ended(returncode: int | None, container: bool = False) -> str:
+    sig = killed_by(returncode, container)
+    if sig is not None:
+        return f"killed by signal {sig} ({signal_name(sig)})"
+    return f"exited with code {returncode}"
+
+
+def interrupted(finished: Finished, container: bool) -> None:
+    """A run ended by an interrupting signal (SIGTERM, SIGINT, ...) from outside was
+    interrupted, not crashed: raise, so that nothing of it is written."""
+    sig = killed_by(finished.returncode, container)
+    if sig in INTERRUPTS and not finished.timed_out:  # (a timeout's own kill)
+        raise Interrupted(f"the run was interrupted by {signal_name(sig)}", sig)
+
+
+def add_limit_args(ap: argparse.ArgumentParser) -> None:
+    """The command-line options of a container run's limits (every measured job's)."""
+    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
+    ap.add_argument("--memory", default="", help="memory limit of a container run (e.g. 8g)")
+
+
+def limit_argv(containers: dict) -> list[str]:
+    """Those options from the study's ``containers`` settings (for a rule's command line)."""
+    return [f"--shm-size={containers['shm_size']}", f"--memory={containers.get('memory') or ''}"]
+
+
+def with_limits(env_info: dict, args: argparse.Namespace) -> dict:
+    """The environment (or image) record with the run's container limits."""
+    return {**env_info, "shm_size": args.shm_size, "memory": args.memory or None}
+
+
+def run_measured(
+    runtime: Runtime,
+    cmd: list[str],
+    env: dict[str, str],
+    *,
+    label: str,
+    log: Path,
+    timeout_s: float,
+    results: Sequence[Path],
+    mounts: Sequence[tuple[str, str]] = (),
+    cpus: list[int] | None = None,
+) -> Ran:
+    """Run ``cmd`` (with ``env``) in ``runtime`` and read the JSON its processes write
+    at ``results``. Raises :class:`Interrupted` when a signal from outside stopped it
+    (the job's or the run's own), after removing its results and its container."""
+    for path in results:
+        path.unlink(missing_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    wrapped = runtime.wrap(cmd, env, label=label, mounts=list(mounts), cpus=cpus)
+    container = wrapped.container is not None
+    mark = runtime.oom_mark()
+    try:
+        finished = run_logged(wrapped, log, timeout_s)
+        interrupted(finished, container)
+        oom = runtime.oom_killed(wrapped, mark)
+    except Interrupted:
+        for path in results:  # no part of an unfinished run is ever read
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        runtime.cleanup(wrapped)
+    found: list[dict | None] = []
+    unreadable = None
+    for path in results:
+        try:
+            found.append(json.loads(path.read_text()) if path.exists() else None)
+        except (OSError, ValueError) as exc:
+            found.append(None)
+            unreadable = unreadable or f"{path.name}: {exc}"
+        path.unlink(missing_ok=True)
+    return Ran(wrapped.cmd, finished, container, oom, found, unreadable)
