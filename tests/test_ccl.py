@@ -8,7 +8,7 @@ processes, and the worker records how the results compare; the test checks the r
 (exact for integers, allclose for floats) and that replicated results hash the same on
 both ranks. The dead-rank test checks that a collective waiting for a dead peer fails
 with the process-group timeout instead of hanging. The workers get no oneCCL or
-libfabric variables: ``workflow_scripts.distributed.ccl.register()`` has to set up
+libfabric variables: ``workflow_scripts.rank.distributed.ccl.register()`` has to set up
 everything itself.
 """
 
@@ -41,7 +41,7 @@ from datetime import timedelta
 mode, rank, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 info = {"rank": rank}
 
-from workflow_scripts.distributed import ccl
+from workflow_scripts.rank.distributed import ccl
 
 info["registered"] = ccl.register()
 assert ccl.register() == info["registered"]  # idempotent
@@ -461,7 +461,7 @@ def test_dead_rank_times_out(ccl_env, tmp_path):
 def test_register_explains_what_is_missing(tmp_path):
     # In the test process itself: no module built in tmp_path, no Intel bindings (and no
     # torch needed to find that out).
-    from workflow_scripts.distributed import ccl
+    from workflow_scripts.rank.distributed import ccl
 
     with pytest.raises(ccl.CCLUnavailable, match=r"not built: .*build_ccl\.py --out DIR"):
         ccl.register("study", lib_dir=str(tmp_path))

@@ -13,7 +13,7 @@ import pytest
 
 from tests.test_workflow import copy_workflow
 from workflow_scripts import cluster, launchers, study, sysinfo, trial
-from workflow_scripts.distributed import ranks
+from workflow_scripts.rank.distributed import ranks
 from workflow_scripts.records import COLUMNS, noise_group_keys
 from workflow_scripts.report.stats import experiment_stats, with_group_speedup
 from workflow_scripts.sysinfo import node_type

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from workflow_scripts import calibration, estimate, probe, runtimes, sysinfo, trial
+from workflow_scripts import calibration, estimate, runtimes, sysinfo, trial
+from workflow_scripts.rank import probe
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -42,7 +43,7 @@ def test_a_calibration_with_a_size_too_slow_for_any_cpu_stays_within_its_budget(
     budget = 2.0
     code = f"""
 import json, time
-from workflow_scripts import probe
+from workflow_scripts.rank import probe
 t0 = time.perf_counter()
 result = probe.calibrate([512], threads="auto", repeats=1, ceiling_sizes=(1024, {HUGE}),
                          ceiling_budget_s={budget})
@@ -82,7 +83,7 @@ print(json.dumps({{"ok": True}}))
 def test_the_probe_skips_a_dtype_over_its_budget_and_says_why(upstream_env):
     code = """
 import json
-from workflow_scripts import probe
+from workflow_scripts.rank import probe
 tight = probe.run(1024, budget_s=0.001)
 usual = probe.run(1024)
 print(json.dumps({"tight": tight, "usual": usual}))

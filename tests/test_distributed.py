@@ -9,7 +9,8 @@ import os
 import pytest
 
 from tests.test_harness import assert_ok, run
-from workflow_scripts import collectives, digits, metrics
+from workflow_scripts import collectives, digits
+from workflow_scripts.rank import metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

@@ -103,7 +103,7 @@ def add_knob(wd: Path) -> Path:
     anchor = '        Field(\n            "env_vars",'
     assert anchor in text
     fields.write_text(text.replace(anchor, KNOB + anchor, 1))
-    harness = wd / "workflow_scripts/harness.py"
+    harness = wd / "workflow_scripts/rank/harness.py"
     text = harness.read_text()
     line = "self.loss_fn = torch.nn.CrossEntropyLoss()"
     assert text.count(line) == 1
@@ -182,7 +182,7 @@ def test_a_knob_is_one_declaration(toy_knob):
 
 HARNESS_RUN = """
 import json, sys
-from workflow_scripts import harness
+from workflow_scripts.rank import harness
 spec = json.loads(sys.argv[1])
 result = harness.run(spec)
 assert result["status"] == "ok", result["error"]

@@ -92,7 +92,7 @@ def calibration(upstream_env, tmp_path_factory) -> dict:
     the figures, is tested): the noise reference and the matmul ceiling at 1 and all
     threads."""
     out = tmp_path_factory.mktemp("calibration") / "upstream.json"
-    cmd = [upstream_env["python"], "-m", "workflow_scripts.probe", "--calibrate",
+    cmd = [upstream_env["python"], "-m", "workflow_scripts.rank.probe", "--calibrate",
            "--sizes", "1024", "--threads", "auto", "--repeats", "1",
            "--ceiling-sizes", "256,512,1024", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, env=runtimes.for_env(upstream_env).environment(), cwd=REPO_ROOT,
@@ -211,7 +211,7 @@ def test_probe_off(upstream_env, make_spec, tmp_path):
 def test_probe_command_line(upstream_env, tmp_path):
     env = runtimes.for_env(upstream_env).environment()
     python = upstream_env["python"]
-    cmd = [python, "-m", "workflow_scripts.probe", "--size", "256", "--seconds", "0.05"]
+    cmd = [python, "-m", "workflow_scripts.rank.probe", "--size", "256", "--seconds", "0.05"]
     res = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     one = json.loads(res.stdout)
@@ -231,7 +231,7 @@ def test_probe_command_line(upstream_env, tmp_path):
 
 POOL_SCRIPT = """
 import importlib, json, sys
-from workflow_scripts import probe
+from workflow_scripts.rank import probe
 for name in sys.argv[1:]:
     importlib.import_module(name)
 waited = probe.wait_for_compile_pool()

@@ -48,7 +48,7 @@ GRAPH = {
 
 def side(module: str) -> str:
     top = module.split(".")[1] if "." in module else ""
-    if top in workflow_scripts.RANK_SIDE:
+    if top == workflow_scripts.RANK_SIDE:
         return "rank"
     return "shared" if top in workflow_scripts.SHARED else "host"
 
@@ -106,10 +106,10 @@ def test_no_private_names_cross_modules():
 
 def test_the_rank_side_imports_nothing_host_side():
     sides = {m: side(m) for m in MODULES}
-    assert "workflow_scripts.harness" in sides and sides["workflow_scripts.harness"] == "rank"
-    assert sides["workflow_scripts.distributed.ccl"] == "rank"
+    assert sides["workflow_scripts.rank.harness"] == "rank"
+    assert sides["workflow_scripts.rank.distributed.ccl"] == "rank"
     assert sides["workflow_scripts.trial"] == "host"
-    for name in (*workflow_scripts.RANK_SIDE, *workflow_scripts.SHARED):
+    for name in (workflow_scripts.RANK_SIDE, *workflow_scripts.SHARED):
         assert f"workflow_scripts.{name}" in MODULES, name
     crossing = [
         f"{m} ({sides[m]}) imports {t} (host)"
@@ -118,6 +118,16 @@ def test_the_rank_side_imports_nothing_host_side():
         if sides[m] in ("rank", "shared") and sides[t] == "host"
     ]
     assert crossing == []
+
+
+def test_what_a_rank_runs_lives_in_the_rank_package():
+    """The layout shows the boundary: the programs a rank or a probe starts with (the
+    launchers' entry, the collectives benchmark, the probe) are rank-side modules."""
+    from workflow_scripts import collectives, launchers
+
+    started = [launchers.base.ENTRY, collectives.PROGRAM, ROOT / "rank" / "probe.py"]
+    for path in started:
+        assert path.exists() and side(module_name(path)) == "rank", path
 
 
 def top_level_names(name: str) -> set[str]:

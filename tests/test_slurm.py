@@ -139,6 +139,12 @@ def test_quick_preset_through_the_slurm_profile(slurm, tmp_path):
         log = (wd / f"logs/experiments/{experiment}/trial0.log").read_text()
         assert "[rank 1]" in log
 
+    # the collectives benchmark runs like a trial: one task per rank, started by srun
+    for variant in quick.settings["collectives"]["variants"]:
+        bench = json.loads((wd / f"results/collectives/{variant}.json").read_text())
+        assert bench["status"] == "ok" and bench["command"][0] == "srun", bench["command"]
+        assert "--ntasks=2" in bench["command"], bench["command"]
+
     # rerunning submits only what changed: nothing
     again = run_through_slurm(wd)
     assert again.returncode == 0, again.stdout[-5000:]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import calibration, contention, probe, trial
+from workflow_scripts import calibration, trial
+from workflow_scripts.rank import contention, probe
 
 FAKE_HARNESS = """#!{python}
 import json, os, sys
@@ -60,7 +61,7 @@ FAKE_PROBE = """#!{python}
 import json, sys
 from pathlib import Path
 
-assert sys.argv[1:5] == ["-u", "-m", "workflow_scripts.probe", "--calibrate"], sys.argv
+assert sys.argv[1:5] == ["-u", "-m", "workflow_scripts.rank.probe", "--calibrate"], sys.argv
 out = Path(sys.argv[sys.argv.index("--out") + 1])
 threads = sys.argv[sys.argv.index("--threads") + 1]
 entries = [{{"size": 1024, "threads": t, "fp32_gflops": 50.0 * t, "bf16_gflops": 20.0 * t,

@@ -1,10 +1,11 @@
 """Code behind the CPU training study workflow, on two sides of a process boundary.
 
-- **Rank side** (:data:`RANK_SIDE`): runs inside a backend environment or image, in the
-  trial's ranks and probes: ``harness`` (the training loop), ``run_trial`` (one rank's
-  entry), ``data``, ``models``, ``probe``, ``metrics``, ``contention`` and the
-  ``distributed`` package. Standard library and torch/torchvision only (a backend's own
-  libraries are imported inside its methods).
+- **Rank side**: the :mod:`workflow_scripts.rank` package runs inside a backend
+  environment or image, in the trial's ranks and probes: ``rank.harness`` (the training
+  loop), ``rank.run_trial`` (one rank's entry), ``rank.data``, ``rank.models``,
+  ``rank.probe``, ``rank.metrics``, ``rank.contention`` and ``rank.distributed``.
+  Standard library and torch/torchvision only (a backend's own libraries are imported
+  inside its methods).
 - **Shared** (:data:`SHARED`): read on both sides, standard library only at import
   time: ``util``, ``sysinfo``, ``cli``, and the ``backends`` and ``launchers`` packages
   (their attributes are read on the host, their methods run in the ranks).
@@ -18,9 +19,8 @@ Rank-side and shared modules import nothing host-side (``tests/test_layout.py``)
 module imports another's private names or takes part in an import cycle.
 """
 
-#: top-level modules and packages that run inside a backend environment
-RANK_SIDE = ("harness", "run_trial", "data", "models", "probe", "metrics", "contention",
-             "distributed")  # fmt: skip
+#: the package that runs inside a backend environment (the rank side)
+RANK_SIDE = "rank"
 #: top-level modules and packages read on both sides (standard library only at import)
 SHARED = ("util", "sysinfo", "cli", "backends", "launchers")
 

@@ -17,7 +17,8 @@ import math
 import sys
 from pathlib import Path
 
-from . import backends, probe, runtimes, sysinfo
+from . import backends, runtimes, sysinfo
+from .rank import probe
 from .runtimes.measured import add_limit_args, limit_argv, run_measured, with_limits
 from .util import int_list, tail, write_json_atomic
 
@@ -40,7 +41,7 @@ def calibrate(
     log.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.probe").resolve()
     cmd = [
-        env_info["python"], "-u", "-m", "workflow_scripts.probe", "--calibrate",
+        env_info["python"], "-u", "-m", "workflow_scripts.rank.probe", "--calibrate",
         "--sizes", ",".join(map(str, sizes)), "--threads", threads,
         "--repeats", str(repeats), "--out", str(partial),
         "--ceiling-sizes", ",".join(map(str, ceiling_sizes)),

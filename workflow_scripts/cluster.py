@@ -6,8 +6,9 @@ nodes (``--exclusive``: a shared node ruins the measurement) and asks for the CP
 runs on, its memory (a rough estimate, with room) and a time limit derived from its
 own timeout. A trial of several ranks is a job of ``nodes`` x ``ranks`` tasks, one CPU
 block (``threads``) per task, whose ranks ``srun`` starts (the ``mpi`` resource
-tells the plugin so); the collectives benchmark's ranks likewise, on one node. The other jobs (environment and image builds, data, the
-report) ask for little and share nodes.
+tells the plugin so); the collectives benchmark's ranks likewise, on one node. The
+other jobs (environment and image builds, data, the report) ask for little and share
+nodes.
 
 Locally Snakemake gives these resources no limit (no ``--resources``); measured jobs
 there take every core Snakemake was given instead (``threads``), so that no two

@@ -1,6 +1,6 @@
 """The collectives microbenchmark, a job of its own per process-group variant:
 allreduce latency and bus bandwidth from small to large messages, N ranks started by
-torchrun (``distributed/allreduce_bench.py``), in the variant's environment or image.
+torchrun (``rank/distributed/allreduce_bench.py``), in the variant's environment or image.
 
 A variant is named like the study's distributed fields: ``gloo``, ``ccl-shm``,
 ``ccl-tcp``, with ``-offload`` for oneCCL's worker thread (``ccl_worker_offload``).
@@ -25,7 +25,7 @@ from .runtimes.measured import Ran, add_limit_args, limit_argv, run_measured, wi
 from .trial.environment import environment
 from .util import tail, write_json_atomic
 
-PROGRAM = Path(__file__).resolve().parent / "distributed" / "allreduce_bench.py"
+PROGRAM = Path(__file__).resolve().parent / "rank" / "distributed" / "allreduce_bench.py"
 VARIANT = re.compile(r"^(gloo|ccl-(shm|tcp))(-offload)?$")
 #: the training backend whose environment (and image) a gloo variant runs in; the
 #: launcher moves a ccl variant to oneccl's, as it does a ccl trial

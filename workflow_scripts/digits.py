@@ -7,7 +7,7 @@ reads them from the package itself (no download). Split once, stratified, with a
 fixed seed, into a training and a held-out test part, so every trial of every
 layout trains on the same samples and is scored on the same ones. Runs in the
 workflow's own environment (where scikit-learn is); the training environments only
-read the exported ``digits.npz`` (``workflow_scripts.data``).
+read the exported ``digits.npz`` (``workflow_scripts.rank.data``).
 
     python -m workflow_scripts.digits --out resources/digits
 """

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import probe
+from .rank import probe
 from .util import finite
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager

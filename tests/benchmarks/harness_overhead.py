@@ -107,7 +107,7 @@ def bare_step(spec: dict):
     """The hand-written loop's step, nothing but the training step and a stopwatch."""
     import torch
 
-    from workflow_scripts import models  # the model constructors only
+    from workflow_scripts.rank import models  # the model constructors only
 
     torch.manual_seed(spec["seed"])
     n_classes = models.num_classes(spec["model"])
@@ -142,7 +142,8 @@ def bare_step(spec: dict):
 def child(spec: dict, cfg: dict) -> int:
     import torch
 
-    from workflow_scripts import harness, launchers
+    from workflow_scripts import launchers
+    from workflow_scripts.rank import harness
 
     launchers.get(spec["launcher"]).verify(spec)
     trainer = harness.Trainer(spec)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 # The harness's entry script: a path, because run_cpu only launches programs ending in .py.
-ENTRY = Path(__file__).resolve().parent.parent / "run_trial.py"
+ENTRY = Path(__file__).resolve().parent.parent / "rank" / "run_trial.py"
 
 
 class Launcher:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import backends, metrics, sysinfo
+from .. import backends, sysinfo
+from ..rank import metrics
 from ..util import finite
 from .base import ENTRY, Launcher, nodes
 

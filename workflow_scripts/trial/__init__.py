@@ -20,7 +20,7 @@ Noise: a trial was disturbed when one of three signals says so (:func:`noise_che
 its noise probe just before the steps, or the one just after them, ran below
 ``noise_threshold`` times the reference's fp32 rate (the calibration the workflow
 measures once per environment), or other work took more than ``1 - noise_threshold``
-of its threads' CPU time during the timed steps (``workflow_scripts.contention``). A
+of its threads' CPU time during the timed steps (``workflow_scripts.rank.contention``). A
 disturbed trial is run again after a pause, at most ``max_retries`` times. The
 discarded attempts stay in the record (``discarded_attempts``, with the signal that
 caught each), with ``attempts`` and the last check (``noise_check``); a last attempt

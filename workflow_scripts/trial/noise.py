@@ -4,7 +4,7 @@ share of the measured matmul ceiling."""
 
 from __future__ import annotations
 
-from .. import probe
+from ..rank import probe
 from ..util import finite
 from .reference import measured_on
 

@@ -20,8 +20,8 @@ Standard library and torch only (it runs in the backend environments); torch is
 imported inside the functions, so the trial policy and the report can use the pure
 helpers (:func:`summarize`, :func:`reference_rate`) without it.
 
-    python -m workflow_scripts.probe --size 1024                # one probe, as JSON
-    python -m workflow_scripts.probe --calibrate --sizes 1024 --threads auto --repeats 3 \\
+    python -m workflow_scripts.rank.probe --size 1024                # one probe, as JSON
+    python -m workflow_scripts.rank.probe --calibrate --sizes 1024 --threads auto --repeats 3 \\
         --out results/calibration/upstream.json                    # the reference
 """
 
@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from .util import finite, int_list, write_json_atomic
+from ..util import finite, int_list, write_json_atomic
 
 DEFAULT_SIZE = 1024
 MIN_SECONDS = 0.3

@@ -22,7 +22,7 @@ environment, owns it. ``STUDY_CCL_DEBUG=1`` makes the backend log every collecti
 
 Standard library only at import time (torch is imported inside :func:`register`).
 
-    from workflow_scripts.distributed import ccl
+    from workflow_scripts.rank.distributed import ccl
     ccl.register()                      # then: dist.init_process_group("ccl", ...)
 """
 

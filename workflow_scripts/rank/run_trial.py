@@ -1,4 +1,4 @@
-"""Entry script for one training run (``workflow_scripts.harness``).
+"""Entry script for one training run (``workflow_scripts.rank.harness``).
 
 A script path rather than ``-m``: ``torch.backends.xeon.run_cpu`` only launches
 programs whose name ends in ``.py``.
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _pin_before_torch() -> None:
@@ -22,7 +22,7 @@ def _pin_before_torch() -> None:
         return
     spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
     from workflow_scripts import launchers
-    from workflow_scripts.distributed import ranks
+    from workflow_scripts.rank.distributed import ranks
 
     ranks.adopt_slurm()  # a rank that srun started: RANK, WORLD_SIZE, ... from SLURM
     if not launchers.get(spec["launcher"]).pins_itself:
@@ -31,7 +31,7 @@ def _pin_before_torch() -> None:
 
 _pin_before_torch()
 
-from workflow_scripts.harness import main  # noqa: E402
+from workflow_scripts.rank.harness import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

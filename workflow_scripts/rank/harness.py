@@ -9,7 +9,7 @@ nothing here knows about processes or containers. Whatever happens
 ``status`` ok or failed; a crash that kills the process is recorded by the
 launcher instead.
 
-    python -m workflow_scripts.harness --spec-json '{...}' --out result.json [--data-path DIR]
+    python -m workflow_scripts.rank.harness --spec-json '{...}' --out result.json [--data-path DIR]
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import time
 import traceback
 from pathlib import Path
 
-from . import backends, contention, launchers, metrics, probe, sysinfo
+from .. import backends, launchers, sysinfo
+from ..util import SCHEMA_VERSION, write_json_atomic
+from . import contention, metrics, probe
 from .distributed import ranks
-from .util import SCHEMA_VERSION, write_json_atomic
 
 
 def _rss_mb(who: int) -> float:

@@ -8,7 +8,7 @@ timing). Bandwidth follows nccl-tests: algorithm bandwidth = bytes / time, bus
 bandwidth = algbw x 2 (n - 1) / n, comparable across rank counts. Every result is
 checked (all ones summed over n ranks is n, exact also in bfloat16 for small n).
 
-    torchrun --nproc-per-node 2 workflow_scripts/distributed/allreduce_bench.py \\
+    torchrun --nproc-per-node 2 workflow_scripts/rank/distributed/allreduce_bench.py \\
         --spec-json '{"dist_backend": "gloo", ...}' --sizes-kb 1,1024 \\
         --dtypes float32,bfloat16 --out result.rank{rank}.json
 """
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script by torchrun
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from workflow_scripts import launchers, sysinfo  # noqa: E402
-from workflow_scripts.distributed import ranks  # noqa: E402
+from workflow_scripts.rank.distributed import ranks  # noqa: E402
 from workflow_scripts.util import write_json_atomic  # noqa: E402
 
 WARMUP = 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from ..sysinfo import parse_cpu_list
+from ...sysinfo import parse_cpu_list
 
 #: the process group's timeout when the spec's own timeout is longer: a dead peer
 #: makes the others fail this long after, instead of hanging to the trial's timeout

@@ -1,0 +1,13 @@
+"""The rank side of the process boundary: what runs inside a backend environment or
+image, in a trial's ranks and probes.
+
+``run_trial`` (one rank's entry script) -> ``harness`` (the training loop, its FLOP
+count and roofline) with ``data`` and ``models``; ``probe`` (the noise probe and the
+matmul ceiling, also the calibration's), ``metrics`` (step-time statistics),
+``contention`` (other processes' CPU time on the rank's CPUs) and ``distributed`` (the
+rank's CPUs and process group, the study's ``ccl`` backend, the allreduce benchmark).
+
+Standard library and torch/torchvision only (a backend's own libraries are imported
+inside its methods); of the project, only the shared modules (``util``, ``sysinfo``,
+``cli``, ``backends``, ``launchers``), never host-side code (``tests/test_layout.py``).
+"""
