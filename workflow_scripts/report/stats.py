@@ -50,6 +50,46 @@ def spread_stats(values: pd.Series) -> dict[str, float]:
     return {"median": float(v.median()), "min": float(v.min()), "max": float(v.max()), "cv": cv}
 
 
+#: per-step timing and memory: the median over the used trials
+TIMING_COLS = [
+    "step_time_median_s",
+    "step_time_p90_s",
+    "step_time_p95_s",
+    "step_time_p99_s",
+    "step_time_cv",
+    "time_to_first_step_s",
+    "setup_s",
+    "peak_rss_mb",
+    "final_loss",
+]
+#: FLOPs, the probes and the ceiling: the median over the used trials
+ROOFLINE_COLS = [
+    "flops_per_sample",
+    "achieved_gflops",
+    "pct_of_peak",
+    "probe_fp32_gflops",
+    "probe_bf16_gflops",
+    "ceiling_gflops",
+]
+
+
+def setting_columns() -> list[str]:
+    """What an experiment is (its settings, versions and provenance): the first
+    columns, each the value of the used trials (of any trial where they have none)."""
+    cols = [
+        "group", "node_type", "backend", "env", "model", "data", "precision",
+        "channels_last", "compile", "compile_mode", "ipex_optimize", "launcher",
+        "allocator", "openmp", "ranks", "dist_backend", "ccl_impl", "ccl_transport",
+        "ccl_worker_offload", "batch_size", "num_workers", "threads", "epochs",
+        "claim_speedup", *(f"{key}_version" for key in VERSION_KEYS if key != "python"),
+    ]  # fmt: skip
+    cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
+    cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
+    # every field the report compares by (the registry's), added or not
+    registry = [*fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
+    return cols + [k for k in dict.fromkeys(registry) if k not in cols]
+
+
 def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per experiment, in order of first appearance.
 
@@ -59,6 +99,23 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     ok ones that are not noisy, or, when all ok trials are noisy, all of them
     (``noisy_only`` true).
     """
+    first_cols = setting_columns()
+    frame = _with_trial_columns(frame, first_cols)
+    rows = [
+        _experiment_row(experiment, sub, first_cols)
+        for experiment, sub in frame.groupby("experiment", sort=False)
+    ]
+    columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
+    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
+    columns += [*TIMING_COLS, *ROOFLINE_COLS]
+    columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
+    columns += ["n_accuracy", "steps_timed", "steps_timed_total", "n_budget_hit", *OPTIONAL_TEXT]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFrame:
+    """The trials (one row each, per node type) with every column the statistics read,
+    and which of them count: ``_usable`` (ok, with a throughput), ``_noisy``, ``_sps``."""
     frame = per_node_type(frame)
     frame["experiment"] = frame["experiment"].fillna("(unknown)")
     sps = pd.to_numeric(frame["samples_per_s"], errors="coerce").astype("float64")
@@ -66,106 +123,52 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
     frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
-    first_cols = [
-        "group",
-        "node_type",
-        "backend",
-        "env",
-        "model",
-        "data",
-        "precision",
-        "channels_last",
-        "compile",
-        "compile_mode",
-        "ipex_optimize",
-        "launcher",
-        "allocator",
-        "openmp",
-        "ranks",
-        "dist_backend",
-        "ccl_impl",
-        "ccl_transport",
-        "ccl_worker_offload",
-        "batch_size",
-        "num_workers",
-        "threads",
-        "epochs",
-        "claim_speedup",
-        *(f"{key}_version" for key in VERSION_KEYS if key != "python"),
-    ]
-    first_cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
-    first_cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
-    # every field the report compares by (the registry's), added or not
-    registry = [*fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
-    first_cols += [k for k in dict.fromkeys(registry) if k not in first_cols]
-    timing_cols = [
-        "step_time_median_s",
-        "step_time_p90_s",
-        "step_time_p95_s",
-        "step_time_p99_s",
-        "step_time_cv",
-        "time_to_first_step_s",
-        "setup_s",
-        "peak_rss_mb",
-        "final_loss",
-    ]
-    roofline_cols = [
-        "flops_per_sample",
-        "achieved_gflops",
-        "pct_of_peak",
-        "probe_fp32_gflops",
-        "probe_bf16_gflops",
-        "ceiling_gflops",
-    ]
-    for col in [*first_cols, *timing_cols, *roofline_cols, *OPTIONAL_TEXT, "steps_timed"]:
+    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *OPTIONAL_TEXT, "steps_timed"]:
         if col not in frame:
             frame[col] = None if col in OPTIONAL_TEXT else math.nan
     if "time_budget_hit" not in frame:
         frame["time_budget_hit"] = None
-    rows = []
-    for experiment, sub in frame.groupby("experiment", sort=False):
-        ok = sub[sub["_usable"]]
-        clean = ok[~ok["_noisy"]]
-        used = clean if len(clean) else ok
-        pick = used if len(used) else sub
-        row: dict[str, Any] = {"experiment": experiment}
-        for col in first_cols:
-            value = _first(pick[col])
-            row[col] = _first(sub[col]) if value is None else value
-        row["n_trials"] = len(sub)
-        row["n_ok"] = len(ok)
-        row["n_noisy"] = int(ok["_noisy"].sum())
-        row["n_used"] = len(used)
-        row["noisy_only"] = bool(len(ok) and not len(clean))
-        counts = sub["status"].fillna("crashed").value_counts(sort=False)
-        row["statuses"] = ", ".join(f"{k}×{v}" if v > 1 else str(k) for k, v in counts.items())
-        spread = spread_stats(used["_sps"])
-        for key in ("median", "min", "max", "cv"):
-            row[f"sps_{key}"] = spread[key]
-        for col in timing_cols + roofline_cols:
-            values = pd.to_numeric(used[col], errors="coerce").astype("float64")
-            row[col] = values.median() if len(used) else math.nan
-        # held-out accuracy does not depend on the machine's noise: every ok trial counts
-        accuracy = pd.to_numeric(ok["test_accuracy"], errors="coerce").dropna()
-        row["test_accuracy"] = accuracy.median() if len(accuracy) else math.nan
-        row["test_accuracy_min"] = accuracy.min() if len(accuracy) else math.nan
-        row["test_accuracy_max"] = accuracy.max() if len(accuracy) else math.nan
-        row["n_accuracy"] = len(accuracy)
-        train = pd.to_numeric(used["train_time_s"], errors="coerce")
-        row["train_time_s"] = train.median() if len(used) else math.nan
-        timed = pd.to_numeric(used["steps_timed"], errors="coerce").dropna()
-        row["steps_timed"] = timed.min() if len(timed) else math.nan
-        row["steps_timed_total"] = timed.sum() if len(timed) else math.nan
-        row["n_budget_hit"] = int(used["time_budget_hit"].map(_true).sum())
-        for col in OPTIONAL_TEXT:
-            row[col] = "; ".join(_distinct(sub[col]))
-        rows.append(row)
-    columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
-    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
-    columns += [*timing_cols, *roofline_cols]
-    columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
-    columns += ["n_accuracy", "steps_timed", "steps_timed_total", "n_budget_hit", *OPTIONAL_TEXT]
-    return pd.DataFrame(rows, columns=columns)
+    return frame
+
+
+def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -> dict:
+    """The statistics of one experiment's trials."""
+    ok = sub[sub["_usable"]]
+    clean = ok[~ok["_noisy"]]
+    used = clean if len(clean) else ok
+    pick = used if len(used) else sub
+    row: dict[str, Any] = {"experiment": experiment}
+    for col in first_cols:
+        value = _first(pick[col])
+        row[col] = _first(sub[col]) if value is None else value
+    row["n_trials"] = len(sub)
+    row["n_ok"] = len(ok)
+    row["n_noisy"] = int(ok["_noisy"].sum())
+    row["n_used"] = len(used)
+    row["noisy_only"] = bool(len(ok) and not len(clean))
+    counts = sub["status"].fillna("crashed").value_counts(sort=False)
+    row["statuses"] = ", ".join(f"{k}×{v}" if v > 1 else str(k) for k, v in counts.items())
+    spread = spread_stats(used["_sps"])
+    for key in ("median", "min", "max", "cv"):
+        row[f"sps_{key}"] = spread[key]
+    for col in TIMING_COLS + ROOFLINE_COLS:
+        values = pd.to_numeric(used[col], errors="coerce").astype("float64")
+        row[col] = values.median() if len(used) else math.nan
+    # held-out accuracy does not depend on the machine's noise: every ok trial counts
+    accuracy = pd.to_numeric(ok["test_accuracy"], errors="coerce").dropna()
+    row["test_accuracy"] = accuracy.median() if len(accuracy) else math.nan
+    row["test_accuracy_min"] = accuracy.min() if len(accuracy) else math.nan
+    row["test_accuracy_max"] = accuracy.max() if len(accuracy) else math.nan
+    row["n_accuracy"] = len(accuracy)
+    train = pd.to_numeric(used["train_time_s"], errors="coerce")
+    row["train_time_s"] = train.median() if len(used) else math.nan
+    timed = pd.to_numeric(used["steps_timed"], errors="coerce").dropna()
+    row["steps_timed"] = timed.min() if len(timed) else math.nan
+    row["steps_timed_total"] = timed.sum() if len(timed) else math.nan
+    row["n_budget_hit"] = int(used["time_budget_hit"].map(_true).sum())
+    for col in OPTIONAL_TEXT:
+        row[col] = "; ".join(_distinct(sub[col]))
+    return row
 
 
 def _true(value: Any) -> bool:
