@@ -274,19 +274,25 @@ def flatten(record: Mapping[str, Any]) -> dict:
     """One summary row (ordered as :data:`COLUMNS`) from one record."""
     record = _as_dict(record)
     spec = _as_dict(record.get("spec"))
-    metrics = _as_dict(record.get("metrics"))
-    step = _as_dict(metrics.get("step_time_s"))
     prov = _as_dict(record.get("provenance"))
-    env = _as_dict(prov.get("env"))
-    versions = _as_dict(prov.get("versions"))
-    error = record.get("error")
-
     row: dict[str, Any] = {}
     row["experiment"] = _text(record.get("experiment") or spec.get("id"))
     row["trial"] = _int_or_nan(record.get("trial"))
-    row["backend"] = _text(spec.get("backend"))
     status = record.get("status")
     row["status"] = _text(status) if status else "crashed"
+    row.update(_measured_columns(record, spec, prov))
+    row.update(_noise_columns(record))
+    row.update(_spec_columns(spec, prov))
+    row.update(_provenance_columns(prov))
+    row.update(_error_columns(record.get("error")))
+    return {col: row[col] for col in COLUMNS}
+
+
+def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
+    """Throughput, step times, memory, loss, accuracy and the roofline."""
+    metrics = _as_dict(record.get("metrics"))
+    step = _as_dict(metrics.get("step_time_s"))
+    row: dict[str, Any] = {}
     row["samples_per_s"] = _num(metrics.get("samples_per_s"))
     for key in _STEP_TIME_KEYS:
         row[f"step_time_{key}_s"] = _num(step.get(key))
@@ -296,44 +302,56 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["final_loss"] = _num(metrics.get("final_loss"))
     for key in ACCURACY_COLUMNS:
         row[key] = _num(metrics.get(key)) if spec.get("epochs") else math.nan
-    threads = _int_or_nan(spec.get("threads"))
-    if isinstance(threads, float) and math.isnan(threads):
-        threads = _int_or_nan(prov.get("torch_num_threads"))
-    row["threads"] = threads
-    row["precision"] = _text(spec.get("precision"))
-
-    probe = _as_dict(record.get("probe"))
-    row["noisy"] = False  # set by summary_frame, which sees every trial
-    row["probe_fp32_gflops"] = _num(probe.get("fp32_gflops"))
-    row["probe_bf16_gflops"] = _num(probe.get("bf16_gflops"))
-    row["probe_fp32_median_gflops"] = math.nan
-    row["probe_bf16_median_gflops"] = math.nan
-    after = _as_dict(record.get("probe_after"))
-    probe_s = [_num(p.get("seconds")) for p in (probe, after) if p]
-    row["probe_s"] = sum(probe_s) if probe_s else math.nan
-    row["trial_wall_s"] = _num(record.get("trial_wall_s"))
-    row["estimate_s"] = _num(_as_dict(record.get("estimate")).get("seconds"))
-    row["probe_size"] = _int_or_nan(probe.get("size"))
-    row["probe_threads"] = _int_or_nan(probe.get("threads"))
-    load = probe.get("load_avg_before")
-    row["load_avg_1m"] = _num(load[0]) if isinstance(load, list) and load else math.nan
     row["compile_pool_wait_s"] = _num(metrics.get("compile_pool_wait_s"))
-    row["attempts"] = _int_or_nan(record.get("attempts"))
-    discarded = record.get("discarded_attempts")
-    row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
     row.update(_roofline(metrics, row["samples_per_s"]))
     row["steps_timed"] = _int_or_nan(metrics.get("steps_timed"))
     hit = metrics.get("time_budget_hit")
     row["time_budget_hit"] = hit if isinstance(hit, bool) else None
     mean, stdev = _num(step.get("mean")), _num(step.get("stdev"))
     row["step_time_cv"] = stdev / mean if mean > 0 else math.nan
-    row["probe_after_fp32_gflops"] = _num(_as_dict(record.get("probe_after")).get("fp32_gflops"))
+    row["trial_wall_s"] = _num(record.get("trial_wall_s"))
+    row["estimate_s"] = _num(_as_dict(record.get("estimate")).get("seconds"))
+    row["attempts"] = _int_or_nan(record.get("attempts"))
+    discarded = record.get("discarded_attempts")
+    row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
+    return row
+
+
+def _noise_columns(record: dict) -> dict:
+    """The probes before and after the steps, other work on the trial's CPUs and the
+    trial policy's noise signals."""
+    probe = _as_dict(record.get("probe"))
+    after = _as_dict(record.get("probe_after"))
+    row: dict[str, Any] = {}
+    row["noisy"] = False  # set by summary_frame, which sees every trial
+    row["probe_fp32_gflops"] = _num(probe.get("fp32_gflops"))
+    row["probe_bf16_gflops"] = _num(probe.get("bf16_gflops"))
+    row["probe_fp32_median_gflops"] = math.nan
+    row["probe_bf16_median_gflops"] = math.nan
+    probe_s = [_num(p.get("seconds")) for p in (probe, after) if p]
+    row["probe_s"] = sum(probe_s) if probe_s else math.nan
+    row["probe_size"] = _int_or_nan(probe.get("size"))
+    row["probe_threads"] = _int_or_nan(probe.get("threads"))
+    load = probe.get("load_avg_before")
+    row["load_avg_1m"] = _num(load[0]) if isinstance(load, list) and load else math.nan
+    row["probe_after_fp32_gflops"] = _num(after.get("fp32_gflops"))
     row["other_work_share"] = _num(_as_dict(record.get("other_work")).get("share"))
     check = _as_dict(record.get("noise_check"))
     caught = check.get("caught_by") if check.get("passed") is False else None
     # the trial policy's signals; summary_frame adds the ones that need every trial
     row["noise_signal"] = _joined(caught, "; ") or None
+    return row
 
+
+def _spec_columns(spec: dict, prov: dict) -> dict:
+    """The spec's fields (:data:`SPEC_COLUMNS`), its backend and precision, and the
+    threads it ran with (torch's own count when the spec left them to torch)."""
+    row: dict[str, Any] = {"backend": _text(spec.get("backend"))}
+    threads = _int_or_nan(spec.get("threads"))
+    if isinstance(threads, float) and math.isnan(threads):
+        threads = _int_or_nan(prov.get("torch_num_threads"))
+    row["threads"] = threads
+    row["precision"] = _text(spec.get("precision"))
     for key in SPEC_COLUMNS:
         value = spec.get(key)
         if key in NUMERIC_COLUMNS:
@@ -344,9 +362,17 @@ def flatten(record: Mapping[str, Any]) -> dict:
             row[key] = value
         else:
             row[key] = _text(value)
-    if row["env"] is None:
+    if row.get("env") is None:
         row["env"] = _text(prov.get("env_name"))
+    return row
 
+
+def _provenance_columns(prov: dict) -> dict:
+    """Where and how the trial ran: the machine, the process's variables and threads,
+    the versions, the environment or image, the revision, the SLURM job."""
+    env = _as_dict(prov.get("env"))
+    versions = _as_dict(prov.get("versions"))
+    row: dict[str, Any] = {}
     row["torch_num_threads"] = _int_or_nan(prov.get("torch_num_threads"))
     row["affinity"] = _joined(prov.get("affinity"), ",")
     row["omp_num_threads"] = _text(env.get("OMP_NUM_THREADS"))
@@ -371,19 +397,18 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["node_type"] = node_type(prov) if prov.get("cpu_model") else None
     row["slurm_job_id"] = _text(_as_dict(prov.get("slurm")).get("job_id"))
     row["started_at"] = _text(prov.get("started_at"))
+    return row
 
+
+def _error_columns(error: Any) -> dict:
+    """The error's type and its message with the tail of the output."""
     if isinstance(error, Mapping):
-        row["error_type"] = _text(error.get("type"))
         parts = [_text(error.get("message")), _text(error.get("tail"))]
         text = "\n".join(p for p in parts if p)
-        row["error"] = text or None
-    elif error:
-        row["error_type"] = None
-        row["error"] = _text(error)
-    else:
-        row["error_type"] = None
-        row["error"] = None
-    return {col: row[col] for col in COLUMNS}
+        return {"error_type": _text(error.get("type")), "error": text or None}
+    if error:
+        return {"error_type": None, "error": _text(error)}
+    return {"error_type": None, "error": None}
 
 
 def _roofline(metrics: Mapping, sps: float) -> dict:
