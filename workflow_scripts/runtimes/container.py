@@ -159,16 +159,24 @@ class ContainerRuntime(Runtime):
         if not wrapped.container:
             return False
         engine = self.env_info["engine"]
+        env = engine_env(self.env_info.get("engine_conf"))
+        # the engine's client can end before the container's exit is recorded (podman,
+        # when the kernel killed the container: "Waiting for container ...: no such exit
+        # code (container in state running)", and the client exits 127): wait for it
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run([engine, "wait", wrapped.container], capture_output=True,
+                           timeout=60, env=env)  # fmt: skip
         proc = subprocess.run(
-            [engine, "inspect", "--format", "{{.State.OOMKilled}} {{.State.ExitCode}}",
-             wrapped.container],
-            capture_output=True, text=True, timeout=60,
-            env=engine_env(self.env_info.get("engine_conf")),
+            [engine, "inspect", "--format",
+             "{{.State.OOMKilled}} {{.State.ExitCode}} {{.State.Status}}", wrapped.container],
+            capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
-        said, _, code = proc.stdout.strip().lower().partition(" ")
+        said, code, status = [*proc.stdout.strip().lower().split(), "", "", ""][:3]
         if proc.returncode == 0 and said == "true":
             return True
-        killed = code.strip() == "137"  # SIGKILL
+        # killed (SIGKILL), or gone without an exit the engine recorded (its monitor was
+        # in the same memory cgroup), while the run's memory cgroup was at its limit
+        killed = code == "137" or status not in ("exited", "stopped")
         return killed and bool(wrapped.memory_cgroup) and at_limit(wrapped.memory_cgroup)
 
 
