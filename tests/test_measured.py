@@ -41,7 +41,7 @@ def test_each_process_result_is_read_and_removed(tmp_path):
     paths = [tmp_path / "r0.json", tmp_path / "r1.json"]
     paths[1].write_text('{"status": "stale"}')  # what an earlier run left is never read
     ran = run(tmp_path, WRITER, paths)
-    assert ran.clean and not ran.oom and ran.unreadable is None
+    assert ran.clean and not ran.oom and ran.unreadable is None and ran.problem() is None
     assert ran.results == [{"status": "ok", "rank": 0}, {"status": "ok", "rank": 1}]
     assert not any(p.exists() for p in paths)
     assert ran.cmd[:2] == [sys.executable, "-c"] and ran.finished.wall_s > 0
@@ -55,6 +55,7 @@ def test_a_missing_or_unreadable_result_is_said(tmp_path):
     assert not ran.clean and ran.how == "exited with code 3"
     assert ran.results == [None, None]
     assert ran.unreadable.startswith("r0.json:")
+    assert ran.problem() == ("UnreadableResult", ran.unreadable)
 
 
 def test_a_stop_from_outside_raises_and_leaves_nothing(tmp_path):
@@ -69,6 +70,7 @@ def test_a_stop_from_outside_raises_and_leaves_nothing(tmp_path):
 def test_a_timeout_is_no_interruption(tmp_path):
     ran = run(tmp_path, "import time; time.sleep(30)", [tmp_path / "r.json"], timeout_s=1)
     assert ran.finished.timed_out and not ran.clean and ran.results == [None]
+    assert ran.problem() == ("Timeout", "killed after its time limit of 1 s")
 
 
 def job(**params):

@@ -53,11 +53,13 @@ def calibrate(
             runtime, cmd, runtime.environment(), label="calibrate", log=log,
             timeout_s=TIMEOUT_S, results=[partial], mounts=[(str(out.parent.resolve()), "rw")],
         )  # fmt: skip
-        if not ran.clean or ran.oom:
-            how = "timed out" if ran.finished.timed_out else ran.how
-            raise RuntimeError(f"the probe {how}" + (" (out of memory)" if ran.oom else ""))
-        if ran.unreadable or ran.results[0] is None:
-            raise ValueError(ran.unreadable or "the probe wrote no result")
+        problem = ran.problem()
+        if problem:
+            raise RuntimeError(f"the probe: {problem[1]}")
+        if not ran.clean:
+            raise RuntimeError(f"the probe {ran.how}")
+        if ran.results[0] is None:
+            raise RuntimeError("the probe wrote no result")
         result = ran.results[0]
         # what starting a process costs here (interpreter, torch, the backend's imports,
         # a container's start): the part of the job's wall time before the measurements

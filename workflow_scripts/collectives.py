@@ -97,7 +97,7 @@ def run(
         runtime, cmd, environment(spec, runtime, starter), label=f"collectives-{variant}",
         log=log, timeout_s=timeout_s, results=paths, mounts=[(str(out.parent.resolve()), "rw")],
     )  # fmt: skip
-    record = merge(ran, timeout_s, log)
+    record = merge(ran, log)
     record.update(
         kind="collectives",
         variant=variant,
@@ -113,20 +113,17 @@ def run(
     return record
 
 
-def merge(ran: Ran, timeout_s: int, log: Path) -> dict:
+def merge(ran: Ran, log: Path) -> dict:
     """The benchmark's record from its ranks' results: rank 0's figures (every rank
-    times the same collectives), failed when any rank failed or wrote nothing, or the
-    run ran out of time or memory. (Not the launcher's ``merge``: that one merges
-    training steps.)"""
+    times the same collectives), failed when the run left nothing usable or any rank
+    failed or wrote nothing. (Not the launcher's ``merge``: that one merges training
+    steps.)"""
     results = ran.results
     record = dict(results[0]) if results and results[0] else {}
     bad = [r for r, res in enumerate(results) if not res or res.get("status") != "ok"]
-    if ran.finished.timed_out:
-        why = f"killed after {timeout_s} s"
-    elif ran.oom:
-        why = f"the kernel's out-of-memory killer ended the run ({ran.how})"
-    elif ran.unreadable:
-        why = f"unreadable result: {ran.unreadable}"
+    problem = ran.problem()
+    if problem:
+        why = problem[1]
     elif bad:
         why = "; ".join(
             f"rank {r}: "

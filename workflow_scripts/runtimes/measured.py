@@ -37,11 +37,25 @@ class Ran:
     results: list[dict | None]
     #: why a result could not be read (None: all that exist are JSON)
     unreadable: str | None = None
+    #: the time limit it ran under (seconds)
+    timeout_s: float = 0.0
 
     @classmethod
     def not_run(cls, now: str) -> Ran:
         """What a run that never started leaves (a record of why it did not)."""
         return cls([], Finished(None, False, 0.0, now, now), False, False, [])
+
+    def problem(self) -> tuple[str, str] | None:
+        """Why nothing it wrote can be used, as (kind, message): ``Timeout``,
+        ``OutOfMemory`` (the kernel's killer) or ``UnreadableResult``; None when its
+        results can be read (each caller then judges them)."""
+        if self.finished.timed_out:
+            return "Timeout", f"killed after its time limit of {self.timeout_s:g} s"
+        if self.oom:
+            return "OutOfMemory", f"the kernel's out-of-memory killer ended the run ({self.how})"
+        if self.unreadable:
+            return "UnreadableResult", self.unreadable
+        return None
 
     @property
     def how(self) -> str:
@@ -137,4 +151,4 @@ def run_measured(
             found.append(None)
             unreadable = unreadable or f"{path.name}: {exc}"
         path.unlink(missing_ok=True)
-    return Ran(wrapped.cmd, finished, container, oom, found, unreadable)
+    return Ran(wrapped.cmd, finished, container, oom, found, unreadable, timeout_s)

@@ -44,14 +44,10 @@ def outcome(spec: dict, launcher: launchers.Launcher, ran: Ran, log: Path) -> di
     engine) and an allocation that failed in the run give ``oom``; a run that wrote a
     result and then did not exit cleanly (a crash on exit) is ``crashed``, not ok."""
     how = ran.how
-    if ran.finished.timed_out:
-        message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
-        return failure(spec, 0, "Timeout", message, tail(log))
-    if ran.oom:
-        message = f"the kernel's out-of-memory killer ended the run ({how})"
-        return failure(spec, 0, "OutOfMemory", message, tail(log))
-    if ran.unreadable:
-        return failure(spec, 0, "UnreadableResult", ran.unreadable)
+    problem = ran.problem()
+    if problem:
+        kind, message = problem
+        return failure(spec, 0, kind, message, tail(log))
     found = ran.results
     failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
     if failed and len(found) > 1:
