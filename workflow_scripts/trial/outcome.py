@@ -47,6 +47,8 @@ def outcome(spec: dict, launcher: launchers.Launcher, ran: Ran, log: Path) -> di
     problem = ran.problem()
     if problem:
         kind, message = problem
+        if kind == "Timeout":  # the limit is the spec's: name the field that set it
+            message = f"killed after the spec's timeout_s={spec['timeout_s']} s"
         return failure(spec, 0, kind, message, tail(log))
     found = ran.results
     failed = [(r, res) for r, res in enumerate(found) if res and res.get("status") != "ok"]
