@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from workflow_scripts import estimate, study
+from workflow_scripts import estimate, study, workloads
 from workflow_scripts.study.entry import read_config
 
 from .conftest import REPO
@@ -34,7 +34,7 @@ def test_cnn_flops_by_hand():
     # (3x3 kernels, 2 FLOPs a multiply-add), then linears 1024->128->10
     convs = 2 * 9 * (3 * 32 * 64 + 32 * 64 * 16 + 64 * 64 * 4)
     linears = 2 * (1024 * 128 + 128 * 10)
-    assert estimate.forward_flops("cnn", 8) == convs + linears
+    assert estimate.forward_flops({"model": "cnn", "image_size": 8}) == convs + linears
     assert estimate.train_flops_per_sample({"model": "cnn", "image_size": 8}) == 3 * (
         convs + linears
     )
@@ -42,8 +42,10 @@ def test_cnn_flops_by_hand():
     assert estimate.train_flops_per_sample(
         {"model": "resnet50", "image_size": 224}
     ) == pytest.approx(24.5e9, rel=0.01)
-    assert estimate.forward_flops("resnet18", 112) == pytest.approx(2 * 1.81e9 / 4)
-    assert estimate.forward_flops("no-such-model", 32) is None
+    assert estimate.forward_flops({"model": "resnet18", "image_size": 112}) == pytest.approx(
+        2 * 1.81e9 / 4
+    )
+    assert estimate.forward_flops({"model": "no-such-model", "image_size": 32}) is None
 
 
 def test_one_trial_by_hand(make_spec):
@@ -81,7 +83,7 @@ def test_compile_torchrun_workers_and_epochs(make_spec):
     m = machine(calibration())
     base = estimate.trial(make_spec(), m)
     compiled = estimate.trial(make_spec(backend="inductor"), m)
-    assert compiled["parts"]["compile"] == estimate.COMPILE_S["cnn"]
+    assert compiled["parts"]["compile"] == workloads.get("cnn").compile_s
     ddp = estimate.trial(make_spec(launcher="torchrun", ranks=2, threads=1), m)
     assert ddp["parts"]["start"] == pytest.approx(3.0 * 1.5 + estimate.TORCHRUN_S)
     workers = estimate.trial(make_spec(data="per_sample", num_workers=2), m)

@@ -110,6 +110,10 @@ def test_shipped_default_study(shipped):
     multi = [f"r{r}-t{t}" for r, t in splits if r > 1]
     assert study.ids[len(ladder) :] == [
         "image-folder-nw1",
+        *(f"bert-base{x}" for x in ("", "-bf16", "-inductor", "-ipex-optimize-fp32")),
+        "bert-base-ipex-optimize-bf16",
+        "gpt2",
+        "gpt2-bf16",
         "batch-bs8",
         "batch-bs16",
         "batch-bs32",
@@ -129,6 +133,13 @@ def test_shipped_default_study(shipped):
         ),
     ]
     assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
+    # the transformers at the Accelerate example's and GPT-2 fine-tuning's shapes
+    text = {s["id"]: s for s in study.experiments if s["group"] == "transformers"}
+    assert {(s["model"], s["seq_len"], s["batch_size"]) for s in text.values()} == {
+        ("bert-base", 128, 16),
+        ("gpt2", 256, 8),
+    }
+    assert all(s["image_size"] is None for s in text.values())
     ddp = [s for s in study.experiments if s["group"] == "ddp"]
     assert {s["launcher"] for s in ddp} == {"torchrun"}
     assert {s["env"] for s in ddp if s["dist_backend"] == "ccl"} == {"oneccl"}

@@ -325,10 +325,11 @@ def test_a_batch_beyond_the_nodes_memory_is_warned_where_it_runs(make_spec, tmp_
     """The plan-time memory warning, again on the machine that runs the trial (a
     cluster node may have less memory than the submit host): in the log and the record,
     and the run still happens (the estimate is rough)."""
+    from workflow_scripts import workloads
     from workflow_scripts.study import machine
 
     memory = machine.total_memory_mb()
-    per_sample = machine.MEMORY_MB["resnet50"][1]
+    per_sample = workloads.get("resnet50").memory_mb[1]
     batch = int(memory / per_sample) + 1  # more than this machine's memory by the estimate
     spec = make_spec(model="resnet50", image_size=224, batch_size=batch)
     record, _ = run(tmp_path, spec, [{"fp32": 100.0}])

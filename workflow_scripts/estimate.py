@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from . import workloads
 from .rank import probe
 from .util import finite
 
@@ -54,10 +55,6 @@ SETUP_IMPORT_S = 5.0
 TORCHRUN_S = 4.0
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
-# One-off compile cost (seconds on 2 cores, cold cache) by model; other models: the
-# largest. Inductor's cold compile of ResNet-50 took 45-75 s on 2 cores (AVX-512), of
-# the tiny CNN 25 s on a 2-core Zen 1.
-COMPILE_S = {"cnn": 25.0, "resnet18": 45.0, "resnet50": 75.0}
 # Throughput relative to eager, where a backend differs (torch-xla on the CPU ran
 # ResNet-50 at half the eager rate; compiled graphs ~1.2x eager).
 BACKEND_SPEED = {"xla": 0.5}
@@ -75,27 +72,27 @@ CALIBRATION_S = 60.0
 COLLECTIVES_S = 30.0
 REPORT_S = 30.0
 
-# FLOPs of a forward pass at 224 px (2 per multiply-add; torchvision lists 4.09 and
-# 1.81 GMAC); convolutions scale with the pixel count.
-FORWARD_FLOPS_224 = {"resnet50": 2 * 4.09e9, "resnet18": 2 * 1.81e9}
 DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % split
 
 
-def forward_flops(model: str, image_size: int) -> float | None:
-    """FLOPs of one sample's forward pass (matmuls and convolutions), or None for a model
-    this table does not know."""
-    if model in FORWARD_FLOPS_224:
-        return FORWARD_FLOPS_224[model] * (image_size / 224) ** 2
-    if model == "cnn":  # models.SmallCNN: three 3x3 convolutions, two max-pools, two linears
-        s = image_size
-        convs = 2 * 9 * (3 * 32 * s * s + 32 * 64 * (s // 2) ** 2 + 64 * 64 * (s // 4) ** 2)
-        return float(convs + 2 * (64 * 16 * 128 + 128 * 10))
-    return None
+def forward_flops(spec: Mapping) -> float | None:
+    """FLOPs of one sample's forward pass (matmuls and convolutions), from the model's
+    declaration (``workloads``), or None for a model it does not know."""
+    w = workloads.WORKLOADS.get(spec.get("model", ""))
+    return None if w is None else w.forward_flops(spec)
+
+
+def compile_s(model: str) -> float:
+    """Inductor's one-off cold compile of the model on 2 cores (other models: the
+    largest); Inductor's cold compile of ResNet-50 took 45-75 s on 2 cores (AVX-512),
+    of the tiny CNN 25 s on a 2-core Zen 1."""
+    w = workloads.WORKLOADS.get(model)
+    return w.compile_s if w else max(x.compile_s for x in workloads.WORKLOADS.values())
 
 
 def train_flops_per_sample(spec: Mapping) -> float | None:
     """A training step's FLOPs per sample: forward + backward, ~3 forwards."""
-    forward = forward_flops(spec.get("model", ""), int(spec.get("image_size") or 224))
+    forward = forward_flops(spec)
     return None if forward is None else 3 * forward
 
 
@@ -245,7 +242,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         ),
         "flop_count": (step - STEP_OVERHEAD_S) / batch + 2 * STEP_OVERHEAD_S,
         "probes": PROBE_S * 2 if int(spec.get("probe_size") or 0) > 0 else 0.0,
-        "compile": (COMPILE_S.get(spec.get("model"), max(COMPILE_S.values())) if compiled else 0.0),
+        "compile": (compile_s(spec.get("model")) if compiled else 0.0),
         "warmup": untimed * step,
         "timed": timed_steps * step,
     }

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import backends
+from . import backends, sysinfo
 from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
@@ -76,6 +76,7 @@ MEASUREMENT_COLUMNS = [
     "attempts",
     "discarded_attempts",
     "flops_per_sample",
+    "tokens_per_s",
     "achieved_gflops",
     "ceiling_gflops",
     "ceiling_dtype",
@@ -98,7 +99,12 @@ _TEXT_MEASUREMENT_COLUMNS = (
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
 # Versions: Python, torch and torchvision, then each backend's own library.
-VERSION_KEYS = ["python", "torch", "torchvision", *backends.version_modules().values()]
+VERSION_KEYS = [
+    "python",
+    "torch",
+    *sysinfo.LIBRARIES.values(),
+    *backends.version_modules().values(),
+]
 PROVENANCE_COLUMNS = [
     "torch_num_threads",
     "affinity",
@@ -294,6 +300,9 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     step = _as_dict(metrics.get("step_time_s"))
     row: dict[str, Any] = {}
     row["samples_per_s"] = _num(metrics.get("samples_per_s"))
+    # a text model's throughput in tokens too (every sample is seq_len tokens)
+    seq_len = _num(spec.get("seq_len"))
+    row["tokens_per_s"] = row["samples_per_s"] * seq_len
     for key in _STEP_TIME_KEYS:
         row[f"step_time_{key}_s"] = _num(step.get(key))
     row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))

@@ -217,6 +217,15 @@ def collect(extra_env_vars: tuple[str, ...] = ()) -> dict:
     return prov
 
 
+#: libraries besides torch whose versions every record holds (module -> key): the
+#: transformer workloads' models and the accelerate launcher's library
+LIBRARIES = {
+    "torchvision": "torchvision",
+    "transformers": "transformers",
+    "accelerate": "accelerate",
+}
+
+
 def torch_info() -> dict:
     """Versions and threading of the torch stack in this process (imports torch)."""
     import importlib
@@ -226,7 +235,7 @@ def torch_info() -> dict:
     versions = {"python": platform.python_version(), "torch": torch.__version__}
     from . import backends
 
-    modules = {"torchvision": "torchvision", **backends.version_modules(), "numpy": "numpy"}
+    modules = {**LIBRARIES, **backends.version_modules(), "numpy": "numpy"}
     for mod, key in modules.items():
         m = sys.modules.get(mod)
         if m is None:

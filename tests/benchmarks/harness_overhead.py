@@ -107,11 +107,12 @@ def bare_step(spec: dict):
     """The hand-written loop's step, nothing but the training step and a stopwatch."""
     import torch
 
+    from workflow_scripts import workloads
     from workflow_scripts.rank import models  # the model constructors only
 
     torch.manual_seed(spec["seed"])
-    n_classes = models.num_classes(spec["model"])
-    model = models.build(spec["model"], n_classes)
+    n_classes = workloads.get(spec["model"]).num_classes
+    model = models.build(spec["model"])
     model.train()
     gen = torch.Generator().manual_seed(spec["seed"])
     size, bs = spec["image_size"], spec["batch_size"]
@@ -147,7 +148,7 @@ def child(spec: dict, cfg: dict) -> int:
 
     launchers.get(spec["launcher"]).verify(spec)
     trainer = harness.Trainer(spec)
-    harness.before_steps(spec)
+    harness.before_steps(spec, None)
     bare = bare_step(spec)
     progress = harness.progress_printer()
     total = cfg["warmup"] + cfg["rounds"] * cfg["block"]

@@ -47,6 +47,11 @@ class Backend:
     order: int = 100
     #: trains a DistributedDataParallel model on CPU tensors (torchrun's ranks)
     ddp: bool = True
+    #: the harness counts the FLOPs after ``setup`` (a backend whose device must be
+    #: claimed before any backward in the process, as torch_xla's); otherwise before it,
+    #: so that no backend library's kernels are out of the counter's sight (importing
+    #: IPEX hides a transformer's backward matmuls from ``FlopCounterMode``)
+    flops_after_setup: bool = False
 
     # ------------------------------------------------------------------ plan time
 

@@ -14,6 +14,7 @@ class Xla(Backend):
     env_vars = {"PJRT_DEVICE": "CPU"}
     order = 3
     ddp = False  # its tensors live on the XLA device: no DDP over CPU process groups
+    flops_after_setup = True  # torch_xla.device() before the first backward in a process
 
     def check(self, spec: dict) -> list[str]:
         problems = []

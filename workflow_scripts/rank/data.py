@@ -1,5 +1,7 @@
 """Data sources: one in-memory batch, per-sample synthetic tensors, a PIL image folder,
-and scikit-learn's digits (exported by ``workflow_scripts.digits``) with a held-out split."""
+and scikit-learn's digits (exported by ``workflow_scripts.digits``) with a held-out split;
+for the text models, the synthetic sources as token ids (a causal LM's labels are its
+next tokens)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from .. import workloads
 
 
 class SyntheticPerSample(Dataset):
@@ -22,6 +26,36 @@ class SyntheticPerSample(Dataset):
 
     def __getitem__(self, index: int):
         return torch.randn(3, self.image_size, self.image_size), index % 10
+
+
+class SyntheticTokens(Dataset):
+    """The per-sample source of a text model: each sample is ``seq_len`` random token
+    ids, drawn from a generator seeded by its index; its label the sequence
+    classification's ``index % classes``, or a causal LM's next tokens."""
+
+    def __init__(self, w: workloads.Workload, seq_len: int, seed: int, length: int = 1_000_000):
+        self.w, self.seq_len, self.seed, self.length = w, seq_len, seed, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        x = torch.randint(0, vocab_size(self.w), (self.seq_len,), generator=gen)
+        return x, text_labels(self.w, x.unsqueeze(0), torch.tensor([index]))[0]
+
+
+def vocab_size(w: workloads.Workload) -> int:
+    return int(w.hf_config["vocab_size"])
+
+
+def text_labels(w: workloads.Workload, x: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """The labels of token batch ``x``: a causal LM's next token at each position (the
+    last position has none: -100, which the loss ignores); a classifier's ``classes``
+    modulo its number of classes."""
+    if w.task == "causal-lm":
+        return torch.cat([x[:, 1:], torch.full_like(x[:, :1], -100)], dim=1)
+    return classes % w.num_classes
 
 
 def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
@@ -95,20 +129,31 @@ def shuffled(spec: dict) -> bool:
     return spec["data"] in ("image_folder", "digits")
 
 
-def batches(
-    spec: dict, data_path: str | None, num_classes: int, rank: int = 0, world: int = 1
-) -> Batches:
+def synthetic_batch(spec: dict, bs: int, gen: torch.Generator) -> tuple:
+    """The one in-memory batch of ``bs`` samples: images and labels below 10, or token
+    ids and their labels."""
+    w = workloads.get(spec["model"])
+    if w.text:
+        x = torch.randint(0, vocab_size(w), (bs, spec["seq_len"]), generator=gen)
+        return x, text_labels(w, x, torch.randint(0, w.num_classes, (bs,), generator=gen))
+    size = spec["image_size"]
+    x = torch.randn(bs, 3, size, size, generator=gen)
+    return x, torch.randint(0, min(10, w.num_classes), (bs,), generator=gen)
+
+
+def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) -> Batches:
     """The batches of the spec's data; for rank ``rank`` of ``world`` data-parallel
     ranks, its share of each global batch (its own samples). ``data_path``: the
     generated image folder, or the exported digits folder."""
     bs, size = spec["batch_size"] // world, spec["image_size"]
     gen = torch.Generator().manual_seed(spec["seed"] + rank)
+    w = workloads.get(spec["model"])
     if spec["data"] == "synthetic":
-        x = torch.randn(bs, 3, size, size, generator=gen)
-        y = torch.randint(0, min(10, num_classes), (bs,), generator=gen)
-        return Batches(None, batch=(x, y))
-    if spec["data"] == "per_sample":
-        dataset: Dataset = SyntheticPerSample(size)
+        return Batches(None, batch=synthetic_batch(spec, bs, gen))
+    if spec["data"] == "per_sample" and w.text:
+        dataset: Dataset = SyntheticTokens(w, spec["seq_len"], spec["seed"])
+    elif spec["data"] == "per_sample":
+        dataset = SyntheticPerSample(size)
     elif spec["data"] == "image_folder":
         root = spec.get("data_dir") or data_path
         if not root:

@@ -58,8 +58,7 @@ class Trainer:
             self.group = ranks.init_process_group(spec)
             self.rank, self.world, _ = ranks.world()
 
-        n_classes = models.num_classes(spec["model"])
-        model = models.build(spec["model"], n_classes)
+        model = models.build(spec["model"])
         model.train()
         cl = torch.channels_last
         self.memory_format = cl if spec["channels_last"] else torch.contiguous_format
@@ -79,7 +78,7 @@ class Trainer:
         self.optimizer = optimizer
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.data_path = data_path
-        self.batches = data.batches(spec, data_path, n_classes, self.rank, self.world)
+        self.batches = data.batches(spec, data_path, self.rank, self.world)
         if spec["channels_last"] and self.batches.batch is not None:
             # the one synthetic batch, in channels_last once (a step's own copy into it is
             # then a no-op), as a hand-written loop would hold it
@@ -99,7 +98,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             out = self.model(x)
-            loss = self.loss_fn(out, y)
+            # a causal LM's logits and labels per token: one row of the loss each
+            loss = self.loss_fn(out.flatten(0, -2), y.flatten())
         loss.backward()
         self.optimizer.step()
         self.backend.sync()
@@ -165,26 +165,26 @@ def count_flops_per_sample(spec: dict) -> float:
     Counted with ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per
     multiply-add of the matmuls and convolutions, the bulk of the work; norms and
     activations are not counted) on a fresh CPU copy of the model built with the
-    spec's seed, before any compile or ``ipex.optimize``. Eval mode: batch norm with
-    one sample fails in training mode on small images, and its FLOPs are not
-    counted anyway. The global RNG is left as it was.
+    spec's seed, before any compile or ``ipex.optimize`` (a transformer with plain-matmul
+    attention: the counter does not see inside the CPU's fused attention kernel, whose
+    FLOPs are the same). Eval mode: batch norm with one sample fails in training mode
+    on small images, and its FLOPs are not counted anyway. The global RNG is left as
+    it was.
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from . import models
+    from . import data, models
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec["seed"])
-        n_classes = models.num_classes(spec["model"])
-        model = models.build(spec["model"], n_classes)
+        model = models.build(spec["model"], attention="eager")
         model.eval()
-        size = spec["image_size"]
-        x = torch.randn(1, 3, size, size)
-        y = torch.zeros(1, dtype=torch.long)
+        x, y = data.synthetic_batch(spec, 1, torch.Generator().manual_seed(spec["seed"]))
         counter = FlopCounterMode(display=False)
         with counter:
-            loss = torch.nn.functional.cross_entropy(model(x), y)
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out.flatten(0, -2), y.flatten())
             loss.backward()
     return float(counter.get_total_flops())
 
@@ -207,34 +207,39 @@ def probe_or_error(size) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
-def before_steps(spec: dict) -> dict:
-    """What a trial does between its setup and its steps: wait for its own compile
-    worker pool, count the FLOPs, probe the machine (all ranks together)."""
-    # The trial's own background work first: a compile worker pool that the setup
-    # started (IPEX's import does) would share the cores with the probe and steps.
-    try:
-        pool_wait_s = probe.wait_for_compile_pool()
-    except Exception:  # noqa: BLE001 - a pool that failed to start shows up in a compile
-        pool_wait_s = None
-    # After the setup (so after torch_xla claimed its device: XLA needs that before
-    # any backward in the process), before the steps; neither is part of setup_s.
+def counted_flops(spec: dict) -> dict:
+    """The FLOP count of the spec's model (``flops_per_sample``, or ``flops_error`` when
+    it could not be counted) and how long counting took."""
     t0 = time.perf_counter()
     flops_error = None
     try:
         flops = count_flops_per_sample(spec)
     except Exception as exc:  # noqa: BLE001 - a missing FLOP count must not fail the run
         flops, flops_error = None, f"{type(exc).__name__}: {exc}"[:500]
-    flops_count_s = time.perf_counter() - t0
+    return {
+        "flops_per_sample": flops,
+        "flops_error": flops_error,
+        "flops_count_s": time.perf_counter() - t0,
+    }
+
+
+def before_steps(spec: dict, counted: dict | None) -> dict:
+    """What a trial does between its setup and its steps: wait for its own compile
+    worker pool, count the FLOPs (unless ``counted`` before the setup), probe the
+    machine (all ranks together)."""
+    # The trial's own background work first: a compile worker pool that the setup
+    # started (IPEX's import does) would share the cores with the probe and steps.
+    try:
+        pool_wait_s = probe.wait_for_compile_pool()
+    except Exception:  # noqa: BLE001 - a pool that failed to start shows up in a compile
+        pool_wait_s = None
+    # After the setup where the backend needs it (torch_xla claims its device before
+    # any backward in the process), before the steps; neither is part of setup_s.
+    counted = counted or counted_flops(spec)
     ranks.barrier()  # the ranks probe together, and step together after
     probe_result = probe_or_error(spec.get("probe_size"))
     ranks.barrier()
-    return {
-        "compile_pool_wait_s": pool_wait_s,
-        "flops_per_sample": flops,
-        "flops_error": flops_error,
-        "flops_count_s": flops_count_s,
-        "probe": probe_result,
-    }
+    return {"compile_pool_wait_s": pool_wait_s, **counted, "probe": probe_result}
 
 
 def timed_step(trainer: Trainer, i: int, total: int, progress=None) -> tuple[float, float]:
@@ -272,10 +277,11 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
 
     import_s = time.perf_counter() - t0
     launchers.get(spec["launcher"]).verify(spec)
+    counted = None if backends.get(spec["backend"]).flops_after_setup else counted_flops(spec)
     t0 = time.perf_counter()
     trainer = Trainer(spec, data_path)
     setup_s = time.perf_counter() - t0
-    before = before_steps(spec)
+    before = before_steps(spec, counted)
     flops = before["flops_per_sample"]
     step_times: list[float] = []
     losses: list[float] = []

@@ -1,11 +1,13 @@
-"""Models the study trains: torchvision ResNets and a small CIFAR-style CNN."""
+"""Models the study trains, built from their declaration (``workflow_scripts.workloads``):
+torchvision ResNets, a small CIFAR-style CNN, and Hugging Face transformers built from
+their configuration with random initial weights."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-MODELS = ("resnet50", "resnet18", "cnn")
+from .. import workloads
 
 
 class SmallCNN(nn.Module):
@@ -35,16 +37,35 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-def build(name: str, num_classes: int) -> nn.Module:
+class TextModel(nn.Module):
+    """A transformers model whose forward takes the token ids and returns the logits
+    (the loss is the harness's, as for the vision models)."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.hf(input_ids=input_ids).logits
+
+
+def build_text(w: workloads.Workload, attention: str = "sdpa") -> nn.Module:
+    """The transformers model of ``w`` with random weights (torch's global RNG).
+    ``attention``: transformers' implementation; ``sdpa`` (its default, what a user
+    trains with) or ``eager`` (plain matmuls, which ``FlopCounterMode`` counts)."""
+    import transformers
+
+    cls = getattr(transformers, w.hf_class)
+    config = cls.config_class(**w.hf_config, use_cache=False, attn_implementation=attention)
+    return TextModel(cls(config))
+
+
+def build(name: str, attention: str = "sdpa") -> nn.Module:
+    w = workloads.get(name)
+    if w.text:
+        return build_text(w, attention)
     if name == "cnn":
-        return SmallCNN(num_classes=num_classes)
-    if name in ("resnet50", "resnet18"):
-        import torchvision
+        return SmallCNN(num_classes=w.num_classes)
+    import torchvision
 
-        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
-    raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
-
-
-def num_classes(model: str) -> int:
-    # torchvision's ResNets keep their 1000-way head, as in the article (labels are index % 10).
-    return 10 if model == "cnn" else 1000
+    return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)

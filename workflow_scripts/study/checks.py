@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .. import backends, digits, launchers
+from .. import backends, digits, launchers, workloads
 from ..sysinfo import parse_cpu_list
 from ..util import show
 from .fields import ID_ALLOWED, ID_PATTERN
@@ -56,6 +56,40 @@ def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
     return problems
 
 
+TEXT_DATA = ("synthetic", "per_sample")
+
+
+def _workload_problems(spec: dict) -> list[str]:
+    """What the model's family cannot take: a text model has no images (no image size,
+    channels_last, image folder or digits), an image model no sequence length."""
+    w = workloads.WORKLOADS.get(spec["model"])
+    if w is None:
+        return []  # the schema names the allowed models
+    model = f"model {spec['model']!r} ({w.family})"
+    if not w.text:
+        if spec["seq_len"] is not None:
+            return [f"seq_len {spec['seq_len']} needs a text model (got {model})"]
+        if spec["image_size"] is None:
+            return [f"image_size null needs a text model ({model} takes images)"]
+        return []
+    problems = []
+    if spec["image_size"] is not None:
+        problems.append(f"image_size {spec['image_size']} needs an image model (got {model})")
+    if spec["channels_last"]:
+        problems.append(f"channels_last needs an image model (got {model}: 2-D token ids)")
+    if spec["data"] not in TEXT_DATA:
+        problems.append(
+            f"data {spec['data']!r} needs an image model (got {model}); a text model "
+            f"takes data {' or '.join(repr(d) for d in TEXT_DATA)}"
+        )
+    positions = w.hf_config.get("max_position_embeddings") or w.hf_config.get("n_positions")
+    if positions and spec["seq_len"] > positions:
+        problems.append(
+            f"seq_len {spec['seq_len']} is longer than the {positions} positions of {model}"
+        )
+    return problems
+
+
 def check_spec(spec: dict) -> list[str]:
     """Combination problems of one resolved spec, as short sentences: the backend's and
     the launcher's own rules, the knobs they own, and the rules between data fields."""
@@ -89,6 +123,7 @@ def check_spec(spec: dict) -> list[str]:
             )
     problems += _owner_problems(spec, "launcher", launchers.all_launchers())
     problems += launchers.get(spec["launcher"]).check(spec)
+    problems += _workload_problems(spec)
     if spec["data"] == "synthetic" and spec["num_workers"] != 0:
         problems.append(
             f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "

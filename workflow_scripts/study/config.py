@@ -36,7 +36,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .. import backends, launchers
+from .. import backends, launchers, workloads
 from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
 from ..util import show
@@ -168,8 +168,24 @@ def _resolve(fields: dict, defaults: dict, preset: str) -> dict:
         launchers.get(launcher).env(spec, backend) if launcher in launchers.names() else backend.env
     )
     spec["preset"] = preset
+    _input_size(spec, fields)
     _normalize(spec)
     return spec
+
+
+def _input_size(spec: dict, fields: dict) -> None:
+    """A text model's spec holds its sequence length (``null``: the model's own) and no
+    image size, an image model's no sequence length; a value the experiment sets
+    itself stays, for the checks to refuse."""
+    w = workloads.WORKLOADS.get(spec["model"])
+    if w is None:
+        return
+    if w.text:
+        spec["seq_len"] = spec["seq_len"] or w.seq_len
+        if "image_size" not in fields:
+            spec["image_size"] = None
+    elif "seq_len" not in fields:
+        spec["seq_len"] = None
 
 
 def _expand(

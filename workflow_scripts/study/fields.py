@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import backends, launchers
+from .. import backends, launchers, workloads
 
 ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 ID_ALLOWED = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -54,6 +54,11 @@ def _flag(on: str, off: str) -> Callable[[Any], str]:
 
 def _prefixed(prefix: str, fmt: str = "{}") -> Callable[[Any], str]:
     return lambda v: prefix + fmt.format(v)
+
+
+def _seq_len_reference(spec: dict, defaults: dict) -> int | None:
+    w = workloads.WORKLOADS.get(spec["model"])
+    return w.seq_len if w else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,9 +195,11 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "model",
-            {"enum": ["resnet50", "resnet18", "cnn"]},
+            lambda: {"enum": workloads.names()},
             "resnet50",
-            "torchvision ResNet-50/18 (from scratch) or a small CNN",
+            "what is trained (workflow_scripts/workloads.py): torchvision ResNet-50/18 from "
+            "scratch, a small CNN, or a transformers model with random weights: BERT for "
+            "sequence classification, GPT-2 for causal-LM fine-tuning, and tiny variants",
             id_pos=0,
             id_always=True,
             column=True,
@@ -213,14 +220,30 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "image_size",
-            {"type": "integer", "minimum": 8},
+            {"type": ["integer", "null"], "minimum": 8},
             224,
-            "input images are image_size x image_size pixels",
+            "input images are image_size x image_size pixels (image models; a text "
+            "model's spec holds null)",
             tag=_prefixed("px"),
             id_pos=14,
-            id_reference=lambda spec, defaults: defaults["image_size"],
+            id_reference=lambda spec, defaults: (
+                defaults["image_size"] if spec["image_size"] else None
+            ),
             column=True,
             label="image size",
+            compare="workload",
+        ),
+        Field(
+            "seq_len",
+            {"type": ["integer", "null"], "minimum": 2},
+            None,
+            "tokens per sample of a text model (null: the model's own, e.g. 128 for BERT "
+            "as in Accelerate's example; an image model's spec holds null)",
+            tag=_prefixed("seq"),
+            id_pos=14.5,
+            id_reference=_seq_len_reference,
+            column=True,
+            label="sequence length",
             compare="workload",
         ),
         Field(

@@ -8,26 +8,31 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .. import workloads
 from ..sysinfo import cpu_list_str, parse_cpu_list, plan_cpus
 from .config import Study, StudyConfigError
 from .schema import err
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
 
-# A rough training-memory model, for the warning only: (fixed MB: weights, gradients,
-# momentum, the framework; MB per sample at 224 x 224: fp32 activations kept for the
-# backward pass). An order of magnitude, not a measurement.
-MEMORY_MB = {"resnet50": (600.0, 110.0), "resnet18": (350.0, 40.0), "cnn": (300.0, 4.0)}
 MEMORY_WARN_FRACTION = 0.8
 
 
 def estimated_memory_mb(spec: dict) -> float:
-    fixed, per_sample = MEMORY_MB.get(spec["model"], MEMORY_MB["resnet50"])
+    """A rough training-memory model, for the warning only (the model's ``memory_mb``
+    in ``workloads``: weights, gradients, momentum and the framework, plus the
+    activations kept for the backward pass); an order of magnitude, not a measurement."""
+    w = workloads.WORKLOADS.get(spec["model"], workloads.WORKLOADS["resnet50"])
+    fixed, activations = w.memory_estimate_mb(spec)
     workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
-    return (
-        fixed * (1 + 0.5 * workers)
-        + per_sample * spec["batch_size"] * (spec["image_size"] / 224) ** 2
-    )
+    return fixed * (1 + 0.5 * workers) + activations
+
+
+def input_size(spec: dict) -> str:
+    """The spec's input size in words: ``224 px`` or ``128 tokens``."""
+    if spec.get("seq_len"):
+        return f"{spec['seq_len']} tokens"
+    return f"{spec['image_size']} px"
 
 
 def total_memory_mb() -> float | None:
@@ -53,7 +58,7 @@ def memory_warning(spec: dict, memory: float | None) -> str | None:
         return None
     return (
         f"experiment {spec['id']}.batch_size: batch {spec['batch_size']} of "
-        f"{spec['model']} at {spec['image_size']} px needs roughly "
+        f"{spec['model']} at {input_size(spec)} needs roughly "
         f"{math.ceil(need / 1024)} GB (a rough estimate); this machine has "
         f"{memory / 1024:.0f} GB: the run may be killed for memory"
     )

@@ -1,0 +1,168 @@
+"""The models the study trains, declared once: their family, input, head, analytic
+FLOPs, rough memory and compile cost.
+
+A :class:`Workload` is all the host needs to know of a model (the ``model`` field's
+values, the estimate of a study's time and memory, the report's families); the rank
+side builds it (``rank/models.py``). Two families:
+
+- ``vision``: image classification on ``image_size`` x ``image_size`` inputs
+  (torchvision's ResNets from scratch, the article's small CNN);
+- ``text``: Hugging Face ``transformers`` models built from the configuration below
+  (the named architecture's sizes, random initial weights, nothing downloaded), on
+  ``seq_len`` tokens: BERT for sequence classification (the Accelerate CPU guide's
+  example), GPT-2 for causal-LM fine-tuning, and tiny variants of both for quick runs.
+
+Standard library only (read on both sides of the process boundary). Adding a model is
+one entry in :data:`WORKLOADS` (see the README, "Adding a model").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+FAMILIES = ("vision", "text")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    family: str
+    #: ``image-classification``, ``sequence-classification`` or ``causal-lm``
+    task: str
+    help: str
+    #: classes of the head (vision, sequence classification); causal-LM: the vocabulary
+    num_classes: int
+    #: rough training memory: (fixed MB: weights, gradients, momentum, the framework;
+    #: MB per sample at the reference input size: activations kept for the backward)
+    memory_mb: tuple[float, float]
+    #: inductor's one-off cold compile on 2 cores (seconds)
+    compile_s: float
+    #: text: the default sequence length (the reference input size of ``memory_mb``)
+    seq_len: int | None = None
+    #: text: the transformers model class and its configuration's keyword arguments
+    hf_class: str | None = None
+    hf_config: Mapping[str, Any] | None = None
+    #: vision: FLOPs of one forward pass at 224 x 224 (None: computed by ``_cnn_flops``)
+    forward_flops_224: float | None = None
+
+    @property
+    def text(self) -> bool:
+        return self.family == "text"
+
+    def input_scale(self, spec: Mapping) -> float:
+        """The spec's input size over the reference one (pixels, or tokens)."""
+        if self.text:
+            return int(spec.get("seq_len") or self.seq_len) / self.seq_len
+        return (int(spec.get("image_size") or 224) / 224) ** 2
+
+    def tokens_per_sample(self, spec: Mapping) -> int | None:
+        return int(spec.get("seq_len") or self.seq_len) if self.text else None
+
+    def forward_flops(self, spec: Mapping) -> float:
+        """FLOPs of one sample's forward pass: 2 per multiply-add of the matmuls and
+        convolutions (norms, activations and softmax are not counted), as
+        ``FlopCounterMode`` counts them."""
+        if self.text:
+            return _transformer_flops(self, int(spec.get("seq_len") or self.seq_len))
+        size = int(spec.get("image_size") or 224)
+        if self.forward_flops_224 is None:
+            return _cnn_flops(size)
+        return self.forward_flops_224 * (size / 224) ** 2
+
+    def memory_estimate_mb(self, spec: Mapping) -> tuple[float, float]:
+        """(fixed MB, activations MB for the spec's batch and input size)."""
+        fixed, per_sample = self.memory_mb
+        return fixed, per_sample * spec["batch_size"] * self.input_scale(spec)
+
+
+def _cnn_flops(s: int) -> float:
+    """rank/models.SmallCNN: three 3x3 convolutions, two max-pools, two linears."""
+    convs = 2 * 9 * (3 * 32 * s * s + 32 * 64 * (s // 2) ** 2 + 64 * 64 * (s // 4) ** 2)
+    return float(convs + 2 * (64 * 16 * 128 + 128 * 10))
+
+
+def _transformer_flops(w: Workload, s: int) -> float:
+    """Per token and layer: the Q, K, V and output projections (8 h^2), the MLP
+    (4 h i) and attention's two matmuls over the s positions (4 s h); then the head:
+    BERT's pooler and classifier on the first token, GPT-2's tied LM head on every
+    token (2 h V)."""
+    c = w.hf_config
+    if w.hf_class == "GPT2LMHeadModel":
+        h, layers, inner = c["n_embd"], c["n_layer"], c.get("n_inner") or 4 * c["n_embd"]
+        head = s * 2 * h * c["vocab_size"]
+    else:
+        h, layers, inner = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
+        head = 2 * h * h + 2 * h * w.num_classes
+    return float(s * layers * (8 * h * h + 4 * h * inner + 4 * s * h) + head)
+
+
+def _bert(name: str, help: str, memory_mb, compile_s, **config) -> Workload:
+    config = {"num_labels": 2, "max_position_embeddings": 512, **config}  # MRPC: 2 labels
+    return Workload(
+        name, "text", "sequence-classification", help, 2, memory_mb, compile_s,
+        seq_len=128, hf_class="BertForSequenceClassification", hf_config=config,
+    )  # fmt: skip
+
+
+def _gpt2(name: str, help: str, memory_mb, compile_s, seq_len: int, **config) -> Workload:
+    vocab = config.get("vocab_size", 50257)
+    config = {"bos_token_id": vocab - 1, "eos_token_id": vocab - 1, **config}
+    return Workload(
+        name, "text", "causal-lm", help, vocab, memory_mb, compile_s,
+        seq_len=seq_len, hf_class="GPT2LMHeadModel", hf_config=config,
+    )  # fmt: skip
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "resnet50", "vision", "image-classification",
+            "torchvision ResNet-50 from scratch (1000-way head, labels index % 10)",
+            1000, (600.0, 110.0), 75.0, forward_flops_224=2 * 4.09e9,
+        ),
+        Workload(
+            "resnet18", "vision", "image-classification", "torchvision ResNet-18 from scratch",
+            1000, (350.0, 40.0), 45.0, forward_flops_224=2 * 1.81e9,
+        ),
+        Workload(
+            "cnn", "vision", "image-classification",
+            "the article's small CIFAR-style CNN (10 classes)", 10, (300.0, 4.0), 25.0,
+        ),
+        _bert(
+            "bert-base", "BERT-base (bert-base-cased's sizes: 110 M parameters) for sequence "
+            "classification, as in Accelerate's NLP example", (1700.0, 120.0), 60.0,
+            vocab_size=28996, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+            intermediate_size=3072,
+        ),
+        _bert(
+            "bert-tiny", "BERT-Tiny (2 layers, hidden 128, 2 heads: Google's "
+            "bert_uncased_L-2_H-128_A-2 sizes) for sequence classification",
+            (350.0, 2.0), 30.0, vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+            num_attention_heads=2, intermediate_size=512,
+        ),
+        _gpt2(
+            "gpt2", "GPT-2 small (124 M parameters) for causal-LM fine-tuning",
+            (1900.0, 450.0), 70.0, 256, vocab_size=50257, n_positions=1024, n_embd=768,
+            n_layer=12, n_head=12,
+        ),
+        _gpt2(
+            "gpt2-tiny", "a tiny GPT-2 (2 layers, hidden 128, 2 heads, 8192-token vocabulary) "
+            "for causal-LM fine-tuning", (350.0, 10.0), 30.0, 128, vocab_size=8192,
+            n_positions=512, n_embd=128, n_layer=2, n_head=2,
+        ),
+    )
+}  # fmt: skip
+
+
+def names() -> list[str]:
+    return list(WORKLOADS)
+
+
+def get(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; allowed: {', '.join(WORKLOADS)}") from None
