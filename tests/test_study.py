@@ -122,6 +122,13 @@ def test_shipped_default_study(shipped):
         "workers-nw2",
         "threads-t1",
         "threads-t2",
+        *(
+            f"infer-{m}-bs{b}-{p}"
+            for m in ("resnet50", "bert-base")
+            for b in (1, 16)
+            for p in ("fp32", "bf16")
+        ),
+        *(f"infer-{kind}-{m}" for kind in ("compiled", "ipex") for m in ("resnet50", "bert-base")),
         *(f"ddp-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(16)),
         *(f"ddp-ccl-tcp-{x}" for x in multi),
         *(f"ddp-ccl-cclworker-{x}" for x in multi),

@@ -1,6 +1,6 @@
 """The transformer workloads trained for real: tiny BERT and GPT-2 (Hugging Face
 transformers, random weights from the configuration in workflow_scripts/workloads.py)
-through the harness in the upstream and IPEX environments."""
+through the harness in the upstream and IPEX environments; and inference mode."""
 
 from __future__ import annotations
 
@@ -59,3 +59,30 @@ def test_gpt2_through_ipex_optimize(ipex_env, make_spec, tmp_path):
     text_record(rec)
     assert rec["provenance"]["versions"]["torch"].startswith("2.8.")
     assert rec["provenance"]["versions"].get("transformers")
+
+
+def inference_record(rec: dict) -> dict:
+    """An inference run: the forward pass alone (its FLOPs a third of a training
+    step's), and nothing learnt: every step's loss is the same."""
+    rec = assert_ok(rec)
+    assert rec["metrics"]["flops_per_sample"] == estimate.train_flops_per_sample(rec["spec"])
+    assert max(rec["losses"]) - min(rec["losses"]) < 1e-5, rec["losses"]
+    dist = rec["metrics"]["step_time_s"]
+    assert 0 < dist["median"] <= dist["p99"]  # batch 1: the latency distribution
+    return rec
+
+
+def test_bert_inference_at_batch_1(upstream_env, make_spec, tmp_path):
+    spec = make_spec(id="bert-infer", model="bert-tiny", mode="inference", batch_size=1, steps=20)
+    rec = inference_record(text_record(run(spec, upstream_env, tmp_path)))
+    assert rec["metrics"]["flops_per_sample"] * 3 == estimate.train_flops_per_sample(
+        {**spec, "mode": "train"}
+    )
+
+
+def test_inference_through_ipex_optimize(ipex_env, make_spec, tmp_path):
+    spec = make_spec(id="cnn-infer", mode="inference", backend="ipex", ipex_optimize=True)
+    rec = run(spec, ipex_env, tmp_path)
+    assert rec["status"] == "ok", rec.get("error")
+    assert max(rec["losses"]) - min(rec["losses"]) < 1e-5, rec["losses"]
+    assert rec["metrics"]["flops_per_sample"] == estimate.train_flops_per_sample(spec)

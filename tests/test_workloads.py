@@ -89,3 +89,29 @@ def test_memory_warning_of_a_text_model_names_its_tokens():
     assert activations == 512 * workloads.get("gpt2").memory_mb[1]  # at its own 256 tokens
     warning = machine.memory_warning(spec, memory=fixed + activations)
     assert "batch 512 of gpt2 at 256 tokens needs roughly" in warning
+
+
+def test_inference_mode_resolves_and_counts_the_forward_alone():
+    spec = load(model="bert-tiny", mode="inference", batch_size=1, group="g")
+    assert spec["id"] == "bert-tiny-infer-fp32-bs1"
+    forward = workloads.get("bert-tiny").forward_flops(spec)
+    assert estimate.train_flops_per_sample(spec) == forward
+    assert estimate.train_flops_per_sample({**spec, "mode": "train"}) == 3 * forward
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"mode": "inference", "data": "digits", "epochs": 2, "time_budget_s": None},
+            "epochs 2 needs mode 'train'",
+        ),
+        (
+            {"mode": "inference", "launcher": "torchrun", "ranks": 2},
+            "mode 'inference' runs one process (got launcher 'torchrun'",
+        ),
+        ({"mode": "predict"}, "mode"),
+    ],
+)
+def test_what_inference_refuses(fields, message):
+    assert message in refused(**fields)

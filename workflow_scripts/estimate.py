@@ -91,9 +91,12 @@ def compile_s(model: str) -> float:
 
 
 def train_flops_per_sample(spec: Mapping) -> float | None:
-    """A training step's FLOPs per sample: forward + backward, ~3 forwards."""
+    """A step's FLOPs per sample: training's forward + backward, ~3 forwards; an
+    inference step's forward alone."""
     forward = forward_flops(spec)
-    return None if forward is None else 3 * forward
+    if forward is None:
+        return None
+    return forward if spec.get("mode") == "inference" else 3 * forward
 
 
 # --------------------------------------------------------------------------- machine

@@ -72,7 +72,8 @@ class Backend:
         return torch.device("cpu")
 
     def prepare(self, model, optimizer, spec: dict):
-        """The backend's own optimization of model and optimizer (before any compile)."""
+        """The backend's own optimization of model and optimizer (before any compile);
+        ``optimizer`` is None in inference mode."""
         return model, optimizer
 
     def compile(self, model, spec: dict):

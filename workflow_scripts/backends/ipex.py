@@ -22,6 +22,8 @@ class Ipex(Backend):
         import torch
 
         dtype = torch.bfloat16 if spec["precision"] == "bf16" else torch.float32
+        if optimizer is None:  # inference: the model alone (in eval mode)
+            return ipex.optimize(model, dtype=dtype), None
         return ipex.optimize(model, optimizer=optimizer, dtype=dtype)
 
 

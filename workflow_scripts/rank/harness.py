@@ -59,13 +59,16 @@ class Trainer:
             self.rank, self.world, _ = ranks.world()
 
         model = models.build(spec["model"])
-        model.train()
+        self.inference = spec["mode"] == "inference"
+        model.train(not self.inference)
         cl = torch.channels_last
         self.memory_format = cl if spec["channels_last"] else torch.contiguous_format
         if spec["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model = model.to(self.device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
+        optimizer = None
+        if not self.inference:
+            optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
         self.bf16 = spec["precision"] == "bf16"
         model, optimizer = self.backend.prepare(model, optimizer, spec)
         self.net = model  # before DDP and compile: what evaluate() scores
@@ -95,6 +98,8 @@ class Trainer:
         if self.spec["channels_last"]:
             x = x.contiguous(memory_format=self.memory_format)
         x, y = self.backend.to_device(x, y)
+        if self.inference:
+            return self.forward(x, y)
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             out = self.model(x)
@@ -105,6 +110,16 @@ class Trainer:
         self.backend.sync()
         self.last = (x, out)
         return loss.detach()
+
+    def forward(self, x, y):
+        """An inference step: the forward pass alone, under ``torch.inference_mode``
+        (its loss, on the batch's labels, is only a sign of what the model computed)."""
+        with self.torch.inference_mode(), self.autocast():
+            out = self.model(x)
+            loss = self.loss_fn(out.flatten(0, -2), y.flatten())
+        self.backend.sync()
+        self.last = (x, out)
+        return loss
 
     def evaluate(self) -> dict:
         """Held-out accuracy and loss of the trained model on the digits' test split
@@ -160,7 +175,8 @@ class Trainer:
 
 
 def count_flops_per_sample(spec: dict) -> float:
-    """FLOPs of one training step per sample: one forward + backward at batch size 1.
+    """FLOPs of one step per sample: one forward + backward at batch size 1 (inference:
+    the forward alone).
 
     Counted with ``torch.utils.flop_counter.FlopCounterMode`` (2 FLOPs per
     multiply-add of the matmuls and convolutions, the bulk of the work; norms and
@@ -185,7 +201,8 @@ def count_flops_per_sample(spec: dict) -> float:
         with counter:
             out = model(x)
             loss = torch.nn.functional.cross_entropy(out.flatten(0, -2), y.flatten())
-            loss.backward()
+            if spec["mode"] == "train":
+                loss.backward()
     return float(counter.get_total_flops())
 
 

@@ -90,6 +90,24 @@ def _workload_problems(spec: dict) -> list[str]:
     return problems
 
 
+def _inference_problems(spec: dict) -> list[str]:
+    """Inference runs forward passes in one process: nothing to train for an accuracy,
+    no gradients for data-parallel ranks to average."""
+    if spec["mode"] != "inference":
+        return []
+    problems = []
+    if spec["epochs"]:
+        problems.append(
+            f"epochs {spec['epochs']} needs mode 'train' (mode 'inference' trains nothing)"
+        )
+    if launchers.get(spec["launcher"]).distributed:
+        problems.append(
+            f"mode 'inference' runs one process (got launcher {spec['launcher']!r}: "
+            "data-parallel training)"
+        )
+    return problems
+
+
 def check_spec(spec: dict) -> list[str]:
     """Combination problems of one resolved spec, as short sentences: the backend's and
     the launcher's own rules, the knobs they own, and the rules between data fields."""
@@ -124,6 +142,7 @@ def check_spec(spec: dict) -> list[str]:
     problems += _owner_problems(spec, "launcher", launchers.all_launchers())
     problems += launchers.get(spec["launcher"]).check(spec)
     problems += _workload_problems(spec)
+    problems += _inference_problems(spec)
     if spec["data"] == "synthetic" and spec["num_workers"] != 0:
         problems.append(
             f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "

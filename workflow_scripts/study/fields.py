@@ -207,6 +207,18 @@ FIELDS: dict[str, Field] = {
             compare="workload",
         ),
         Field(
+            "mode",
+            {"enum": ["train", "inference"]},
+            "train",
+            "train: forward, backward and an SGD step; inference: the forward pass alone, "
+            "in eval mode under torch.inference_mode (as the IPEX deck measures it)",
+            tag={"train": "train", "inference": "infer"}.get,
+            id_pos=0.5,
+            column=True,
+            label="mode",
+            compare="workload",
+        ),
+        Field(
             "batch_size",
             {"type": "integer", "minimum": 1},
             16,
