@@ -57,9 +57,6 @@ class Workload:
             return int(spec.get("seq_len") or self.seq_len) / self.seq_len
         return (int(spec.get("image_size") or 224) / 224) ** 2
 
-    def tokens_per_sample(self, spec: Mapping) -> int | None:
-        return int(spec.get("seq_len") or self.seq_len) if self.text else None
-
     def forward_flops(self, spec: Mapping) -> float:
         """FLOPs of one sample's forward pass: 2 per multiply-add of the matmuls and
         convolutions (norms, activations and softmax are not counted), as

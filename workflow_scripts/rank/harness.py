@@ -35,6 +35,12 @@ def _rss_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
+def loss_rows(out, y):
+    """Logits and labels as the loss's rows: a classifier's are already one per sample, a
+    causal LM's become one per token."""
+    return out.flatten(0, -2), y.flatten()
+
+
 class Trainer:
     """The article's training step, with each optimization a switch of the spec."""
 
@@ -103,8 +109,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             out = self.model(x)
-            # a causal LM's logits and labels per token: one row of the loss each
-            loss = self.loss_fn(out.flatten(0, -2), y.flatten())
+            loss = self.loss_fn(*loss_rows(out, y))
         loss.backward()
         self.optimizer.step()
         self.backend.sync()
@@ -116,7 +121,7 @@ class Trainer:
         (its loss, on the batch's labels, is only a sign of what the model computed)."""
         with self.torch.inference_mode(), self.autocast():
             out = self.model(x)
-            loss = self.loss_fn(out.flatten(0, -2), y.flatten())
+            loss = self.loss_fn(*loss_rows(out, y))
         self.backend.sync()
         self.last = (x, out)
         return loss
@@ -200,7 +205,7 @@ def count_flops_per_sample(spec: dict) -> float:
         counter = FlopCounterMode(display=False)
         with counter:
             out = model(x)
-            loss = torch.nn.functional.cross_entropy(out.flatten(0, -2), y.flatten())
+            loss = torch.nn.functional.cross_entropy(*loss_rows(out, y))
             if spec["mode"] == "train":
                 loss.backward()
     return float(counter.get_total_flops())
