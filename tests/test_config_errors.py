@@ -120,7 +120,25 @@ def test_whole_number_floats_and_nested_overrides(wd):
             {"model": "resnet18", "image_size": 32, "batch_size": 1},
             "batch_size 1 with image_size 32",
         ),
-        ({"ranks": 2}, "ranks 2 needs launcher 'torchrun' (got launcher 'none')"),
+        ({"ranks": 2}, "ranks 2 needs launcher 'torchrun' or 'accelerate' (got launcher 'none')"),
+        ({"launcher": "accelerate", "nodes": 2}, "nodes 2 needs launcher 'torchrun'"),
+        (
+            {"launcher": "accelerate", "backend": "xla"},
+            "launcher 'accelerate' runs in an environment with Accelerate: backend 'eager' or",
+        ),
+        ({"accelerate_ipex": True}, "accelerate_ipex true needs launcher 'accelerate'"),
+        (
+            {"launcher": "accelerate", "accelerate_ipex": True},
+            "accelerate_ipex (Accelerate 1.7.0's ipex_config) needs backend 'ipex'",
+        ),
+        (
+            {"launcher": "accelerate", "backend": "ipex", "ranks": 2},
+            "ranks 2 with launcher 'accelerate' needs backend 'eager'",
+        ),
+        (
+            {"launcher": "accelerate", "compile": "inductor"},
+            "compile 'inductor' with launcher 'accelerate'",
+        ),
         (
             {"launcher": "torchrun", "ranks": 2, "batch_size": 7},
             "batch_size 7 (the global batch) does not split evenly over ranks 2",

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 # the repository root, for a pytest run without the project's pythonpath setting
+from workflow_scripts import launchers
 from workflow_scripts.study import (
     BUILTIN_DEFAULTS,
     FIELD_NAMES,
@@ -114,6 +115,8 @@ def test_shipped_default_study(shipped):
         "bert-base-ipex-optimize-bf16",
         "gpt2",
         "gpt2-bf16",
+        *(f"bert-base-accelerate{x}" for x in ("", "-bf16", "-legacy", "-legacy-ipex")),
+        "bert-base-accelerate-legacy-ipex-bf16",
         "batch-bs8",
         "batch-bs16",
         "batch-bs32",
@@ -133,6 +136,12 @@ def test_shipped_default_study(shipped):
         *(f"ddp-ccl-tcp-{x}" for x in multi),
         *(f"ddp-ccl-cclworker-{x}" for x in multi),
         *(
+            f"bert-ddp-{launcher}-{pg}-{x}"
+            for launcher in ("torchrun", "accelerate")
+            for pg in ("gloo", "ccl")
+            for x in multi
+        ),
+        *(
             f"acc-{pg}-{p}-r{r}-t{t}"
             for pg in ("gloo", "ccl")
             for p in ("fp32", "bf16")
@@ -147,6 +156,18 @@ def test_shipped_default_study(shipped):
         ("gpt2", 256, 8),
     }
     assert all(s["image_size"] is None for s in text.values())
+    # Accelerate at the plain loop's settings: current (upstream), legacy 1.7.0 +- IPEX
+    accelerate = {(s["backend"], s["env"], s["accelerate_ipex"], s["precision"])
+                  for s in text.values() if s["launcher"] == "accelerate"}  # fmt: skip
+    assert accelerate == {
+        ("eager", "upstream", False, "fp32"),
+        ("eager", "upstream", False, "bf16"),
+        ("ipex", "ipex", False, "fp32"),
+        ("ipex", "ipex", True, "fp32"),
+        ("ipex", "ipex", True, "bf16"),
+    }
+    bert_ddp = [s for s in study.experiments if s["group"] == "transformers-ddp"]
+    assert {s["env"] for s in bert_ddp if s["launcher"] == "accelerate"} == {"oneccl"}
     ddp = [s for s in study.experiments if s["group"] == "ddp"]
     assert {s["launcher"] for s in ddp} == {"torchrun"}
     assert {s["env"] for s in ddp if s["dist_backend"] == "ccl"} == {"oneccl"}
@@ -190,6 +211,17 @@ def test_shipped_quick_preset(shipped):
     ]
     assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm"]
     assert study.settings["collectives"]["ranks"] == 2  # the default, kept
+    # every launcher, and Accelerate's three paths: one process, mpirun ranks over both
+    # process groups, the legacy ipex_config
+    assert {s["launcher"] for s in study.experiments} == set(launchers.names())
+    accelerate = {(s["ranks"], s["dist_backend"], s["backend"], s["accelerate_ipex"])
+                  for s in study.experiments if s["launcher"] == "accelerate"}  # fmt: skip
+    assert accelerate == {
+        (1, "gloo", "eager", False),
+        (2, "gloo", "eager", False),
+        (2, "ccl", "eager", False),
+        (1, "gloo", "ipex", True),
+    }
     assert all(s["timeout_s"] == 600 for s in study.experiments)
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import workloads
+from . import launchers, workloads
 from .rank import probe
 from .util import finite
 
@@ -234,7 +234,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
     start = machine.process_start(env)
-    if ranks > 1 or spec.get("launcher") == "torchrun":
+    if ranks > 1 or launchers.get(spec.get("launcher") or "none").distributed:
         start = start * 1.5 + TORCHRUN_S
     parts = {
         "start": start,

@@ -25,8 +25,8 @@ __all__ = [
 @functools.cache
 def _registry() -> dict[str, Launcher]:
     found = discover(__name__, __path__, "LAUNCHER", Launcher)
-    # "none" (no launcher) first: the default
-    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "none", kv[0])))
+    # "none" (no launcher, the default) first, then in their declared order
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "none", kv[1].order, kv[0])))
 
 
 def all_launchers() -> list[Launcher]:

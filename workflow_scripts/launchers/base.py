@@ -25,6 +25,8 @@ ENTRY = Path(__file__).resolve().parent.parent / "rank" / "run_trial.py"
 class Launcher:
     #: the value of the ``launcher`` field
     name: str = ""
+    #: position among the launchers (the schema's values, messages, the report)
+    order: int = 100
     #: knobs only this launcher acts on, with their neutral value
     owns: dict[str, Any] = {}
     #: whether the launcher pins its processes to the spec's CPUs itself (else the
@@ -32,6 +34,8 @@ class Launcher:
     pins_itself: bool = False
     #: its ranks join a process group and train one DistributedDataParallel model
     distributed: bool = False
+    #: its ranks train through Hugging Face Accelerate's ``Accelerator``
+    trains_with_accelerate: bool = False
     #: environments only this launcher's runs use (besides the backends' own)
     envs: set[str] = set()
     #: images only this launcher's runs use: name -> (parent image, the lock it installs)

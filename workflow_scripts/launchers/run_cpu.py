@@ -19,6 +19,7 @@ HINTS = {
 
 class RunCpu(Launcher):
     name = "run_cpu"
+    order = 10
     owns = {"allocator": "default", "openmp": "gnu"}
     pins_itself = True
 

@@ -32,6 +32,7 @@ CCL_BASE_ENV = "upstream"
 
 class Torchrun(Launcher):
     name = "torchrun"
+    order = 20
     distributed = True
     owns = {
         "ranks": 1,
@@ -176,11 +177,17 @@ def srun_rendezvous(spec: dict) -> dict[str, str]:
     its batch step runs), on a free port of it; loopback when all ranks are here."""
     import socket
 
+    addr = "127.0.0.1" if nodes(spec) == 1 else socket.gethostname()
+    return {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(free_port())}
+
+
+def free_port() -> int:
+    """A TCP port free on this host now, for the ranks' rendezvous."""
+    import socket
+
     with socket.socket() as s:
         s.bind(("", 0))
-        port = s.getsockname()[1]
-    addr = "127.0.0.1" if nodes(spec) == 1 else socket.gethostname()
-    return {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+        return s.getsockname()[1]
 
 
 def merge_ok(results: list[dict]) -> dict:

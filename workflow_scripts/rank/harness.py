@@ -60,7 +60,13 @@ class Trainer:
         # a rank of a data-parallel trial: its process group, and its share of the batch
         self.group = None
         self.rank, self.world = 0, 1
-        if launchers.get(spec["launcher"]).distributed:
+        self.accelerator = None
+        launcher = launchers.get(spec["launcher"])
+        if launcher.trains_with_accelerate:
+            self.accelerator, self.group = accelerator(spec)
+            self.rank = self.accelerator.process_index
+            self.world = self.accelerator.num_processes
+        elif launcher.distributed:
             self.group = ranks.init_process_group(spec)
             self.rank, self.world, _ = ranks.world()
 
@@ -78,7 +84,12 @@ class Trainer:
         self.bf16 = spec["precision"] == "bf16"
         model, optimizer = self.backend.prepare(model, optimizer, spec)
         self.net = model  # before DDP and compile: what evaluate() scores
-        if self.group is not None:
+        if self.accelerator is not None:
+            # Accelerate's own: DDP over its process group, its autocast on the forward,
+            # ipex.optimize with the legacy ipex_config
+            model, optimizer = self.accelerator.prepare(model, optimizer)
+            self.net = self.accelerator.unwrap_model(model)
+        elif self.group is not None:
             # DDP inside torch.compile, as PyTorch recommends (its DDPOptimizer splits
             # the graph at the gradient buckets)
             model = torch.nn.parallel.DistributedDataParallel(model)
@@ -95,6 +106,8 @@ class Trainer:
             self.batches = data.Batches(None, batch=(x.contiguous(memory_format=cl), y))
 
     def autocast(self):
+        if self.accelerator is not None:
+            return self.accelerator.autocast()
         if not self.bf16:
             return contextlib.nullcontext()
         return self.torch.autocast("cpu", dtype=self.torch.bfloat16)
@@ -110,7 +123,10 @@ class Trainer:
         with self.autocast():
             out = self.model(x)
             loss = self.loss_fn(*loss_rows(out, y))
-        loss.backward()
+        if self.accelerator is not None:
+            self.accelerator.backward(loss)
+        else:
+            loss.backward()
         self.optimizer.step()
         self.backend.sync()
         self.last = (x, out)
@@ -176,7 +192,59 @@ class Trainer:
                 if self.group
                 else {}
             ),
+            **({"accelerate": accelerate_checks(self.accelerator)} if self.accelerator else {}),
         }
+
+
+def accelerator(spec: dict):
+    """The ``Accelerator`` of a rank that ``accelerate launch`` started (its settings
+    from the config file, through the launcher's environment), and the process group
+    it trains over (None for one process). Accelerate joins a gloo group itself, with
+    the study's timeout; a ccl group is joined first, and Accelerate adopts it."""
+    import datetime
+
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    _, world, _ = ranks.world()
+    joined = None
+    if world > 1 and spec["dist_backend"] != "gloo":
+        joined = ranks.init_process_group(spec)
+    timeout = datetime.timedelta(seconds=ranks.pg_timeout_s(spec))
+    acc = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)])
+    want = "bf16" if spec["precision"] == "bf16" else "no"
+    if str(acc.mixed_precision) != want:
+        raise RuntimeError(
+            f"Accelerate runs mixed_precision {acc.mixed_precision!r}, the spec asks {want!r} "
+            f"(precision {spec['precision']!r})"
+        )
+    group = None
+    if acc.num_processes > 1:
+        import torch.distributed as dist
+
+        group = {
+            "dist_backend": dist.get_backend(),
+            "world_size": dist.get_world_size(),
+            "pg_timeout_s": (joined or {}).get("pg_timeout_s", timeout.total_seconds()),
+            "ccl": (joined or {}).get("ccl"),
+        }
+    return acc, group
+
+
+def accelerate_checks(acc) -> dict:
+    """What Accelerate ran with: the launch command and config file (from the launch
+    wrapper), and its state's view."""
+    launch = json.loads(os.environ.get("STUDY_ACCELERATE_LAUNCH") or "{}")
+    state = acc.state
+    return {
+        "command": launch.get("command"),
+        "config": launch.get("config"),
+        "distributed_type": str(state.distributed_type).split(".")[-1],
+        "backend": state.backend,
+        "num_processes": state.num_processes,
+        "mixed_precision": str(acc.mixed_precision),
+        "use_ipex": bool(getattr(state, "use_ipex", False)),
+    }
 
 
 def count_flops_per_sample(spec: dict) -> float:

@@ -25,6 +25,7 @@ def _pin_before_torch() -> None:
     from workflow_scripts.rank.distributed import ranks
 
     ranks.adopt_slurm()  # a rank that srun started: RANK, WORLD_SIZE, ... from SLURM
+    ranks.adopt_mpi()  # a rank that mpirun started (launcher accelerate): from MPI's
     if not launchers.get(spec["launcher"]).pins_itself:
         ranks.pin(spec)
 

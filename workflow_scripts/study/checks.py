@@ -43,16 +43,22 @@ CONTROLLED_PREFIXES = {"KMP_": "use openmp (run_cpu sets KMP_* for Intel OpenMP)
 
 
 def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
-    """A knob that only one backend (or launcher) acts on, set away from its neutral
-    value while another one runs it."""
-    problems = []
+    """A knob that only some backends (or launchers) act on, set away from its neutral
+    value while another one runs it (a knob may have several owners: torchrun's and
+    accelerate's ranks)."""
+    owned: dict[str, list] = {}
     for owner in owners:
         for knob, neutral in owner.owns.items():
-            if spec[knob] != neutral and spec[kind] != owner.name:
-                problems.append(
-                    f"{knob} {show(spec[knob])} needs {kind} {owner.name!r} "
-                    f"(got {kind} {spec[kind]!r})"
-                )
+            owned.setdefault(knob, []).append((owner.name, neutral))
+    problems = []
+    for knob, by in owned.items():
+        names = [name for name, _ in by]
+        if spec[kind] in names or all(spec[knob] == neutral for _, neutral in by):
+            continue
+        need = " or ".join(repr(n) for n in names)
+        problems.append(
+            f"{knob} {show(spec[knob])} needs {kind} {need} (got {kind} {spec[kind]!r})"
+        )
     return problems
 
 

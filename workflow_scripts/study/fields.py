@@ -367,8 +367,9 @@ FIELDS: dict[str, Field] = {
             "launcher",
             _launcher_schema,
             "none",
-            "none, run_cpu (torch.backends.xeon.run_cpu), or torchrun (ranks processes, "
-            "data-parallel)",
+            "none, run_cpu (torch.backends.xeon.run_cpu), torchrun (ranks processes, "
+            "data-parallel), or accelerate (accelerate launch with a config file per trial, "
+            "the step through Accelerator; ranks processes by mpirun)",
             tag=lambda v: "nolauncher" if v == "none" else safe(v).replace("_", ""),
             id_pos=10,
             column=True,
@@ -380,7 +381,8 @@ FIELDS: dict[str, Field] = {
             "ranks",
             {"type": "integer", "minimum": 1},
             1,
-            "processes per node of one data-parallel trial (launcher torchrun), each pinned to "
+            "processes per node of one data-parallel trial (launcher torchrun or accelerate), "
+            "each pinned to "
             "its own threads CPUs; batch_size is the global batch, split evenly over them all",
             tag=_prefixed("r"),
             id_pos=15,
@@ -407,8 +409,8 @@ FIELDS: dict[str, Field] = {
             "dist_backend",
             {"enum": ["gloo", "ccl"]},
             "gloo",
-            "the torch.distributed process-group backend of a torchrun trial: gloo, or ccl "
-            "(oneCCL; environment/image oneccl)",
+            "the torch.distributed process-group backend of a torchrun or accelerate trial: "
+            "gloo, or ccl (oneCCL; environment/image oneccl)",
             id_pos=16,
             column=True,
             label="process group",
@@ -455,6 +457,20 @@ FIELDS: dict[str, Field] = {
             label="ccl worker offload",
             compare="detail",
             compare_pos=13,
+            trajectory=False,
+        ),
+        Field(
+            "accelerate_ipex",
+            {"type": "boolean"},
+            False,
+            "Accelerate 1.7.0's ipex_config: {ipex: true} (launcher accelerate, backend ipex): "
+            "accelerator.prepare calls ipex.optimize",
+            tag=_flag("accipex", "noaccipex"),
+            id_pos=19.5,
+            column=True,
+            label="Accelerate ipex_config",
+            compare="variant",
+            compare_pos=13.5,
             trajectory=False,
         ),
         Field(

@@ -41,6 +41,31 @@ def adopt_slurm(environ=None) -> bool:
     return True
 
 
+def adopt_mpi(environ=None) -> bool:
+    """Under mpirun (launcher accelerate set ``STUDY_RANKS_FROM=mpi``): set torch's
+    variables from the MPI process manager's (Intel MPI's ``PMI_RANK``, ``PMI_SIZE``,
+    ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``; Open MPI's ``OMPI_COMM_WORLD_*``), the
+    ones Accelerate reads, before the rank pins itself. True when it did."""
+    env = os.environ if environ is None else environ
+    if env.get("STUDY_RANKS_FROM") != "mpi":
+        return False
+    names = {
+        "RANK": ("PMI_RANK", "OMPI_COMM_WORLD_RANK"),
+        "WORLD_SIZE": ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"),
+        "LOCAL_RANK": ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        "LOCAL_WORLD_SIZE": ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    }
+    found = {
+        ours: next((env[m] for m in theirs if m in env), None) for ours, theirs in names.items()
+    }
+    if found["RANK"] is None or found["WORLD_SIZE"] is None:
+        return False
+    found["LOCAL_RANK"] = found["LOCAL_RANK"] or found["RANK"]
+    found["LOCAL_WORLD_SIZE"] = found["LOCAL_WORLD_SIZE"] or found["WORLD_SIZE"]
+    env.update(found)
+    return True
+
+
 def world() -> tuple[int, int, int]:
     """(rank, world size, local rank) from the launcher's variables; (0, 1, 0) alone."""
     rank = int(os.environ.get("RANK", "0"))

@@ -1,0 +1,136 @@
+"""Launcher ``accelerate``: the config file the study writes, the ranks' variables under
+mpirun (fast); and real trials through ``accelerate launch`` (slow): one process in
+the upstream environment against the study's own loop, two ranks by mpirun over Gloo
+and the study's ccl against torchrun's DDP, and the legacy ipex_config on IPEX."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_distributed import TWO_CPUS
+from tests.test_harness import assert_ok, run
+from workflow_scripts import launchers
+from workflow_scripts.rank.distributed import ranks
+
+ACCELERATE = launchers.get("accelerate")
+
+
+def bert(make_spec, **fields) -> dict:
+    fields.setdefault("id", "bert")
+    return make_spec(model="bert-tiny", image_size=None, seq_len=32, **fields)
+
+
+def test_the_config_file_says_what_the_spec_asks(make_spec):
+    one = ACCELERATE.config(bert(make_spec, launcher="accelerate", precision="bf16"), "/h")
+    assert one == {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "NO",
+        "use_cpu": True,
+        "num_processes": 1,
+        "num_machines": 1,
+        "machine_rank": 0,
+        "mixed_precision": "bf16",
+    }
+    two = ACCELERATE.config(bert(make_spec, launcher="accelerate", ranks=2), "/tmp/hosts")
+    assert two["distributed_type"] == "MULTI_CPU" and two["num_processes"] == 2
+    assert two["mpirun_config"] == {"mpirun_hostfile": "/tmp/hosts"}
+    assert two["mixed_precision"] == "no" and "ipex_config" not in two
+    spec = bert(make_spec, launcher="accelerate", backend="ipex", accelerate_ipex=True)
+    assert ACCELERATE.config(spec, "/h")["ipex_config"] == {"ipex": True}
+    # one process runs in the backend's environment, several in oneccl's (mpirun)
+    assert spec["env"] == "ipex"
+    assert bert(make_spec, launcher="accelerate", ranks=2)["env"] == "oneccl"
+
+
+def test_mpi_ranks_take_torchs_variables():
+    env = {"STUDY_RANKS_FROM": "mpi", "PMI_RANK": "1", "PMI_SIZE": "2",
+           "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}  # fmt: skip
+    assert ranks.adopt_mpi(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (
+        "1", "2", "1", "2",
+    )  # fmt: skip
+    open_mpi = {"STUDY_RANKS_FROM": "mpi", "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_SIZE": "4"}  # fmt: skip
+    assert ranks.adopt_mpi(open_mpi) and open_mpi["LOCAL_RANK"] == "3"
+    assert not ranks.adopt_mpi({"PMI_RANK": "0", "PMI_SIZE": "2"})  # not launched so
+    assert not ranks.adopt_mpi({"STUDY_RANKS_FROM": "mpi"})
+
+
+def accelerated(rec: dict, processes: int, mixed: str = "no") -> dict:
+    acc = rec["checks"]["accelerate"]
+    assert acc["command"].startswith("accelerate launch --config_file ")
+    out = acc["command"].split(" --out ")[1].strip("'")
+    assert out.endswith(".harness.json") and "--spec-json SPEC " in acc["command"]
+    assert acc["config"]["use_cpu"] is True and acc["config"]["num_processes"] == processes
+    assert acc["num_processes"] == processes and acc["mixed_precision"] == mixed
+    assert acc["distributed_type"] == ("MULTI_CPU" if processes > 1 else "NO")
+    assert rec["provenance"]["versions"]["accelerate"]
+    return acc
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_one_process_is_the_studys_own_loop(upstream_env, make_spec, tmp_path):
+    """Accelerate's step (prepare, autocast, backward) on one process computes what the
+    study's plain loop computes: the same losses from the same seed and batch."""
+    plain = assert_ok(run(bert(make_spec, id="plain"), upstream_env, tmp_path))
+    spec = bert(make_spec, id="acc", launcher="accelerate")
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    accelerated(rec, 1)
+    assert rec["losses"] == pytest.approx(plain["losses"], rel=1e-4)
+    assert rec["provenance"]["versions"]["accelerate"].startswith("1.15")
+    bf16 = assert_ok(run(bert(make_spec, id="acc-bf16", launcher="accelerate",
+                              precision="bf16"), upstream_env, tmp_path))  # fmt: skip
+    accelerated(bf16, 1, "bf16")
+    assert bf16["losses"] != rec["losses"]  # bf16 autocast computed something else
+    assert bf16["losses"] == pytest.approx(rec["losses"], abs=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(not TWO_CPUS, reason="two ranks need two CPUs")
+def test_two_ranks_by_mpirun_over_gloo_and_ccl(oneccl_env, make_spec, tmp_path):
+    """Accelerate's multi-CPU launch: mpirun starts 2 ranks, each pinned to its own CPU,
+    training one DDP model; over Gloo (Accelerate's own group) and the study's ccl (a
+    group Accelerate adopts), with the losses of torchrun's DDP at the same settings."""
+    ddp = assert_ok(run(bert(make_spec, id="torchrun", launcher="torchrun", ranks=2,
+                             dist_backend="ccl"), oneccl_env, tmp_path))  # fmt: skip
+    for backend in ("gloo", "ccl"):
+        spec = bert(make_spec, id=f"acc-{backend}", launcher="accelerate", ranks=2,
+                    dist_backend=backend)  # fmt: skip
+        rec = assert_ok(run(spec, oneccl_env, tmp_path))
+        acc = accelerated(rec, 2)
+        assert acc["config"]["mpirun_config"]["mpirun_hostfile"].endswith("hostfile")
+        checks = rec["checks"]
+        assert checks["world_size"] == 2 and checks["dist_backend"] == backend
+        cpus = [set(c.split(",")) for c in checks["rank_cpus"]]
+        assert not set.intersection(*cpus), "ranks share a core"
+        assert rec["losses"] == pytest.approx(ddp["losses"], rel=1e-3)
+        if backend == "ccl":
+            assert "study" in checks["ccl"]
+        log = (tmp_path / "logs" / f"{spec['id']}.log").read_text()
+        assert json.loads(log.split("accelerate config: ", 1)[1].splitlines()[0]) == acc["config"]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_legacy_stack_applies_ipex_config(ipex_env, make_spec, tmp_path):
+    """Accelerate 1.7.0 on IPEX with ipex_config: prepare() calls ipex.optimize. In bf16
+    that needs AVX-512 (or AVX-NE-CONVERT) for its weight prepack: elsewhere the record
+    says so."""
+    spec = bert(make_spec, id="legacy", launcher="accelerate", backend="ipex",
+                accelerate_ipex=True)  # fmt: skip
+    rec = run(spec, ipex_env, tmp_path)
+    assert rec["status"] == "ok", rec.get("error")
+    assert accelerated(rec, 1)["use_ipex"] is True
+    assert rec["provenance"]["versions"]["accelerate"] == "1.7.0"
+    assert "'fuse_update_step'" in (tmp_path / "logs" / "legacy.log").read_text()  # IPEX's
+    spec = bert(make_spec, id="legacy-bf16", launcher="accelerate", backend="ipex",
+                accelerate_ipex=True, precision="bf16")  # fmt: skip
+    bf16 = run(spec, ipex_env, tmp_path)
+    if bf16["status"] != "ok":
+        assert "BF16 weight prepack needs" in bf16["error"]["message"], bf16["error"]
+    else:
+        assert accelerated(bf16, 1, "bf16")["use_ipex"] is True
