@@ -147,6 +147,11 @@ def test_shipped_default_study(shipped):
             for p in ("fp32", "bf16")
             for r, t in machine_splits(32)
         ),
+        *(
+            f"acc-text-{launcher}-{p}"
+            for launcher in ("nolauncher", "accelerate")
+            for p in ("fp32", "bf16")
+        ),
     ]
     assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
     # the transformers at the Accelerate example's and GPT-2 fine-tuning's shapes
@@ -682,7 +687,12 @@ def test_bad_ids():
         ({"model": "resnet18", "image_size": 31}, "model 'resnet18' needs image_size >= 32"),
         ({"cpus": "3-1"}, "cpus '3-1' is not a CPU list (range '3-1' runs backwards)"),
         ({"compile_mode": "max-autotune"}, "compile_mode 'max-autotune' needs a compile"),
-        ({"epochs": 3}, "epochs 3 needs data 'digits' (the data set with a held-out test"),
+        ({"epochs": 3}, "epochs 3 needs data 'digits' or 'keywords' (a data set with a held-out"),
+        ({"data": "keywords"}, "data 'keywords' needs a text classifier (got model 'resnet50'"),
+        (
+            {"data": "keywords", "model": "gpt2-tiny", "image_size": None},
+            "data 'keywords' (a text-classification task) needs a sequence-classification model",
+        ),
         (
             {"data": "digits", "epochs": 3, "time_budget_s": 60},
             "time_budget_s 60 would cut a training of epochs 3 short",

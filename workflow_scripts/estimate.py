@@ -225,7 +225,8 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     epochs = int(spec.get("epochs") or 0)
     warmup = int(spec.get("warmup_steps") or 0)
     if epochs:
-        per_epoch = math.ceil(DIGITS_TRAIN_IMAGES / batch)
+        train = workloads.KEYWORDS_TRAIN if spec.get("data") == "keywords" else DIGITS_TRAIN_IMAGES
+        per_epoch = math.ceil(train / batch)
         untimed, timed_steps = 0, epochs * per_epoch
     else:
         steps = int(spec.get("steps") or 1)

@@ -163,3 +163,19 @@ def get(name: str) -> Workload:
         return WORKLOADS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; allowed: {', '.join(WORKLOADS)}") from None
+
+
+#: ``data: keywords``, the study's learnable text-classification task, generated (no
+#: text data set ships inside a package installable here: scikit-learn's 20 newsgroups,
+#: NLTK's corpora and Hugging Face datasets all download at run time). Each sequence is
+#: ``seq_len`` random token ids with KEYWORDS_PER_SEQUENCE of them replaced, at random
+#: positions, by keywords of its class (KEYWORDS_PER_CLASS token ids per class, fixed
+#: by the task's seed): its label is the class whose keywords it holds. The same
+#: TRAIN_SEQUENCES / TEST_SEQUENCES split for every run (the spec's seed shuffles).
+KEYWORDS_SEED = 12345
+KEYWORDS_PER_CLASS = 8
+KEYWORDS_PER_SEQUENCE = 8
+KEYWORDS_TRAIN = 2048
+KEYWORDS_TEST = 512
+#: token ids below this are never drawn (BERT's special and unused tokens)
+KEYWORDS_FIRST_TOKEN = 1000

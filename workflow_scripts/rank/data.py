@@ -1,7 +1,8 @@
 """Data sources: one in-memory batch, per-sample synthetic tensors, a PIL image folder,
 and scikit-learn's digits (exported by ``workflow_scripts.digits``) with a held-out split;
 for the text models, the synthetic sources as token ids (a causal LM's labels are its
-next tokens)."""
+next tokens), and a generated text-classification task with a held-out split
+(``keywords``)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,38 @@ def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
     return datasets.ImageFolder(str(root), transform=transform)
 
 
+def keyword_task(w: workloads.Workload, seq_len: int) -> tuple[Dataset, Dataset]:
+    """``data: keywords`` (see ``workloads.KEYWORDS_*``) as (training, held-out test)
+    tensors: token ids with keywords of the label's class at random positions."""
+    from torch.utils.data import TensorDataset
+
+    k, per_seq = workloads.KEYWORDS_PER_CLASS, workloads.KEYWORDS_PER_SEQUENCE
+    first, vocab = workloads.KEYWORDS_FIRST_TOKEN, vocab_size(w)
+    gen = torch.Generator().manual_seed(workloads.KEYWORDS_SEED)
+    keywords = torch.randperm(vocab - first, generator=gen)[: w.num_classes * k] + first
+
+    def split(n: int) -> TensorDataset:
+        x = torch.randint(first, vocab, (n, seq_len), generator=gen)
+        y = torch.randint(0, w.num_classes, (n,), generator=gen)
+        where = torch.argsort(torch.rand(n, seq_len, generator=gen), dim=1)[:, :per_seq]
+        which = torch.randint(0, k, (n, per_seq), generator=gen) + y[:, None] * k
+        x.scatter_(1, where, keywords[which])
+        return TensorDataset(x, y)
+
+    return split(workloads.KEYWORDS_TRAIN), split(workloads.KEYWORDS_TEST)
+
+
+def held_out(spec: dict, data_path: str | None) -> Dataset:
+    """The held-out test split of the spec's data (digits or keywords)."""
+    if spec["data"] == "keywords":
+        return keyword_task(workloads.get(spec["model"]), spec["seq_len"])[1]
+    if spec["data"] == "digits":
+        if not data_path:
+            raise ValueError("data digits needs the exported digits folder")
+        return digits_datasets(data_path, spec["image_size"])[1]
+    raise ValueError(f"data {spec['data']!r} has no held-out split")
+
+
 DIGITS_FILE = "digits.npz"  # in the folder workflow_scripts.digits exports to
 
 
@@ -126,7 +159,7 @@ class Batches:
 
 
 def shuffled(spec: dict) -> bool:
-    return spec["data"] in ("image_folder", "digits")
+    return spec["data"] in ("image_folder", "digits", "keywords")
 
 
 def synthetic_batch(spec: dict, bs: int, gen: torch.Generator) -> tuple:
@@ -163,6 +196,8 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
         if not data_path:
             raise ValueError("data digits needs the exported digits folder")
         dataset = digits_datasets(data_path, size)[0]
+    elif spec["data"] == "keywords":
+        dataset = keyword_task(w, spec["seq_len"])[0]
     else:
         raise ValueError(f"unknown data source {spec['data']!r}")
     sampler = None

@@ -143,13 +143,13 @@ class Trainer:
         return loss
 
     def evaluate(self) -> dict:
-        """Held-out accuracy and loss of the trained model on the digits' test split
-        (every rank scores the whole split with its own copy: DDP keeps them equal)."""
+        """Held-out accuracy and loss of the trained model on its data's test split
+        (digits or keywords; every rank scores the whole split with its own copy: DDP
+        keeps them equal)."""
         torch = self.torch
         from . import data
 
-        test = data.digits_datasets(self.data_path, self.spec["image_size"])[1]
-        xs, ys = test.tensors
+        xs, ys = data.held_out(self.spec, self.data_path).tensors
         correct, loss_sum = 0, 0.0
         self.net.eval()
         with torch.no_grad(), self.autocast():

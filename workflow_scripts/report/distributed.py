@@ -13,6 +13,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from .. import workloads
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
 from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
 from .html import table_html
@@ -162,18 +163,32 @@ def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: how the report names the data sets that ``epochs`` measures accuracy on
+DATA_SETS = {
+    "digits": "scikit-learn's digits (1437 training images, upscaled; 360 held out)",
+    "keywords": (
+        "the study's generated keyword task (a synthetic text-classification task, not a "
+        f"real text data set: each sequence holds {workloads.KEYWORDS_PER_SEQUENCE} "
+        f"keywords of its class among random tokens; {workloads.KEYWORDS_TRAIN} training "
+        f"sequences, {workloads.KEYWORDS_TEST} held out)"
+    ),
+}
+
+
 def accuracy_part(stats: pd.DataFrame) -> list[str]:
     acc = accuracy_rows(stats)
     parts = ["<h3>Accuracy: time to train and held-out test accuracy</h3>"]
     if acc.empty:
         return parts + ['<p class="empty">No accuracy experiments (epochs) in this run.</p>']
+    data = set(acc["data"]) if "data" in acc else {"digits"}
+    sets = [DATA_SETS[d] for d in ("digits", "keywords") if d in data]
     parts.append(
-        '<p class="note">Each run trains the same model from the same seed for a fixed '
-        "number of epochs on scikit-learn's digits (1437 training images, upscaled), at "
-        "the same global batch (so the same number of optimizer steps), then scores it "
-        "on the 360 held-out test images. The speedup is the time to train of the "
-        "group's first run over this run's; Δ accuracy is the change in percentage "
-        "points against that run. Test accuracy: median over the trials (min–max).</p>"
+        '<p class="note">Each run of a group trains the same model from the same seed for '
+        f"a fixed number of epochs on {' or '.join(sets)}, at the same global batch (so "
+        "the same number of optimizer steps), then scores it on the held-out test split. "
+        "The speedup is the time to train of the group's first run over this run's; "
+        "Δ accuracy is the change in percentage points against that run. Test accuracy: "
+        "median over the trials (min–max).</p>"
     )
     parts.append(table_html(accuracy_display(acc)))
     claims = claims_display(acc)

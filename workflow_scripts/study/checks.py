@@ -62,7 +62,9 @@ def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
     return problems
 
 
-TEXT_DATA = ("synthetic", "per_sample")
+TEXT_DATA = ("synthetic", "per_sample", "keywords")
+#: the data sets with a held-out test split that ``epochs`` measures accuracy on
+HELD_OUT = ("digits", "keywords")
 
 
 def _workload_problems(spec: dict) -> list[str]:
@@ -73,6 +75,8 @@ def _workload_problems(spec: dict) -> list[str]:
         return []  # the schema names the allowed models
     model = f"model {spec['model']!r} ({w.family})"
     if not w.text:
+        if spec["data"] == "keywords":
+            return [f"data 'keywords' needs a text classifier (got {model})"]
         if spec["seq_len"] is not None:
             return [f"seq_len {spec['seq_len']} needs a text model (got {model})"]
         if spec["image_size"] is None:
@@ -87,6 +91,11 @@ def _workload_problems(spec: dict) -> list[str]:
         problems.append(
             f"data {spec['data']!r} needs an image model (got {model}); a text model "
             f"takes data {' or '.join(repr(d) for d in TEXT_DATA)}"
+        )
+    if spec["data"] == "keywords" and w.task != "sequence-classification":
+        problems.append(
+            f"data 'keywords' (a text-classification task) needs a sequence-classification "
+            f"model (got {model}, task {w.task})"
         )
     positions = w.hf_config.get("max_position_embeddings") or w.hf_config.get("n_positions")
     if positions and spec["seq_len"] > positions:
@@ -154,10 +163,15 @@ def check_spec(spec: dict) -> list[str]:
             f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "
             "(data 'synthetic' reuses one in-memory batch; num_workers must be 0)"
         )
-    if spec["epochs"] and spec["data"] != "digits":
+    if spec["epochs"] and spec["data"] not in HELD_OUT:
         problems.append(
-            f"epochs {spec['epochs']} needs data 'digits' (the data set with a held-out test "
-            f"split that the accuracy is measured on; got data {spec['data']!r})"
+            f"epochs {spec['epochs']} needs data 'digits' or 'keywords' (a data set with a "
+            f"held-out test split that the accuracy is measured on; got data {spec['data']!r})"
+        )
+    if spec["data"] == "keywords" and spec["batch_size"] > workloads.KEYWORDS_TRAIN:
+        problems.append(
+            f"batch_size {spec['batch_size']} is larger than the {workloads.KEYWORDS_TRAIN} "
+            "training sequences of data 'keywords'"
         )
     if spec["epochs"] and spec["time_budget_s"] is not None:
         problems.append(

@@ -260,16 +260,19 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "data",
-            {"enum": ["synthetic", "per_sample", "image_folder", "digits"]},
+            {"enum": ["synthetic", "per_sample", "image_folder", "digits", "keywords"]},
             "synthetic",
             "synthetic: one in-memory batch; per_sample: torch.randn per sample in a "
             "DataLoader; image_folder: JPEGs decoded with PIL; digits: scikit-learn's 8x8 "
-            "digits upscaled to image_size, with a held-out test split (for epochs)",
+            "digits upscaled to image_size, with a held-out test split (for epochs); "
+            "keywords: a generated text-classification task (each sequence holds keywords "
+            "of its class among random tokens), with a held-out test split (for epochs)",
             tag={
                 "synthetic": "synthetic",
                 "per_sample": "persample",
                 "image_folder": "folder",
                 "digits": "digits",
+                "keywords": "keywords",
             }.get,
             id_pos=7,
             column=True,
@@ -537,7 +540,7 @@ FIELDS: dict[str, Field] = {
             "epochs",
             {"type": "integer", "minimum": 0},
             0,
-            "train this many passes over the training data (data digits) instead of "
+            "train this many passes over the training data (data digits or keywords) instead of "
             "warmup_steps + steps, with no time budget, then measure the held-out test "
             "accuracy; 0: a fixed number of steps",
             tag=_prefixed("ep"),
