@@ -30,6 +30,7 @@ from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summ
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
 from .distributed import distributed_section
+from .families import families_section, family_lines, inference_section
 from .figures import (
     NO_DATA,
     PLOT_NAMES,
@@ -220,12 +221,14 @@ def build_report(
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [
         ladder_section(ladder, baseline, base, svgs["ladder"]),
+        families_section(stats_sp, baseline),
         *machine_sections,
         cost_section(costs, baseline),
         backends_section(matrix, order, compiled, svgs["backends"]),
         correctness,
         startup_section(stats, baseline, plots_dir),
         *sweeps,
+        inference_section(stats_sp, baseline),
         roofline_section(roof, svgs["roofline"]),
         distributed_section(stats_sp, collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
@@ -235,8 +238,9 @@ def build_report(
         summary_section(frame),
     ]
     headline = headline_html(
-        rich, records, stats, baseline, costs, check, compiled, machine_summary
-    )
+        rich, records, stats, baseline, costs, check, compiled, machine_summary,
+        family_lines(stats_sp, baseline, diverging),
+    )  # fmt: skip
     provenance = provenance_html(frame, records)
     page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)
     html_path.write_text(page, encoding="utf-8")

@@ -39,8 +39,10 @@ def headline_html(
     check: pd.DataFrame,
     compiled: pd.DataFrame,
     machines: Mapping | None = None,
+    families: Sequence[str] = (),
 ) -> str:
-    """The headline box at the top of the page."""
+    """The headline box at the top of the page (``families``: a line per workload
+    family, see ``families.family_lines``)."""
     flags = cpu_flags(frame) if len(frame) else set()
     isa, meaning = isa_verdict(flags)
     cpu = cpu_description(frame, records) if len(frame) else "no trials"
@@ -87,6 +89,7 @@ def headline_html(
             )
     items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
     items.append(_correctness(check))
+    items += list(families)
     if len(compiled):
         g = geomean(compiled["speedup"])
         if not isnan(g):

@@ -1,0 +1,93 @@
+"""The report per workload family: a ladder per family side by side, each run divided
+by the plain fp32 eager run of its own workload; the headline's line per family; and
+the inference section (batch-1 latency, throughput), from fixture records."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_report import html_tables, write
+from tests.test_report_decisions import section, trial
+from workflow_scripts import records as rec
+from workflow_scripts import report
+
+BERT = {"model": "bert-base", "image_size": None, "seq_len": 128, "group": "transformers"}
+INFER = {**BERT, "mode": "inference", "group": "inference"}
+
+
+def records() -> list[dict]:
+    return [
+        trial("baseline", sps=10.0, group="ladder"),
+        trial("bf16", sps=25.0, group="ladder", precision="bf16"),
+        trial("bert", sps=4.0, **BERT),
+        trial("bert-accelerate", sps=4.4, launcher="accelerate", **BERT),
+        trial("bert-ipex", sps=6.0, backend="ipex", ipex_optimize=True, **BERT),
+        # 2 ranks: divided by the one-process run, never by another layout
+        trial("bert-ddp", sps=5.0, launcher="accelerate", ranks=2, threads=1, **BERT),
+        trial(
+            "gpt2",
+            sps=2.0,
+            model="gpt2",
+            image_size=None,
+            seq_len=256,
+            batch_size=8,
+            group="transformers",
+        ),  # fmt: skip
+        trial("infer-bs1", sps=50.0, batch_size=1, **INFER),
+        trial(
+            "infer-bs1-ipex", sps=80.0, batch_size=1, backend="ipex", ipex_optimize=True, **INFER
+        ),  # fmt: skip
+        trial("infer-bs16", sps=100.0, batch_size=16, **INFER),
+    ]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("families")
+    loaded = rec.load_records(write(tmp / "records", records()))  # through files, as the rule
+    report.build_report(loaded, tmp / "summary.csv", tmp / "index.html", tmp / "plots")
+    return (tmp / "index.html").read_text()
+
+
+def test_one_ladder_per_family_side_by_side(page):
+    part = section(page, "families")
+    assert part.index("Vision (images)") < part.index("Text (tokens)")
+    assert part.count('<div class="family">') == 2
+    vision, text = html_tables(part)
+    assert list(vision["experiment"]) == ["baseline", "bf16"]
+    assert "tokens/s" not in vision and "tokens/s" in text
+    # inference and other families' rows are not in the training ladders
+    assert "infer-bs1" not in set(vision["experiment"]) | set(text["experiment"])
+    by = text.set_index("experiment")
+    assert by.loc["bert-accelerate", "vs fp32 eager"] == "1.10× vs bert"
+    assert by.loc["bert-ipex", "vs fp32 eager"] == "1.50× vs bert"
+    assert by.loc["bert-ddp", "vs fp32 eager"] == "1.25× vs bert"
+    # each model against its own reference; tokens = samples x sequence length
+    assert by.loc["gpt2", "vs fp32 eager"] == "1.00× vs gpt2"
+    assert by.loc["bert-accelerate", "tokens/s"] == "563"
+    assert by.loc["gpt2", "tokens/s"] == "512"
+    assert by.loc["bert", "workload"] == "bert-base, 128 tokens, batch 16"
+
+
+def test_the_headline_covers_each_family(page):
+    head = page[
+        page.index('class="headline"') : page.index("</div>", page.index('class="headline"'))
+    ]
+    assert "Vision (images): the fastest training run is <b>bf16</b>" in head
+    assert "<b>2.50×</b> its fp32 eager run (baseline)" in head
+    assert "Text (tokens): the fastest training run is <b>bert-ipex</b>" in head
+    assert "768 tokens/s" in head and "<b>1.50×</b> its fp32 eager run (bert)" in head
+
+
+def test_inference_has_its_own_section(page):
+    (table,) = html_tables(section(page, "inference"))
+    by = table.set_index("experiment")
+    assert list(by.index) == ["infer-bs1", "infer-bs1-ipex", "infer-bs16"]
+    # batch 1: latency is the step time (1 / 80 samples/s = 12.5 ms)
+    assert by.loc["infer-bs1-ipex", "latency p50 (ms)"] == "12.50"
+    assert by.loc["infer-bs1-ipex", "vs fp32 eager"] == "1.60× vs infer-bs1"
+    assert by.loc["infer-bs16", "latency p50 (ms)"] == "n/a (batch > 1)"
+    # a throughput batch is compared at its own batch size only: it is its own reference
+    assert by.loc["infer-bs16", "vs fp32 eager"] == "reference"
+    assert by.loc["infer-bs1", "vs fp32 eager"] == "reference"
+    assert by.loc["infer-bs16", "tokens/s"] == "12,800"

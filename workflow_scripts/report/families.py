@@ -1,0 +1,247 @@
+"""The report's view per workload family (``workloads.FAMILIES``: vision, text): one
+ladder per family side by side, each run against the plain fp32 eager run of its own
+workload (same model, mode, image size or sequence length), in samples/s and, for
+text, tokens/s; the headline's line per family; and the inference section (the
+forward pass alone: batch-1 latency and throughput)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import pandas as pd
+
+from .. import workloads
+from .compare import config_text, differences, is_reference, norm_setting, same_workload
+from .formatting import fmt_num, fmt_speedup, percentile_text
+from .html import table_html
+from .values import isnan
+
+Section = tuple[str, str, str]
+
+FAMILY_TITLE = {"vision": "Vision (images)", "text": "Text (tokens)"}
+
+
+def family(row) -> str:
+    w = workloads.WORKLOADS.get(str(row.get("model")))
+    return w.family if w is not None else "other"
+
+
+def _inference(row) -> bool:
+    return str(row.get("mode")) == "inference"
+
+
+def _accuracy(row) -> bool:
+    return not isnan(row.get("epochs")) and float(row.get("epochs") or 0) > 0
+
+
+def tokens_per_s(row) -> float:
+    """Throughput in tokens (a text model's samples x its sequence length)."""
+    seq = row.get("seq_len")
+    if family(row) != "text" or isnan(seq) or isnan(row.get("sps_median")):
+        return float("nan")
+    return float(row["sps_median"]) * float(seq)
+
+
+def shape_text(row) -> str:
+    """``bert-base, 128 tokens, batch 16`` / ``resnet50 at 224 px, batch 16``."""
+    model = str(row.get("model"))
+    if family(row) == "text" and not isnan(row.get("seq_len")):
+        model += f", {int(row['seq_len'])} tokens"
+    elif not isnan(row.get("image_size")):
+        model += f" at {int(row['image_size'])} px"
+    if not isnan(row.get("batch_size")):
+        model += f", batch {int(row['batch_size'])}"
+    return model
+
+
+def plain_reference(
+    stats: pd.DataFrame, row, baseline: str | None, same_batch: bool = False
+) -> pd.Series | None:
+    """The plain fp32 eager run of ``row``'s workload: one process, no launcher, every
+    optimization knob off (``compare.is_reference``); the ladder baseline first, then
+    one of the row's batch size. ``same_batch``: only one of its batch size."""
+    if not len(stats):
+        return None
+    plain = [
+        r
+        for _, r in stats.iterrows()
+        if same_workload(r, row)
+        and is_reference(r)
+        and norm_setting("launcher", r.get("launcher")) in ("", "none")
+        and norm_setting("ranks", r.get("ranks")) in ("", "1")
+        and (not same_batch or r.get("batch_size") == row.get("batch_size"))
+    ]
+    if not plain:
+        return None
+    return min(
+        plain,
+        key=lambda r: (r["experiment"] != baseline, r.get("batch_size") != row.get("batch_size")),
+    )
+
+
+def against_reference(
+    stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, same_batch: bool = False
+):
+    """Per row: (its fp32 eager reference's id or None, the throughput ratio, what
+    differs from the reference beyond the workload). ``same_batch``: the reference
+    has the row's batch size too (inference: latency and throughput depend on it)."""
+    out = []
+    for _, r in rows.iterrows():
+        ref = plain_reference(stats, r, baseline, same_batch)
+        if ref is None or isnan(ref.get("sps_median")) or isnan(r.get("sps_median")):
+            out.append((None if ref is None else ref["experiment"], float("nan"), []))
+            continue
+        ratio = float(r["sps_median"]) / float(ref["sps_median"])
+        out.append((ref["experiment"], ratio, differences(ref, r)))
+    return out
+
+
+def _vs_text(ref, ratio, diff) -> str:
+    if ref is None:
+        return "n/a (no fp32 eager run of this workload)"
+    if isnan(ratio):
+        return f"n/a (vs {ref})"
+    return f"{fmt_speedup(ratio)} vs {ref}"
+
+
+def family_table(stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, text: bool):
+    cells = []
+    for (_, r), (ref, ratio, diff) in zip(
+        rows.iterrows(), against_reference(stats, baseline, rows), strict=True
+    ):
+        row = {
+            "experiment": r["experiment"],
+            "workload": shape_text(r),
+            "configuration": config_text(r),
+            "samples/s": fmt_num(r.get("sps_median")),
+        }
+        if text:
+            row["tokens/s"] = fmt_num(tokens_per_s(r))
+        row["% of ceiling"] = fmt_num(r.get("pct_of_peak"), 1)
+        row["vs fp32 eager"] = _vs_text(ref, ratio, diff)
+        cells.append(row)
+    return pd.DataFrame(cells)
+
+
+def training_rows(stats: pd.DataFrame) -> pd.DataFrame:
+    if not len(stats):
+        return stats
+    keep = [not _inference(r) and not _accuracy(r) for _, r in stats.iterrows()]
+    return stats[keep]
+
+
+def families_section(stats: pd.DataFrame, baseline: str | None) -> Section:
+    """One ladder per family, side by side."""
+    train = training_rows(stats)
+    fams = [f for f in (*workloads.FAMILIES, "other") if (train.apply(family, axis=1) == f).any()]
+    if not fams:
+        return ("families", "Ladders per workload family", '<p class="empty">No training runs.</p>')
+    columns = []
+    for fam in fams:
+        rows = train[train.apply(family, axis=1) == fam]
+        title = FAMILY_TITLE.get(fam, fam)
+        columns.append(
+            f'<div class="family"><h3>{html.escape(title)}</h3>'
+            + table_html(family_table(stats, baseline, rows, fam == "text"))
+            + "</div>"
+        )
+    note = (
+        '<p class="note">Every training run (accuracy runs are in Distributed training), '
+        "by the family of its model, divided by the plain fp32 eager run of its own "
+        "workload (same model, sequence length or image size, mode): a ratio across "
+        "models means nothing, so each family has its own reference. Text throughput is "
+        "also in tokens/s (samples × sequence length). % of ceiling: the share of the "
+        "machine's calibrated matmul ceiling (same dtype and threads) the run computed.</p>"
+    )
+    return (
+        "families",
+        "Ladders per workload family",
+        note + '<div class="families">' + "".join(columns) + "</div>",
+    )
+
+
+def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list[str]:
+    """The headline's line per family: its fastest training run against its own fp32
+    eager run (diverging runs left out)."""
+    train = training_rows(stats)
+    lines = []
+    for fam in workloads.FAMILIES:
+        rows = train[train.apply(family, axis=1) == fam] if len(train) else train
+        rows = rows[~rows["experiment"].isin(list(diverging))] if len(rows) else rows
+        scored = [
+            (ratio, r, ref)
+            for (_, r), (ref, ratio, _) in zip(
+                rows.iterrows(), against_reference(stats, baseline, rows), strict=True
+            )
+            if not isnan(ratio)
+        ]
+        if not scored:
+            continue
+        ratio, best, ref = max(scored, key=lambda s: s[0])
+        tokens = tokens_per_s(best)
+        rate = f"{fmt_num(best['sps_median'])} samples/s"
+        if not isnan(tokens):
+            rate += f", {fmt_num(tokens)} tokens/s"
+        lines.append(
+            f"{html.escape(FAMILY_TITLE[fam])}: the fastest training run is "
+            f"<b>{html.escape(str(best['experiment']))}</b> "
+            f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}) at {rate}, "
+            f"<b>{fmt_speedup(ratio)}</b> its fp32 eager run ({html.escape(str(ref))})."
+        )
+    return lines
+
+
+def inference_rows(stats: pd.DataFrame) -> pd.DataFrame:
+    if not len(stats):
+        return stats
+    return stats[[_inference(r) for _, r in stats.iterrows()]]
+
+
+def _ms(value) -> float:
+    return float("nan") if isnan(value) else float(value) * 1000.0
+
+
+def inference_table(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    rows = inference_rows(stats)
+    cells = []
+    for (_, r), (ref, ratio, _diff) in zip(
+        rows.iterrows(), against_reference(stats, baseline, rows, same_batch=True), strict=True
+    ):
+        batch1 = not isnan(r.get("batch_size")) and int(r["batch_size"]) == 1
+        p99 = percentile_text(_ms(r.get("step_time_p99_s")), "p99", r, 2)
+        cells.append(
+            {
+                "experiment": r["experiment"],
+                "workload": shape_text(r),
+                "configuration": config_text(r),
+                "latency p50 (ms)": fmt_num(_ms(r.get("step_time_median_s")), 2)
+                if batch1
+                else "n/a (batch > 1)",
+                "latency p99 (ms)": p99 if batch1 else "n/a (batch > 1)",
+                "samples/s": fmt_num(r.get("sps_median")),
+                "tokens/s": fmt_num(tokens_per_s(r)) if family(r) == "text" else "",
+                "% of ceiling": fmt_num(r.get("pct_of_peak"), 1),
+                "vs fp32 eager": _vs_text(ref, ratio, _diff)
+                if ref is None or ref != r["experiment"]
+                else "reference",
+            }
+        )
+    return pd.DataFrame(cells)
+
+
+def inference_section(stats: pd.DataFrame, baseline: str | None) -> Section:
+    table = inference_table(stats, baseline)
+    if not len(table):
+        return (
+            "inference",
+            "Inference",
+            '<p class="empty">No inference runs (mode: inference).</p>',
+        )
+    note = (
+        '<p class="note">The forward pass alone, in eval mode under torch.inference_mode, '
+        "one process. At batch 1 the step time is the latency (p50: the median; p99 needs "
+        "100 timed steps); a larger batch gives the throughput. Each run is divided by the "
+        "fp32 eager inference run of the same model and batch.</p>"
+    )
+    return ("inference", "Inference", note + table_html(table))
