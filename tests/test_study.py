@@ -135,6 +135,9 @@ def test_shipped_default_study(shipped):
         *(f"ddp-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(16)),
         *(f"ddp-ccl-tcp-{x}" for x in multi),
         *(f"ddp-ccl-cclworker-{x}" for x in multi),
+        *(f"bert-seq-seq{n}" for n in (64, 128, 256, 512)),
+        "bert-batch-bs8",
+        "bert-batch-bs32",
         *(
             f"bert-ddp-{launcher}-{pg}-{x}"
             for launcher in ("torchrun", "accelerate")
