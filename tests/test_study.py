@@ -113,6 +113,8 @@ def test_shipped_default_study(shipped):
         "image-folder-nw1",
         *(f"bert-base{x}" for x in ("", "-bf16", "-inductor", "-ipex-optimize-fp32")),
         "bert-base-ipex-optimize-bf16",
+        "bert-base-ipex-compile",
+        "bert-base-xla",
         "gpt2",
         "gpt2-bf16",
         *(f"bert-base-accelerate{x}" for x in ("", "-bf16", "-legacy", "-legacy-ipex")),
