@@ -1,5 +1,10 @@
 """Container runtime: image lineage, runtime resolution, and the quick preset run in
-podman images built by the workflow (tests/run.sh installs podman, runc, mmdebstrap)."""
+podman images built by the workflow (tests/run.sh installs podman, runc, mmdebstrap).
+
+The quick preset's text-model runs that take the same image, mounts and launcher as
+another run of it (a tiny BERT or GPT-2 instead of the CNN) run locally in
+test_workflow, not again here: every image, launcher (Accelerate's mpirun included),
+data mount and process group still runs in a container."""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.test_workflow import copy_workflow, dry_run_jobs, experiments_run
@@ -27,6 +34,19 @@ ENGINE_CONF = os.environ.get(
     "STUDY_CONTAINERS_CONF", str(REPO / "containers/engine/containers.conf")
 )
 PODMAN = shutil.which("podman") is not None
+#: quick-preset experiments whose container path another one already takes (the same
+#: image, launcher and data: a text model in place of the CNN)
+SAME_PATH = ("bert-tiny", "gpt2-tiny-ipex", "infer-bert-tiny", "bert-tiny-accelerate", "acc-text")
+
+
+def containers_study(wd) -> Path:
+    """The part of the quick preset this test runs in images, as a config file (which
+    wins over the preset's own experiments)."""
+    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    path = wd / "containers-study.yaml"
+    experiments = [e for e in quick["experiments"] if e["id"] not in SAME_PATH]
+    path.write_text(yaml.safe_dump({"experiments": experiments}))
+    return path
 
 
 def container_config(*extra: str) -> list[str]:
@@ -133,7 +153,7 @@ def image_records(wd) -> dict[str, dict]:
 
 def snakemake(wd, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    cmd += ["--config", *container_config()]
+    cmd += ["--configfile", str(containers_study(wd)), "--config", *container_config()]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=5400)
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
@@ -163,7 +183,14 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     for _, row in summary.iterrows():
         rec = built[row["image"]]
         assert row["image_id"] == rec["image_id"] and row["image_digest"] == rec["image_digest"]
+    assert not set(SAME_PATH) & set(summary.index)
     assert summary.loc["inductor-fp32", "image"] == "inductor"
+    # Accelerate in images: mpirun's two ranks in the oneccl image, 1.7.0 in the ipex one
+    for pg in ("gloo", "ccl"):
+        assert summary.loc[f"bert-tiny-accelerate-{pg}", "image"] == "oneccl"
+        assert summary.loc[f"bert-tiny-accelerate-{pg}", "dist_backend"] == pg
+    legacy = summary.loc["bert-tiny-accelerate-legacy-ipex"]
+    assert legacy["image"] == "ipex" and legacy["accelerate_version"] == "1.7.0"
     assert summary.loc["xla-fp32", "image"] == "xla"
     # every layout with the study's ccl backend, built into the oneccl image
     ccl = summary[summary["dist_backend"] == "ccl"]

@@ -114,9 +114,25 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     # the same seed, data order and global batch: gloo and ccl train the same model
     for layout, sub in acc[acc["precision"] == "fp32"].groupby("ranks"):
         assert sub["test_accuracy"].max() - sub["test_accuracy"].min() < 0.03, (layout, sub)
-    assert acc["test_accuracy"].isna().sum() == 0 and summary["test_accuracy"].notna().sum() == len(
-        acc
-    )
+    # a tiny BERT learns the generated keyword task (chance is 1/2)
+    text = by_group[by_group["group"] == "accuracy-text"]
+    assert len(text) == 1 and (text["test_accuracy"] > 0.6).all(), text["test_accuracy"]
+    assert acc["test_accuracy"].isna().sum() == 0
+    assert summary["test_accuracy"].notna().sum() == len(acc) + len(text)
+    # Accelerate's mpirun ranks over Gloo and over the study's ccl: one DDP model, the
+    # same losses; the launch command and config in each record
+    losses = {}
+    for pg in ("gloo", "ccl"):
+        exp = f"bert-tiny-accelerate-{pg}"
+        record = json.loads((wd / f"results/records/{exp}/trial0.json").read_text())
+        checks = record["checks"]
+        assert checks["world_size"] == 2 and checks["dist_backend"] == pg
+        assert checks["accelerate"]["distributed_type"] == "MULTI_CPU"
+        assert checks["accelerate"]["command"].startswith("accelerate launch --config_file")
+        losses[pg] = record["losses"]
+    assert losses["gloo"] == pytest.approx(losses["ccl"], rel=1e-3)
+    for needle in ("Ladders per workload family", "Text (tokens)", "tokens/s", "Inference"):
+        assert needle in html
     for variant in ("gloo", "ccl-shm"):  # the allreduce microbenchmark, a job each
         result = json.loads((wd / f"results/collectives/{variant}.json").read_text())
         assert result["status"] == "ok", result.get("error")
