@@ -80,19 +80,7 @@ class Accelerate(Torchrun):
                     f"environment; the IPEX environment has no mpirun, and Accelerate "
                     f"1.7.0's ccl needs oneccl_bindings_for_pytorch, never on PyPI)"
                 )
-            if spec["batch_size"] % self.ranks(spec):
-                problems.append(
-                    f"batch_size {spec['batch_size']} (the global batch) does not split "
-                    f"evenly over ranks {spec['ranks']}; use a multiple of {spec['ranks']}"
-                )
-        if spec["dist_backend"] != "ccl":
-            for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload"):
-                if spec[knob] != self.owns[knob]:
-                    problems.append(
-                        f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
-                        f"(got dist_backend {spec['dist_backend']!r})"
-                    )
-        return problems
+        return problems + self.split_problems(spec) + self.ccl_knob_problems(spec)
 
     def ranks(self, spec: dict) -> int:
         return int(spec["ranks"])

@@ -64,15 +64,7 @@ class Torchrun(Launcher):
                 "launcher 'torchrun' trains with DistributedDataParallel on CPU tensors; "
                 f"backend {backend.name!r} is not supported (use {able})"
             )
-        world = self.ranks(spec)
-        if spec["batch_size"] % world:
-            over = f"ranks {spec['ranks']}"
-            if nodes(spec) > 1:
-                over = f"nodes {spec['nodes']} x ranks {spec['ranks']} = {world} processes"
-            problems.append(
-                f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
-                f"over {over}; use a multiple of {world}"
-            )
+        problems += self.split_problems(spec)
         if spec["dist_backend"] == "ccl" and backend.env != CCL_BASE_ENV:
             able = " or ".join(repr(b.name) for b in backends.all_backends()
                                if b.env == CCL_BASE_ENV)  # fmt: skip
@@ -80,14 +72,31 @@ class Torchrun(Launcher):
                 f"dist_backend 'ccl' runs in the oneccl environment (upstream PyTorch + "
                 f"oneCCL): backend {able} (got backend {spec['backend']!r})"
             )
-        if spec["dist_backend"] != "ccl":
-            for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload"):
-                if spec[knob] != self.owns[knob]:
-                    problems.append(
-                        f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
-                        f"(got dist_backend {spec['dist_backend']!r})"
-                    )
-        return problems
+        return problems + self.ccl_knob_problems(spec)
+
+    def split_problems(self, spec: dict) -> list[str]:
+        """The global batch must split evenly over the world."""
+        world = self.ranks(spec)
+        if not spec["batch_size"] % world:
+            return []
+        over = f"ranks {spec['ranks']}"
+        if nodes(spec) > 1:
+            over = f"nodes {spec['nodes']} x ranks {spec['ranks']} = {world} processes"
+        return [
+            f"batch_size {spec['batch_size']} (the global batch) does not split evenly "
+            f"over {over}; use a multiple of {world}"
+        ]
+
+    def ccl_knob_problems(self, spec: dict) -> list[str]:
+        """oneCCL's knobs away from their neutral values need the ccl process group."""
+        if spec["dist_backend"] == "ccl":
+            return []
+        return [
+            f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
+            f"(got dist_backend {spec['dist_backend']!r})"
+            for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload")
+            if spec[knob] != self.owns[knob]
+        ]
 
     def ranks(self, spec: dict) -> int:
         """The world: ``nodes`` x ``ranks`` (per node) processes."""
