@@ -91,3 +91,8 @@ def test_inference_has_its_own_section(page):
     assert by.loc["infer-bs16", "vs fp32 eager"] == "reference"
     assert by.loc["infer-bs1", "vs fp32 eager"] == "reference"
     assert by.loc["infer-bs16", "tokens/s"] == "12,800"
+
+
+def test_a_text_run_is_never_divided_by_an_image_runs_throughput(page):
+    other = section(page, "other")
+    assert "n/a (model resnet50→bert-base, image_size 224→none, seq_len none→128)" in other

@@ -72,7 +72,9 @@ def differences(a: Mapping, b: Mapping, keys: Sequence[str] = SETTING_KEYS) -> l
         elif va == "yes" and vb == "no":
             out.append(f"− {label}")
         else:
-            out.append(f"{label} {_short(key, va) or '?'}→{_short(key, vb) or '?'}")
+            # an unset workload value (a text model's image size) is "none", else unknown
+            blank = "none" if key in WORKLOAD_KEYS else "?"
+            out.append(f"{label} {_short(key, va) or blank}→{_short(key, vb) or blank}")
     return out
 
 
