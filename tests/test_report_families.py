@@ -96,3 +96,13 @@ def test_inference_has_its_own_section(page):
 def test_a_text_run_is_never_divided_by_an_image_runs_throughput(page):
     other = section(page, "other")
     assert "n/a (model resnet50→bert-base, image_size 224→none, seq_len none→128)" in other
+
+
+def test_without_a_ladder_the_headline_picks_a_training_run(tmp_path):
+    """An inference run's samples/s is no training throughput: with no ladder baseline
+    the headline's fastest configuration is one of the first training run's workload."""
+    recs = [r for r in records() if r["spec"]["group"] in ("transformers", "inference")]
+    loaded = rec.load_records(write(tmp_path / "records", recs))
+    report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    page = (tmp_path / "index.html").read_text()
+    assert '<b id="hl-best">bert-ipex</b>' in page

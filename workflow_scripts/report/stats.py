@@ -339,13 +339,19 @@ def usd_per_million(sps: float, usd_per_hour: float) -> float:
 def best_like_baseline(
     stats: pd.DataFrame, baseline: str | None, exclude: Sequence[str] = ()
 ) -> pd.Series | None:
-    """The fastest experiment that trains the baseline's workload (model, image size,
-    no epochs); every experiment when there is no baseline. ``exclude``: experiments
+    """The fastest experiment that trains the baseline's workload (model, mode, image
+    size or sequence length, no epochs); without a baseline, the first training run's
+    (an inference run's samples/s is no training throughput). ``exclude``: experiments
     not to recommend (their losses diverge)."""
 
     usable = stats[stats["sps_median"].notna() & ~stats["experiment"].isin(list(exclude))]
+    ref = None
     if baseline is not None and (stats["experiment"] == baseline).any():
         ref = stats[stats["experiment"] == baseline].iloc[0]
+    elif "mode" in stats:
+        train = stats[stats["mode"].astype(str) != "inference"]
+        ref = train.iloc[0] if len(train) else None
+    if ref is not None:
         usable = usable[[same_workload(ref, r) for _, r in usable.iterrows()]]
     if not len(usable):
         return None
