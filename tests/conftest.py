@@ -44,23 +44,24 @@ def oneccl_env(tmp_path_factory) -> dict:
     return build_env("oneccl", tmp_path_factory)
 
 
+def spec_of(**fields) -> dict:
+    """A fully resolved spec (through the real config loader) for a tiny model."""
+    fields.setdefault("id", "t")
+    config = {
+        "defaults": {
+            "model": "cnn",
+            "image_size": 32,
+            "batch_size": 4,
+            "warmup_steps": 2,
+            "steps": 3,
+            "timeout_s": 300,
+        },
+        "experiments": [fields],
+    }
+    return json.loads(study.load_study(config).spec_json(fields["id"]))
+
+
 @pytest.fixture
 def make_spec():
     """A fully resolved spec (through the real config loader) for a tiny model."""
-
-    def make(**fields) -> dict:
-        fields.setdefault("id", "t")
-        config = {
-            "defaults": {
-                "model": "cnn",
-                "image_size": 32,
-                "batch_size": 4,
-                "warmup_steps": 2,
-                "steps": 3,
-                "timeout_s": 300,
-            },
-            "experiments": [fields],
-        }
-        return json.loads(study.load_study(config).spec_json(fields["id"]))
-
-    return make
+    return spec_of

@@ -201,10 +201,14 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
     else:
         raise ValueError(f"unknown data source {spec['data']!r}")
     sampler = None
-    if world > 1:
+    if world > 1 or shuffled(spec):
         from torch.utils.data.distributed import DistributedSampler
 
-        # the same shuffle on every rank (seed), each rank its own part of it
+        # The same shuffle on every rank (seed, epoch), each rank its own part of it:
+        # rank r takes every world-th index from r, so global batch k is the slice
+        # [k*B, (k+1)*B) of the epoch's permutation, whatever the world. One process
+        # draws from the same sampler (a world of one), so 1 process and N ranks train
+        # on the same global batches.
         sampler = DistributedSampler(
             dataset, num_replicas=world, rank=rank,
             shuffle=shuffled(spec), seed=spec["seed"], drop_last=True,
@@ -213,7 +217,7 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
         dataset,
         batch_size=bs,
         sampler=sampler,
-        shuffle=shuffled(spec) and sampler is None,
+        shuffle=False,  # the sampler shuffles
         num_workers=spec["num_workers"],
         drop_last=True,
         generator=gen,
