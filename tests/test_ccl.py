@@ -40,6 +40,7 @@ from datetime import timedelta
 
 mode, rank, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 info = {"rank": rank}
+SLOW_S = 4.0  # how late the slow peer is
 
 from workflow_scripts.rank.distributed import ccl
 
@@ -91,6 +92,28 @@ if mode == "dead":
     write()
     if "error" in info:
         raise error  # uncaught: the process must still exit, with the error on stderr
+    sys.exit(0)
+
+if mode == "slow":
+    # Rank 1 is late to each allreduce by SLOW_S; rank 0 measures what its process spends
+    # waiting (CPU time over wall time), on the ccl group and on a gloo group.
+    import study_ccl
+
+    gloo = dist.new_group(backend="gloo")
+    info["wait_policy"] = study_ccl.wait_policy()
+    for name, group in (("ccl", None), ("gloo", gloo)):
+        t = torch.ones(1000)
+        dist.all_reduce(t, group=group)  # both ready: the size class's usual time
+        dist.barrier(group=gloo)
+        study_ccl.reset_stats()
+        if rank == 1:
+            time.sleep(SLOW_S)
+        wall, cpu = time.monotonic(), time.process_time()
+        dist.all_reduce(t, group=group)
+        info[name] = {"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu,
+                      "stats": study_ccl.stats(), "result": t[:3].tolist()}
+    write()
+    dist.destroy_process_group()
     sys.exit(0)
 
 gloo = dist.new_group(backend="gloo")
@@ -456,6 +479,87 @@ def test_dead_rank_times_out(ccl_env, tmp_path):
     assert rank0["returncode"] not in (0, None, -9), describe(ranks)
     assert "process-group timeout" in rank0["output"]
     assert rank0["seconds"] < 60, describe(ranks)
+
+
+def test_waiting_for_a_slow_peer_does_not_burn_a_core(ccl_env, tmp_path):
+    # Rank 1 comes 4 s late to an allreduce. Rank 0 waits in it: on ccl its worker spins
+    # for the size class's usual time and then sleeps between polls, so its process uses
+    # little CPU, as gloo's does (a spinning worker used one whole core: CPU/wall 1.00).
+    ranks = run_ranks(ccl_env, "slow", tmp_path, 120)
+    assert all(r["returncode"] == 0 for r in ranks), describe(ranks)
+    info = ranks[0]["json"]
+    assert info["wait_policy"]["mode"] == "backoff"
+    for name in ("ccl", "gloo"):
+        waited = info[name]
+        assert waited["result"] == [4.0] * 3  # ones, summed twice over 2 ranks
+        assert waited["wall_s"] > 3.0, waited
+        assert waited["cpu_s"] / waited["wall_s"] < 0.1, (name, waited)
+    stats = info["ccl"]["stats"]
+    assert stats["collectives"] == 1 and stats["waited_past_spin"] == 1, stats
+    assert stats["sleeps"] > 100 and stats["slept_ns"] > 3e9, stats
+    assert stats["spin_ns"] < 0.1e9, stats  # spun at most a fraction of the wait
+    # rank 1 was late, so its peer was waiting: its allreduce completed at once
+    assert ranks[1]["json"]["ccl"]["wall_s"] < 1.0, ranks[1]["json"]["ccl"]
+
+
+def test_spin_mode_is_the_old_busy_wait(ccl_env, tmp_path, monkeypatch):
+    # The comparison arm: STUDY_CCL_WAIT=spin polls without sleeping, and a rank waiting
+    # for a late peer burns its core (which is what the backoff avoids).
+    monkeypatch.setenv("STUDY_CCL_WAIT", "spin")
+    ranks = run_ranks(ccl_env, "slow", tmp_path, 120)
+    assert all(r["returncode"] == 0 for r in ranks), describe(ranks)
+    info = ranks[0]["json"]
+    assert info["wait_policy"]["mode"] == "spin"
+    waited = info["ccl"]
+    assert waited["stats"]["sleeps"] == 0
+    assert waited["cpu_s"] / waited["wall_s"] > 0.5, waited
+
+
+def test_a_missing_compiler_is_recorded_and_named(ccl_env, tmp_path):
+    # The build script cannot run its compiler: it says what to install, in its exit,
+    # its message and BUILD.json, and registering the backend repeats the reason.
+    out = tmp_path / "study-ccl"
+    proc = subprocess.run(
+        [ccl_env["python"], str(BUILD_SCRIPT), "--out", str(out), "--cxx", "/nonexistent/g++"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "apt install g++" in proc.stderr and "python3-dev" in proc.stderr
+    build = json.loads((out / "BUILD.json").read_text())
+    assert build["status"] == "failed" and "/nonexistent/g++" in build["error"]
+    from workflow_scripts.rank.distributed import ccl
+
+    with pytest.raises(ccl.CCLUnavailable, match=r"could not be built here: cannot run the C\+\+"):
+        ccl.register("study", lib_dir=str(out))
+
+
+def test_an_environment_without_a_compiler_is_still_built(ccl_env, tmp_path, monkeypatch):
+    # envs.build_extensions on an environment (a venv that sees the oneccl environment's
+    # packages and oneCCL headers) whose compiler is missing: the environment is not
+    # failed, its record says why the extension is missing, and nothing is stamped, so
+    # the next build tries again.
+    from workflow_scripts import envs
+
+    prefix = tmp_path / "env"
+    subprocess.run([ccl_env["python"], "-m", "venv", "--without-pip", str(prefix)], check=True)
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    real_site = next(Path(ccl_env["prefix"]).glob("lib/python3*/site-packages"))
+    (site / "oneccl_env.pth").write_text(f"{real_site}\n")
+    (prefix / "include").mkdir(exist_ok=True)
+    (prefix / "include" / "oneapi").symlink_to(Path(ccl_env["prefix"]) / "include" / "oneapi")
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    log = tmp_path / "build.log"
+    with open(log, "w") as fh:
+        built = envs.build_extensions(prefix, REPO / "envs" / "oneccl.txt", fh)
+    assert built["ccl"]["status"] == "failed", built
+    assert "cannot run the C++ compiler '/nonexistent/g++'" in built["ccl"]["error"]
+    assert not (prefix / "lib" / "study-ccl" / "SOURCES.sha256").exists()
+    assert "extension ccl not built" in log.read_text()
+
+
+def test_the_build_records_the_compiler(ccl_env):
+    compiler = ccl_env["build"]["compiler"]
+    assert compiler["command"] and compiler["version"]  # e.g. "g++ (Debian 14.2.0-19) 14.2.0"
 
 
 def test_register_explains_what_is_missing(tmp_path):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
+from tests.conftest import REPO, spec_of
+from tests.test_ccl import free_port
 from tests.test_harness import assert_ok, run
 from workflow_scripts import collectives, digits
 from workflow_scripts.rank import metrics
@@ -42,6 +45,9 @@ def assert_ranks(record: dict, n: int) -> None:
     cpus = [set(c.split(",")) for c in checks["rank_cpus"]]
     assert all(len(c) == record["spec"]["threads"] for c in cpus)
     assert not set.intersection(*cpus), "ranks share a core"
+    # the record says which physical cores each rank got, and they are its own
+    cores = [set(p["cores"]) for p in checks["rank_placement"]]
+    assert all(cores) and not set.intersection(*cores), checks["rank_placement"]
     assert len(record["rank_probes"]) == n
 
 
@@ -67,6 +73,11 @@ def test_two_ccl_ranks_train_one_ddp_model(oneccl_env, make_spec, tmp_path):
     assert_ranks(rec, 2)
     assert rec["checks"]["dist_backend"] == "ccl"
     assert "study" in rec["checks"]["ccl"]
+    # oneCCL's configuration as the rank ran it: a non-MPI launch, told its local rank
+    config = rec["checks"]["ccl_config"]
+    assert config["CCL_PROCESS_LAUNCHER"] == "none" and config["CCL_LOCAL_SIZE"] == "2"
+    assert config["CCL_LOCAL_RANK"] == "0" and config["CCL_WORKER_OFFLOAD"] == "0"
+    assert config["study_ccl_wait"]["mode"] == "backoff"
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +88,7 @@ def digits_dir(tmp_path_factory):
 
 
 def accuracy_spec(make_spec, **fields):
-    return make_spec(data="digits", epochs=2, batch_size=32, lr=0.05, warmup_steps=1,
+    return make_spec(data="digits", epochs=2, batch_size=32, lr=0.02, warmup_steps=1,
                      time_budget_s=None, **fields)  # fmt: skip
 
 
@@ -94,18 +105,27 @@ def assert_trained(record: dict) -> dict:
     return m
 
 
-def test_accuracy_of_one_process(upstream_env, make_spec, digits_dir, tmp_path):
-    rec = run(accuracy_spec(make_spec), upstream_env, tmp_path, data_path=digits_dir)
-    m = assert_trained(rec)
+@pytest.fixture(scope="module")
+def one_process(upstream_env, digits_dir, tmp_path_factory) -> dict:
+    return run(accuracy_spec(spec_of), upstream_env, tmp_path_factory.mktemp("one"),
+               data_path=digits_dir)  # fmt: skip
+
+
+def test_accuracy_of_one_process(one_process):
+    m = assert_trained(one_process)
     assert m["test_loss"] < 2.3  # below a uniform guess's log(10)
 
 
 @needs_two
 def test_accuracy_of_two_ranks_gloo_and_ccl(
-    upstream_env, oneccl_env, make_spec, digits_dir, tmp_path
+    upstream_env, oneccl_env, make_spec, digits_dir, tmp_path, one_process
 ):
     """The ranks score identical models; Gloo and ccl train the same model (the same
-    seed, data order and sums), so their accuracy is the same."""
+    seed, data order and sums), so their accuracy is the same. One process and two ranks
+    draw the same global batches (one sampler's permutation, each rank every other
+    index of it) and take the same optimizer steps: their first losses agree to float
+    rounding (later, rounding differences grow in this chaotic phase of training, so
+    the accuracy after a few epochs is not compared)."""
     accuracy = {}
     for backend, env in (("gloo", upstream_env), ("ccl", oneccl_env)):
         spec = accuracy_spec(make_spec, launcher="torchrun", ranks=2, threads=1,
@@ -115,6 +135,7 @@ def test_accuracy_of_two_ranks_gloo_and_ccl(
         assert len(m["rank_test_accuracy"]) == 2
         assert m["rank_test_accuracy"][0] == m["rank_test_accuracy"][1] == m["test_accuracy"]
         accuracy[backend] = m["test_accuracy"]
+        assert rec["losses"][:20] == pytest.approx(one_process["losses"][:20], rel=1e-4)
     assert accuracy["gloo"] == pytest.approx(accuracy["ccl"], abs=0.03)
 
 
@@ -144,9 +165,78 @@ def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys):
     got = {(r["dtype"], r["bytes"]) for r in rec["results"]}
     assert got == {(d, kb * 1024) for d in ("float32", "bfloat16") for kb in (1, 1024)}
     for r in rec["results"]:
-        assert 0 < r["latency_s"]["min"] <= r["latency_s"]["median"] <= r["latency_s"]["max"]
+        lat = r["latency_s"]
+        assert 0 < lat["min"] <= lat["median"] <= lat["max"] and lat["loop"] > 0
+        assert r["iterations"] == 3 and r["checked_calls"] == 3  # every call checked
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # 2(n-1)/n = 1 for 2 ranks
+        assert r["algbw_GBps"] == pytest.approx(r["bytes"] / lat["loop"] / 1e9)
+        assert 0 < r["cpu_per_wall"] <= 2.5
+        if variant.startswith("ccl"):
+            # the backend's own cost per call, from its counters over the timed loop
+            o = r["overhead_us"]
+            assert o["collectives"] == 3 and 0 < o["handoff_us"] and 0 < o["in_ccl_us"]
+            assert o["finish_us"] >= 0 and o["polls"] >= 1
+        else:
+            assert r["overhead_us"] is None
+    if variant.startswith("ccl"):
+        assert rec["group"]["ccl_wait"]["mode"] == "backoff"
     assert f"[collectives] {variant} x2:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["gloo", "ccl"])
+def test_the_microbenchmark_checks_sums_at_three_ranks(backend, upstream_env, oneccl_env, tmp_path):
+    # Three ranks (more than this machine's CPUs may hold: unpinned), rank-dependent data
+    # in the timed loop and in every checked call: a sum that is not over all three
+    # ranks' own values fails the run.
+    env = oneccl_env if backend == "ccl" else upstream_env
+    spec = {**collectives.variant_spec("ccl-shm" if backend == "ccl" else "gloo", 3, 120),
+            "pin": False}  # fmt: skip
+    out = tmp_path / "r{rank}.json"
+    subprocess.run(
+        [env["python"], "-m", "torch.distributed.run", "--nproc-per-node=3",
+         "--master-port", str(free_port()), str(collectives.PROGRAM),
+         "--spec-json", json.dumps(spec), "--sizes-kb=1,1000.5", "--dtypes=float32,bfloat16",
+         "--iterations=4", f"--out={out}"],
+        check=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    results = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(3)]
+    for res in results:
+        assert res["status"] == "ok", res.get("error")
+        assert res["rank_cpus"] is None and res["group"]["world_size"] == 3
+    rows = results[0]["results"]
+    assert {(r["dtype"], r["bytes"]) for r in rows} == {
+        ("float32", 1024), ("bfloat16", 1024), ("float32", 1024512), ("bfloat16", 1024512)
+    }  # fmt: skip
+    for r in rows:
+        assert r["checked_calls"] == 4
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 4 / 3)  # 2(n-1)/n
+
+
+CHECKED_DATA = """
+import torch
+from workflow_scripts.rank.distributed import allreduce_bench as ab
+
+index = torch.arange(10) % ab.PERIOD
+phase = index.to(torch.uint8)
+for world in (2, 3, 5):
+    for call in (0, 1, 7):
+        parts = [ab.checked_data(phase, r, call, torch.bfloat16) for r in range(world)]
+        total = torch.stack([p.double() for p in parts]).sum(0).to(torch.bfloat16)
+        assert torch.equal(total, ab.checked_expected(index, world, call, torch.bfloat16))
+        assert len({tuple(p.tolist()) for p in parts}) == min(world, ab.PERIOD)
+        assert len(set(parts[0].tolist())) == ab.PERIOD  # differs along the tensor
+    zero = sum(ab.loop_data(3, torch.float32, r, world) for r in range(world))
+    assert torch.equal(zero, torch.zeros(3)), zero
+print("checked")
+"""
+
+
+def test_checked_data_sums_are_rank_and_element_dependent(upstream_env):
+    out = subprocess.run(
+        [upstream_env["python"], "-c", CHECKED_DATA], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and "checked" in out.stdout, out.stderr
 
 
 def test_variant_names():

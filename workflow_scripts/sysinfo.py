@@ -94,6 +94,35 @@ def parse_cpu_list(text: str) -> list[int]:
     return sorted(out)
 
 
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+NODE_SYSFS = Path("/sys/devices/system/node")
+
+
+def cpu_topology(cpu_root: Path = CPU_SYSFS, node_root: Path = NODE_SYSFS) -> dict[int, tuple]:
+    """Each logical CPU's place, read from sysfs: ``{cpu: (NUMA node, package, core)}``.
+    Logical CPUs with the same package and core are SMT siblings (hyperthreads of one
+    physical core). A CPU without a readable ``topology`` folder is left out; without
+    NUMA information every CPU is on node 0. Empty when nothing is readable."""
+    node_of: dict[int, int] = {}
+    for node in sorted(Path(node_root).glob("node[0-9]*")):
+        try:
+            cpus = parse_cpu_list((node / "cpulist").read_text().strip() or "")
+        except (OSError, ValueError):
+            continue
+        for cpu in cpus:
+            node_of[cpu] = int(node.name[4:])
+    topo: dict[int, tuple] = {}
+    for folder in Path(cpu_root).glob("cpu[0-9]*"):
+        cpu = int(folder.name[3:])
+        try:
+            package = int((folder / "topology" / "physical_package_id").read_text())
+            core = int((folder / "topology" / "core_id").read_text())
+        except (OSError, ValueError):
+            continue
+        topo[cpu] = (node_of.get(cpu, 0), package, core)
+    return topo
+
+
 def _cpuinfo() -> dict[str, str]:
     info: dict[str, str] = {}
     try:

@@ -11,8 +11,10 @@ oneCCL comes from the ``oneccl-cpu-devel`` wheel, which installs into
 ``<prefix>/lib`` and ``<prefix>/include`` rather than site-packages (its ``ccl.pc``
 asks for SYCL, so plain ``-I``/``-L`` flags are used). The module gets rpaths to
 oneCCL, its bundled libfabric and torch's libraries. ``DIR/BUILD.json`` records
-the source's SHA-256, the torch version and the compiler command. Standard
-library and torch only.
+the source's SHA-256, the torch version, the compiler, its version and command. When
+the module cannot be built (no C++ compiler, no Python or oneCCL headers), the script
+exits non-zero and ``DIR/BUILD.json`` says ``"status": "failed"`` with what to
+install; the ccl backend's registration repeats it. Standard library and torch only.
 """
 
 from __future__ import annotations
@@ -86,31 +88,62 @@ def compile_command(source: Path, target: Path, ccl_prefix: Path, cxx: str) -> l
     return cmd
 
 
+#: what to install when the module cannot be built
+NEEDS = (
+    "a C++17 compiler (Debian/Ubuntu: apt install g++; or set CXX) and this Python's "
+    "headers (Debian/Ubuntu: apt install python3-dev)"
+)
+
+
+class BuildFailed(Exception):
+    """The module cannot be built here; the message says why and what to install."""
+
+
+def compiler_version(cxx: str) -> str:
+    """The first line of ``cxx --version``; BuildFailed when it cannot run."""
+    try:
+        proc = subprocess.run(
+            [cxx, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BuildFailed(f"cannot run the C++ compiler {cxx!r} ({exc}); install {NEEDS}") from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise BuildFailed(f"the C++ compiler {cxx!r} does not run (exit {proc.returncode})")
+    return lines[0]
+
+
 def build(out: Path, ccl_prefix: Path, cxx: str = "g++") -> dict:
-    """Compile the module into ``out``; returns what BUILD.json records."""
+    """Compile the module into ``out``; returns what BUILD.json records. Raises
+    BuildFailed (with what to install) when it cannot be built here."""
     import torch
 
     if not (ccl_prefix / "include" / "oneapi" / "ccl.hpp").exists():
-        raise SystemExit(
+        raise BuildFailed(
             f"oneCCL headers not found under {ccl_prefix}/include (install oneccl-cpu-devel "
             "into this environment, or pass --ccl-prefix)"
         )
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.exists():
+        raise BuildFailed(f"{headers} is missing: install {NEEDS}")
+    version = compiler_version(cxx)
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
     partial = target.with_name(target.name + ".partial")
     cmd = compile_command(SOURCE, partial, ccl_prefix, cxx)
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    except OSError as exc:
-        raise SystemExit(f"cannot run the C++ compiler {cxx!r}: {exc}") from None
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         partial.unlink(missing_ok=True)
         sys.stderr.write(proc.stdout)
-        raise SystemExit(
-            f"compiling {SOURCE.name} failed (exit {proc.returncode}): {shlex.join(cmd)}"
+        raise BuildFailed(
+            f"compiling {SOURCE.name} with {version} failed (exit {proc.returncode}); it needs "
+            f"{NEEDS}: {shlex.join(cmd)}"
         )
     os.replace(partial, target)  # a half-written module is never importable
     info = {
+        "status": "ok",
+        "compiler": {"command": cxx, "version": version},
         "module": MODULE,
         "file": target.name,
         "source": str(SOURCE),
@@ -138,8 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"), help="C++ compiler")
     args = ap.parse_args(argv)
-    info = build(args.out.absolute(), args.ccl_prefix.absolute(), args.cxx)
-    print(f"built {args.out / info['file']} (torch {info['torch']})")
+    out = args.out.absolute()
+    try:
+        info = build(out, args.ccl_prefix.absolute(), args.cxx)
+    except BuildFailed as exc:
+        # the module's folder says why it is missing (registration repeats it)
+        out.mkdir(parents=True, exist_ok=True)
+        failed = {"status": "failed", "module": MODULE, "error": str(exc),
+                  "source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+                  "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+        (out / "BUILD.json").write_text(json.dumps(failed, indent=2) + "\n")
+        print(f"cannot build {MODULE}: {exc}", file=sys.stderr)
+        return 1
+    print(f"built {args.out / info['file']} (torch {info['torch']}, {info['compiler']['version']})")
     return 0
 
 

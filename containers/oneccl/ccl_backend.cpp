@@ -13,8 +13,17 @@
 //     once) and then queued to one worker thread per backend. The queue is FIFO, so all
 //     ranks issue their oneCCL calls in the order the program issued the collectives.
 //     The caller gets a Work whose future completes with the output tensors.
-//   * oneCCL collectives never time out: a dead peer hangs the others. The worker polls
-//     the oneCCL event (event.test() drives progress when CCL_WORKER_OFFLOAD=0) and a
+//   * Waiting. With CCL_WORKER_OFFLOAD=0 the worker thread drives oneCCL's progress by
+//     testing the event (event.test()). It spins (test + yield) only for as long as a
+//     collective of that size class usually takes when every peer is ready (twice the
+//     shortest of its last runs, at least STUDY_CCL_SPIN_MIN_US = 1 ms, at most
+//     STUDY_CCL_SPIN_MAX_US = 20 ms), then tests at growing intervals, sleeping in
+//     between (10 us doubling up to STUDY_CCL_SLEEP_MAX_US = 1 ms; the worker's timer
+//     slack is 1 us so short sleeps are short), so a rank waiting for a slower peer does
+//     not burn a core that its OpenMP threads need. STUDY_CCL_WAIT=spin restores the old pure spinning, for comparison.
+//     study_ccl.stats() counts, per process, the hand-off to the worker, the time in
+//     oneCCL, the polls, the sleeps and the time from completion to the future being set.
+//   * oneCCL collectives never time out: a dead peer hangs the others. A
 //     watchdog thread fails the running collective, and everything queued behind it,
 //     once the process-group timeout has passed. The backend is then broken: later
 //     collectives fail at once, and the communicator is leaked rather than destroyed
@@ -36,6 +45,10 @@
 
 #include <oneapi/ccl.hpp>
 
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -68,6 +81,117 @@ std::once_flag g_init_once;
 // a time. Only single calls (post a collective, test its event) hold it, never a whole
 // collective, so two process groups progressing at once cannot deadlock on it.
 std::mutex g_ccl_call_mutex;
+
+// ---------------------------------------------------------------------------------------
+// How the worker waits for a oneCCL event, and what waiting cost (process-wide).
+
+int64_t envMicros(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    return fallback;
+  }
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  TORCH_CHECK_VALUE(
+      end != text && *end == '\0' && value >= 0,
+      "ccl: ",
+      name,
+      " must be a whole number of microseconds >= 0, got '",
+      text,
+      "'");
+  return static_cast<int64_t>(value);
+}
+
+struct WaitPolicy {
+  bool spin = false; // STUDY_CCL_WAIT=spin: test + yield until done (no sleeping)
+  int64_t spinMinUs = 1000; // always spin at least this long (a peer a little late)
+  int64_t spinMaxUs = 20000; // never spin longer (a size class not seen yet spins this long)
+  int64_t sleepMinUs = 10; // the first sleep after spinning
+  int64_t sleepMaxUs = 1000; // sleeps double up to this
+
+  static WaitPolicy fromEnvironment() {
+    WaitPolicy p;
+    const char* mode = std::getenv("STUDY_CCL_WAIT");
+    std::string m = mode == nullptr ? "" : mode;
+    TORCH_CHECK_VALUE(
+        m.empty() || m == "backoff" || m == "spin",
+        "ccl: STUDY_CCL_WAIT must be 'backoff' (the default) or 'spin', got '",
+        m,
+        "'");
+    p.spin = m == "spin";
+    p.spinMinUs = envMicros("STUDY_CCL_SPIN_MIN_US", p.spinMinUs);
+    p.spinMaxUs = std::max(p.spinMinUs, envMicros("STUDY_CCL_SPIN_MAX_US", p.spinMaxUs));
+    p.sleepMaxUs = std::max<int64_t>(1, envMicros("STUDY_CCL_SLEEP_MAX_US", p.sleepMaxUs));
+    p.sleepMinUs = std::min(p.sleepMinUs, p.sleepMaxUs);
+    return p;
+  }
+};
+
+// Process-wide counters (all process groups), read by study_ccl.stats().
+struct Stats {
+  std::atomic<uint64_t> collectives{0};
+  std::atomic<uint64_t> handoffNs{0}; // queued on the caller's thread -> worker starts it
+  std::atomic<uint64_t> cclNs{0}; // worker starts it -> oneCCL reports it done
+  std::atomic<uint64_t> finishNs{0}; // oneCCL done -> the worker sets the future
+  std::atomic<uint64_t> spinNs{0}; // of cclNs: spinning
+  std::atomic<uint64_t> sleptNs{0}; // of cclNs: asleep between polls
+  std::atomic<uint64_t> polls{0}; // event tests
+  std::atomic<uint64_t> sleeps{0};
+  std::atomic<uint64_t> waitedPastSpin{0}; // collectives that went on to sleeping polls
+
+  void reset() {
+    for (auto* c : {&collectives, &handoffNs, &cclNs, &finishNs, &spinNs, &sleptNs, &polls,
+                    &sleeps, &waitedPastSpin}) {
+      c->store(0);
+    }
+  }
+};
+Stats g_stats;
+
+uint64_t nanos(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+// The shortest recent oneCCL time of each size class (log2 of the bytes): what a
+// collective of that size takes when every peer is ready.
+class SizeHistory {
+ public:
+  static constexpr int kKept = 8;
+
+  static int sizeClass(size_t bytes) {
+    int c = 0;
+    while (bytes > 1 && c < 63) {
+      bytes >>= 1;
+      ++c;
+    }
+    return c;
+  }
+
+  // The spin budget for a collective of this class.
+  int64_t spinBudgetUs(int cls, const WaitPolicy& p) const {
+    const auto& kept = runs_[cls];
+    if (kept.count == 0) {
+      return p.spinMaxUs;
+    }
+    int64_t shortest = *std::min_element(kept.us.begin(), kept.us.begin() + kept.count);
+    return std::clamp<int64_t>(2 * shortest, p.spinMinUs, p.spinMaxUs);
+  }
+
+  void add(int cls, int64_t us) {
+    auto& kept = runs_[cls];
+    kept.us[kept.next] = us;
+    kept.next = (kept.next + 1) % kKept;
+    kept.count = std::min(kept.count + 1, kKept);
+  }
+
+ private:
+  struct Kept {
+    std::array<int64_t, kKept> us{};
+    int next = 0;
+    int count = 0;
+  };
+  std::array<Kept, 64> runs_{};
+};
 
 std::string secondsText(Millis timeout) {
   std::ostringstream out;
@@ -282,6 +406,7 @@ struct Task {
   // Runs the collective on the worker thread; throws on failure.
   std::function<void()> run;
   Clock::time_point queued;
+  size_t bytes = 0; // the output tensors' size (the waiting's size class)
 };
 
 struct State {
@@ -300,6 +425,9 @@ struct State {
   std::string broken; // non-empty: why the backend is unusable
   std::atomic<bool> abandon{false}; // set with `broken`: the worker gives up polling
   std::atomic<bool> inCcl{false}; // the worker is inside a oneCCL call
+  WaitPolicy wait; // how the worker waits for oneCCL events
+  SizeHistory history; // worker thread only
+  int runningClass = 0; // worker thread only: the size class of the running task
 
   // Finished tasks. The worker and watchdog threads never drop the last reference to
   // a task's tensors: releasing a tensor Python knows takes the GIL, and a non-Python
@@ -363,10 +491,11 @@ void failAll(State& state, std::vector<Task>&& tasks, const std::string& why) {
 }
 
 // Posts one oneCCL call (under the process-wide lock) and waits for its event by
-// polling it: with CCL_WORKER_OFFLOAD=0 the polling thread makes the progress. Gives up
-// when the watchdog has broken the backend. An event that has not completed is never
-// destroyed: oneCCL's event destructor waits for the operation, which hangs (and
-// crashed at process exit) when a peer has died. It is leaked instead.
+// testing it: with CCL_WORKER_OFFLOAD=0 the testing thread makes the progress. It spins
+// for the size class's budget, then sleeps between tests (doubling up to the policy's
+// maximum). Gives up when the watchdog has broken the backend. An event that has not
+// completed is never destroyed: oneCCL's event destructor waits for the operation,
+// which hangs (and crashed at process exit) when a peer has died. It is leaked instead.
 template <typename Post>
 void runCcl(State& state, Post&& post) {
   std::unique_ptr<ccl::event> event;
@@ -381,25 +510,68 @@ void runCcl(State& state, Post&& post) {
     }
     state.inCcl = false;
   }
+  const auto start = Clock::now();
+  const auto spinUntil = state.wait.spin
+      ? Clock::time_point::max()
+      : start + std::chrono::microseconds(state.history.spinBudgetUs(state.runningClass, state.wait));
+  auto sleep = std::chrono::microseconds(state.wait.sleepMinUs);
+  const auto sleepMax = std::chrono::microseconds(state.wait.sleepMaxUs);
+  bool sleeping = false;
+  Clock::time_point spinEnd = start;
+  uint64_t polls = 0;
+  uint64_t sleeps = 0;
+  Clock::duration slept{};
+  auto account = [&](Clock::time_point end) {
+    g_stats.polls += polls;
+    g_stats.sleeps += sleeps;
+    g_stats.sleptNs += nanos(slept);
+    g_stats.spinNs += nanos((sleeping ? spinEnd : end) - start);
+    if (sleeping) {
+      ++g_stats.waitedPastSpin;
+    }
+  };
   for (;;) {
     {
       std::lock_guard<std::mutex> guard(g_ccl_call_mutex);
       state.inCcl = true;
       bool done = event->test();
       state.inCcl = false;
+      ++polls;
       if (done) {
+        auto end = Clock::now();
+        account(end);
+        state.history.add(
+            state.runningClass,
+            std::chrono::duration_cast<std::chrono::microseconds>(end - start).count());
         return;
       }
     }
     if (state.abandon) {
+      account(Clock::now());
       (void)event.release();
       throw std::runtime_error("abandoned after the process-group timeout");
     }
-    std::this_thread::yield();
+    if (!sleeping) {
+      auto now = Clock::now();
+      if (now < spinUntil) {
+        std::this_thread::yield();
+        continue;
+      }
+      sleeping = true;
+      spinEnd = now;
+    }
+    auto before = Clock::now();
+    std::this_thread::sleep_for(sleep);
+    slept += Clock::now() - before;
+    ++sleeps;
+    sleep = std::min(sleep * 2, sleepMax);
   }
 }
 
 void workerLoop(std::shared_ptr<State> state) {
+  // Sleeps between polls are 10 us and up: without this, Linux's default timer slack
+  // (50 us) would stretch the short ones.
+  (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   for (;;) {
     Task task;
     {
@@ -417,6 +589,7 @@ void workerLoop(std::shared_ptr<State> state) {
       state->cv.notify_all(); // the watchdog picks up the new deadline
     }
     auto started = Clock::now();
+    state->runningClass = SizeHistory::sizeClass(task.bytes);
     std::exception_ptr error;
     try {
       task.run();
@@ -426,6 +599,7 @@ void workerLoop(std::shared_ptr<State> state) {
     } catch (...) {
       error = backendError(std::string("ccl ") + task.work->opName() + " failed");
     }
+    auto ran = Clock::now();
     if (state->debug) {
       auto ms = [](Clock::duration d) {
         return std::chrono::duration<double, std::milli>(d).count();
@@ -437,7 +611,7 @@ void workerLoop(std::shared_ptr<State> state) {
           task.work->opName().c_str(),
           static_cast<unsigned long long>(task.work->getSequencenumber()),
           ms(started - task.queued),
-          ms(Clock::now() - started),
+          ms(ran - started),
           error ? " (failed)" : "");
     }
     std::vector<Task> failed;
@@ -457,6 +631,13 @@ void workerLoop(std::shared_ptr<State> state) {
             " failed; the ccl process group is unusable after that";
         failed = state->breakLocked(why);
       }
+    }
+    if (!error) {
+      // counted before the future is set, so that its waiter reads them
+      ++g_stats.collectives;
+      g_stats.handoffNs += nanos(started - task.queued);
+      g_stats.cclNs += nanos(ran - started);
+      g_stats.finishNs += nanos(Clock::now() - ran);
     }
     task.work->complete(error); // no-op if the watchdog already failed it
     failAll(*state, std::move(failed), why);
@@ -511,6 +692,7 @@ class StudyCCL : public c10d::Backend {
     state_->size = size;
     const char* debug = std::getenv("STUDY_CCL_DEBUG");
     state_->debug = debug != nullptr && *debug != '\0' && std::string(debug) != "0";
+    state_->wait = WaitPolicy::fromEnvironment();
 
     // Rendezvous: rank 0 creates the main KVS and publishes its address.
     ccl::kvs::address_type address{};
@@ -1023,7 +1205,11 @@ class StudyCCL : public c10d::Backend {
                 state_->broken);
       }
       TORCH_CHECK(!state_->stop, "ccl ", name, ": the ccl process group was shut down");
-      state_->queue.push_back(Task{work, std::move(run), Clock::now()});
+      size_t bytes = 0;
+      for (const auto& t : work->result()) {
+        bytes += t.nbytes();
+      }
+      state_->queue.push_back(Task{work, std::move(run), Clock::now(), bytes});
       state_->cv.notify_all();
     }
     return work;
@@ -1075,6 +1261,42 @@ PYBIND11_MODULE(study_ccl, m) {
       py::arg("size"),
       py::arg("timeout") = py::none(),
       "Create the ccl backend for one process group: creator(store, rank, size, timeout).");
+  m.def(
+      "stats",
+      [] {
+        auto& g = study_ccl::g_stats;
+        py::dict d;
+        d["collectives"] = g.collectives.load();
+        d["handoff_ns"] = g.handoffNs.load();
+        d["ccl_ns"] = g.cclNs.load();
+        d["finish_ns"] = g.finishNs.load();
+        d["spin_ns"] = g.spinNs.load();
+        d["slept_ns"] = g.sleptNs.load();
+        d["polls"] = g.polls.load();
+        d["sleeps"] = g.sleeps.load();
+        d["waited_past_spin"] = g.waitedPastSpin.load();
+        return d;
+      },
+      "Counters of this process's ccl collectives (all groups): how many completed, the "
+      "nanoseconds from queueing to the worker starting each (handoff), inside oneCCL "
+      "(ccl, of which spin and slept), from oneCCL's completion to the future being set "
+      "(finish), the event tests (polls) and sleeps, and how many waited past the spin.");
+  m.def(
+      "reset_stats", [] { study_ccl::g_stats.reset(); }, "Zero the counters of stats().");
+  m.def(
+      "wait_policy",
+      [] {
+        auto p = study_ccl::WaitPolicy::fromEnvironment();
+        py::dict d;
+        d["mode"] = p.spin ? "spin" : "backoff";
+        d["spin_min_us"] = p.spinMinUs;
+        d["spin_max_us"] = p.spinMaxUs;
+        d["sleep_min_us"] = p.sleepMinUs;
+        d["sleep_max_us"] = p.sleepMaxUs;
+        return d;
+      },
+      "How a backend created now waits for oneCCL (from STUDY_CCL_WAIT, "
+      "STUDY_CCL_SPIN_MIN_US, STUDY_CCL_SPIN_MAX_US, STUDY_CCL_SLEEP_MAX_US).");
   m.def(
       "library_version",
       [] { return std::string(ccl::get_library_version().full); },

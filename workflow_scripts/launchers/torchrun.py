@@ -251,6 +251,7 @@ def merge_ok(results: list[dict]) -> dict:
     merged["rank_other_work"] = works
     checks = dict(first.get("checks") or {})
     checks["rank_cpus"] = [(r.get("checks") or {}).get("cpus") for r in results]
+    checks["rank_placement"] = [(r.get("checks") or {}).get("placement") for r in results]
     checks["rank_hosts"] = [(r.get("provenance") or {}).get("hostname") for r in results]
     merged["checks"] = checks
     return merged

@@ -186,9 +186,14 @@ class Trainer:
             else 0,
             "threads": torch.get_num_threads(),
             "cpus": sysinfo.cpu_list_str(sorted(os.sched_getaffinity(0))),
+            "placement": ranks.placement(sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()),
             "world_size": self.world,
             **(
-                {"dist_backend": self.group["dist_backend"], "ccl": self.group["ccl"]}
+                {
+                    "dist_backend": self.group["dist_backend"],
+                    "ccl": self.group["ccl"],
+                    "ccl_config": self.group.get("ccl_config"),
+                }
                 if self.group
                 else {}
             ),
@@ -227,6 +232,7 @@ def accelerator(spec: dict):
             "world_size": dist.get_world_size(),
             "pg_timeout_s": (joined or {}).get("pg_timeout_s", timeout.total_seconds()),
             "ccl": (joined or {}).get("ccl"),
+            "ccl_config": (joined or {}).get("ccl_config"),
         }
     return acc, group
 

@@ -17,8 +17,10 @@ oneCCL stops with "could not initialize any transport library"). It sets
 ``CCL_WORKER_OFFLOAD=0`` (oneCCL's default worker thread per rank made small allreduces
 ~12 ms on 2 cores; the backend drives progress itself) and ``CCL_ATL_SHM=1`` (shared
 memory between ranks on one host, the fastest transport measured) where they are unset.
-All of this must happen before oneCCL is loaded, which is why registration, not the
-environment, owns it. ``STUDY_CCL_DEBUG=1`` makes the backend log every collective.
+For a launch without an MPI process manager it sets oneCCL's launcher variables
+(:func:`launcher_environment`). All of this must happen before oneCCL is loaded, which
+is why registration, not the environment, owns it. :func:`effective_config` is what a
+trial records. ``STUDY_CCL_DEBUG=1`` makes the backend log every collective.
 
 Standard library only at import time (torch is imported inside :func:`register`).
 
@@ -77,6 +79,15 @@ def ccl_prefix(folder: Path) -> Path:
         return Path(sys.prefix)
 
 
+def build_failure(folder: Path) -> str | None:
+    """Why the module in ``folder`` could not be built (its BUILD.json), else None."""
+    try:
+        info = json.loads((folder / "BUILD.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info.get("error") if info.get("status") == "failed" else None
+
+
 def prepare_libfabric(prefix: Path) -> None:
     """Point oneCCL at its bundled libfabric and the providers next to it.
 
@@ -92,6 +103,49 @@ def prepare_libfabric(prefix: Path) -> None:
         os.environ.setdefault("FI_PROVIDER_PATH", str(fabric / "prov"))
     if (fabric / "libfabric.so.1").exists():
         os.environ.setdefault("CCL_OFI_LIBRARY_PATH", str(fabric / "libfabric.so.1"))
+
+
+#: variables an MPI process manager sets in each rank (then oneCCL's own launcher
+#: detection, hydra by default, is right)
+MPI_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
+
+
+def launcher_environment(env) -> dict:
+    """Set what oneCCL's documentation asks of a launch without an MPI process manager
+    (torchrun, srun): ``CCL_PROCESS_LAUNCHER=none`` and the rank's place on its node,
+    ``CCL_LOCAL_RANK`` and ``CCL_LOCAL_SIZE`` (from torch's ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE``); without them oneCCL guesses ("could not get local_idx/count
+    from environment variables"). With oneCCL's worker thread on
+    (``CCL_WORKER_OFFLOAD=1``), its worker is pinned to the last CPU of this rank's own
+    block (``CCL_WORKER_AFFINITY``), not to oneCCL's default, the node's last CPUs, which
+    belong to the last rank. Only unset variables are set; returns what was set."""
+    set_here = {}
+
+    def default(name, value):
+        if name not in env and value is not None:
+            env[name] = set_here[name] = str(value)
+
+    if not any(v in env for v in MPI_RANK_VARS) and "LOCAL_RANK" in env:
+        default("CCL_PROCESS_LAUNCHER", "none")
+        default("CCL_LOCAL_RANK", env.get("LOCAL_RANK"))
+        default("CCL_LOCAL_SIZE", env.get("LOCAL_WORLD_SIZE"))
+    if env.get("CCL_WORKER_OFFLOAD") == "1":
+        try:
+            default("CCL_WORKER_AFFINITY", max(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            pass
+    return set_here
+
+
+def effective_config(env=None) -> dict:
+    """oneCCL's configuration as this process runs it: every ``CCL_*`` variable and the
+    libfabric ones it reads, and how the study backend waits (for the record)."""
+    env = os.environ if env is None else env
+    config = {k: v for k, v in sorted(env.items()) if k.startswith(("CCL_", "FI_"))}
+    module = sys.modules.get(MODULE)
+    if module is not None and hasattr(module, "wait_policy"):
+        config["study_ccl_wait"] = module.wait_policy()
+    return config
 
 
 def _load_study_module(path: Path):
@@ -135,6 +189,9 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
 
     folder = module_dir(lib_dir)
     path = module_path(folder)
+    failed = build_failure(folder)
+    if failed and not path.exists():
+        raise CCLUnavailable(f"the study ccl backend could not be built here: {failed}")
     if not path.exists():
         raise CCLUnavailable(
             f"the study ccl backend is not built: {path} does not exist (looked in "
@@ -143,6 +200,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
         )
     for name, value in CCL_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    launcher_environment(os.environ)
     prepare_libfabric(ccl_prefix(folder))
 
     import torch.distributed as dist

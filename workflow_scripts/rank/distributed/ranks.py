@@ -5,9 +5,11 @@ A launcher that starts N ranks (torchrun) sets ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in each; under srun
 (``STUDY_RANKS_FROM=slurm``) each rank takes them from SLURM's task variables
 (:func:`adopt_slurm`). The trial's CPUs (the
-spec's ``cpus``, or all the process may use) are cut into N consecutive blocks, one
-per rank, so the ranks never share a core; each rank runs ``threads`` intra-op
-threads (the block's size when unset). Standard library only at import time: the
+spec's ``cpus``, or all the process may use) are cut into N blocks, one per rank, on
+the machine's topology read from sysfs (:func:`rank_blocks`: whole physical cores per
+rank, physical cores before SMT siblings, within a NUMA node where a block fits), so
+the ranks never share a core; each rank runs ``threads`` intra-op threads (the block's
+size when unset). Standard library only at import time: the
 pinning runs before torch starts its thread pools.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime
 import os
 
+from ... import sysinfo
 from ...sysinfo import parse_cpu_list
 
 #: the process group's timeout when the spec's own timeout is longer: a dead peer
@@ -74,9 +77,13 @@ def world() -> tuple[int, int, int]:
     return rank, size, local
 
 
-def rank_cpus(spec: dict, local_rank: int, local_size: int, allowed: list[int]) -> list[int]:
+def rank_cpus(
+    spec: dict, local_rank: int, local_size: int, allowed: list[int], topo: dict | None = None
+) -> list[int]:
     """The CPUs of rank ``local_rank`` of ``local_size`` on this machine: its block of the
-    spec's CPU list (or of ``allowed``), ``threads`` of them, or an even share."""
+    spec's CPU list (or of ``allowed``), ``threads`` of them, or an even share, placed
+    on the machine's topology (``topo``: :func:`sysinfo.cpu_topology`; see
+    :func:`rank_blocks`)."""
     cpus = parse_cpu_list(spec["cpus"]) if spec.get("cpus") else sorted(allowed)
     per_rank = spec.get("threads") or len(cpus) // local_size
     if per_rank < 1 or per_rank * local_size > len(cpus):
@@ -84,12 +91,86 @@ def rank_cpus(spec: dict, local_rank: int, local_size: int, allowed: list[int]) 
             f"{local_size} ranks x {per_rank} threads need {local_size * max(per_rank, 1)} "
             f"CPUs, but the trial has {len(cpus)} ({','.join(map(str, cpus))})"
         )
-    return cpus[local_rank * per_rank : (local_rank + 1) * per_rank]
+    return rank_blocks(cpus, local_size, per_rank, topo or {})[local_rank]
+
+
+def _cores(cpus: list[int], topo: dict) -> list[list[int]]:
+    """The physical cores of ``cpus`` (each a list of its logical CPUs, siblings), in NUMA
+    node order, then by their first CPU."""
+    by_core: dict[tuple, list[int]] = {}
+    for cpu in cpus:
+        node, package, core = topo[cpu]
+        by_core.setdefault((node, package, core), []).append(cpu)
+    return sorted((sorted(c) for c in by_core.values()), key=lambda c: (topo[c[0]][0], c[0]))
+
+
+def rank_blocks(cpus: list[int], ranks: int, per_rank: int, topo: dict) -> list[list[int]]:
+    """Cut ``cpus`` into ``ranks`` blocks of ``per_rank`` CPUs, topology first:
+
+    * whole physical cores per rank (a core's SMT siblings never go to two ranks), and
+      one thread per physical core before any sibling: a rank gets ``per_rank`` cores
+      when there are enough, else an equal share of the cores (at least enough to hold
+      ``per_rank`` threads on their siblings);
+    * a rank's cores within one NUMA node where its block fits in what the node has
+      left, the remaining ranks on the cores left over;
+    * without topology (or a CPU the topology does not know, or more ranks than the
+      cores can hold): consecutive blocks of the CPUs in sibling order.
+    Without SMT on one node this is the list cut into consecutive blocks."""
+    cpus = sorted(cpus)
+    if not topo or any(c not in topo for c in cpus):
+        return [cpus[r * per_rank : (r + 1) * per_rank] for r in range(ranks)]
+    cores = _cores(cpus, topo)
+    smt = max(len(c) for c in cores)
+    if ranks * per_rank <= len(cores):
+        need = per_rank  # a physical core per thread
+    else:  # siblings too: spread over every core, so that few cores run two threads
+        need = max(-(-per_rank // smt), len(cores) // ranks)
+    if ranks * need > len(cores):
+        flat = [cpu for core in cores for cpu in core]
+        return [sorted(flat[r * per_rank : (r + 1) * per_rank]) for r in range(ranks)]
+    # whole blocks of `need` cores inside each NUMA node first, then the leftovers
+    nodes: dict[int, list[list[int]]] = {}
+    for core in cores:
+        nodes.setdefault(topo[core[0]][0], []).append(core)
+    blocks, left = [], []
+    for node_cores in nodes.values():
+        fit = len(node_cores) // need
+        blocks += [node_cores[b * need : (b + 1) * need] for b in range(fit)]
+        left += node_cores[fit * need :]
+    blocks += [left[b * need : (b + 1) * need] for b in range(len(left) // need)]
+    out = []
+    for block in blocks[:ranks]:
+        # first siblings of every core, then second siblings, ...
+        order = [core[i] for i in range(smt) for core in block if i < len(core)]
+        if len(order) < per_rank:  # uneven cores: fall back to plain blocks
+            flat = [cpu for core in cores for cpu in core]
+            return [sorted(flat[r * per_rank : (r + 1) * per_rank]) for r in range(ranks)]
+        out.append(sorted(order[:per_rank]))
+    return out
+
+
+def placement(cpus: list[int], topo: dict) -> dict:
+    """Where a rank's CPUs are: their physical cores (``package:core``), NUMA nodes, and
+    how many of its cores it runs on more than one sibling of (for the record)."""
+    if not cpus or any(c not in topo for c in cpus):
+        return {"cores": None, "numa_nodes": None, "cores_with_two_threads": None}
+    cores: dict[str, int] = {}
+    for cpu in cpus:
+        _, package, core = topo[cpu]
+        key = f"{package}:{core}"
+        cores[key] = cores.get(key, 0) + 1
+    return {
+        "cores": sorted(cores),
+        "numa_nodes": sorted({topo[c][0] for c in cpus}),
+        "cores_with_two_threads": sum(1 for n in cores.values() if n > 1),
+    }
 
 
 def pin(spec: dict) -> list[int] | None:
     """Pin this rank to its CPUs (before torch starts threads); None for one process
-    without a CPU list (it keeps what it was given)."""
+    without a CPU list (it keeps what it was given), or when the spec says ``pin: false``."""
+    if spec.get("pin") is False:  # e.g. more ranks than CPUs, on purpose
+        return None
     _, _, local = world()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if local_size == 1:
@@ -97,7 +178,9 @@ def pin(spec: dict) -> list[int] | None:
             return None
         cpus = parse_cpu_list(spec["cpus"])  # one process: the whole list, as given
     else:
-        cpus = rank_cpus(spec, local, local_size, sorted(os.sched_getaffinity(0)))
+        cpus = rank_cpus(
+            spec, local, local_size, sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()
+        )
     os.sched_setaffinity(0, cpus)
     return cpus
 
@@ -123,6 +206,7 @@ def init_process_group(spec: dict) -> dict:
         "world_size": dist.get_world_size(),
         "pg_timeout_s": timeout.total_seconds(),
         "ccl": how,
+        "ccl_config": ccl.effective_config() if how else None,
     }
 
 
