@@ -559,7 +559,8 @@ def test_an_environment_without_a_compiler_is_still_built(ccl_env, tmp_path, mon
 
 def test_the_build_records_the_compiler(ccl_env):
     compiler = ccl_env["build"]["compiler"]
-    assert compiler["command"] and compiler["version"]  # e.g. "g++ (Debian 14.2.0-19) 14.2.0"
+    # e.g. "g++ (Debian 12.2.0-14+deb12u1) 12.2.0"
+    assert compiler["command"] and compiler["version"]
 
 
 def test_register_explains_what_is_missing(tmp_path):
