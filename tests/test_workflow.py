@@ -41,7 +41,10 @@ def copy_workflow(dest: Path) -> Path:
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}"]
+    # no reruns after noise (the retry policy has its own tests; on a busy 2-CPU machine
+    # reruns added minutes to the suite), as in test_containers
+    cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}",
+            "noise_retries=0"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=3000)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
