@@ -165,6 +165,24 @@ def install(prefix: Path, requirements: Path, python: str, installer: str, log) 
         raise ValueError(f"unknown installer {installer!r} (allowed: uv, pip)")
 
 
+def compile_bytecode(prefix: Path, log) -> str:
+    """Byte-compile the environment's Python files once, at build time.
+
+    ``uv`` installs no ``.pyc`` files, and where ``PYTHONDONTWRITEBYTECODE`` is set
+    (CI machines, the study's images) no process writes them either: every trial then
+    compiled torch's sources again (``import torch`` 4.9 s instead of 2.4 s here, and
+    ``FlopCounterMode``'s first use, which imports ``torch._dynamo``, 7.2 s instead of
+    1.9 s). A file that does not compile (some packages ship Python 2 examples) is left
+    as it is; the count of such files is in the log.
+    """
+    cmd = [str(prefix / "bin" / "python"), "-m", "compileall", "-q", "-j0", str(prefix / "lib")]
+    print("+ " + " ".join(cmd), file=log, flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    errors = proc.stdout.count("*** Error compiling")
+    print(proc.stdout[-4000:], file=log, flush=True)
+    return "compiled" if proc.returncode == 0 else f"compiled ({errors} files failed to compile)"
+
+
 def probe(prefix: Path) -> dict[str, str]:
     out = subprocess.run(
         [str(prefix / "bin" / "python"), "-c", PROBE, json.dumps(VERSION_MODULES)],
@@ -247,6 +265,9 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
     with locked(root / f".{name}-{digest[:12]}.lock"):
         if marker.exists():
             info = json.loads(marker.read_text())
+            if not info.get("bytecode"):  # an environment built before byte-compiling
+                info["bytecode"] = compile_bytecode(prefix, log)
+                marker.write_text(json.dumps(info, indent=2) + "\n")
             # System allocators may have been installed since: link again (idempotent).
             info["libs"] = link_allocators(prefix)
             info["extensions"] = build_extensions(prefix, requirements, log)
@@ -258,6 +279,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
             shutil.rmtree(prefix)
         install(prefix, requirements, python, installer, log)
         allocators = link_allocators(prefix)
+        bytecode = compile_bytecode(prefix, log)
         versions = probe(prefix)
         info = {
             "name": name,
@@ -269,6 +291,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
             "installer": installer,
             "versions": versions,
             "libs": allocators,
+            "bytecode": bytecode,
             "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
         marker.write_text(json.dumps(info, indent=2) + "\n")

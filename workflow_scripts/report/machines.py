@@ -19,6 +19,7 @@ import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from workflow_scripts.machine_results import machine_files, result_files  # noqa: F401 (API)
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import SETTING_KEYS, WORKLOAD_KEYS, differences, geomean, same_workload
@@ -91,31 +92,6 @@ def parse_machines(value: Any) -> list[dict]:
             }
         )
     return out
-
-
-def result_files(path: str | Path) -> list[Path]:
-    """The files a result set is read from: the trial records under ``path``
-    (``records/<experiment>/trial<k>.json`` or ``<experiment>/trial<k>.json``), else its
-    ``summary.csv``, or ``path`` itself when it is a file."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        return []
-    for pattern in ("records/*/trial*.json", "*/trial*.json", "**/records/*/trial*.json"):
-        found = sorted(p.glob(pattern))
-        if found:
-            return found
-    return [p / "summary.csv"] if (p / "summary.csv").is_file() else []
-
-
-def machine_files(report_settings: Mapping | None) -> list[str]:
-    """The files of the other machines' results (the config's ``report: machines:``), the
-    report rule's inputs: the report is rebuilt when they change."""
-    files: list[str] = []
-    for machine in (report_settings or {}).get("machines") or []:
-        files += [str(f) for f in result_files(machine["results"])]
-    return files
 
 
 def load_machine(entry: Mapping, noise_threshold: float = DEFAULT_NOISE_THRESHOLD) -> Machine:

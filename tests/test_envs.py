@@ -1,0 +1,65 @@
+"""Environment builds: byte-compiled once, so no trial compiles a library's sources again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import envs
+
+TAG = sys.implementation.cache_tag  # e.g. cpython-311
+
+
+def fake_environment(root: Path, lock: Path) -> Path:
+    """A finished environment as an older build left it: the marker, no bytecode."""
+    pyver = envs.python_version(sys.executable)
+    prefix = root / f"tiny-{envs.requirements_hash(lock, pyver)[:12]}"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    pkg = prefix / "lib" / "site" / "tinypkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 42\n")
+    (pkg / "py2_example.py").write_text("print 'python 2'\n")  # does not compile
+    marker = {"name": "tiny", "prefix": str(prefix), "built_at": "2026-01-01T00:00:00+00:00"}
+    (prefix / envs.COMPLETE_MARKER).write_text(json.dumps(marker))
+    return prefix
+
+
+def test_a_reused_environment_without_bytecode_is_compiled_once(tmp_path, monkeypatch):
+    lock = tmp_path / "tiny.txt"
+    lock.write_text("# nothing to install\n")
+    root = tmp_path / "envs"
+    prefix = fake_environment(root, lock)
+    pyc = prefix / "lib" / "site" / "tinypkg" / "__pycache__" / f"__init__.{TAG}.pyc"
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as on CI hosts and in the images
+    with open(tmp_path / "build.log", "w") as log:
+        info = envs.build("tiny", lock, root, sys.executable, "uv", log)
+    assert info["reused"] is True
+    assert pyc.exists()
+    # a file that does not compile is counted, not fatal
+    assert info["bytecode"] == "compiled (1 files failed to compile)"
+    marker = json.loads((prefix / envs.COMPLETE_MARKER).read_text())
+    assert marker["bytecode"] == info["bytecode"]  # remembered: the next reuse compiles nothing
+    stamp = pyc.stat().st_mtime_ns
+    with open(tmp_path / "build2.log", "w") as log:
+        envs.build("tiny", lock, root, sys.executable, "uv", log)
+    assert pyc.stat().st_mtime_ns == stamp
+    assert "compileall" not in (tmp_path / "build2.log").read_text()
+
+
+@pytest.mark.torch
+def test_torch_imports_from_bytecode_in_the_built_environment(upstream_env):
+    """The environment's torch has its .pyc files, and a process that may not write
+    bytecode (PYTHONDONTWRITEBYTECODE, as on CI hosts and in the images) loads them."""
+    assert upstream_env["bytecode"].startswith("compiled")
+    python = upstream_env["python"]
+    code = "import torch._dynamo.symbolic_convert as m; print(m.__cached__)"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()  # fmt: skip
+    assert Path(out).is_file(), out
