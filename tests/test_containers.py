@@ -22,6 +22,7 @@ import yaml
 from tests.conftest import REPO
 from tests.test_workflow import copy_workflow, dry_run_jobs, experiments_run
 from workflow_scripts import images, study
+from workflow_scripts.runtimes.container import engine_env
 
 # Shared across test runs and workflow copies: the wheelhouse (8+ GB of wheels) and the
 # engine's storage (a rebuild of unchanged images is a layer-cache hit).
@@ -37,6 +38,8 @@ PODMAN = shutil.which("podman") is not None
 #: quick-preset experiments whose container path another one already takes (the same
 #: image, launcher and data: a text model in place of the CNN)
 SAME_PATH = ("bert-tiny", "gpt2-tiny-ipex", "infer-bert-tiny", "bert-tiny-accelerate", "acc-text")
+#: quick-preset sweeps likewise (the accuracy's weak-scaling arm: acc's image and launcher)
+SAME_PATH_SWEEPS = ("acc-weak",)
 
 
 def containers_study(wd) -> Path:
@@ -45,7 +48,8 @@ def containers_study(wd) -> Path:
     quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
     path = wd / "containers-study.yaml"
     experiments = [e for e in quick["experiments"] if e["id"] not in SAME_PATH]
-    path.write_text(yaml.safe_dump({"experiments": experiments}))
+    sweeps = [s for s in quick["sweeps"] if s.get("name") not in SAME_PATH_SWEEPS]
+    path.write_text(yaml.safe_dump({"experiments": experiments, "sweeps": sweeps}))
     return path
 
 
@@ -184,6 +188,7 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
         rec = built[row["image"]]
         assert row["image_id"] == rec["image_id"] and row["image_digest"] == rec["image_digest"]
     assert not set(SAME_PATH) & set(summary.index)
+    assert not summary.index.str.startswith(SAME_PATH_SWEEPS).any()
     assert summary.loc["inductor-fp32", "image"] == "inductor"
     # Accelerate in images: mpirun's two ranks in the oneccl image, 1.7.0 in the ipex one
     for pg in ("gloo", "ccl"):
@@ -220,6 +225,15 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert (wd / "results/records/folder/trial0.json").stat().st_uid == os.getuid()
     html = (wd / "results/report/index.html").read_text()
     assert built["xla"]["image_digest"] in html
+    # torch loads from the bytecode compiled into every image (the images set
+    # PYTHONDONTWRITEBYTECODE: without it each trial compiled torch's sources again)
+    code = "import os, torch; print(os.path.isfile(torch.__cached__))"
+    for name in ("eager", "ipex", "xla", "oneccl"):
+        cmd = ["podman", "run", "--rm", "--network", "none", built[name]["image_id"],
+               "/opt/venv/bin/python", "-c", code]  # fmt: skip
+        proc = subprocess.run(cmd, env=engine_env(ENGINE_CONF or None), capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert proc.stdout.strip() == "True", (name, proc.stdout, proc.stderr[-2000:])
 
     # 2. an unchanged tree rebuilds nothing
     again = snakemake(wd)

@@ -108,3 +108,6 @@ def test_the_collectives_ranks_are_a_job_of_one_task_each():
     assert (res["tasks"], res["nodes"], res["mpi"]) == (2, 1, "srun")
     assert res["slurm_extra"] == "--exclusive --ntasks-per-node=2"
     assert res["cpus_per_task"] == max(1, cluster.node_cpus() // 2)  # a block per rank
+    # several counts: the job holds the most (each smaller count an srun inside it)
+    res = cluster.collectives({"collectives": {"ranks": [2, 4]}})
+    assert res["tasks"] == 4 and res["slurm_extra"] == "--exclusive --ntasks-per-node=4"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import sysinfo
+from workflow_scripts import study, sysinfo
 from workflow_scripts.rank.distributed import ranks
 
 
@@ -114,3 +114,43 @@ def test_placement_says_which_cores_and_siblings(tmp_path):
     }  # fmt: skip
     assert ranks.placement([0, 1], topo)["cores_with_two_threads"] == 0
     assert ranks.placement([0, 99], topo)["cores"] is None
+
+
+def test_a_reserved_comm_cpu_is_the_blocks_last_a_sibling_on_smt(tmp_path):
+    """comm_cpu takes the last CPU of a rank's block: on an SMT machine the second thread
+    of a core whose first thread computes, so the compute keeps its physical cores."""
+    topo = smt_machine(tmp_path)
+    block = blocks(topo, 2, 4)[1]
+    assert block == [2, 3, 6, 7]
+    compute, comm = ranks.reserve_comm_cpu(block)
+    assert (compute, comm) == ([2, 3, 6], 7) and topo[7][2] == topo[3][2]
+    with pytest.raises(ValueError, match="2 CPUs or more"):
+        ranks.reserve_comm_cpu([5])
+
+
+DDP = {"launcher": "torchrun", "dist_backend": "ccl", "ccl_worker_offload": True}
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {**DDP, "dist_backend": "gloo", "ccl_worker_offload": False, "comm_cpu": True},
+            "comm_cpu True needs dist_backend 'ccl'",
+        ),  # fmt: skip
+        ({**DDP, "ccl_worker_offload": False, "comm_cpu": True}, "needs ccl_worker_offload true"),
+        ({**DDP, "ranks": 2, "threads": 1, "comm_cpu": True}, r"threads >= 2 per rank \(.*got 1"),
+        ({"comm_cpu": True}, "comm_cpu true needs launcher .torchrun."),
+    ],
+)
+def test_a_comm_cpu_that_cannot_be_reserved_is_refused(fields, message):
+    with pytest.raises(study.StudyConfigError, match=message):
+        study.load_study({"experiments": [{"id": "a", **fields}]})
+
+
+def test_multi_threaded_layouts_have_two_threads_a_rank_or_none():
+    sweep = {"name": "c", "layouts": "multi-threaded", "cpus": "0-7", **DDP, "comm_cpu": True}
+    s = study.load_study({"sweeps": [sweep]})
+    assert s.ids == ["c-r2-t4", "c-r4-t2"]
+    small = study.load_study({"sweeps": [{**sweep, "cpus": "0-1"}], "experiments": [{"id": "x"}]})
+    assert small.ids == ["x"]  # 2 CPUs hold no such layout: the rest of the study runs

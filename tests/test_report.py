@@ -17,6 +17,7 @@ import pytest
 
 from workflow_scripts import records as rec
 from workflow_scripts import report
+from workflow_scripts.report.distributed import process_group
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -587,3 +588,104 @@ def test_accuracy_table_and_the_books_claims(tmp_path):
     # the throughput table holds the DDP runs without epochs only
     ddp = page[page.index("<h2>Distributed training") : page.index("Accuracy: time to train")]
     assert "ddp-r2" in ddp and "acc-ccl-r2" not in ddp
+    # oneCCL's worker thread, sharing the rank's CPUs or on one reserved for it
+    row = {"dist_backend": "ccl", "ccl_worker_offload": True}
+    assert process_group(row) == "ccl shm + worker"
+    assert process_group({**row, "comm_cpu": True}) == "ccl shm + worker on a reserved CPU"
+
+
+def test_accuracy_over_seeds_and_the_weak_scaling_arm(tmp_path):
+    """Runs that differ only in their seed are one row (medians over the seeds, accuracy
+    min-max over every trial of every seed); a weak-scaled batch shows each rank's share;
+    the time to the target accuracy, and how many seeds reached it."""
+
+    def acc(experiment, seed, train_s, accuracy, reached_s, **spec):
+        spec = {"group": "acc-weak", "ranks": 1, "threads": 2, "target_accuracy": 0.9,
+                "batch_size": 16, "lr": 0.01, **spec}  # fmt: skip
+        r = make(experiment, 0, 1437 * 3 / train_s, launcher="torchrun", data="digits",
+                 epochs=3, model="cnn", seed=seed, **spec)  # fmt: skip
+        r["metrics"].update(train_time_s=train_s, test_accuracy=accuracy, test_loss=0.2,
+                            time_to_accuracy_s=reached_s)  # fmt: skip
+        return r
+
+    weak = {"ranks": 2, "threads": 1, "batch_scaling": "weak", "batch_size": 32, "lr": 0.02}
+    records = [
+        acc("acc-weak-r1-seed0", 0, 10.0, 0.95, 6.0),
+        acc("acc-weak-r1-seed1", 1, 12.0, 0.93, 8.0),
+        acc("acc-weak-r1-seed2", 2, 11.0, 0.97, 7.0),
+        acc("acc-weak-r2-seed0", 0, 5.0, 0.91, 4.0, **weak),
+        acc("acc-weak-r2-seed1", 1, 6.0, 0.85, None, **weak),
+        acc("acc-weak-r2-seed2", 2, 5.5, 0.92, 4.5, **weak),
+        acc("acc-weak-r2-lr-seed0", 0, 5.0, 0.80, None, **{**weak, "lr": 0.04}),
+    ]
+    html_path = tmp_path / "report" / "index.html"
+    report.build_report(rec.load_records(write_records(tmp_path, records)),
+                        tmp_path / "summary.csv", html_path, tmp_path / "report")  # fmt: skip
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("experiment")
+    assert summary.loc["acc-weak-r2-seed1", "seed"] == 1
+    assert summary.loc["acc-weak-r2-seed0", "batch_scaling"] == "weak"
+    assert summary.loc["acc-weak-r2-seed0", "time_to_accuracy_s"] == 4.0
+    assert math.isnan(summary.loc["acc-weak-r2-seed1", "time_to_accuracy_s"])  # not reached
+    page = html_path.read_text()
+    table = html_tables(page[page.index("Accuracy: time to train") :])[0]
+    table = table.set_index("experiment")
+    # three seeds each make one row; another learning rate is another configuration
+    assert list(table.index) == ["acc-weak-r1", "acc-weak-r2", "acc-weak-r2-lr-seed0"]
+    r1, r2 = table.loc["acc-weak-r1"], table.loc["acc-weak-r2"]
+    assert r1["seeds"] == "0, 1, 2" and table.loc["acc-weak-r2-lr-seed0", "seeds"] == "0"
+    assert r1["test accuracy (%)"] == "95.0 (93.0–97.0)"  # median over seeds (min–max)
+    assert r1["time to train (s)"] == "11.00" and r2["time to train (s)"] == "5.50"
+    assert r2["speedup"] == "2.00×" and r2["Δ accuracy (points)"] == "-4.0"
+    assert r2["global batch"] == "32 (weak: 16/rank)" and r1["global batch"] == "16"
+    assert r1["time to target (s)"] == "7.00 (to 90 %)"
+    assert r2["time to target (s)"] == "4.25 (to 90 %), 2 of 3 seeds"
+    assert table.loc["acc-weak-r2-lr-seed0", "time to target (s)"] == "not reached (90 %)"
+    ddp = page[page.index("<h2>Distributed training") : page.index("Accuracy: time to train")]
+    assert "acc-weak-r1-seed0" not in ddp  # seeds too have the accuracy table only
+    # the book's claims: a row each, a column per group with a one-process reference
+    fixed = {**weak, "batch_scaling": "fixed", "group": "accuracy"}
+    records.append(acc("acc-r1", 0, 10.0, 0.95, 6.0, group="accuracy"))
+    records.append(acc("acc-r2", 0, 8.0, 0.95, 5.0, **fixed))
+    report.build_report(rec.load_records(write_records(tmp_path / "b", records)),
+                        tmp_path / "b.csv", html_path, tmp_path / "report")  # fmt: skip
+    page = html_path.read_text()
+    claims = html_tables(page[page.index("Accuracy: time to train") :])[1].set_index("claim")
+    assert list(claims.index) == ["Gloo, several ranks", "oneCCL, several ranks",
+                                  "oneCCL, any setting"]  # fmt: skip
+    assert claims.loc["Gloo, several ranks", "ours, against acc-r1"].startswith("1.25× (acc-r2")
+    weak_col = claims.loc["Gloo, several ranks", "ours, against acc-weak-r1"]
+    assert weak_col == "2.20× (acc-weak-r2-lr-seed0, 2 × 1, fp32), accuracy -15.0 points"
+
+
+def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):
+    """A row per variant, rank count and dtype; a count that failed is named, and the
+    record's other counts are still shown."""
+
+    def rows(n, lat):
+        return [{"ranks": n, "dtype": "float32", "bytes": b, "latency_s": {"loop": lat * b},
+                 "busbw_GBps": 1.0 / lat} for b in (1024, 1048576)]  # fmt: skip
+
+    collectives = [
+        {"variant": "gloo", "status": "ok", "ranks": [2, 4], "results": rows(2, 1e-6)
+         + rows(4, 2e-6), "by_ranks": [{"ranks": 2, "status": "ok"},
+                                        {"ranks": 4, "status": "ok"}]},
+        {"variant": "ccl-shm", "status": "failed", "ranks": [2, 4], "results": rows(2, 5e-7),
+         "by_ranks": [{"ranks": 2, "status": "ok"}, {"ranks": 4, "status": "failed"}],
+         "error": {"message": "4 ranks: rank 0: 4 ranks need 4 CPUs, but the trial has 2"}},
+        # a record of one count, as written before counts were swept
+        {"variant": "ccl-tcp", "status": "ok", "ranks": 2, "results": [
+            {k: v for k, v in r.items() if k != "ranks"} for r in rows(2, 3e-6)]},
+    ]  # fmt: skip
+    html_path = tmp_path / "report" / "index.html"
+    records = [make("baseline", 0, 10.0)]
+    report.build_report(rec.load_records(write_records(tmp_path, records)),
+                        tmp_path / "summary.csv", html_path, tmp_path / "report",
+                        collectives=collectives)  # fmt: skip
+    page = html_path.read_text()
+    section = page[page.index("Allreduce microbenchmark") :]
+    assert "between 2, 4 ranks" in section
+    table = html_tables(section)[0]
+    got = list(zip(table["variant"], table["ranks"].astype(str), strict=True))
+    assert got == [("gloo", "2"), ("gloo", "4"), ("ccl-shm", "2"), ("ccl-tcp", "2")]
+    assert table.iloc[1]["1 KiB"] == "2.05 ms · 5e+05 GB/s"  # 2e-6 s/B x 1024 B; 1 / 2e-6
+    assert "collectives ccl-shm failed: 4 ranks: rank 0: 4 ranks need 4 CPUs" in section

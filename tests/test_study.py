@@ -137,6 +137,7 @@ def test_shipped_default_study(shipped):
         *(f"ddp-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(16)),
         *(f"ddp-ccl-tcp-{x}" for x in multi),
         *(f"ddp-ccl-cclworker-{x}" for x in multi),
+        *(f"ddp-ccl-commcpu-r{r}-t{t}" for r, t in splits if r > 1 and t > 1),
         *(f"bert-seq-seq{n}" for n in (64, 128, 256, 512)),
         "bert-batch-bs8",
         "bert-batch-bs32",
@@ -147,10 +148,17 @@ def test_shipped_default_study(shipped):
             for x in multi
         ),
         *(
-            f"acc-{pg}-{p}-r{r}-t{t}"
+            f"acc-{pg}-{p}-seed{seed}-r{r}-t{t}"
             for pg in ("gloo", "ccl")
             for p in ("fp32", "bf16")
+            for seed in (0, 1, 2)
             for r, t in machine_splits(32)
+        ),
+        *(
+            f"acc-weak-{pg}-seed{seed}-r{r}-t{t}"
+            for pg in ("gloo", "ccl")
+            for seed in (0, 1, 2)
+            for r, t in machine_splits(16)
         ),
         *(
             f"acc-text-{launcher}-{p}"
@@ -220,7 +228,11 @@ def test_shipped_quick_preset(shipped):
         *multi,
     ]
     assert study.settings["collectives"]["variants"] == ["gloo", "ccl-shm"]
-    assert study.settings["collectives"]["ranks"] == 2  # the default, kept
+    assert study.settings["collectives"]["ranks"] == "all"  # the top level's, kept
+    weak = {s["id"]: (s["batch_size"], s["lr"]) for s in study.experiments
+            if s["group"] == "accuracy-weak"}  # fmt: skip
+    assert weak == {f"acc-weak-r{r}-t{t}": (16 * r, pytest.approx(0.01 * r))
+                    for r, t in machine_splits(16)}  # fmt: skip
     # every launcher, and Accelerate's three paths: one process, mpirun ranks over both
     # process groups, the legacy ipex_config
     assert {s["launcher"] for s in study.experiments} == set(launchers.names())

@@ -121,7 +121,18 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     text = by_group[by_group["group"] == "accuracy-text"]
     assert len(text) == 1 and (text["test_accuracy"] > 0.6).all(), text["test_accuracy"]
     assert acc["test_accuracy"].isna().sum() == 0
-    assert summary["test_accuracy"].notna().sum() == len(acc) + len(text)
+    # the weak-scaling arm: each rank's batch fixed, the rate scaled; scored twice an epoch
+    weak = by_group[by_group["group"] == "accuracy-weak"].set_index("ranks")
+    assert list(weak["batch_size"]) == [16 * r for r in weak.index]
+    assert list(weak["lr"]) == pytest.approx([0.01 * r for r in weak.index])
+    assert (weak["batch_scaling"] == "weak").all() and (weak["test_accuracy"] > 0.3).all()
+    for path in wd.glob("results/records/acc-weak-*/trial0.json"):
+        r = json.loads(path.read_text())
+        curve = r["metrics"]["accuracy_curve"]
+        assert len(curve) == 2 * 3 and curve[-1]["test_accuracy"] == r["metrics"]["test_accuracy"]
+        reached = [p["train_time_s"] for p in curve if p["test_accuracy"] >= 0.8]
+        assert r["metrics"]["time_to_accuracy_s"] == (reached[0] if reached else None)
+    assert summary["test_accuracy"].notna().sum() == len(acc) + len(text) + len(weak)
     # Accelerate's mpirun ranks over Gloo and over the study's ccl: one DDP model, the
     # same losses; the launch command and config in each record
     losses = {}
@@ -142,7 +153,8 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
         assert {r["bytes"] for r in result["results"]} == {1024, 1024 * 1024}
     for needle in ("Distributed training", "ddp-ccl-r1-", "ccl shm", "Allreduce microbenchmark"):
         assert needle in html
-    for needle in ("Accuracy: time to train", "test accuracy (%)", "Gloo, several ranks"):
+    for needle in ("Accuracy: time to train", "test accuracy (%)", "Gloo, several ranks",
+                   "time to target (s)", "(weak: 16/rank)"):  # fmt: skip
         assert needle in html
     for env in ("upstream", "ipex", "xla", "oneccl"):  # a reference probe per environment
         calibration = json.loads((wd / f"results/calibration/{env}.json").read_text())

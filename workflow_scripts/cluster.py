@@ -83,10 +83,11 @@ def calibration() -> dict:
 
 def collectives(settings: dict) -> dict:
     """The resources of an allreduce microbenchmark's job: its ranks are started like a
-    trial's (one task per rank, by srun), on one node."""
-    from .collectives import TIMEOUT_S
+    trial's (one task per rank, by srun), on one node; the job holds the most ranks it
+    runs (each smaller count is an srun inside it)."""
+    from .collectives import TIMEOUT_S, rank_counts
 
-    ranks = int(settings["collectives"]["ranks"])
+    ranks = max(rank_counts(settings["collectives"]["ranks"], len(plan_cpus())))
     return {
         "cpus_per_task": max(1, node_cpus() // ranks),
         "tasks": ranks,

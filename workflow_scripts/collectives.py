@@ -8,7 +8,7 @@ Runs in the workflow's environment (standard library only). Always writes its JS
 (``status`` ok, or failed with the tail of the log).
 
     python -m workflow_scripts.collectives --variant ccl-shm --env-json results/envs/oneccl.json \\
-        --ranks 2 --sizes-kb 1,1024,102400 --out results/collectives/ccl-shm.json \\
+        --ranks 2,4 --sizes-kb 1,1024,102400 --out results/collectives/ccl-shm.json \\
         --log logs/collectives/ccl-shm.log
 """
 
@@ -70,7 +70,71 @@ def image_of(variant: str) -> str:
     return launchers.get("torchrun").image(spec, backends.get(BACKEND))
 
 
+def rank_counts(setting, cpus: int) -> list[int]:
+    """The rank counts of the ``collectives.ranks`` setting: a count, a list, or ``all``
+    (2, 4, 8, ... up to ``cpus``, and ``cpus`` itself; 2 on a machine of fewer)."""
+    if setting == "all":
+        n = max(cpus, 2)
+        return sorted({2**k for k in range(1, n.bit_length())} | {n})
+    if isinstance(setting, list):
+        return sorted({int(n) for n in setting})
+    return [int(setting)]
+
+
 def run(
+    variant: str,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    ranks: int | list[int],
+    sizes_kb: list[float],
+    dtypes: list[str],
+    iterations: int,
+    timeout_s: int,
+) -> dict:
+    """The benchmark at each rank count in turn (a run of its own each, the machine to
+    itself), in one record: every result row says its ``ranks``; ``by_ranks`` the
+    status of each count. Failed if any count failed (the others' rows stay)."""
+    counts = [ranks] if isinstance(ranks, int) else list(ranks)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for n in counts:  # (the ranks' result files are named after out and the count)
+        where = out.with_name(f".{out.stem}.r{n}{out.suffix}")
+        runs.append((n, run_one(variant, env_info, where, log, n, sizes_kb, dtypes, iterations,
+                                timeout_s)))  # fmt: skip
+    record = combine(runs)
+    record.update(variant=variant, env_name=env_info.get("name"))
+    write_json_atomic(out, record)
+    return record
+
+
+def combine(runs: list[tuple[int, dict]]) -> dict:
+    """One record from the runs at each rank count (see :func:`run`)."""
+    record = dict(next((r for _, r in runs if r.get("status") == "ok"), runs[0][1]))
+    record["ranks"] = [n for n, _ in runs]
+    record["results"] = [
+        {**row, "ranks": n}
+        for n, r in runs
+        if r.get("status") == "ok"
+        for row in r.get("results") or []
+    ]
+    record["by_ranks"] = [
+        {"ranks": n, "status": r.get("status"), "error": r.get("error"),
+         "process_wall_s": r.get("process_wall_s"), "command": r.get("command")}
+        for n, r in runs
+    ]  # fmt: skip
+    failed = [(n, r) for n, r in runs if r.get("status") != "ok"]
+    if failed:
+        why = "; ".join(f"{n} ranks: {(r.get('error') or {}).get('message')}" for n, r in failed)
+        tail_ = (failed[0][1].get("error") or {}).get("tail")
+        record.update(status="failed", error={"message": why, "tail": tail_})
+    else:
+        record.update(status="ok", error=None)
+    record["process_wall_s"] = sum(r.get("process_wall_s") or 0 for _, r in runs)
+    return record
+
+
+def run_one(
     variant: str,
     env_info: dict,
     out: Path,
@@ -81,8 +145,9 @@ def run(
     iterations: int,
     timeout_s: int,
 ) -> dict:
+    """The benchmark at one rank count (its record, not written; ``out`` names the
+    ranks' result files)."""
     spec = variant_spec(variant, ranks, timeout_s)
-    out.parent.mkdir(parents=True, exist_ok=True)
     launcher = launchers.get(spec["launcher"])
     template, paths = launchers.result_paths(out, ranks)
     args = [
@@ -109,7 +174,6 @@ def run(
     )
     record.setdefault("provenance", sysinfo.collect())
     record["provenance"].update(runtimes.image_provenance(env_info))
-    write_json_atomic(out, record)
     return record
 
 
@@ -140,19 +204,19 @@ def loop_latency_s(result: dict) -> float:
     """A size's latency: per iteration of the timed loop (records before the loop: the
     median of calls timed one at a time)."""
     lat = result["latency_s"]
-    return lat.get("loop", lat["median"])
+    return lat["loop"] if "loop" in lat else lat["median"]
 
 
 def summary_line(record: dict) -> str:
-    head = f"[collectives] {record['variant']} x{record['ranks']}:"
+    head = f"[collectives] {record['variant']} x{','.join(map(str, record['ranks']))}:"
     if record.get("status") != "ok":
         return f"{head} failed: {record['error']['message']}"[:400]
     parts = []
     for r in record["results"]:
         if r["dtype"] == "float32":
             parts.append(
-                f"{r['bytes'] / 1024:g} KiB {loop_latency_s(r) * 1e3:.3f} ms "
-                f"{r['busbw_GBps']:.2f} GB/s"
+                f"{r['ranks']} ranks {r['bytes'] / 1024:g} KiB "
+                f"{loop_latency_s(r) * 1e3:.3f} ms {r['busbw_GBps']:.2f} GB/s"
             )
     return f"{head} " + ", ".join(parts)
 
@@ -163,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-json", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--log", required=True, type=Path)
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--ranks", default="2", help="rank counts, comma-separated (e.g. 2,4)")
     ap.add_argument("--sizes-kb", default="1,1024,102400")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--iterations", type=int, default=20)
@@ -173,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     env_info = with_limits(json.loads(args.env_json.read_text()), args)
     try:
         record = run(
-            args.variant, env_info, args.out, args.log, args.ranks,
+            args.variant, env_info, args.out, args.log,
+            [int(n) for n in str(args.ranks).split(",")],
             [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
             args.iterations, args.timeout,
         )  # fmt: skip
@@ -191,7 +256,8 @@ def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[st
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
     return [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
-         f"--log={log[0]}", f"--ranks={c['ranks']}",
+         f"--log={log[0]}",
+         f"--ranks={','.join(map(str, rank_counts(c['ranks'], len(sysinfo.plan_cpus()))))}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
          *limit_argv(settings["containers"])]  # fmt: skip

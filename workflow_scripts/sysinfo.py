@@ -34,6 +34,24 @@ ENV_VARS = (
 MAPPED_LIBS = ("libtcmalloc", "libjemalloc", "libiomp5", "libgomp")
 
 
+def thread_cpus(task_root: str = "/proc/self/task") -> list[dict]:
+    """Every thread of this process: its name and the CPUs it may run on (from /proc),
+    e.g. to see where a library pinned its own threads."""
+    threads = []
+    for task in sorted(Path(task_root).iterdir(), key=lambda p: int(p.name)):
+        try:
+            name = (task / "comm").read_text().strip()
+            status = (task / "status").read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        allowed = next(
+            (line.split(":", 1)[1].strip() for line in status.splitlines()
+             if line.startswith("Cpus_allowed_list:")), ""
+        )  # fmt: skip
+        threads.append({"tid": int(task.name), "name": name, "cpus": allowed})
+    return threads
+
+
 def cpu_list_str(cpus) -> str:
     """Compact form of a CPU set: {0,1,2,5} -> '0-2,5'."""
     cpus = sorted(cpus)

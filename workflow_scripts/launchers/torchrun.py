@@ -41,6 +41,7 @@ class Torchrun(Launcher):
         "ccl_impl": "study",
         "ccl_transport": "shm",
         "ccl_worker_offload": False,
+        "comm_cpu": False,
     }
     envs = {env for env, _ in DIST_ENVS.values()}
     # oneCCL's image: the inductor image (upstream PyTorch) plus the oneccl lock
@@ -89,14 +90,26 @@ class Torchrun(Launcher):
 
     def ccl_knob_problems(self, spec: dict) -> list[str]:
         """oneCCL's knobs away from their neutral values need the ccl process group."""
-        if spec["dist_backend"] == "ccl":
-            return []
-        return [
-            f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
-            f"(got dist_backend {spec['dist_backend']!r})"
-            for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload")
-            if spec[knob] != self.owns[knob]
-        ]
+        if spec["dist_backend"] != "ccl":
+            return [
+                f"{knob} {spec[knob]!r} needs dist_backend 'ccl' "
+                f"(got dist_backend {spec['dist_backend']!r})"
+                for knob in ("ccl_impl", "ccl_transport", "ccl_worker_offload", "comm_cpu")
+                if spec[knob] != self.owns[knob]
+            ]
+        problems = []
+        if spec["comm_cpu"] and not spec["ccl_worker_offload"]:
+            problems.append(
+                "comm_cpu true reserves a CPU for oneCCL's worker thread: it needs "
+                "ccl_worker_offload true (without the worker, communication runs on the "
+                "rank's own threads)"
+            )
+        if spec["comm_cpu"] and self.threads_per_rank(spec) < 2:
+            problems.append(
+                f"comm_cpu true needs threads >= 2 per rank (one for communication, the "
+                f"rest for torch; got {self.threads_per_rank(spec)})"
+            )
+        return problems
 
     def ranks(self, spec: dict) -> int:
         """The world: ``nodes`` x ``ranks`` (per node) processes."""
@@ -142,9 +155,13 @@ class Torchrun(Launcher):
         cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else os.sched_getaffinity(0)
         return max(1, len(cpus) // int(spec["ranks"]))
 
+    def compute_threads(self, spec: dict) -> int:
+        """torch's threads per rank: its block, less the CPU comm_cpu reserves."""
+        return self.threads_per_rank(spec) - (1 if spec.get("comm_cpu") else 0)
+
     def environment(self, spec: dict, starter: str = "local") -> dict[str, str]:
         # torchrun sets OMP_NUM_THREADS=1 where it is unset: always set it
-        env = {"OMP_NUM_THREADS": str(self.threads_per_rank(spec))}
+        env = {"OMP_NUM_THREADS": str(self.compute_threads(spec))}
         if starter == "srun":
             env.update(srun_rendezvous(spec))
         if spec["dist_backend"] == "ccl":
@@ -221,6 +238,8 @@ def merge_ok(results: list[dict]) -> dict:
         "flops_count_s",
         "wall_s",
         "train_time_s",
+        "scoring_s",
+        "time_to_accuracy_s",
     ):
         values = [x.get(key) for x in ms if finite(x.get(key))]
         m[key] = max(values) if values else m.get(key)
@@ -232,6 +251,12 @@ def merge_ok(results: list[dict]) -> dict:
     m["first_loss"], m["final_loss"] = losses[0], losses[-1]
     if "test_accuracy" in m:  # every rank scores its (identical) model: rank 0's stands
         m["rank_test_accuracy"] = [x.get("test_accuracy") for x in ms]
+    if m.get("accuracy_curve"):  # ... at the training time of the slowest rank
+        curves = [x.get("accuracy_curve") or [] for x in ms]
+        m["accuracy_curve"] = [
+            {**point, "train_time_s": max(c[i]["train_time_s"] for c in curves if len(c) > i)}
+            for i, point in enumerate(m["accuracy_curve"])
+        ]
     # every rank's work (its share of the ceiling of all their threads: the trial policy's)
     flops = m.get("flops_per_sample")
     m["achieved_gflops"] = flops * m["samples_per_s"] / 1e9 if finite(flops) else None

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import backends, launchers, sysinfo
 from ..util import SCHEMA_VERSION, write_json_atomic
-from . import contention, metrics, probe
+from . import contention, metrics, probe, schedule
 from .distributed import ranks
 
 
@@ -52,8 +52,8 @@ class Trainer:
         self.spec = spec
         self.torch = torch
         torch.manual_seed(spec["seed"])
-        if spec.get("threads"):
-            torch.set_num_threads(int(spec["threads"]))
+        if spec.get("threads"):  # (less the CPU comm_cpu reserves for communication)
+            torch.set_num_threads(int(spec["threads"]) - (1 if spec.get("comm_cpu") else 0))
         self.backend = backends.get(spec["backend"])
         self.backend.setup(spec)
         self.device = self.backend.device()
@@ -99,6 +99,8 @@ class Trainer:
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.data_path = data_path
         self.batches = data.batches(spec, data_path, self.rank, self.world)
+        self.steps_done = 0
+        self.warmup_steps = schedule.warmup_steps(spec, self.batches.steps_per_epoch)
         if spec["channels_last"] and self.batches.batch is not None:
             # the one synthetic batch, in channels_last once (a step's own copy into it is
             # then a no-op), as a hand-written loop would hold it
@@ -127,10 +129,20 @@ class Trainer:
             self.accelerator.backward(loss)
         else:
             loss.backward()
+        # the warm-up, and the first step after it (the full rate); without a warm-up the
+        # optimizer's rate is left as the backend prepared it
+        if self.warmup_steps and self.steps_done <= self.warmup_steps:
+            lr = self.learning_rate(self.steps_done)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        self.steps_done += 1
         self.optimizer.step()
         self.backend.sync()
         self.last = (x, out)
         return loss.detach()
+
+    def learning_rate(self, step: int) -> float:
+        return schedule.learning_rate(self.spec, self.world, step, self.batches.steps_per_epoch)
 
     def forward(self, x, y):
         """An inference step: the forward pass alone, under ``torch.inference_mode``
@@ -187,6 +199,7 @@ class Trainer:
             "threads": torch.get_num_threads(),
             "cpus": sysinfo.cpu_list_str(sorted(os.sched_getaffinity(0))),
             "placement": ranks.placement(sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()),
+            "comm_cpu": comm_cpu_check(self.spec),
             "world_size": self.world,
             **(
                 {
@@ -338,6 +351,34 @@ def before_steps(spec: dict, counted: dict | None) -> dict:
     return {"compile_pool_wait_s": pool_wait_s, **counted, "probe": probe_result}
 
 
+def comm_cpu_check(spec: dict) -> dict | None:
+    """With ``comm_cpu``: the CPU reserved for communication and the threads found pinned
+    to it alone (oneCCL's worker), read from /proc after the steps."""
+    if not spec.get("comm_cpu"):
+        return None
+    reserved = os.environ.get(ranks.COMM_CPU_VAR)
+    threads = sysinfo.thread_cpus()
+    return {
+        "reserved": int(reserved) if reserved and reserved.isdigit() else reserved,
+        "threads_on_it": [t["name"] for t in threads if t["cpus"] == reserved],
+        "threads": len(threads),
+    }
+
+
+def curve_point(trainer: Trainer, steps: int, train_time_s: float, scored=None) -> dict:
+    """One point of the accuracy curve: the held-out accuracy after ``steps`` optimizer
+    steps, and the training time until then (scoring excluded)."""
+    scored = scored or trainer.evaluate()
+    return {
+        "steps": steps,
+        "epoch": steps / trainer.batches.steps_per_epoch,
+        "train_time_s": train_time_s,
+        "test_accuracy": scored["test_accuracy"],
+        "test_loss": scored["test_loss"],
+        "lr": float(trainer.optimizer.param_groups[0]["lr"]),  # the last step's, applied
+    }
+
+
 def timed_step(trainer: Trainer, i: int, total: int, progress=None) -> tuple[float, float]:
     """Step ``i`` (from 0) of ``total``, timed as every trial times its steps: (seconds,
     loss). The loss is read after the clock stops; a non-finite one ends the run."""
@@ -389,6 +430,12 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         total, budget = spec["warmup_steps"] + spec["steps"], spec.get("time_budget_s")
     budget_hit = False
     window_start = None
+    # scoring during the training (time to accuracy): its time is not training time
+    scored_at = (
+        set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1]) if epochs else set()
+    )
+    curve: list[dict] = []
+    scoring_s = 0.0
     train_start = time.perf_counter()
     for i in range(total):
         if i == spec["warmup_steps"]:  # other work on our CPUs from here: between steps
@@ -404,7 +451,12 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
             first_step_s = elapsed
         if i >= spec["warmup_steps"]:
             step_times.append(elapsed)
-    train_time_s = time.perf_counter() - train_start
+        if i + 1 in scored_at:
+            t0 = time.perf_counter()
+            point = curve_point(trainer, i + 1, t0 - train_start - scoring_s)
+            curve.append(point)
+            scoring_s += time.perf_counter() - t0
+    train_time_s = time.perf_counter() - train_start - scoring_s
     other_work = contention.measure(window_start, contention.snapshot(), torch.get_num_threads())
     ranks.barrier()  # and probe again together: was the machine still quiet at the end?
     probe_after = probe_or_error(spec.get("probe_size"))
@@ -414,11 +466,22 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         )
     accuracy = {}
     if epochs:
+        final = trainer.evaluate()
+        curve.append(curve_point(trainer, total, train_time_s, final))
         accuracy = {
             "epochs": epochs,
             "steps_per_epoch": trainer.batches.steps_per_epoch,
             "train_samples": total * spec["batch_size"],
-            **trainer.evaluate(),
+            **final,
+            "accuracy_curve": curve,
+            "scoring_s": scoring_s,
+            "target_accuracy": spec["target_accuracy"],
+            "time_to_accuracy_s": schedule.time_to_accuracy(curve, spec["target_accuracy"]),
+            "learning_rate": {
+                "one_process": schedule.one_process_lr(spec, trainer.world),
+                "scaled": spec["lr"],
+                "warmup_steps": trainer.warmup_steps,
+            },
         }
     checks = trainer.checks()
     ranks.shutdown()

@@ -6,6 +6,7 @@ microbenchmark's latency and bus-bandwidth curves."""
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pandas as pd
 
 from .. import workloads
 from ..collectives import loop_latency_s
+from ..study import fields
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
 from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
 from .html import table_html
@@ -31,7 +33,8 @@ BOOK_CLAIMS = (
 
 
 def process_group(row: Mapping) -> str:
-    """``gloo``, or ``ccl shm``/``ccl tcp`` (``+ worker`` with oneCCL's worker thread)."""
+    """``gloo``, or ``ccl shm``/``ccl tcp`` (``+ worker`` with oneCCL's worker thread,
+    ``on a reserved CPU`` with comm_cpu)."""
     backend = row.get("dist_backend")
     backend = "gloo" if isnan(backend) else str(backend)
     if backend != "ccl":
@@ -39,6 +42,8 @@ def process_group(row: Mapping) -> str:
     text = f"ccl {row.get('ccl_transport') or 'shm'}"
     if _true(row.get("ccl_worker_offload")):
         text += " + worker"
+        if _true(row.get("comm_cpu")):
+            text += " on a reserved CPU"
     if str(row.get("ccl_impl") or "study") != "study":
         text += f" ({row.get('ccl_impl')})"
     return text
@@ -80,14 +85,57 @@ def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def configuration_keys(frame: pd.DataFrame) -> list[str]:
+    """What makes two accuracy runs the same configuration: their group and every field
+    the registry compares by or that changes the training trajectory, except the seed
+    (the runs of a seed sweep are one configuration, their spread the seeds')."""
+    keys = ["group", *fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
+    return [k for k in dict.fromkeys(keys) if k != "seed" and k in frame]
+
+
+def _seedless(experiment: str) -> str:
+    """An experiment's id without its seed tag (``acc-r2-seed1`` -> ``acc-r2``)."""
+    return re.sub(r"-seed\d+(?=-|$)", "", str(experiment))
+
+
+def _seeds(values: pd.Series) -> str:
+    seeds = sorted({int(v) for v in pd.to_numeric(values, errors="coerce").dropna()})
+    return ", ".join(map(str, seeds))
+
+
 def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
-    """The experiments that trained for a number of epochs (and measured accuracy),
-    each with its time-to-train speedup and accuracy change over its group's first."""
+    """The experiments that trained for a number of epochs (and measured accuracy), one
+    row per configuration (the seeds of a seed sweep together: medians over the seeds,
+    accuracy min-max over every trial of every seed), each with its time-to-train
+    speedup and accuracy change over its group's first."""
     if "epochs" not in stats:
         return stats[:0]
-    acc = stats[pd.to_numeric(stats["epochs"], errors="coerce").fillna(0) > 0].copy()
-    if acc.empty:
-        return acc
+    runs = stats[pd.to_numeric(stats["epochs"], errors="coerce").fillna(0) > 0].copy()
+    if runs.empty:
+        return runs
+    keys = configuration_keys(runs)
+    config = pd.Series(
+        ["|".join(map(str, values)) for values in runs[keys].itertuples(index=False)],
+        index=runs.index,
+    )
+    rows = []
+    for _, sub in runs.groupby(config, sort=False):
+        row = sub.iloc[0].copy()
+        row["experiment"] = (
+            sub["experiment"].iloc[0] if len(sub) == 1 else _seedless(sub["experiment"].iloc[0])
+        )
+        row["seeds"] = _seeds(sub["seed"]) if "seed" in sub else ""
+        row["n_seeds"] = len(sub)
+        for col in ("train_time_s", "test_accuracy", "sps_median", "time_to_accuracy_s"):
+            if col in sub:
+                row[col] = pd.to_numeric(sub[col], errors="coerce").median()
+        for col, how in (("test_accuracy_min", "min"), ("test_accuracy_max", "max")):
+            row[col] = getattr(pd.to_numeric(sub[col], errors="coerce"), how)()
+        row["n_accuracy"] = pd.to_numeric(sub["n_accuracy"], errors="coerce").sum()
+        if "n_reached" in sub:  # seeds whose trials reached the target
+            row["seeds_reached"] = int((pd.to_numeric(sub["n_reached"], errors="coerce") > 0).sum())
+        rows.append(row)
+    acc = pd.DataFrame(rows).reset_index(drop=True)
     first = acc.groupby("group", sort=False, dropna=False).head(1).set_index("group")
     base_time = acc["group"].map(first["train_time_s"])
     base_acc = acc["group"].map(first["test_accuracy"])
@@ -108,6 +156,29 @@ def _pct_spread(r: Mapping) -> str:
     return fmt_spread(100 * r["test_accuracy"], 100 * lo, 100 * hi, n, 1)
 
 
+def _global_batch(r: Mapping) -> str:
+    """The global batch, and each rank's share of it where the batch grows with the
+    ranks (batch_scaling weak)."""
+    text = fmt_int(r["batch_size"])
+    if str(r.get("batch_scaling")) == "weak" and text:
+        world = _ranks(r.get("ranks")) * _ranks(r.get("nodes"))
+        text += f" (weak: {int(r['batch_size']) // world}/rank)"
+    return text
+
+
+def _time_to_target(r: Mapping) -> str:
+    target = r.get("target_accuracy")
+    if isnan(target):
+        return ""
+    if isnan(r.get("time_to_accuracy_s")):
+        return f"not reached ({100 * float(target):g} %)"
+    text = f"{fmt_num(r['time_to_accuracy_s'], 2)} (to {100 * float(target):g} %)"
+    n, reached = int(r.get("n_seeds") or 1), r.get("seeds_reached")
+    if n > 1 and not isnan(reached) and int(reached) < n:
+        text += f", {int(reached)} of {n} seeds"
+    return text
+
+
 def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in acc.iterrows():
@@ -118,26 +189,35 @@ def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
                 "process group": process_group(r),
                 "precision": fmt_text(r["precision"]),
                 "epochs": fmt_int(r["epochs"]),
-                "global batch": fmt_int(r["batch_size"]),
+                "global batch": _global_batch(r),
+                "lr": fmt_num(r.get("lr"), 4),
+                "seeds": r.get("seeds") or "",
                 "time to train (s)": fmt_num(r["train_time_s"], 2),
                 "speedup": fmt_speedup(r["time_speedup"]),
+                "time to target (s)": _time_to_target(r),
                 "test accuracy (%)": _pct_spread(r),
                 "Δ accuracy (points)": _points(r["accuracy_change"]),
                 "samples/s": fmt_num(r["sps_median"]),
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for col in ("seeds", "time to target (s)"):  # only where some run has one
+        if col in frame and not frame[col].astype(bool).any():
+            frame = frame.drop(columns=col)
+    return frame
 
 
 def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
     """The book's claims against ours: the fastest multi-rank run of each kind against
-    the group's one-process fp32 Gloo run (its first), by time to train."""
-    rows = []
+    the group's one-process fp32 Gloo run (its first), by time to train: a row per
+    claim, a column per group that has such a reference (e.g. the fixed and the
+    weak-scaled batch)."""
+    rows = {what: {"claim": what, "book (its machine)": claim} for what, claim, _, _ in BOOK_CLAIMS}
     for _, sub in acc.groupby("group", sort=False, dropna=False):
         base = sub.iloc[0]
         if _ranks(base["ranks"]) != 1 or str(base["precision"]) != "fp32":
             continue  # no one-process fp32 reference in this group
-        for what, claim, backend, precision in BOOK_CLAIMS:
+        for what, _claim, backend, precision in BOOK_CLAIMS:
             pick = sub[
                 (sub["ranks"].map(_ranks) > 1)
                 & (sub["dist_backend"].fillna("gloo") == backend)
@@ -154,14 +234,9 @@ def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
                     f"{layout(best)}, {best['precision']}), accuracy "
                     f"{_points(best['accuracy_change'])} points"
                 )
-            rows.append(
-                {
-                    "claim": what,
-                    "book (its machine)": claim,
-                    f"ours, against {base['experiment']}": ours,
-                }
-            )
-    return pd.DataFrame(rows)
+            rows[what][f"ours, against {base['experiment']}"] = ours
+    found = any(len(row) > 2 for row in rows.values())  # some group had a reference
+    return pd.DataFrame(list(rows.values())) if found else pd.DataFrame()
 
 
 #: how the report names the data sets that ``epochs`` measures accuracy on
@@ -184,12 +259,18 @@ def accuracy_part(stats: pd.DataFrame) -> list[str]:
     data = set(acc["data"]) if "data" in acc else {"digits"}
     sets = [DATA_SETS[d] for d in ("digits", "keywords") if d in data]
     parts.append(
-        '<p class="note">Each run of a group trains the same model from the same seed for '
-        f"a fixed number of epochs on {' or '.join(sets)}, at the same global batch (so "
-        "the same number of optimizer steps), then scores it on the held-out test split. "
+        '<p class="note">Each run of a group trains the same model for a fixed number of '
+        f"epochs on {' or '.join(sets)}, then scores it on the held-out test split. With "
+        "a fixed global batch (batch_scaling fixed) N ranks take the same optimizer steps "
+        "as one process; with a weak-scaled batch (batch_scaling weak: each rank's batch "
+        "fixed, the global batch and learning rate N times larger, the rate warmed up) "
+        "they take N times fewer, larger steps: faster, and the accuracy may drop. "
         "The speedup is the time to train of the group's first run over this run's; "
-        "Δ accuracy is the change in percentage points against that run. Test accuracy: "
-        "median over the trials (min–max).</p>"
+        "Δ accuracy is the change in percentage points against that run. Runs that "
+        "differ only in their seed are one row: medians over the seeds, test accuracy "
+        "median (min–max over every trial of every seed). Time to target: training time "
+        "(scoring excluded) until the held-out accuracy, scored evals_per_epoch times per "
+        "epoch, first reached the target.</p>"
     )
     parts.append(table_html(accuracy_display(acc)))
     claims = claims_display(acc)
@@ -199,16 +280,20 @@ def accuracy_part(stats: pd.DataFrame) -> list[str]:
 
 
 def collectives_frame(results: Sequence[Mapping]) -> pd.DataFrame:
-    """One row per variant, dtype and message size of the ok collectives results."""
+    """One row per variant, rank count, dtype and message size of the collectives
+    results: every rank count that ran ok (a record with a failed count keeps the
+    others)."""
     rows = []
     for res in results:
-        if not isinstance(res, Mapping) or res.get("status") != "ok":
+        if not isinstance(res, Mapping):
             continue
+        if "by_ranks" not in res and res.get("status") != "ok":
+            continue  # (a record of one rank count, before by_ranks)
         for r in res.get("results") or []:
             rows.append(
                 {
                     "variant": res.get("variant"),
-                    "ranks": res.get("ranks"),
+                    "ranks": r.get("ranks", res.get("ranks")),
                     "dtype": r["dtype"],
                     "bytes": r["bytes"],
                     "latency_s": loop_latency_s(r),
@@ -229,8 +314,8 @@ def _size(n: float) -> str:
 
 def collectives_display(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (variant, dtype), sub in frame.groupby(["variant", "dtype"], sort=False):
-        row = {"variant": variant, "dtype": dtype}
+    for (variant, ranks, dtype), sub in frame.groupby(["variant", "ranks", "dtype"], sort=False):
+        row = {"variant": variant, "ranks": fmt_int(ranks), "dtype": dtype}
         for _, r in sub.sort_values("bytes").iterrows():
             row[_size(r["bytes"])] = f"{r['latency_s'] * 1e3:.3g} ms · {r['busbw_GBps']:.3g} GB/s"
         rows.append(row)
@@ -243,10 +328,13 @@ def plot_collectives(frame: pd.DataFrame, path: Path) -> str:
         return no_data_svg("allreduce latency and bandwidth", path)
     with plt.rc_context(STYLE):
         fig, (ax_lat, ax_bw) = plt.subplots(1, 2, figsize=(10, 3.8))
-        for (variant, dtype), sub in frame.groupby(["variant", "dtype"], sort=False):
+        several = frame["ranks"].nunique() > 1
+        for (variant, ranks, dtype), sub in frame.groupby(
+            ["variant", "ranks", "dtype"], sort=False
+        ):
             sub = sub.sort_values("bytes")
             style = "-" if dtype == "float32" else "--"
-            label = f"{variant} {dtype}"
+            label = f"{variant} ×{fmt_int(ranks)} {dtype}" if several else f"{variant} {dtype}"
             ax_lat.plot(sub["bytes"], sub["latency_s"] * 1e3, style, marker="o", label=label)
             ax_bw.plot(sub["bytes"], sub["busbw_GBps"], style, marker="o", label=label)
         sizes = sorted(frame["bytes"].unique())
@@ -268,7 +356,8 @@ def distributed_section(
     stats_sp: pd.DataFrame, collectives: Sequence[Mapping], plots_dir: Path
 ) -> tuple[str, str, str]:
     ddp = stats_sp[stats_sp["launcher"] == "torchrun"] if "launcher" in stats_sp else stats_sp[:0]
-    ddp = ddp[~ddp["experiment"].isin(accuracy_rows(stats_sp)["experiment"])]
+    if "epochs" in ddp:  # the accuracy experiments have their own table
+        ddp = ddp[pd.to_numeric(ddp["epochs"], errors="coerce").fillna(0) <= 0]
     parts = [
         '<p class="note">Each layout below keeps the global batch and the core budget; '
         "every rank is pinned to its own cores, and a step takes as long as its slowest "
@@ -289,8 +378,9 @@ def distributed_section(
         ranks = sorted({int(r) for r in frame["ranks"].dropna()})
         parts.append(
             f'<p class="note">allreduce (sum) between {", ".join(map(str, ranks))} ranks on '
-            "this machine: median latency and bus bandwidth (nccl-tests' definition: bytes / "
-            "time x 2(n-1)/n) per message size.</p>"
+            "this machine (each count a run of its own): latency per call of a timed loop "
+            "after warm-up, and bus bandwidth (nccl-tests' definition: bytes / time x "
+            "2(n-1)/n) per message size.</p>"
         )
         parts.append(table_html(collectives_display(frame)))
         parts.append(f'<figure id="fig-collectives">{inline_svg(svg, "collectives")}</figure>')

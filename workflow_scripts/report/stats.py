@@ -84,6 +84,7 @@ def setting_columns() -> list[str]:
         "claim_speedup", *(f"{key}_version" for key in VERSION_KEYS if key != "python"),
     ]  # fmt: skip
     cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
+    cols += ["target_accuracy"]
     cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
     # every field the report compares by (the registry's), added or not
     registry = [*fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
@@ -109,7 +110,15 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
     columns += [*TIMING_COLS, *ROOFLINE_COLS]
     columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
-    columns += ["n_accuracy", "steps_timed", "steps_timed_total", "n_budget_hit", *OPTIONAL_TEXT]
+    columns += [
+        "time_to_accuracy_s",
+        "n_reached",
+        "n_accuracy",
+        "steps_timed",
+        "steps_timed_total",
+        "n_budget_hit",
+        *OPTIONAL_TEXT,
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -123,7 +132,8 @@ def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFr
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
     frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
-    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *OPTIONAL_TEXT, "steps_timed"]:
+    extra = ["steps_timed", "time_to_accuracy_s"]
+    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *OPTIONAL_TEXT, *extra]:
         if col not in frame:
             frame[col] = None if col in OPTIONAL_TEXT else math.nan
     if "time_budget_hit" not in frame:
@@ -160,6 +170,10 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     row["test_accuracy_min"] = accuracy.min() if len(accuracy) else math.nan
     row["test_accuracy_max"] = accuracy.max() if len(accuracy) else math.nan
     row["n_accuracy"] = len(accuracy)
+    # the training time until the target accuracy: over the trials that reached it
+    reached = pd.to_numeric(ok["time_to_accuracy_s"], errors="coerce").dropna()
+    row["time_to_accuracy_s"] = reached.median() if len(reached) else math.nan
+    row["n_reached"] = len(reached)
     train = pd.to_numeric(used["train_time_s"], errors="coerce")
     row["train_time_s"] = train.median() if len(used) else math.nan
     timed = pd.to_numeric(used["steps_timed"], errors="coerce").dropna()

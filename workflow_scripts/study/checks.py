@@ -123,6 +123,33 @@ def _inference_problems(spec: dict) -> list[str]:
     return problems
 
 
+def _schedule_problems(spec: dict) -> list[str]:
+    """The learning-rate warm-up, the accuracy target and the scoring during training:
+    each measured in epochs, so each needs a training of epochs."""
+    problems = []
+    warmup, epochs = spec["lr_warmup_epochs"], spec["epochs"]
+    if warmup and spec["batch_scaling"] != "weak":
+        problems.append(
+            f"lr_warmup_epochs {show(warmup)} needs batch_scaling 'weak' (it warms the scaled "
+            "learning rate up from the one-process rate; with batch_scaling 'fixed' nothing "
+            "is scaled)"
+        )
+    elif warmup and not epochs:
+        problems.append(f"lr_warmup_epochs {show(warmup)} needs epochs (it counts in epochs)")
+    elif warmup and warmup > epochs:
+        problems.append(
+            f"lr_warmup_epochs {show(warmup)} is longer than the training (epochs {epochs})"
+        )
+    if spec["target_accuracy"] is not None and not epochs:
+        problems.append(
+            f"target_accuracy {show(spec['target_accuracy'])} needs epochs (a training scored "
+            "on a held-out split)"
+        )
+    if spec["evals_per_epoch"] > 1 and not epochs:
+        problems.append(f"evals_per_epoch {spec['evals_per_epoch']} needs epochs")
+    return problems
+
+
 def check_spec(spec: dict) -> list[str]:
     """Combination problems of one resolved spec, as short sentences: the backend's and
     the launcher's own rules, the knobs they own, and the rules between data fields."""
@@ -158,6 +185,7 @@ def check_spec(spec: dict) -> list[str]:
     problems += launchers.get(spec["launcher"]).check(spec)
     problems += _workload_problems(spec)
     problems += _inference_problems(spec)
+    problems += _schedule_problems(spec)
     if spec["data"] == "synthetic" and spec["num_workers"] != 0:
         problems.append(
             f"num_workers {spec['num_workers']} needs data 'per_sample' or 'image_folder' "

@@ -169,8 +169,21 @@ def _resolve(fields: dict, defaults: dict, preset: str) -> dict:
     )
     spec["preset"] = preset
     _input_size(spec, fields)
+    _weak_scaling(spec)
     _normalize(spec)
     return spec
+
+
+def _weak_scaling(spec: dict) -> None:
+    """batch_scaling weak: the written batch_size is each rank's and the written lr the
+    one-process rate; the spec holds the global batch and the scaled rate (nodes x ranks
+    times each), as every other part of the study reads them."""
+    if spec.get("batch_scaling") != "weak":
+        return
+    world = int(spec.get("ranks") or 1) * int(spec.get("nodes") or 1)
+    if isinstance(spec.get("batch_size"), int) and isinstance(spec.get("lr"), (int, float)):
+        spec["batch_size"] *= world
+        spec["lr"] = round(spec["lr"] * world, 12)
 
 
 def _input_size(spec: dict, fields: dict) -> None:
@@ -260,10 +273,17 @@ def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | No
         budget = len(parse_cpu_list(cpus)) if isinstance(cpus, str) else len(plan_cpus())
     except ValueError:
         return [], f"layouts {kind!r} needs a valid cpus list (got cpus {cpus!r})"
-    least = 2 if kind == "multi" else 1
-    pairs = [(r, budget // r) for r in range(least, budget + 1) if budget % r == 0]
-    if not pairs:
+    least = 1 if kind == "all" else 2
+    threads = 2 if kind == "multi-threaded" else 1
+    pairs = [
+        (r, budget // r)
+        for r in range(least, budget + 1)
+        if budget % r == 0 and budget // r >= threads
+    ]
+    if not pairs and kind == "multi":
         return [], f"layouts {kind!r}: {budget} CPU(s) cannot hold 2 ranks"
+    # multi-threaded: none where the CPUs cannot hold 2 ranks of 2 threads (a 2-CPU
+    # machine still runs the rest of the default study)
     return pairs, None
 
 

@@ -463,6 +463,20 @@ FIELDS: dict[str, Field] = {
             trajectory=False,
         ),
         Field(
+            "comm_cpu",
+            {"type": "boolean"},
+            False,
+            "reserve the last CPU of each rank's block for communication: oneCCL's worker "
+            "thread (ccl_worker_offload) pinned to it, torch's threads on the others "
+            "(threads - 1 of them); needs dist_backend ccl, ccl_worker_offload and threads >= 2",
+            tag=_flag("commcpu", "nocommcpu"),
+            column=True,
+            label="comm CPU reserved",
+            compare="detail",
+            compare_pos=13.5,
+            trajectory=False,
+        ),
+        Field(
             "accelerate_ipex",
             {"type": "boolean"},
             False,
@@ -574,16 +588,73 @@ FIELDS: dict[str, Field] = {
             "lr",
             {"type": "number", "exclusiveMinimum": 0},
             0.01,
-            "SGD learning rate",
+            "SGD learning rate (with batch_scaling weak: the one-process rate, multiplied "
+            "by the number of ranks)",
             tag=_prefixed("lr", "{:g}"),
+            column=True,
+            label="learning rate",
+            compare="none",
             trajectory=True,
+        ),
+        Field(
+            "batch_scaling",
+            {"enum": ["fixed", "weak"]},
+            "fixed",
+            "fixed: batch_size is the global batch, split over the ranks (N ranks run the "
+            "optimizer of one process); weak: batch_size is each rank's batch, so the global "
+            "batch grows with the ranks (nodes x ranks), and lr is scaled by as much (the "
+            "linear scaling rule; lr_warmup_epochs warms it up)",
+            tag=lambda v: "weak" if v == "weak" else "fixedbatch",
+            column=True,
+            label="batch scaling",
+            compare="detail",
+            missing="fixed",
+            trajectory=True,
+        ),
+        Field(
+            "lr_warmup_epochs",
+            {"type": "number", "minimum": 0},
+            0,
+            "with batch_scaling weak: raise the learning rate linearly from the one-process "
+            "rate to the scaled one over this many epochs (Goyal et al. 2017); 0: none",
+            tag=_prefixed("warm", "{:g}"),
+            column=True,
+            label="lr warm-up (epochs)",
+            compare="none",
+            missing=0,
+            trajectory=True,
+        ),
+        Field(
+            "target_accuracy",
+            {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+            None,
+            "with epochs: the held-out accuracy (0-1) whose first reaching is timed "
+            "(time_to_accuracy_s, training time only); null: not timed",
+            tag=lambda v: f"target{v:g}" if v else "notarget",
+            column=True,
+            label="target accuracy",
+            compare="none",
+            trajectory=False,
+        ),
+        Field(
+            "evals_per_epoch",
+            {"type": "integer", "minimum": 1},
+            1,
+            "with epochs: score the held-out split this many times per epoch (evenly spaced; "
+            "the last at the end), for time_to_accuracy_s; scoring time is not training time",
+            tag=_prefixed("evals"),
+            trajectory=False,
         ),
         Field(
             "seed",
             {"type": "integer", "minimum": 0},
             0,
-            "RNG seed",
+            "RNG seed (model initialisation and data order); sweep it (seed: [0, 1, 2]) for "
+            "the spread over seeds, which the report's accuracy table shows",
             tag=_prefixed("seed"),
+            column=True,
+            label="seed",
+            compare="none",
             trajectory=True,
         ),
         Field(

@@ -58,10 +58,12 @@ def build_schema() -> dict:
             many = {"type": "array", "minItems": 1, "items": _ref(name)}
             sweep_props[name] = {"anyOf": [_ref(name), many]}
     sweep_props["layouts"] = {
-        "enum": ["all", "multi"],
+        "enum": ["all", "multi", "multi-threaded"],
         "description": "all: one experiment per ranks x threads split of the CPUs (the "
         "sweep's cpus, else all this machine lets the study use) whose ranks divide the "
-        "global batch; multi: those with 2 ranks or more; sets ranks and threads",
+        "global batch; multi: those with 2 ranks or more; multi-threaded: 2 ranks or more "
+        "of 2 threads or more (e.g. for comm_cpu; none on fewer than 4 CPUs); sets ranks and "
+        "threads",
     }
     defs["sweep"] = {"type": "object", "additionalProperties": False, "properties": sweep_props}
     runs = {

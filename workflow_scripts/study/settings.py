@@ -76,7 +76,20 @@ COLLECTIVES = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "ranks": {"type": "integer", "minimum": 2},
+        "ranks": {
+            "anyOf": [
+                {"type": "integer", "minimum": 2},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "integer", "minimum": 2},
+                    "uniqueItems": True,
+                },
+                {"const": "all"},
+            ],
+            "description": "the rank counts, each benchmarked in turn: a count, a list, or "
+            "all (2, 4, 8, ... up to the CPUs, and the CPU count itself)",
+        },
         "variants": {
             "type": "array",
             "items": {
@@ -226,13 +239,13 @@ SETTINGS: dict[str, Setting] = {
             "collectives",
             COLLECTIVES,
             {
-                "ranks": 2,
+                "ranks": "all",
                 "variants": ["gloo", "ccl-shm", "ccl-tcp", "ccl-shm-offload"],
                 "sizes_kb": [1, 16, 256, 4096, 65536, 102400],
                 "dtypes": ["float32", "bfloat16"],
                 "iterations": 20,
             },
-            "the allreduce microbenchmark: ranks, process-group variants (none: no "
+            "the allreduce microbenchmark: rank counts, process-group variants (none: no "
             "benchmark), message sizes in KiB, dtypes, timed calls per size",
             structured=True,
         ),

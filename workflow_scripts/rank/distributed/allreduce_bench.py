@@ -190,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="result path ({rank}: the rank's number)")
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
-    cpus = ranks.pin(spec)
+    try:
+        cpus, placement_error = ranks.pin(spec), None
+    except ValueError as exc:  # e.g. more ranks than CPUs: the result says so
+        cpus, placement_error = None, exc
     import torch
 
     if spec.get("threads"):
@@ -199,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if cpus:
         result["placement"] = ranks.placement(cpus, sysinfo.cpu_topology())
     try:
+        if placement_error:
+            raise placement_error
         result["group"] = ranks.init_process_group(spec)
         module = sys.modules.get("study_ccl")
         if module is not None and hasattr(module, "wait_policy"):

@@ -87,9 +87,12 @@ def rank_cpus(
     cpus = parse_cpu_list(spec["cpus"]) if spec.get("cpus") else sorted(allowed)
     per_rank = spec.get("threads") or len(cpus) // local_size
     if per_rank < 1 or per_rank * local_size > len(cpus):
+        need = (
+            f"{local_size} ranks x {per_rank} threads" if per_rank >= 1 else f"{local_size} ranks"
+        )
         raise ValueError(
-            f"{local_size} ranks x {per_rank} threads need {local_size * max(per_rank, 1)} "
-            f"CPUs, but the trial has {len(cpus)} ({','.join(map(str, cpus))})"
+            f"{need} need {local_size * max(per_rank, 1)} CPUs, but the trial has "
+            f"{len(cpus)} ({','.join(map(str, cpus))})"
         )
     return rank_blocks(cpus, local_size, per_rank, topo or {})[local_rank]
 
@@ -174,15 +177,35 @@ def pin(spec: dict) -> list[int] | None:
     _, _, local = world()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if local_size == 1:
-        if not spec.get("cpus"):
+        if spec.get("cpus"):
+            cpus = parse_cpu_list(spec["cpus"])  # one process: the whole list, as given
+        elif spec.get("comm_cpu"):
+            cpus = sorted(os.sched_getaffinity(0))
+        else:
             return None
-        cpus = parse_cpu_list(spec["cpus"])  # one process: the whole list, as given
     else:
         cpus = rank_cpus(
             spec, local, local_size, sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()
         )
+    if spec.get("comm_cpu"):
+        cpus, comm = reserve_comm_cpu(cpus)
+        os.environ[COMM_CPU_VAR] = str(comm)
     os.sched_setaffinity(0, cpus)
     return cpus
+
+
+#: where oneCCL pins its worker thread (one CPU per worker; the study runs one)
+COMM_CPU_VAR = "CCL_WORKER_AFFINITY"
+
+
+def reserve_comm_cpu(cpus: list[int]) -> tuple[list[int], int]:
+    """A rank's block split for ``comm_cpu``: (the CPUs torch's threads run on, the CPU
+    oneCCL's worker thread is pinned to). The reserved one is the block's last: a whole
+    core's second hyperthread where the block has siblings (rank_blocks puts them last),
+    so the compute keeps its physical cores."""
+    if len(cpus) < 2:
+        raise ValueError(f"comm_cpu needs 2 CPUs or more per rank (got {cpus})")
+    return cpus[:-1], cpus[-1]
 
 
 def pg_timeout_s(spec: dict) -> int:
