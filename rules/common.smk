@@ -210,10 +210,25 @@ def machine_threads(wildcards):
     return cluster.node_cpus() if on_cluster() else workflow.cores
 
 
-CALIBRATION_RESOURCES = cluster.calibration()
+# The partition, account and node features of the measured jobs (the cluster setting's;
+# unset ones leave a profile's --default-resources in force).
+PLACEMENT = cluster.placement(SETTINGS)
+CALIBRATION_RESOURCES = cluster.calibration(SETTINGS)
 COLLECTIVES_RESOURCES = cluster.collectives(SETTINGS)
 BUILD_ENV_RESOURCES = cluster.setup("build_env")
 BUILD_IMAGE_RESOURCES = cluster.setup("build_image")
 WHEELHOUSE_RESOURCES = cluster.setup("wheelhouse")
 DATA_RESOURCES = cluster.setup("data")
 REPORT_RESOURCES = cluster.setup("report")
+
+
+# Preparation runs on the submit host, never in a cluster job: it downloads (wheels,
+# packages), which compute nodes often cannot, and it writes the environments and
+# images onto the filesystem the nodes share. Only measured jobs go to the cluster.
+localrules:
+    wheelhouse,
+    build_env,
+    build_image,
+    image_folder,
+    digits,
+    report,

@@ -26,6 +26,7 @@ rule calibrate:
     priority: SETUP_PRIORITY
     threads: machine_threads
     resources:
+        **PLACEMENT,
         cpus_per_task=CALIBRATION_RESOURCES["cpus_per_task"],
         mem_mb=CALIBRATION_RESOURCES["mem_mb"],
         runtime=CALIBRATION_RESOURCES["runtime"],
@@ -57,6 +58,7 @@ rule run_experiment:
     priority: trial_priority
     threads: experiment_threads
     resources:
+        **PLACEMENT,
         cpus_per_task=experiment_resource("cpus_per_task"),
         tasks=experiment_resource("tasks"),
         nodes=experiment_resource("nodes"),
@@ -93,6 +95,7 @@ rule collectives:
         "logs/collectives/{variant}.log",
     threads: machine_threads
     resources:
+        **PLACEMENT,
         cpus_per_task=COLLECTIVES_RESOURCES["cpus_per_task"],
         tasks=COLLECTIVES_RESOURCES["tasks"],
         nodes=COLLECTIVES_RESOURCES["nodes"],

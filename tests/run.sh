@@ -7,9 +7,9 @@
 # envs/workflow.txt. The backend environments and images are built by the tests
 # themselves (under .venvs/ or $STUDY_ENVS_ROOT; the wheelhouse under
 # ~/.cache/cpu-train-study/wheelhouse or $STUDY_WHEELHOUSE), from envs/*.txt.
-# The SLURM test (tests/test_slurm.py) installs and starts a one-node cluster on
-# localhost itself (tests/slurm/cluster.sh: Debian's slurmctld, slurmd, munge; root or
-# sudo) and stops it afterwards.
+# The SLURM tests (tests/test_slurm.py) install and start a cluster of two compute
+# nodes on this machine themselves (tests/slurm/cluster.sh: Debian's slurmctld, slurmd,
+# munge; network namespaces on a bridge; root or sudo) and stop it afterwards.
 # The container tests pass containers/engine/containers.conf to podman (this CI
 # host kind needs it); set STUDY_CONTAINERS_CONF= (empty) where podman's defaults work.
 set -euo pipefail

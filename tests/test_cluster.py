@@ -158,9 +158,12 @@ def test_the_slurm_job_a_record_names():
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_a_trial_on_another_node_type_measures_its_own_reference(make_spec, upstream_env, tmp_path):
-    """The calibration ran on a node of another CPU model: the trial measures this node
-    type's reference once, next to the calibration, and judges its probe by that."""
+def test_a_trial_on_another_node_type_is_not_judged_by_its_reference(
+    make_spec, upstream_env, tmp_path
+):
+    """The calibration ran on a node of another CPU model: the trial's probes are not
+    compared with it (no foreign 1e6 GFLOP/s verdict), and the trial writes no reference
+    of its own (references are the calibrate rule's outputs); the log says why."""
     calibration = tmp_path / "calibration" / "upstream.json"
     calibration.parent.mkdir()
     other = {"cpu_model": "Some Other CPU", "logical_cpus": 128}
@@ -169,15 +172,15 @@ def test_a_trial_on_another_node_type_measures_its_own_reference(make_spec, upst
     env_json = tmp_path / "env.json"
     env_json.write_text(json.dumps(upstream_env))
     out = tmp_path / "records" / "t" / "trial0.json"
+    log = tmp_path / "logs" / "t.log"
     spec = make_spec(probe_size=256, steps=2, warmup_steps=1)
     args = [f"--spec-json={json.dumps(spec)}", f"--env-json={env_json}", f"--out={out}"]
-    args += [f"--log={tmp_path / 'logs' / 't.log'}", f"--reference-probe={calibration}"]
+    args += [f"--log={log}", f"--reference-probe={calibration}"]
     assert trial.main([*args, "--max-retries=0"]) == 0
-    here = node_type()
-    own = list(calibration.parent.glob("upstream.*.json"))
-    assert len(own) == 1 and here.split()[0] in own[0].name
-    measured = json.loads(own[0].read_text())
-    assert node_type(measured["provenance"]) == here
-    check = json.loads(out.read_text())["noise_check"]
-    assert check["reference_node_type"] == here  # not the foreign 1e6 GFLOP/s
-    assert 0 < check["reference_fp32_gflops"] < 1e6
+    assert sorted(p.name for p in calibration.parent.iterdir()) == ["upstream.json"]
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok"
+    check = record.get("noise_check") or {}
+    assert "reference_fp32_gflops" not in check  # no probe judged by the foreign one
+    assert all(s["signal"] != "probe before steps" for s in check.get("signals", []))
+    assert "was measured on Some Other CPU" in log.read_text()

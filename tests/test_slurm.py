@@ -1,9 +1,13 @@
-"""The study on a real SLURM cluster: a one-node cluster on localhost (Debian's slurmctld,
-slurmd and munge, set up by tests/slurm/cluster.sh and stopped afterwards, also when a
-test fails), a part of the quick preset submitted through profiles/slurm by the executor
-plugin: a single-process run in each of two environments, a text model, the
-data-parallel layouts over both process groups and the collectives benchmark (the whole
-preset runs locally in test_workflow and in images in test_containers)."""
+"""The study on a real SLURM cluster of two compute nodes on this machine
+(tests/slurm/cluster.sh: Debian's slurmctld, slurmd and munge; each node a network and
+UTS namespace with its own hostname, address and CPU, on a bridge the script creates;
+stopped afterwards, also when a test fails). Through profiles/slurm, the executor
+plugin submits a part of the quick preset (a single-process run in each of two
+environments, a text model), DDP on one node against two over both process groups,
+the allreduce microbenchmark across the two nodes, and a trial that SLURM kills for
+its memory. The nodes have 1 CPU each and this (submit) host 2: the study is planned
+for the nodes, or sbatch would refuse every whole-node job. (The whole quick preset
+runs locally in test_workflow and in images in test_containers.)"""
 
 from __future__ import annotations
 
@@ -28,24 +32,44 @@ from workflow_scripts import study
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 #: the whole run through SLURM must end within this (the plugin can wait forever when
 #: it cannot read job states; the test then fails instead of hanging CI)
-HARD_LIMIT_S = 2700  # the whole quick preset took ~30 min through SLURM on a 2-core Zen 1
-#: what of the quick preset runs through SLURM: its experiments and sweeps by name
+HARD_LIMIT_S = 2700
+#: the test cluster: its nodes, and each node's memory (MB), which SLURM enforces
+NODES = ("study-node1", "study-node2")
+NODE_MEM_MB = 4096
+#: what of the quick preset runs through SLURM: its experiments by name
 EXPERIMENTS = ("baseline", "ipex-optimize-fp32", "bert-tiny")
-SWEEPS = ("ddp",)
+#: DDP on one node against two, over both process groups (1 rank of 1 thread a node)
+DDP = [
+    {"id": f"ddp-{pg}-{n}n", "group": "ddp-nodes", "launcher": "torchrun", "ranks": 1,
+     "threads": 1, "nodes": n, "dist_backend": pg}
+    for pg in ("gloo", "ccl") for n in (1, 2)
+]  # fmt: skip
+#: a trial over its job's memory (the node's, 4 GB): resnet50 at 224 px, batch 64
+OOM = {"id": "over-memory", "group": "faults", "model": "resnet50", "image_size": 224,
+       "batch_size": 64, "steps": 1, "warmup_steps": 1, "probe_size": 0}  # fmt: skip
 
 
 def slurm_study(workdir: Path) -> dict:
-    """The part of the quick preset this test submits (given to Snakemake as a config
-    file, which wins over the preset's own experiments and sweeps)."""
+    """What this test submits (given to Snakemake as a config file, which wins over the
+    preset's own experiments, sweeps and collectives)."""
     quick = study.read_config(workdir / "config.yaml")["presets"]["quick"]
     return {
-        "experiments": [e for e in quick["experiments"] if e["id"] in EXPERIMENTS],
-        "sweeps": [s for s in quick["sweeps"] if s.get("name") in SWEEPS],
+        "experiments": [e for e in quick["experiments"] if e["id"] in EXPERIMENTS] + DDP + [OOM],
+        "sweeps": [],
+        "collectives": {
+            **quick["collectives"],
+            "nodes": 2,
+            "ranks": 1,
+            "variants": ["gloo", "ccl-tcp"],
+        },  # fmt: skip
+        # the ranks of a several-node trial talk over the nodes' own interface
+        "cluster": {"network_interface": "eth0"},
     }
 
 
 def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STUDY_SLURM_DIR": str(state)}
+    env = {**os.environ, "STUDY_SLURM_DIR": str(state), "STUDY_SLURM_NODES": str(len(NODES)),
+           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB)}  # fmt: skip
     return subprocess.run(
         ["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=600, env=env
     )
@@ -53,7 +77,7 @@ def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A running one-node cluster; its state folder (logs, jobcomp.log)."""
+    """A running two-node cluster; its state folder (logs, jobcomp.log)."""
     state = tmp_path_factory.mktemp("slurm")
     started = cluster("start", state)
     try:
@@ -62,6 +86,19 @@ def slurm(tmp_path_factory):
     finally:
         stopped = cluster("stop", state)
         print(stopped.stdout, stopped.stderr)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        # what it made is gone: its namespaces, its bridge, its node names
+        assert not set(NODES) & set(Path("/etc/hosts").read_text().split())
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "studyslurm" not in netns
+
+
+def node_cpus() -> int:
+    """The CPUs SLURM says each node has (the nodes are alike)."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "study", "-o", "%c"], capture_output=True,
+                         text=True, timeout=60).stdout.split()  # fmt: skip
+    assert len(out) == len(NODES) and len(set(out)) == 1, out
+    return int(out[0])
 
 
 def jobcomp(state: Path) -> dict[int, dict]:
@@ -78,15 +115,19 @@ def when(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def run_through_slurm(workdir: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm"]
+def snakemake_cmd(workdir: Path, study_part: dict, *args: str) -> list[str]:
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *args]
     # (noise reruns are the trial policy's, tested on their own: here they would only
     # add minutes on a shared machine)
     path = workdir / "slurm-study.yaml"
-    path.write_text(yaml.safe_dump(slurm_study(workdir)))
+    path.write_text(yaml.safe_dump(study_part))
     cmd += ["--configfile", str(path)]
     cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}"]
-    cmd += ["noise_retries=0"]
+    return cmd + ["noise_retries=0"]
+
+
+def run_through_slurm(workdir: Path) -> subprocess.CompletedProcess:
+    cmd = snakemake_cmd(workdir, slurm_study(workdir))
     proc = subprocess.Popen(
         cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
@@ -103,28 +144,40 @@ def run_through_slurm(workdir: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_quick_preset_through_the_slurm_profile(slurm, tmp_path):
+def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", wd / "profiles")
     run = run_through_slurm(wd)
     assert run.returncode == 0, run.stdout[-8000:]
+    cpus = node_cpus()
+    assert cpus < len(os.sched_getaffinity(0))  # the submit host has more than a node
+    assert f"planned for partition 'study': 2 node(s) of {cpus} CPUs" in run.stdout
 
     # the jobs went through SLURM: the plugin's submissions, SLURM's own log of them
     submitted = {int(j) for j in re.findall(r"submitted with SLURM jobid (\d+)", run.stdout)}
     jobs = jobcomp(slurm)
     assert submitted and submitted <= set(jobs), (submitted, sorted(jobs))
     assert all(jobs[j]["JobState"] == "COMPLETED" for j in submitted)
+    # preparation (environments, report) ran here, not in a job
+    assert "localrule build_env" in run.stdout and "localrule report" in run.stdout
 
-    # the same study as a local run, in shape: every experiment, every column, ok
-    summary = pd.read_csv(wd / "results/summary.csv")
+    # the same study as a local run, in shape: every experiment, every column
+    summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
     config = {**study.read_config(wd / "config.yaml"), "preset": "quick"}
-    quick = study.load_study(config, cli=slurm_study(wd))
-    assert set(summary["experiment"]) == set(quick.ids)
-    assert {"baseline", "bert-tiny", "ipex-optimize-fp32"} <= set(quick.ids)
-    assert set(REQUIRED_COLUMNS) <= set(summary.columns)
-    failed = summary[summary["status"] != "ok"]
-    assert failed.empty, failed[["experiment", "status", "error"]].to_string()
+    planned = study.load_study(config, cli=slurm_study(wd))
+    assert set(summary.index) == set(planned.ids)
+    assert set(REQUIRED_COLUMNS) <= set(summary.reset_index().columns)
     assert (wd / "results/report/index.html").stat().st_size > 0
+
+    # SLURM killed the trial over its memory: a record (oom, SLURM's words), and the
+    # study went on
+    assert summary.loc[OOM["id"], "status"] == "oom"
+    oom = json.loads((wd / f"results/records/{OOM['id']}/trial0.json").read_text())
+    assert oom["error"]["type"] == "SlurmOutOfMemory"
+    assert "exceeded memory limit" in oom["error"]["message"]
+    others = summary.drop(index=OOM["id"])
+    failed = others[others["status"] != "ok"]
+    assert failed.empty, failed[["status", "error"]].to_string()
 
     # every record names its SLURM job and node; each trial ran in a job of its own...
     records = {
@@ -135,37 +188,44 @@ def test_quick_preset_through_the_slurm_profile(slurm, tmp_path):
     assert len(set(trial_jobs.values())) == len(records)
     assert set(trial_jobs.values()) <= submitted
     assert set(summary["slurm_job_id"].astype(int)) == set(trial_jobs.values())
-    assert summary["hostname"].notna().all() and summary["node_type"].notna().all()
+    assert set(summary["hostname"]) <= set(NODES)
+    assert summary["node_type"].notna().all()
 
-    # ... alone: on the whole node (exclusive), overlapping no other job
-    cpus = os.cpu_count()
+    # ... sized from the nodes (not this host), with the node's memory, on whole nodes
+    # that no other job shared
     for experiment, job in trial_jobs.items():
         mine = jobs[job]
-        assert int(mine["ProcCnt"]) == cpus, (experiment, mine)
+        assert int(mine["ProcCnt"]) == cpus * int(mine["NodeCnt"]), (experiment, mine)
+        assert int(mine["NodeCnt"]) == records[experiment]["spec"]["nodes"], (experiment, mine)
+        node_mem = f"mem={NODE_MEM_MB // 1024 * int(mine['NodeCnt'])}G"  # the whole nodes'
+        assert node_mem in mine["Tres"], (experiment, mine)
         start, end = when(mine["StartTime"]), when(mine["EndTime"])
         for other, fields in jobs.items():
-            if other != job and other in submitted:
+            if other != job and other in submitted and set_of(fields) & set_of(mine):
                 overlap = when(fields["StartTime"]) < end and start < when(fields["EndTime"])
                 assert not overlap, (experiment, mine, fields)
 
-    # the two-task experiments: one job of 2 tasks, whose ranks srun started
-    two = [e for e, r in records.items() if r["spec"]["launcher"] == "torchrun"]
-    two = [e for e in two if r_world(records[e]) == 2]
-    assert two, sorted(records)
-    for experiment in two:
-        record = records[experiment]
-        assert record["provenance"]["command"][0] == "srun", record["provenance"]["command"]
-        assert len(record["checks"]["rank_hosts"]) == 2
-        assert record["checks"]["world_size"] == 2
-        assert len(set(record["checks"]["rank_cpus"])) == 2  # each rank its own CPUs
-        log = (wd / f"logs/experiments/{experiment}/trial0.log").read_text()
-        assert "[rank 1]" in log
+    # DDP across the two nodes: one rank on each, started by srun, on both process
+    # groups; the report shows one node against two
+    for pg in ("gloo", "ccl"):
+        two = records[f"ddp-{pg}-2n"]
+        assert two["provenance"]["command"][0] == "srun", two["provenance"]["command"]
+        assert "--nodes=2" in two["provenance"]["command"]
+        assert sorted(two["checks"]["rank_hosts"]) == list(NODES)
+        assert two["checks"]["world_size"] == 2
+        one = records[f"ddp-{pg}-1n"]
+        assert len(one["checks"]["rank_hosts"]) == 1
+    html = (wd / "results/report/index.html").read_text()
+    assert "<th>nodes</th>" in html and "ddp-gloo-2n" in html
 
-    # the collectives benchmark runs like a trial: one task per rank, started by srun
-    for variant in quick.settings["collectives"]["variants"]:
+    # the collectives benchmark across the two nodes, a rank on each
+    for variant in ("gloo", "ccl-tcp"):
         bench = json.loads((wd / f"results/collectives/{variant}.json").read_text())
-        assert bench["status"] == "ok" and bench["command"][0] == "srun", bench["command"]
-        assert "--ntasks=2" in bench["command"], bench["command"]
+        assert bench["status"] == "ok", bench.get("error")
+        assert bench["command"][0] == "srun" and "--nodes=2" in bench["command"]
+        assert sorted(bench["rank_hosts"]) == list(NODES)
+        assert all(r["nodes"] == 2 and r["ranks"] == 1 for r in bench["results"])
+    assert "1 ranks on each of 2 nodes" in html
 
     # rerunning submits only what changed: nothing
     again = run_through_slurm(wd)
@@ -174,6 +234,46 @@ def test_quick_preset_through_the_slurm_profile(slurm, tmp_path):
     assert "Nothing to be done" in again.stdout
 
 
-def r_world(record: dict) -> int:
-    spec = record["spec"]
-    return int(spec["ranks"]) * int(spec.get("nodes") or 1)
+@pytest.mark.slow
+def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
+    """The quick preset's DDP sweep (layouts: all) on nodes of 1 CPU, planned from a
+    submit host of 2 (and of 1, its planning process restricted): every job asks for
+    what a node has. A study that cannot fit the nodes is refused before any job, with
+    the partition and what its nodes have."""
+    wd = copy_workflow(tmp_path / "wf")
+    shutil.copytree(REPO / "profiles", wd / "profiles")
+    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    ddp = {"experiments": [e for e in quick["experiments"] if e["id"] == "baseline"],
+           "sweeps": [s for s in quick["sweeps"] if s.get("name") == "ddp"],
+           "collectives": {"variants": []}}  # fmt: skip
+    cpus = node_cpus()
+    for restrict in ([], ["taskset", "-c", "0"]):
+        cmd = restrict + snakemake_cmd(wd, ddp, "-n", "--forceall")
+        dry = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=600)
+        assert dry.returncode == 0, dry.stdout[-5000:] + dry.stderr[-3000:]
+        jobs = re.split(r"^\[\w{3} \w{3} .*\]$", dry.stdout, flags=re.MULTILINE)
+        trials = [b for b in jobs if "rule run_experiment:" in b]
+        asked = [int(re.search(r"cpus_per_task=(\d+)", b).group(1)) for b in trials]
+        assert trials and max(asked) <= cpus, (restrict, asked)
+        # whole-node jobs ask for the node's memory
+        mem = {int(re.search(r"mem_mb=(\d+)", b).group(1)) for b in trials}
+        assert mem == {NODE_MEM_MB}, (restrict, mem)
+    # more threads than a node has: refused, naming the partition and its nodes
+    big = {"experiments": [{"id": "wide", "threads": cpus + 1}], "sweeps": [],
+           "collectives": {"variants": []}}  # fmt: skip
+    refused = subprocess.run(snakemake_cmd(wd, big, "-n"), cwd=wd, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    assert "experiment wide.threads" in out
+    assert f"partition 'study': 2 node(s) of {cpus} CPUs and {NODE_MEM_MB} MB" in out
+    assert "submitted with SLURM jobid" not in out
+
+
+def set_of(fields: dict) -> set[str]:
+    """The nodes of a job in SLURM's completion log (study-node[1-2] -> both)."""
+    text = fields["NodeList"]
+    m = re.fullmatch(r"(.*)\[(\d+)-(\d+)\]", text)
+    if m:
+        return {f"{m.group(1)}{i}" for i in range(int(m.group(2)), int(m.group(3)) + 1)}
+    return set(text.split(","))

@@ -18,6 +18,7 @@ measurements overlap. Standard library only.
 from __future__ import annotations
 
 import math
+import os
 
 from . import launchers
 from .sysinfo import parse_cpu_list, plan_cpus
@@ -36,6 +37,31 @@ def node_cpus(spec: dict | None = None) -> int:
     if spec and spec.get("cpus"):
         return len(parse_cpu_list(spec["cpus"]))
     return len(plan_cpus())
+
+
+def node_mem_mb() -> int | None:
+    """The memory of the nodes the study was planned for (MB; None: not on a cluster,
+    or not known)."""
+    from .slurm import NODE_MEM_VAR
+
+    value = os.environ.get(NODE_MEM_VAR, "")
+    return int(value) if value.isdigit() else None
+
+
+def whole_node_mb(estimate_mb: float) -> int:
+    """A whole-node job's memory: the node's (the job holds the node anyway), else a
+    request with room over the estimate."""
+    return node_mem_mb() or memory_mb(estimate_mb)
+
+
+def placement(settings: dict) -> dict:
+    """Where the measured jobs go: the ``cluster`` setting's partition, account and
+    node features, as the executor plugin's resources (unset ones are left out, so
+    that a profile's ``--default-resources`` still applies)."""
+    c = settings.get("cluster") or {}
+    names = {"partition": "slurm_partition", "account": "slurm_account",
+             "constraint": "constraint"}  # fmt: skip
+    return {res: c[key] for key, res in names.items() if c.get(key)}
 
 
 def runtime_min(seconds: float) -> int:
@@ -63,21 +89,23 @@ def experiment(spec: dict, settings: dict) -> dict:
         "cpus_per_task": per_task,
         "tasks": world,
         "nodes": launchers.nodes(spec),
-        "mem_mb": memory_mb(estimated_memory_mb(spec) * per_node),
+        "mem_mb": whole_node_mb(estimated_memory_mb(spec) * per_node),
         "runtime": runtime_min(attempts * (spec["timeout_s"] + 5)),
         "slurm_extra": extra,
         "mpi": "srun" if world > 1 else None,
+        **placement(settings),
     }
 
 
-def calibration() -> dict:
+def calibration(settings: dict) -> dict:
     from .calibration import TIMEOUT_S
 
     return {
         "cpus_per_task": node_cpus(),
-        "mem_mb": memory_mb(2048),
+        "mem_mb": whole_node_mb(2048),
         "runtime": runtime_min(TIMEOUT_S),
         "slurm_extra": EXCLUSIVE,
+        **placement(settings),
     }
 
 
@@ -87,15 +115,18 @@ def collectives(settings: dict) -> dict:
     runs (each smaller count is an srun inside it)."""
     from .collectives import TIMEOUT_S, rank_counts
 
-    ranks = max(rank_counts(settings["collectives"]["ranks"], len(plan_cpus())))
+    c = settings["collectives"]
+    nodes = c.get("nodes") or 1
+    ranks = max(rank_counts(c["ranks"], len(plan_cpus()), nodes))  # per node
     return {
         "cpus_per_task": max(1, node_cpus() // ranks),
-        "tasks": ranks,
-        "nodes": 1,
-        "mem_mb": memory_mb(1024 * ranks),
+        "tasks": ranks * nodes,
+        "nodes": nodes,
+        "mem_mb": whole_node_mb(1024 * ranks),
         "runtime": runtime_min(TIMEOUT_S),
         "slurm_extra": f"{EXCLUSIVE} --ntasks-per-node={ranks}",
         "mpi": "srun",
+        **placement(settings),
     }
 
 
@@ -110,5 +141,6 @@ SETUP = {
 
 
 def setup(kind: str) -> dict:
+    """(On a cluster these jobs run on the submit host: rules/common.smk's localrules.)"""
     cpus, mem, minutes = SETUP[kind]
     return {"cpus_per_task": cpus, "mem_mb": mem, "runtime": minutes}

@@ -36,7 +36,7 @@ BACKEND = "eager"
 TIMEOUT_S = 900
 
 
-def variant_spec(variant: str, ranks: int, timeout_s: int) -> dict:
+def variant_spec(variant: str, ranks: int, timeout_s: int, nodes: int = 1) -> dict:
     """The distributed fields of a variant name (a spec the torchrun launcher reads)."""
     m = VARIANT.match(variant)
     if not m or (m.group(1) == "gloo" and m.group(3)):
@@ -48,7 +48,7 @@ def variant_spec(variant: str, ranks: int, timeout_s: int) -> dict:
     return {
         "launcher": "torchrun",
         "backend": BACKEND,
-        "nodes": 1,
+        "nodes": nodes,
         "ranks": ranks,
         "dist_backend": backend,
         "ccl_impl": "study",
@@ -70,10 +70,13 @@ def image_of(variant: str) -> str:
     return launchers.get("torchrun").image(spec, backends.get(BACKEND))
 
 
-def rank_counts(setting, cpus: int) -> list[int]:
-    """The rank counts of the ``collectives.ranks`` setting: a count, a list, or ``all``
-    (2, 4, 8, ... up to ``cpus``, and ``cpus`` itself; 2 on a machine of fewer)."""
+def rank_counts(setting, cpus: int, nodes: int = 1) -> list[int]:
+    """The rank counts (per node) of the ``collectives.ranks`` setting: a count, a list,
+    or ``all`` (2, 4, 8, ... up to ``cpus``, and ``cpus`` itself; 2 on a machine of
+    fewer; from 1 when the benchmark spans several nodes)."""
     if setting == "all":
+        if nodes > 1:
+            return sorted({2**k for k in range(cpus.bit_length())} | {cpus})
         n = max(cpus, 2)
         return sorted({2**k for k in range(1, n.bit_length())} | {n})
     if isinstance(setting, list):
@@ -91,19 +94,21 @@ def run(
     dtypes: list[str],
     iterations: int,
     timeout_s: int,
+    nodes: int = 1,
 ) -> dict:
-    """The benchmark at each rank count in turn (a run of its own each, the machine to
-    itself), in one record: every result row says its ``ranks``; ``by_ranks`` the
-    status of each count. Failed if any count failed (the others' rows stay)."""
+    """The benchmark at each rank count (per node, on ``nodes`` nodes) in turn (a run
+    of its own each, the machine to itself), in one record: every result row says its
+    ``ranks`` and ``nodes``; ``by_ranks`` the status of each count. Failed if any
+    count failed (the others' rows stay)."""
     counts = [ranks] if isinstance(ranks, int) else list(ranks)
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     for n in counts:  # (the ranks' result files are named after out and the count)
         where = out.with_name(f".{out.stem}.r{n}{out.suffix}")
         runs.append((n, run_one(variant, env_info, where, log, n, sizes_kb, dtypes, iterations,
-                                timeout_s)))  # fmt: skip
+                                timeout_s, nodes)))  # fmt: skip
     record = combine(runs)
-    record.update(variant=variant, env_name=env_info.get("name"))
+    record.update(variant=variant, env_name=env_info.get("name"), nodes=nodes)
     write_json_atomic(out, record)
     return record
 
@@ -113,7 +118,7 @@ def combine(runs: list[tuple[int, dict]]) -> dict:
     record = dict(next((r for _, r in runs if r.get("status") == "ok"), runs[0][1]))
     record["ranks"] = [n for n, _ in runs]
     record["results"] = [
-        {**row, "ranks": n}
+        {**row, "ranks": n, "nodes": r.get("nodes", 1)}
         for n, r in runs
         if r.get("status") == "ok"
         for row in r.get("results") or []
@@ -144,12 +149,13 @@ def run_one(
     dtypes: list[str],
     iterations: int,
     timeout_s: int,
+    nodes: int = 1,
 ) -> dict:
-    """The benchmark at one rank count (its record, not written; ``out`` names the
-    ranks' result files)."""
-    spec = variant_spec(variant, ranks, timeout_s)
+    """The benchmark at one rank count per node (its record, not written; ``out``
+    names the ranks' result files)."""
+    spec = variant_spec(variant, ranks, timeout_s, nodes)
     launcher = launchers.get(spec["launcher"])
-    template, paths = launchers.result_paths(out, ranks)
+    template, paths = launchers.result_paths(out, launcher.ranks(spec))
     args = [
         "--spec-json", json.dumps(spec, sort_keys=True),
         "--sizes-kb", ",".join(f"{kb:g}" for kb in sizes_kb),
@@ -167,6 +173,7 @@ def run_one(
         kind="collectives",
         variant=variant,
         ranks=ranks,
+        nodes=nodes,
         env_name=env_info.get("name"),
         runtime=runtime.name,
         command=ran.cmd,
@@ -184,6 +191,9 @@ def merge(ran: Ran, log: Path) -> dict:
     steps.)"""
     results = ran.results
     record = dict(results[0]) if results and results[0] else {}
+    # where each rank ran (several nodes: several hosts)
+    record["rank_hosts"] = [((res or {}).get("provenance") or {}).get("hostname")
+                            for res in results]  # fmt: skip
     bad = [r for r, res in enumerate(results) if not res or res.get("status") != "ok"]
     problem = ran.problem()
     if problem:
@@ -231,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes-kb", default="1,1024,102400")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--nodes", type=int, default=1, help="nodes the ranks span")
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
     add_limit_args(ap)
     args = ap.parse_args(argv)
@@ -240,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             args.variant, env_info, args.out, args.log,
             [int(n) for n in str(args.ranks).split(",")],
             [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
-            args.iterations, args.timeout,
+            args.iterations, args.timeout, args.nodes,
         )  # fmt: skip
     except runtimes.Interrupted as exc:
         print(f"[collectives] {args.variant}: {exc}; no result written", file=sys.stderr)
@@ -255,9 +266,10 @@ def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[st
     container limits come in the study settings, as a trial's)."""
     env_json = inputs.get("image") or inputs.get("env")
     c = json.loads(params.settings)
+    nodes = c.get("nodes") or 1
+    counts = rank_counts(c["ranks"], len(sysinfo.plan_cpus()), nodes)
     return [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
-         f"--log={log[0]}",
-         f"--ranks={','.join(map(str, rank_counts(c['ranks'], len(sysinfo.plan_cpus()))))}",
+         f"--log={log[0]}", f"--ranks={','.join(map(str, counts))}", f"--nodes={nodes}",
          f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
          f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
          *limit_argv(settings["containers"])]  # fmt: skip

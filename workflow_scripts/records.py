@@ -38,7 +38,7 @@ from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
 
 OK = "ok"
-STATUSES = ("ok", "failed", "crashed", "timeout", "oom")
+STATUSES = ("ok", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")
 UNREADABLE = "UnreadableRecord"
 
 MAIN_COLUMNS = [

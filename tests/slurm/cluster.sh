@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
-# A real one-node SLURM cluster on localhost, for the cluster tests (and for trying the
-# slurm profile on one machine): Debian's slurmctld, slurmd and munge.
-#   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the node
-#   bash tests/slurm/cluster.sh stop    cancel its jobs, stop the daemons, remove its slurm.conf
-#   bash tests/slurm/cluster.sh status  exit 0 when the node is up
-# State, logs and the job completion log (jobcomp.log: one line per finished job with
-# its start, end and nodes) go under $STUDY_SLURM_DIR (default /tmp/study-slurm).
+# A real SLURM cluster of several nodes on this one machine, for the cluster tests (and
+# for trying the slurm profile): Debian's slurmctld, slurmd and munge. Each compute node
+# is a network namespace with a UTS namespace of its own: its own hostname
+# (study-node1, study-node2, ...), its own address on a private bridge that this script
+# creates, its own slurmd, and its own share of the machine's CPUs (slurmd is started
+# on them, so everything a job runs there sees only them). The controller listens on
+# the bridge. The filesystem is the machine's: shared by every node, as on a cluster.
+#   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the nodes
+#   bash tests/slurm/cluster.sh stop    cancel its jobs, stop what it started, remove what it made
+#   bash tests/slurm/cluster.sh status  exit 0 when every node is up
+# Settings (environment):
+#   STUDY_SLURM_DIR     state, logs, pid files, and jobcomp.log (one line per finished
+#                       job: start, end, nodes, state) (default /tmp/study-slurm)
+#   STUDY_SLURM_NODES   compute nodes (default 2)
+#   STUDY_SLURM_MEM_MB  each node's RealMemory, which whole-node jobs ask for and SLURM
+#                       enforces (jobacct_gather's OverMemoryKill) (default 4096)
 # The configuration must be /etc/slurm/slurm.conf: the executor plugin's inner srun
 # drops every SLURM_* variable, SLURM_CONF too. A slurm.conf that this script did not
-# write is never touched: start refuses to run on a machine that already has one.
-# Ports 6817-6818 are fixed, so one such cluster per machine at a time. Needs root
-# (or sudo) for apt, /etc/slurm and the daemons.
+# write is never touched, and start refuses to run where one exists.
+# What start made is written down in $STUDY_SLURM_DIR/made (pids of the daemons it
+# started, the namespaces, bridge and links it created, the /etc/hosts lines it
+# added); stop removes exactly that, and only when the running cluster is this
+# directory's: a second session's stop touches neither the first one's jobs nor its
+# daemons. Ports 6817-6818 are fixed, so one such cluster per machine at a time.
+# Needs root (or sudo) for apt, /etc/slurm, namespaces and the daemons.
 set -euo pipefail
 
 DIR=${STUDY_SLURM_DIR:-/tmp/study-slurm}
+NODES=${STUDY_SLURM_NODES:-2}
+MEM_MB=${STUDY_SLURM_MEM_MB:-4096}
 CONF=/etc/slurm/slurm.conf
 MARK="# written by cpu-train-study tests/slurm/cluster.sh"
+NET=10.231.7          # the private bridge's /24: .1 the controller, .11, .12, ... the nodes
+BRIDGE=studyslurm0
+HOSTS_MARK="# cpu-train-study test cluster"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 install_packages() {
     local missing=()
-    for pkg in slurmctld slurmd slurm-client munge; do
+    for pkg in slurmctld slurmd slurm-client munge iproute2 util-linux; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if ((${#missing[@]})); then
@@ -33,8 +51,16 @@ install_packages() {
     fi
 }
 
+made() { echo "$*" >>"$DIR/made"; }
+
+node_name() { echo "study-node$1"; }
+node_ns() { echo "studyslurm-n$1"; }
+node_addr() { echo "$NET.$((10 + $1))"; }
+
 start_munge() {
-    if [ -f "$DIR/munged.pid" ] && kill -0 "$(cat "$DIR/munged.pid")" 2>/dev/null; then return; fi
+    if [ -S /run/munge/munge.socket.2 ] && munge -n </dev/null >/dev/null 2>&1; then
+        return  # a munged that answers: use it (it is not ours to stop)
+    fi
     $SUDO mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
     [ -s /etc/munge/munge.key ] || $SUDO mungekey --create --keyfile=/etc/munge/munge.key
     $SUDO chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
@@ -42,19 +68,59 @@ start_munge() {
     $SUDO chmod 0400 /etc/munge/munge.key
     $SUDO chmod 0755 /run/munge
     $SUDO runuser -u munge -- munged --pid-file="/run/munge/munged.pid" --force
-    $SUDO cp /run/munge/munged.pid "$DIR/munged.pid"
+    made "pid munged $(cat /run/munge/munged.pid)"
+}
+
+# The CPUs of node i (1-based): the machine's CPUs split evenly, each node a block of
+# its own; with fewer CPUs than nodes, the nodes share them.
+node_cpus() {
+    local cpus=($(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))'))
+    local n=${#cpus[@]} per=$((${#cpus[@]} / NODES))
+    if ((per < 1)); then echo "${cpus[*]}" | tr ' ' ','; return; fi
+    echo "${cpus[@]:$((($1 - 1) * per)):$per}" | tr ' ' ','
+}
+
+make_network() {
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+        echo "cluster.sh: the bridge $BRIDGE exists already (another test cluster?)" >&2
+        exit 1
+    fi
+    $SUDO ip link add "$BRIDGE" type bridge && made "link $BRIDGE"
+    $SUDO ip addr add "$NET.1/24" dev "$BRIDGE"
+    $SUDO ip link set "$BRIDGE" up
+    local i ns
+    for i in $(seq "$NODES"); do
+        ns=$(node_ns "$i")
+        $SUDO ip netns add "$ns" && made "netns $ns"
+        $SUDO ip link add "studyslurm-v$i" type veth peer name eth0 netns "$ns"
+        made "link studyslurm-v$i"
+        $SUDO ip link set "studyslurm-v$i" master "$BRIDGE" up
+        $SUDO ip -n "$ns" addr add "$(node_addr "$i")/24" dev eth0
+        $SUDO ip -n "$ns" link set lo up
+        $SUDO ip -n "$ns" link set eth0 up
+        $SUDO ip -n "$ns" route add default via "$NET.1"
+    done
+    # the nodes' names, for every process on the machine (the filesystem is shared)
+    {
+        for i in $(seq "$NODES"); do echo "$(node_addr "$i") $(node_name "$i") $HOSTS_MARK $DIR"; done
+    } | $SUDO tee -a /etc/hosts >/dev/null
+    made "hosts $DIR"
 }
 
 write_conf() {
-    local cpus mem_mb
-    cpus=$(nproc)
-    # what slurmd reports, less a margin for the daemons and the submit host's Snakemake
-    mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+    local i nodes="" names=""
+    for i in $(seq "$NODES"); do
+        local cpus
+        cpus=$(node_cpus "$i" | tr ',' '\n' | wc -l)
+        nodes+="NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") CPUs=$cpus RealMemory=$MEM_MB State=UNKNOWN"$'\n'
+        names+="${names:+,}$(node_name "$i")"
+    done
     $SUDO mkdir -p /etc/slurm
     $SUDO tee "$CONF" >/dev/null <<CONF
 $MARK
-ClusterName=study-localhost
-SlurmctldHost=localhost(127.0.0.1)
+# state directory: $DIR
+ClusterName=study-test
+SlurmctldHost=localhost($NET.1)
 SlurmUser=root
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
@@ -65,72 +131,109 @@ MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool-%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
-SlurmdLogFile=$DIR/slurmd.log
+SlurmdLogFile=$DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+# memory is enforced: a step over its job's memory is killed (polled every second)
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/jobcomp.log
 # squeue still sees finished jobs for 5 minutes (the executor plugin's squeue status)
 MinJobAge=300
 KillWait=10
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=study Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+${nodes}PartitionName=study Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 }
 
-node_state() { sinfo -h -N -n localhost -o %T 2>/dev/null | head -1; }
+node_states() { sinfo -h -N -p study -o "%N %T" 2>/dev/null; }
+
+ours() {  # the running cluster is this directory's
+    [ -e "$CONF" ] && grep -qF "$MARK" "$CONF" && grep -qxF "# state directory: $DIR" "$CONF"
+}
 
 start() {
-    if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
-        echo "cluster.sh: $CONF exists and was not written by this script; refusing to touch it" >&2
-        exit 1
-    fi
-    if [ -f "$DIR/slurmctld.pid" ] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
-        echo "cluster.sh: already running (stop it first: bash $0 stop)" >&2
+    if [ -e "$CONF" ]; then
+        if ! grep -qF "$MARK" "$CONF"; then
+            echo "cluster.sh: $CONF exists and was not written by this script; refusing to touch it" >&2
+        else
+            echo "cluster.sh: a test cluster runs already ($(grep '^# state directory' "$CONF")); stop it first" >&2
+        fi
         exit 1
     fi
     install_packages
-    $SUDO mkdir -p "$DIR/state" "$DIR/spool"
-    $SUDO rm -f "$DIR"/*.log
-    start_munge
+    $SUDO mkdir -p "$DIR/state"
+    $SUDO rm -f "$DIR"/*.log "$DIR/made"
+    made "conf $CONF"
     write_conf
+    start_munge
+    make_network
     $SUDO slurmctld -i
-    $SUDO slurmd -N localhost
-    local state=""
-    for _ in $(seq 60); do
-        state=$(node_state)
-        case "$state" in
-        idle*) echo "cluster.sh: node localhost $state ($(nproc) CPUs), logs in $DIR"; return 0 ;;
-        down* | drain*) $SUDO scontrol update nodename=localhost state=resume >/dev/null 2>&1 || true ;;
-        esac
+    made "pid slurmctld $(cat "$DIR/slurmctld.pid")"
+    local i name
+    for i in $(seq "$NODES"); do
+        name=$(node_name "$i")
+        $SUDO mkdir -p "$DIR/spool-$name"
+        # its own hostname (a new UTS namespace) and network, on its own CPUs (nsenter,
+        # not `ip netns exec`, which mounts a /sys without the cgroup tree slurmd needs)
+        $SUDO nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts -- \
+            taskset -c "$(node_cpus "$i")" sh -c "hostname $name && exec slurmd -N $name" || true
+        for _ in $(seq 20); do [ -s "$DIR/slurmd-$name.pid" ] && break; sleep 0.25; done
+        if [ ! -s "$DIR/slurmd-$name.pid" ]; then
+            echo "cluster.sh: slurmd of $name did not start:" >&2
+            tail -n 20 "$DIR/slurmd-$name.log" >&2 || true
+            stop
+            exit 1
+        fi
+        made "pid slurmd $(cat "$DIR/slurmd-$name.pid")"
+    done
+    local states=""
+    for _ in $(seq 90); do
+        states=$(node_states)
+        if [ "$(echo "$states" | grep -cE ' idle')" = "$NODES" ]; then
+            echo "cluster.sh: nodes up: $(echo "$states" | tr '\n' ' ')($(sinfo -h -N -p study -o '%N %c CPUs %m MB' | tr '\n' ';')), logs in $DIR"
+            return 0
+        fi
+        if echo "$states" | grep -qE ' (down|drain)'; then
+            $SUDO scontrol update nodename="$(echo "$states" | awk '/ (down|drain)/ {print $1}' | paste -sd,)" \
+                state=resume >/dev/null 2>&1 || true
+        fi
         sleep 0.5
     done
-    echo "cluster.sh: the node did not come up (state: '${state:-none}'); see $DIR/slurmctld.log and $DIR/slurmd.log" >&2
-    tail -n 20 "$DIR/slurmctld.log" "$DIR/slurmd.log" >&2 || true
+    echo "cluster.sh: the nodes did not come up (states: ${states:-none}); see $DIR/*.log" >&2
+    tail -n 20 "$DIR"/slurm*.log >&2 || true
     stop
     exit 1
 }
 
-stop_pid() {  # name pidfile
+stop_pid() {  # pid: TERM, then KILL after 10 s
+    local pid=$1
+    kill -0 "$pid" 2>/dev/null || return 0
+    $SUDO kill "$pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+    $SUDO kill -9 "$pid" 2>/dev/null || true
+}
+
+# The job steps our slurmd daemons started (children of theirs), to end with them.
+step_pids() {
     local pid
-    [ -f "$2" ] || return 0
-    pid=$(cat "$2")
-    if kill -0 "$pid" 2>/dev/null; then
-        $SUDO kill "$pid" 2>/dev/null || true
-        for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-        kill -0 "$pid" 2>/dev/null && $SUDO kill -9 "$pid" 2>/dev/null || true
-    fi
-    $SUDO rm -f "$2"
+    for pid in $(awk '$1 == "pid" && $2 == "slurmd" {print $3}' "$DIR/made" 2>/dev/null); do
+        pgrep -P "$pid" 2>/dev/null || true
+    done
 }
 
 stop() {
-    if [ -e "$CONF" ] && grep -qF "$MARK" "$CONF"; then
+    if [ ! -f "$DIR/made" ]; then
+        echo "cluster.sh: nothing started from $DIR"
+        return 0
+    fi
+    if ours; then
         # the jobs first (their steps and processes), while the daemons can still do it
         timeout 10 scancel --partition=study >/dev/null 2>&1 || true
         for _ in $(seq 40); do
@@ -138,18 +241,28 @@ stop() {
             sleep 0.5
         done
     fi
-    stop_pid slurmd "$DIR/slurmd.pid"
-    stop_pid slurmctld "$DIR/slurmctld.pid"
-    stop_pid munged "$DIR/munged.pid"
-    # processes of jobs that a killed slurmd left behind
-    $SUDO pkill -f "slurmstepd" 2>/dev/null || true
-    if [ -e "$CONF" ] && grep -qF "$MARK" "$CONF"; then $SUDO rm -f "$CONF"; fi
+    local steps
+    steps=$(step_pids)
+    local kind what rest
+    # in the reverse order of their making
+    tac "$DIR/made" | while read -r kind what rest; do
+        case "$kind" in
+        pid) stop_pid "$rest" ;;
+        netns) $SUDO ip netns delete "$what" 2>/dev/null || true ;;
+        link) $SUDO ip link delete "$what" 2>/dev/null || true ;;
+        hosts) $SUDO sed -i "\\|$HOSTS_MARK $what\$|d" /etc/hosts ;;
+        conf) if [ -e "$what" ] && grep -qxF "# state directory: $DIR" "$what"; then $SUDO rm -f "$what"; fi ;;
+        esac
+    done
+    # steps whose slurmd ended before them (started by our daemons, nobody else's)
+    for pid in $steps; do stop_pid "$pid"; done
+    $SUDO rm -f "$DIR/made"
     echo "cluster.sh: stopped"
 }
 
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-status) [[ "$(node_state)" =~ ^(idle|mixed|allocated) ]] ;;
+status) [ "$(node_states | grep -cE ' (idle|mixed|allocated)')" = "$NODES" ] ;;
 *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -170,7 +170,8 @@ class Torchrun(Launcher):
             one_host = nodes(spec) == 1
             # the ranks share this host: oneCCL's bootstrap (and ofi's tcp provider) on
             # loopback, which by default it skips ("can't find interface to get host
-            # IP" in a container without a network); across nodes, oneCCL's own choice
+            # IP" in a container without a network); across nodes, the interface set
+            # (srun_rendezvous), else oneCCL's own choice
             if one_host:
                 env["CCL_KVS_IFACE"] = "lo"
             if spec["ccl_transport"] == "shm":
@@ -198,13 +199,43 @@ class Torchrun(Launcher):
         return merge_ok(results)
 
 
+#: the network interface several-node ranks talk over (the ``cluster`` setting's
+#: ``network_interface``, set by the study's loader for every job's process)
+NETWORK_INTERFACE_VAR = "STUDY_NETWORK_INTERFACE"
+
+
 def srun_rendezvous(spec: dict) -> dict[str, str]:
     """Where srun's ranks meet: rank 0 runs on this host (the job's first node, where
-    its batch step runs), on a free port of it; loopback when all ranks are here."""
+    its batch step runs), on a free port of it; loopback when all ranks are here.
+    Across nodes, with a network interface set, its address here, and Gloo and oneCCL
+    (its bootstrap and ofi's tcp provider) on that interface; without one, this host's
+    name, and each library's own choice of interface."""
     import socket
 
-    addr = "127.0.0.1" if nodes(spec) == 1 else socket.gethostname()
-    return {"STUDY_RANKS_FROM": "slurm", "MASTER_ADDR": addr, "MASTER_PORT": str(free_port())}
+    env = {"STUDY_RANKS_FROM": "slurm", "MASTER_PORT": str(free_port())}
+    if nodes(spec) == 1:
+        return {**env, "MASTER_ADDR": "127.0.0.1"}
+    iface = os.environ.get(NETWORK_INTERFACE_VAR)
+    if not iface:
+        return {**env, "MASTER_ADDR": socket.gethostname()}
+    env.update(GLOO_SOCKET_IFNAME=iface, CCL_KVS_IFACE=iface, FI_TCP_IFACE=iface)
+    return {**env, "MASTER_ADDR": interface_address(iface) or socket.gethostname()}
+
+
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of network interface ``name`` on this host (None: no such
+    interface, or none of its addresses is IPv4)."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
 
 
 def free_port() -> int:

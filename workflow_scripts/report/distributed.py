@@ -63,13 +63,20 @@ def layout(row: Mapping) -> str:
     return f"{_ranks(row.get('ranks'))} × {'all' if isnan(threads) else int(threads)}"
 
 
+def several_nodes(frame: pd.DataFrame) -> bool:
+    """Some row ran on more than one node."""
+    return "nodes" in frame and bool((frame["nodes"].map(_ranks) > 1).any())
+
+
 def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
     rows = []
+    nodes = several_nodes(stats)
     for _, r in stats.iterrows():
         rows.append(
             {
                 "experiment": r["experiment"],
                 "group": fmt_text(r["group"]),
+                **({"nodes": fmt_int(_ranks(r.get("nodes")))} if nodes else {}),
                 "ranks × threads": layout(r),
                 "process group": process_group(r),
                 "backend": fmt_text(r["backend"]),
@@ -294,6 +301,7 @@ def collectives_frame(results: Sequence[Mapping]) -> pd.DataFrame:
                 {
                     "variant": res.get("variant"),
                     "ranks": r.get("ranks", res.get("ranks")),
+                    "nodes": r.get("nodes", res.get("nodes")) or 1,
                     "dtype": r["dtype"],
                     "bytes": r["bytes"],
                     "latency_s": loop_latency_s(r),
@@ -301,8 +309,13 @@ def collectives_frame(results: Sequence[Mapping]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(
-        rows, columns=["variant", "ranks", "dtype", "bytes", "latency_s", "busbw_GBps"]
+        rows, columns=["variant", "ranks", "nodes", "dtype", "bytes", "latency_s", "busbw_GBps"]
     )
+
+
+def _placement(ranks: Any, nodes: Any) -> str:
+    """A collectives run's ranks: ``4``, or ``2 × 1`` (nodes × ranks on each)."""
+    return f"{_ranks(nodes)} × {fmt_int(ranks)}" if _ranks(nodes) > 1 else fmt_int(ranks)
 
 
 def _size(n: float) -> str:
@@ -314,8 +327,12 @@ def _size(n: float) -> str:
 
 def collectives_display(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (variant, ranks, dtype), sub in frame.groupby(["variant", "ranks", "dtype"], sort=False):
+    nodes = several_nodes(frame)
+    keys = ["variant", "nodes", "ranks", "dtype"]
+    for (variant, n, ranks, dtype), sub in frame.groupby(keys, sort=False):
         row = {"variant": variant, "ranks": fmt_int(ranks), "dtype": dtype}
+        if nodes:
+            row = {"variant": variant, "nodes × ranks": _placement(ranks, n), "dtype": dtype}
         for _, r in sub.sort_values("bytes").iterrows():
             row[_size(r["bytes"])] = f"{r['latency_s'] * 1e3:.3g} ms · {r['busbw_GBps']:.3g} GB/s"
         rows.append(row)
@@ -328,13 +345,14 @@ def plot_collectives(frame: pd.DataFrame, path: Path) -> str:
         return no_data_svg("allreduce latency and bandwidth", path)
     with plt.rc_context(STYLE):
         fig, (ax_lat, ax_bw) = plt.subplots(1, 2, figsize=(10, 3.8))
-        several = frame["ranks"].nunique() > 1
-        for (variant, ranks, dtype), sub in frame.groupby(
-            ["variant", "ranks", "dtype"], sort=False
+        several = len(frame.groupby(["nodes", "ranks"])) > 1
+        for (variant, n, ranks, dtype), sub in frame.groupby(
+            ["variant", "nodes", "ranks", "dtype"], sort=False
         ):
             sub = sub.sort_values("bytes")
             style = "-" if dtype == "float32" else "--"
-            label = f"{variant} ×{fmt_int(ranks)} {dtype}" if several else f"{variant} {dtype}"
+            where = _placement(ranks, n).replace(" ", "")
+            label = f"{variant} ×{where} {dtype}" if several else f"{variant} {dtype}"
             ax_lat.plot(sub["bytes"], sub["latency_s"] * 1e3, style, marker="o", label=label)
             ax_bw.plot(sub["bytes"], sub["busbw_GBps"], style, marker="o", label=label)
         sizes = sorted(frame["bytes"].unique())
@@ -376,9 +394,15 @@ def distributed_section(
         parts.append('<p class="empty">No collectives results.</p>')
     else:
         ranks = sorted({int(r) for r in frame["ranks"].dropna()})
+        nodes = sorted({_ranks(n) for n in frame["nodes"]})
+        where = (
+            f"{', '.join(map(str, ranks))} ranks on each of {'/'.join(map(str, nodes))} nodes"
+            if nodes != [1]
+            else f"{', '.join(map(str, ranks))} ranks on this machine"
+        )
         parts.append(
-            f'<p class="note">allreduce (sum) between {", ".join(map(str, ranks))} ranks on '
-            "this machine (each count a run of its own): latency per call of a timed loop "
+            f'<p class="note">allreduce (sum) between {where} (each count a run of its '
+            "own): latency per call of a timed loop "
             "after warm-up, and bus bandwidth (nccl-tests' definition: bytes / time x "
             "2(n-1)/n) per message size.</p>"
         )

@@ -355,6 +355,17 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
         **overlay.get("collectives", {}),
         **cli.get("collectives", {}),
     }
+    c = settings["collectives"]
+    counts = c["ranks"] if isinstance(c["ranks"], list) else [c["ranks"]]
+    if c["nodes"] == 1 and any(n != "all" and n < 2 for n in counts):
+        raise StudyConfigError(
+            err(
+                "collectives.ranks",
+                f"{show(c['ranks'])}: on one node (collectives.nodes 1) "
+                "an allreduce needs at least 2 ranks",
+            )  # fmt: skip
+        )
+    settings["cluster"] = {**SETTING_DEFAULTS["cluster"], **config.get("cluster", {})}
     given = config.get("containers", {})
     settings["containers"] = {
         **SETTING_DEFAULTS["containers"],

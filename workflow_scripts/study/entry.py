@@ -83,25 +83,113 @@ def load_for_snakemake(workflow, config: dict) -> Study:
         # Once per invocation: each job's process parses the workflow again, and must
         # neither scan the image folders again nor repeat the warnings.
         main_process = getattr(workflow, "is_main_process", True)
+        node = None
+        if main_process and submits_to_slurm(workflow):
+            # planned for the cluster's nodes, not this (submit) host: every job's
+            # process inherits what they have (PLAN_CPUS_VAR, NODE_MEM_VAR)
+            node = plan_for_nodes(study.settings, workflow)
+            study = load_study(config, workflow.basedir, cli=cli)
         if main_process:
-            check_machine(study)
-            nodes = [s["id"] for s in study.experiments if s["nodes"] > 1]
-            if nodes and workflow.local_exec and not workflow.remote_exec:
+            try:
+                check_machine(study, memory_mb=node.mem_mb if node else None)
+            except StudyConfigError as exc:
+                if node is None:
+                    raise
                 raise StudyConfigError(
-                    "\n".join(
-                        f"config error at experiment {i}.nodes: {study.by_id[i]['nodes']} "
-                        "nodes need a cluster (snakemake --profile profiles/slurm); "
-                        "this run has one machine"
-                        for i in nodes
-                    )
-                )
+                    f"{exc}\n(the study was planned for the nodes of {node.describe()}; "
+                    "not this submit host)"
+                ) from None
+            if node is None:
+                need_cluster(study)
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
+    iface = study.settings["cluster"]["network_interface"]
+    if iface:  # for several-node trials, in every job's process (launchers.torchrun)
+        from ..launchers.torchrun import NETWORK_INTERFACE_VAR
+
+        os.environ[NETWORK_INTERFACE_VAR] = iface
     if main_process:
         for line in study.warnings:
             print(line, file=sys.stderr)
         print_estimate(study)
     return study
+
+
+def need_cluster(study: Study) -> None:
+    """Refuse what needs several nodes in a run on one machine."""
+    at = [(f"experiment {s['id']}.nodes", s["nodes"]) for s in study.experiments if s["nodes"] > 1]
+    c = study.settings["collectives"]
+    if c["variants"] and c["nodes"] > 1:
+        at.append(("collectives.nodes", c["nodes"]))
+    if at:
+        raise StudyConfigError(
+            "\n".join(
+                f"config error at {where}: {n} nodes need a cluster (snakemake --profile "
+                "profiles/slurm); this run has one machine"
+                for where, n in at
+            )
+        )
+
+
+def submits_to_slurm(workflow) -> bool:
+    """This Snakemake submits its jobs to SLURM (the slurm executor plugin). While the
+    Snakefile is parsed, Snakemake has not chosen its executor yet: the command line it
+    runs from tells (read by its own parser, with the profiles it names)."""
+    if workflow.remote_exec:
+        return False
+    name = getattr(getattr(workflow, "executor_plugin", None), "name", None)
+    return (name or cli_executor()) == "slurm"
+
+
+def cli_executor(argv: list[str] | None = None) -> str | None:
+    """The executor of the ``snakemake`` command line this process runs (None: not run
+    from that command line, or no executor named)."""
+    import contextlib
+    import io
+
+    argv = sys.argv if argv is None else argv
+    if not argv or "snakemake" not in str(argv[0]):
+        return None
+    try:
+        from snakemake.cli import parse_args
+
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            _, args = parse_args(list(argv[1:]))
+    except (Exception, SystemExit):  # noqa: BLE001 - not a command line it can read
+        return None
+    return getattr(args, "executor", None)
+
+
+def default_resource(workflow, name: str):
+    """A value of ``--default-resources`` (a profile's or the command line's), or None."""
+    try:
+        value = workflow.resource_settings.default_resources.get(name)
+    except AttributeError:
+        return None
+    value = getattr(value, "value", value)
+    return value.strip("'\"") or None if isinstance(value, str) else value
+
+
+def plan_for_nodes(settings: dict, workflow=None):
+    """Plan on the nodes of the study's partition (the ``cluster`` setting's, else
+    ``--default-resources slurm_partition=...``, else SLURM's default one): their CPUs
+    (as CPUs 0..n-1) and memory go to every job's process through the environment; a
+    cluster that cannot be asked, or whose partition mixes node types, is a
+    configuration error."""
+    from .. import slurm
+
+    c = dict(settings["cluster"])
+    if workflow is not None:
+        c["partition"] = c["partition"] or default_resource(workflow, "slurm_partition")
+        c["constraint"] = c["constraint"] or default_resource(workflow, "constraint")
+    try:
+        node = slurm.planned_node({**settings, "cluster": c})
+    except slurm.ClusterError as exc:
+        raise StudyConfigError(f"config error at cluster: {exc}") from None
+    os.environ[PLAN_CPUS_VAR] = cpu_list_str(range(node.cpus))
+    os.environ[slurm.NODE_MEM_VAR] = str(node.mem_mb)
+    print(f"planned for {node.describe()}", file=sys.stderr)
+    return node
 
 
 def print_estimate(study: Study) -> None:

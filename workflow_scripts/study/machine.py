@@ -115,11 +115,13 @@ def cpu_problems(spec: dict, allowed: list[int]) -> list[str]:
     return errors
 
 
-def check_machine(study: Study) -> None:
-    """Raise StudyConfigError with every problem at once; add warnings to the study."""
+def check_machine(study: Study, memory_mb: float | None = None) -> None:
+    """Raise StudyConfigError with every problem at once; add warnings to the study.
+    The CPUs are those it is planned on (a cluster's nodes' on a cluster), the memory
+    ``memory_mb`` (the nodes') or this machine's."""
     errors: list[str] = []
     allowed = plan_cpus()
-    memory = total_memory_mb()
+    memory = memory_mb or total_memory_mb()
     python = study.settings["python"]
     if python and not Path(python).expanduser().exists():
         errors.append(err("python", f"{python!r} does not exist on this machine"))

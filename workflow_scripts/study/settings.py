@@ -78,17 +78,24 @@ COLLECTIVES = {
     "properties": {
         "ranks": {
             "anyOf": [
-                {"type": "integer", "minimum": 2},
+                {"type": "integer", "minimum": 1},
                 {
                     "type": "array",
                     "minItems": 1,
-                    "items": {"type": "integer", "minimum": 2},
+                    "items": {"type": "integer", "minimum": 1},
                     "uniqueItems": True,
                 },
                 {"const": "all"},
             ],
-            "description": "the rank counts, each benchmarked in turn: a count, a list, or "
-            "all (2, 4, 8, ... up to the CPUs, and the CPU count itself)",
+            "description": "the rank counts per node, each benchmarked in turn: a count, a "
+            "list, or all (2, 4, 8, ... up to the node's CPUs, and the CPU count itself; "
+            "from 1 across several nodes)",
+        },
+        "nodes": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "the nodes the benchmark spans (more than 1: on a cluster, "
+            "--profile profiles/slurm)",
         },
         "variants": {
             "type": "array",
@@ -142,6 +149,31 @@ MACHINE = {
         },
         "usd_per_hour": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "note": {"type": "string"},
+    },
+}
+CLUSTER = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "partition": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "description": "the partition of the measured jobs (null: SLURM's default one)",
+        },
+        "account": {"type": ["string", "null"], "minLength": 1},
+        "constraint": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "description": "node features the measured jobs ask for (sbatch --constraint)",
+        },
+        "node_cpus": {"type": ["integer", "null"], "minimum": 1},
+        "node_mem_mb": {"type": ["integer", "null"], "minimum": 256},
+        "network_interface": {
+            "type": ["string", "null"],
+            "pattern": "^[A-Za-z0-9._:-]{1,15}$",
+            "description": "the network interface the ranks of a several-node trial talk "
+            "over (Gloo, oneCCL and the rendezvous), e.g. ib0 or eth0",
+        },
     },
 }
 REPORT = {
@@ -240,6 +272,7 @@ SETTINGS: dict[str, Setting] = {
             COLLECTIVES,
             {
                 "ranks": "all",
+                "nodes": 1,
                 "variants": ["gloo", "ccl-shm", "ccl-tcp", "ccl-shm-offload"],
                 "sizes_kb": [1, 16, 256, 4096, 65536, 102400],
                 "dtypes": ["float32", "bfloat16"],
@@ -247,6 +280,22 @@ SETTINGS: dict[str, Setting] = {
             },
             "the allreduce microbenchmark: rank counts, process-group variants (none: no "
             "benchmark), message sizes in KiB, dtypes, timed calls per size",
+            structured=True,
+        ),
+        Setting(
+            "cluster",
+            CLUSTER,
+            {
+                "partition": None,
+                "account": None,
+                "constraint": None,
+                "node_cpus": None,
+                "node_mem_mb": None,
+                "network_interface": None,
+            },
+            "on a SLURM cluster (--profile profiles/slurm): the partition, account and node "
+            "features of the measured jobs, the nodes' CPUs and memory (null: asked of "
+            "sinfo), and the network interface of several-node trials",
             structured=True,
         ),
         Setting(

@@ -34,6 +34,8 @@ def attempt_once(
     args = harness_args(spec_json, template, absolute_path(data_path))
     starter = launchers.starter(launcher, spec, runtime.name)
     cmd = launcher.command(spec, env_info["python"], args, starter=starter)
+    if starter == "local" and runtime.name == "local" and sysinfo.slurm_job():
+        cmd = slurm_step(cmd)
     env = environment(spec, runtime, starter)
     cache, cache_folder = compile_cache(spec, env, label, container)
     missing = runtime.missing()
@@ -46,6 +48,7 @@ def attempt_once(
         return record
     cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
     started = sysinfo.now()
+    offset = log.stat().st_size if log.exists() else 0  # this attempt's output: after it
     try:
         ran = run_measured(
             runtime, cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}", log=log,
@@ -56,10 +59,19 @@ def attempt_once(
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
             cache["removed"] = not cache_folder.exists()
-    record = outcome(spec, launcher, ran, log)
+    record = outcome(spec, launcher, ran, log, offset)
     assemble(record, spec, trial, env_info, runtime.name, ran, started)
     record["provenance"]["compile_cache"] = cache
     return record
+
+
+def slurm_step(cmd: list[str]) -> list[str]:
+    """A single-process run inside a SLURM job, as a job step of its own: when SLURM
+    ends it (over its memory, say), the trial's own process, in the job's first step,
+    lives on to write the record with SLURM's reason. ``--overlap``: the step shares
+    the CPUs and memory of the one this process runs in (it waits meanwhile)."""
+    return ["srun", "--ntasks=1", "--nodes=1", "--overlap", "--cpu-bind=none",
+            "--kill-on-bad-exit=1", "--unbuffered", *cmd]  # fmt: skip
 
 
 def cannot_start(spec: dict, runtime: str) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import launchers, runtimes, sysinfo
+from .. import launchers, runtimes, slurm, sysinfo
 from ..runtimes.base import REPO_ROOT
 from ..runtimes.measured import Ran
 from ..util import SCHEMA_VERSION, tail
@@ -34,16 +34,49 @@ _FAILURE_STATUS = {
     "Crashed": "crashed",
     "UnreadableResult": "crashed",
     "OutOfMemory": "oom",
+    # SLURM ended the run's job step (slurm.ended_by_slurm)
+    "SlurmOutOfMemory": "oom",
+    "SlurmTimeLimit": "timeout",
+    "SlurmPreempted": "preempted",
+    "SlurmNodeFailure": "node_fail",
 }
+_SLURM_KIND = {"oom": "SlurmOutOfMemory", "timeout": "SlurmTimeLimit",
+               "preempted": "SlurmPreempted", "node_fail": "SlurmNodeFailure"}  # fmt: skip
 
 
-def outcome(spec: dict, launcher: launchers.Launcher, ran: Ran, log: Path) -> dict:
+def _output(log: Path, offset: int) -> str:
+    """What the run wrote to its log (from ``offset``: this attempt's part)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def ended_by_slurm(spec: dict, ran: Ran, log: Path, offset: int) -> dict | None:
+    """The record of a run whose job step SLURM ended (srun's and slurmstepd's own
+    words in its output: over its memory, its time limit, preempted, a failed node),
+    or None."""
+    if not ran.cmd or Path(ran.cmd[0]).name != "srun" or ran.clean:
+        return None
+    said = slurm.ended_by_slurm(_output(log, offset))
+    if not said:
+        return None
+    status, words = said
+    return failure(spec, 0, _SLURM_KIND[status], f"SLURM ended the job step: {words}", tail(log))
+
+
+def outcome(spec: dict, launcher: launchers.Launcher, ran: Ran, log: Path, offset: int = 0) -> dict:
     """What the ranks left: the launcher's merge of their results, or why there is none.
 
     The kernel's out-of-memory killer (seen in the memory cgroup, or by the container
     engine) and an allocation that failed in the run give ``oom``; a run that wrote a
     result and then did not exit cleanly (a crash on exit) is ``crashed``, not ok."""
     how = ran.how
+    by_slurm = ended_by_slurm(spec, ran, log, offset)
+    if by_slurm:
+        return by_slurm
     problem = ran.problem()
     if problem:
         kind, message = problem

@@ -1,13 +1,12 @@
-"""The reference a trial is judged against: the calibration of its environment, and of
-the node type it runs on (a cluster node of another CPU model calibrates once)."""
+"""The reference a trial is judged against: the calibration of its environment, made
+by the calibrate rule on the node type the study measures."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from .. import calibration, sysinfo
+from .. import sysinfo
 
 
 def measured_on(reference: dict) -> str | None:
@@ -19,25 +18,26 @@ def measured_on(reference: dict) -> str | None:
 def node_reference(
     reference: dict | None, path: Path | None, env_info: dict, log: Path, size: int
 ) -> dict | None:
-    """The reference probe of this node's type. The calibration job measured one on the
-    node it ran on; a trial on a node of another type (a cluster of several CPU models)
-    measures this type's own, once per environment and node type, with the node to
-    itself (its job is exclusive), next to the calibration as
-    ``<env>.<node type>.json``, and compares with that."""
+    """The reference probe, when it was measured on this node's type; None otherwise.
+
+    The calibrate rule measures it on a node of the type the study's measured jobs ask
+    for (on a cluster: the partition and features of the ``cluster`` setting, one node
+    type per study). A trial that lands on a node of another type (a partition of
+    several CPU models) is not judged by it, and measures nothing of its own either:
+    a reference is a rule's output, never a file a trial writes. Its probe signals are
+    left out (other work during the steps is still judged), as the log says."""
     if reference is None or path is None or size <= 0:
         return reference
     here = sysinfo.node_type()
-    if measured_on(reference) in (None, here):
+    there = measured_on(reference)
+    if there in (None, here):
         return reference  # (a reference that does not say where: taken as this node's)
-    own = path.with_name(f"{path.stem}.{re.sub(r'[^A-Za-z0-9._-]+', '_', here)}.json")
-    if own.exists():
-        return read_reference(own, log)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as logf:
-        print(f"[launch] the calibration ran on another node type; measuring this one's "
-              f"reference ({here}) into {own}", file=logf)  # fmt: skip
-    result = calibration.calibrate(env_info, own, log.with_suffix(".calibration.log"), [size])
-    return None if result.get("error") else result
+        print(f"[launch] the reference probe {path} was measured on {there}, this node is "
+              f"{here}: its probes are not judged (keep a study on one node type: "
+              "cluster.partition or cluster.constraint)", file=logf)  # fmt: skip
+    return None
 
 
 def read_reference(path: Path | None, log: Path | None = None) -> dict | None:

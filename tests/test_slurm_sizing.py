@@ -1,0 +1,164 @@
+"""Planning for a cluster's nodes (sinfo's answer, the ``cluster`` setting), SLURM's
+words when it ends a job step, and what the measured jobs ask for. (The real cluster
+runs in tests/test_slurm.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from workflow_scripts import cluster, slurm
+from workflow_scripts.collectives import rank_counts, variant_spec
+from workflow_scripts.launchers.torchrun import LAUNCHER as TORCHRUN
+from workflow_scripts.launchers.torchrun import interface_address
+from workflow_scripts.study import StudyConfigError, load_study
+from workflow_scripts.study.entry import cli_executor
+from workflow_scripts.study.machine import estimated_memory_mb
+from workflow_scripts.study.settings import SETTING_DEFAULTS
+
+SINFO = """\
+cpu-[1-2]|cpu*|64|256000|icelake,avx512|idle
+cpu-3|cpu*|64|256000|icelake,avx512|mixed
+cpu-4|cpu*|64|256000|icelake,avx512|down*
+big-1|big|128|512000|sapphire,amx|idle
+big-2|big|96|384000|genoa|idle
+odd line without fields
+"""
+
+
+def settings(**cluster_fields) -> dict:
+    return {"cluster": {**SETTING_DEFAULTS["cluster"], **cluster_fields}}
+
+
+def fake_sinfo(text: str = SINFO, code: int = 0):
+    def run(cmd, **kwargs):
+        assert cmd[0] == "sinfo"
+        return subprocess.CompletedProcess(cmd, code, text, "sinfo: error: no controller")
+
+    return run
+
+
+def test_the_default_partition_and_its_usable_nodes():
+    node = slurm.planned_node(settings(), run=fake_sinfo())
+    assert (node.partition, node.cpus, node.mem_mb) == ("cpu", 64, 256000)
+    assert node.nodes == ("cpu-[1-2]", "cpu-3")  # a down node does not count
+    assert node.describe() == "partition 'cpu': 2 node(s) of 64 CPUs and 256000 MB (sinfo)"
+
+
+def test_a_partition_of_several_node_types_is_refused_unless_a_feature_picks_one():
+    with pytest.raises(slurm.ClusterError, match=r"partition 'big' has nodes of 2 types"):
+        slurm.planned_node(settings(partition="big"), run=fake_sinfo())
+    node = slurm.planned_node(settings(partition="big", constraint="amx"), run=fake_sinfo())
+    assert (node.cpus, node.mem_mb, node.nodes) == (128, 512000, ("big-1",))
+
+
+def test_what_the_setting_says_wins_over_sinfo():
+    both = slurm.planned_node(settings(node_cpus=8, node_mem_mb=16000), run=None)
+    assert (both.cpus, both.mem_mb, both.source) == (8, 16000, "config")
+    one = slurm.planned_node(settings(node_cpus=32), run=fake_sinfo())
+    assert (one.cpus, one.mem_mb, one.source) == (32, 256000, "sinfo and config")
+
+
+def test_a_cluster_that_cannot_answer_or_has_no_such_partition_is_an_error():
+    with pytest.raises(slurm.ClusterError, match="no controller"):
+        slurm.planned_node(settings(), run=fake_sinfo(code=1))
+    with pytest.raises(slurm.ClusterError, match=r"'gpu' is not a partition.*big, cpu"):
+        slurm.planned_node(settings(partition="gpu"), run=fake_sinfo())
+    with pytest.raises(slurm.ClusterError, match="no usable node with features 'arm'"):
+        slurm.planned_node(settings(constraint="arm"), run=fake_sinfo())
+    with pytest.raises(slurm.ClusterError, match="no default partition"):
+        slurm.planned_node(settings(), run=fake_sinfo(SINFO.replace("cpu*", "cpu")))
+
+
+@pytest.mark.parametrize(
+    "output, status",
+    [
+        (
+            "slurmstepd-n1: error: StepId=5.1 exceeded memory limit (43 > 42), being killed\n"
+            "srun: error: n1: task 0: Killed\n",
+            "oom",
+        ),  # fmt: skip
+        ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.0.\n", "oom"),
+        (
+            "slurmstepd: error: *** STEP 9.0 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***",
+            "timeout",
+        ),  # fmt: skip
+        (
+            "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-01-01 DUE TO PREEMPTION ***",
+            "preempted",
+        ),  # fmt: skip
+        (
+            "srun: error: Node failure on n2\nslurmstepd: error: *** JOB 3 CANCELLED AT x "
+            "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+            "node_fail",
+        ),  # fmt: skip
+    ],
+)
+def test_slurms_own_words_say_why_it_ended_a_step(output, status):
+    said = slurm.ended_by_slurm("[rank 0] step 1/3: 0.1 s loss 2.3\n" + output)
+    assert said is not None and said[0] == status
+    assert said[1] and "step 1/3" not in said[1]  # SLURM's lines only
+
+
+def test_a_runs_own_words_are_not_slurms():
+    # a trial's own out-of-memory message, or a training log: not SLURM ending the step
+    assert slurm.ended_by_slurm("RuntimeError: out of memory\nstep 2/3 oom-kill") is None
+    assert slurm.ended_by_slurm("srun: cluster configuration lacks support for cpu binding") is None
+
+
+def test_whole_node_jobs_ask_for_the_nodes_memory_and_go_where_the_setting_says(
+    make_spec, monkeypatch
+):
+    spec = make_spec()
+    study_settings = {"noise_retries": 0, **settings(partition="cpu", constraint="icelake")}
+    monkeypatch.delenv(slurm.NODE_MEM_VAR, raising=False)
+    assert cluster.experiment(spec, study_settings)["mem_mb"] == cluster.memory_mb(
+        estimated_memory_mb(spec)
+    )
+    monkeypatch.setenv(slurm.NODE_MEM_VAR, "256000")
+    res = cluster.experiment(spec, study_settings)
+    assert res["mem_mb"] == 256000
+    assert res["slurm_partition"] == "cpu" and res["constraint"] == "icelake"
+    assert "slurm_account" not in res  # unset: a profile's default resource applies
+    assert cluster.calibration(study_settings)["mem_mb"] == 256000
+
+
+def test_the_collectives_across_nodes():
+    assert rank_counts("all", 4, nodes=2) == [1, 2, 4]
+    assert rank_counts("all", 1, nodes=2) == [1]
+    assert rank_counts("all", 1) == [2]  # one node: at least 2 ranks
+    spec = variant_spec("gloo", 1, 60, nodes=2)
+    assert TORCHRUN.ranks(spec) == 2
+    res = cluster.collectives({**settings(), "collectives": {"ranks": 1, "nodes": 2}})
+    assert (res["nodes"], res["tasks"]) == (2, 2)
+    assert res["slurm_extra"] == "--exclusive --ntasks-per-node=1"
+    base = {"experiments": [{"id": "x"}], "collectives": {"variants": ["gloo"], "ranks": 1}}
+    with pytest.raises(StudyConfigError, match="collectives.ranks: 1: on one node"):
+        load_study({}, cli=base)
+    across = {**base, "collectives": {**base["collectives"], "nodes": 2}}
+    assert load_study({}, cli=across).settings["collectives"]["nodes"] == 2
+
+
+def test_several_node_ranks_talk_over_the_interface_set(make_spec, monkeypatch):
+    spec = make_spec(launcher="torchrun", ranks=1, nodes=2, threads=1, batch_size=8)
+    monkeypatch.delenv("STUDY_NETWORK_INTERFACE", raising=False)
+    env = TORCHRUN.environment(spec, starter="srun")
+    assert "GLOO_SOCKET_IFNAME" not in env and env["MASTER_ADDR"] != "127.0.0.1"
+    monkeypatch.setenv("STUDY_NETWORK_INTERFACE", "lo")
+    env = TORCHRUN.environment(spec, starter="srun")
+    assert env["GLOO_SOCKET_IFNAME"] == env["CCL_KVS_IFACE"] == "lo"
+    assert env["MASTER_ADDR"] == "127.0.0.1" == interface_address("lo")
+    assert interface_address("no-such-if0") is None
+
+
+def test_the_executor_of_the_command_line(tmp_path, monkeypatch):
+    """While the Snakefile is parsed Snakemake has not chosen its executor: the study
+    reads it from the command line, with the profiles it names, as Snakemake does."""
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: slurm\njobs: 4\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli_executor(["snakemake", "--profile", str(profile)]) == "slurm"
+    assert cli_executor(["snakemake", "--cores", "2"]) is None
+    assert cli_executor(["python", "-c", "x"]) is None  # not snakemake's command line

@@ -1,0 +1,171 @@
+"""What a SLURM cluster's nodes have, and what SLURM said when it ended a job step.
+
+A study run through the SLURM profile is planned for the nodes that run it, never for
+the submit (login) host: the CPUs and memory of the partition's nodes come from
+``sinfo`` (or from the ``cluster`` setting, which wins), the layouts and every job's
+request are sized from them, and a study that does not fit is refused before any job.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+#: what sinfo prints per node: name, partition (``*``: the default), CPUs, memory (MB),
+#: features, state
+SINFO_FORMAT = "%N|%P|%c|%m|%f|%T"
+#: the environment variable that carries the node memory a study was planned for (MB)
+NODE_MEM_VAR = "STUDY_NODE_MEM_MB"
+
+
+class ClusterError(Exception):
+    """The cluster cannot be asked, or has no node a study can run on."""
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """The nodes measured jobs run on: one type (CPUs and memory)."""
+
+    partition: str
+    cpus: int
+    mem_mb: int
+    nodes: tuple[str, ...]
+    source: str  # "sinfo" or "config"
+
+    def describe(self) -> str:
+        where = f"partition {self.partition!r}" if self.partition else "the cluster"
+        return (
+            f"{where}: {len(self.nodes) or '?'} node(s) of {self.cpus} CPUs and "
+            f"{self.mem_mb} MB ({self.source})"
+        )
+
+
+def parse_sinfo(text: str) -> list[dict]:
+    """sinfo's ``-N -h -o SINFO_FORMAT`` lines -> one dict per node and partition."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 6:
+            continue
+        name, partition, cpus, mem, features, state = parts
+        try:
+            rows.append(
+                {
+                    "name": name,
+                    "partition": partition.rstrip("*"),
+                    "default": partition.endswith("*"),
+                    "cpus": int(cpus),
+                    "mem_mb": int(re.sub(r"\D.*$", "", mem) or 0),
+                    "features": set() if features in ("", "(null)") else set(features.split(",")),
+                    "state": state,
+                }
+            )
+        except ValueError:
+            continue
+    return rows
+
+
+def node_type(
+    rows: list[dict], partition: str | None = None, constraint: str | None = None
+) -> NodeType:
+    """The one node type of ``partition`` (None: the default partition) whose nodes
+    carry every feature of ``constraint`` (``a&b`` or ``a,b``; None: any). Nodes that
+    SLURM has down, drained or failed do not count. Several types: ClusterError (a
+    study measures one node type; choose it with a partition or a constraint)."""
+    if not rows:
+        raise ClusterError("sinfo lists no node")
+    if partition is None:
+        defaults = {r["partition"] for r in rows if r["default"]}
+        if not defaults:
+            names = sorted({r["partition"] for r in rows})
+            raise ClusterError(
+                f"the cluster has no default partition; set cluster.partition (one of "
+                f"{', '.join(names)})"
+            )
+        partition = defaults.pop()
+    mine = [r for r in rows if r["partition"] == partition]
+    if not mine:
+        names = sorted({r["partition"] for r in rows})
+        raise ClusterError(
+            f"cluster.partition {partition!r} is not a partition of this cluster "
+            f"(it has: {', '.join(names)})"
+        )
+    wanted = set(re.split(r"[&,]", constraint)) - {""} if constraint else set()
+    usable = [
+        r
+        for r in mine
+        if wanted <= r["features"] and not re.match(r"(down|drain|fail)", r["state"])
+    ]
+    if not usable:
+        what = f" with features {constraint!r}" if constraint else ""
+        raise ClusterError(f"partition {partition!r} has no usable node{what}")
+    types = sorted({(r["cpus"], r["mem_mb"]) for r in usable})
+    if len(types) > 1:
+        listed = "; ".join(
+            f"{c} CPUs {m} MB: "
+            + ",".join(r["name"] for r in usable if (r["cpus"], r["mem_mb"]) == (c, m))
+            for c, m in types
+        )
+        raise ClusterError(
+            f"partition {partition!r} has nodes of {len(types)} types ({listed}); a study "
+            "measures one node type: choose it with cluster.constraint (a node feature) "
+            "or cluster.partition"
+        )
+    cpus, mem = types[0]
+    return NodeType(partition, cpus, mem, tuple(r["name"] for r in usable), "sinfo")
+
+
+def query_nodes(run=subprocess.run) -> list[dict]:
+    """Every node of every partition, from sinfo; ClusterError when it cannot be asked."""
+    cmd = ["sinfo", "-N", "-h", "-o", SINFO_FORMAT]
+    try:
+        proc = run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"cannot ask SLURM for its nodes ({' '.join(cmd)}): {exc}") from None
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"cannot ask SLURM for its nodes ({' '.join(cmd)}): {proc.stderr.strip()[-500:]}"
+        )
+    return parse_sinfo(proc.stdout)
+
+
+def planned_node(settings: dict, run=subprocess.run) -> NodeType:
+    """The node type a study on the cluster is planned for: the ``cluster`` setting's
+    ``node_cpus`` and ``node_mem_mb`` where both are set, else sinfo's answer for its
+    partition and constraint (a value set in the setting wins over sinfo's)."""
+    c = settings["cluster"]
+    if c["node_cpus"] and c["node_mem_mb"]:
+        return NodeType(c["partition"] or "", c["node_cpus"], c["node_mem_mb"], (), "config")
+    found = node_type(query_nodes(run), c["partition"], c["constraint"])
+    return NodeType(
+        found.partition,
+        c["node_cpus"] or found.cpus,
+        c["node_mem_mb"] or found.mem_mb,
+        found.nodes,
+        "sinfo" if not (c["node_cpus"] or c["node_mem_mb"]) else "sinfo and config",
+    )
+
+
+# ---- a job step that SLURM ended ----
+#: what srun and slurmstepd print when SLURM ends a step, and the status it means
+_ENDED_BY_SLURM = (
+    (re.compile(r"exceeded (?:job )?memory limit|oom[- ]kill", re.IGNORECASE), "oom"),
+    (re.compile(r"DUE TO TIME LIMIT"), "timeout"),
+    (re.compile(r"DUE TO PREEMPTION"), "preempted"),
+    (re.compile(r"DUE TO NODE FAILURE|NODE_FAIL|Node failure", re.IGNORECASE), "node_fail"),
+)
+_SLURM_LINE = re.compile(r"^(?:\S+: )?(?:srun|slurmstepd(?:-\S+)?): .*$", re.MULTILINE)
+
+
+def ended_by_slurm(output: str) -> tuple[str, str] | None:
+    """(status, SLURM's own words) when srun's output says SLURM ended the step: over
+    its memory (``oom``), at its time limit (``timeout``), preempted, or on a failed
+    node; None otherwise."""
+    lines = _SLURM_LINE.findall(output)
+    for pattern, status in _ENDED_BY_SLURM:
+        said = [line.strip() for line in lines if pattern.search(line)]
+        if said:
+            return status, "; ".join(dict.fromkeys(said))[:1000]
+    return None
