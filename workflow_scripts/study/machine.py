@@ -49,17 +49,17 @@ def count_images(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def memory_warning(spec: dict, memory: float | None) -> str | None:
+def memory_warning(spec: dict, memory: float | None, where: str = "this machine has") -> str | None:
     """``<experiment>.batch_size: ...`` when the rough estimate of the run's memory is
-    near or beyond ``memory`` (MB, this machine's); checked before any job, and again by
-    each trial on the machine that runs it."""
+    near or beyond ``memory`` (MB, this machine's, or ``where``: a cluster node's);
+    checked before any job, and again by each trial on the machine that runs it."""
     need = estimated_memory_mb(spec)
     if not memory or need <= MEMORY_WARN_FRACTION * memory:
         return None
     return (
         f"experiment {spec['id']}.batch_size: batch {spec['batch_size']} of "
         f"{spec['model']} at {input_size(spec)} needs roughly "
-        f"{math.ceil(need / 1024)} GB (a rough estimate); this machine has "
+        f"{math.ceil(need / 1024)} GB (a rough estimate); {where} "
         f"{memory / 1024:.0f} GB: the run may be killed for memory"
     )
 
@@ -149,7 +149,7 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
                         f"{spec['batch_size']} is more than {where}: no full batch to train on",
                     )
                 )
-        warning = memory_warning(spec, memory)
+        warning = memory_warning(spec, memory, "each node has" if memory_mb else "this machine has")
         if warning:
             study.warnings.append(f"config warning at {warning}")
     if errors:
