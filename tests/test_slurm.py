@@ -240,6 +240,10 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     submit host of 2 (and of 1, its planning process restricted): every job asks for
     what a node has. A study that cannot fit the nodes is refused before any job, with
     the partition and what its nodes have."""
+    # another session's stop (another state folder) leaves this cluster alone
+    other = cluster("stop", tmp_path / "another-session")
+    assert other.returncode == 0 and "nothing started from" in other.stdout
+    assert cluster("status", slurm).returncode == 0
     wd = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", wd / "profiles")
     quick = study.read_config(wd / "config.yaml")["presets"]["quick"]

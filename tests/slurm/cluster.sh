@@ -212,9 +212,11 @@ start() {
     exit 1
 }
 
-stop_pid() {  # pid: TERM, then KILL after 10 s
-    local pid=$1
+stop_pid() {  # pid [name]: TERM, then KILL after 10 s; only while it is still that program
+    local pid=$1 name=${2:-}
     kill -0 "$pid" 2>/dev/null || return 0
+    # a pid of ours that ended long ago may be someone else's now
+    if [ -n "$name" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != "$name" ]; then return 0; fi
     $SUDO kill "$pid" 2>/dev/null || true
     for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
     $SUDO kill -9 "$pid" 2>/dev/null || true
@@ -247,7 +249,7 @@ stop() {
     # in the reverse order of their making
     tac "$DIR/made" | while read -r kind what rest; do
         case "$kind" in
-        pid) stop_pid "$rest" ;;
+        pid) stop_pid "$rest" "$what" ;;
         netns) $SUDO ip netns delete "$what" 2>/dev/null || true ;;
         link) $SUDO ip link delete "$what" 2>/dev/null || true ;;
         hosts) $SUDO sed -i "\\|$HOSTS_MARK $what\$|d" /etc/hosts ;;
@@ -255,7 +257,7 @@ stop() {
         esac
     done
     # steps whose slurmd ended before them (started by our daemons, nobody else's)
-    for pid in $steps; do stop_pid "$pid"; done
+    for pid in $steps; do stop_pid "$pid" slurmstepd; done
     $SUDO rm -f "$DIR/made"
     echo "cluster.sh: stopped"
 }
