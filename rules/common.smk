@@ -28,6 +28,8 @@ WHEELHOUSE = CONTAINERS["wheelhouse"]
 # In containers the study builds every image (oneccl too, for the distributed runs),
 # parents first; the locks their builds install.
 IMAGES = list(images.IMAGES) if IN_CONTAINERS else []
+# Where the images are saved for a cluster's nodes (containers.archive; None: nowhere).
+ARCHIVES = CONTAINERS["archive"] if IN_CONTAINERS else None
 LOCKS = sorted({lock for i in IMAGES for lock in images.locks_of(i)})
 
 
@@ -84,7 +86,7 @@ def experiment_inputs(wildcards):
     reruns no experiment."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
-        inputs = {"image": image_json(images.image_for(spec))}
+        inputs = image_inputs_of(images.image_for(spec))
     else:
         inputs = {"env": f"results/envs/{spec['env']}.json"}
     if spec["data"] == "image_folder" and not spec["data_dir"]:
@@ -106,7 +108,7 @@ def collectives_inputs(wildcards):
     """The environment (or image) of a collectives variant: gloo in upstream's, ccl in
     oneccl's."""
     if IN_CONTAINERS:
-        return {"image": image_json(collectives.image_of(wildcards.variant))}
+        return image_inputs_of(collectives.image_of(wildcards.variant))
     return {"env": f"results/envs/{collectives.env_of(wildcards.variant)}.json"}
 
 
@@ -122,13 +124,22 @@ def image_json(image):
     return f"results/images/{image}.json"
 
 
+def image_inputs_of(image, mark=None):
+    """A measured job's image record (``mark``: ancient, for a calibration) and, on a
+    cluster, its archive in the shared folder (ancient: a new archive reruns nothing)."""
+    inputs = {"image": mark(image_json(image)) if mark else image_json(image)}
+    if ARCHIVES:
+        inputs["image_archive"] = ancient(f"{ARCHIVES}/{image}.tar")
+    return inputs
+
+
 def calibration_inputs(wildcards):
     """The probe runs where the trials run: the environment, or its image. ancient():
     a rebuilt environment or image keeps its reference (while calibrate has to run,
     Snakemake would hold back the experiments behind it that have their own reason
     to rerun until the next invocation); recalibrate with -R calibrate."""
     if IN_CONTAINERS:
-        return {"image": ancient(image_json(images.env_image(wildcards.env)))}
+        return image_inputs_of(images.env_image(wildcards.env), ancient)
     return {"env": ancient(f"results/envs/{wildcards.env}.json")}
 
 
@@ -229,6 +240,7 @@ localrules:
     wheelhouse,
     build_env,
     build_image,
+    image_archive,
     image_folder,
     digits,
     report,

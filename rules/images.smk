@@ -47,3 +47,23 @@ rule build_image:
             log,
             settings=SETTINGS,
         )
+
+
+# On a cluster (containers.archive set): each runnable image saved into the shared
+# folder, from which a node whose engine lacks it loads it (runtimes/container.py).
+if ARCHIVES:
+
+    rule image_archive:
+        input:
+            image=ancient(image_json("{image}")),
+        output:
+            archive=f"{ARCHIVES}/{{image}}.tar",
+        log:
+            "logs/images/{image}.archive.log",
+        priority: SETUP_PRIORITY
+        resources:
+            cpus_per_task=BUILD_IMAGE_RESOURCES["cpus_per_task"],
+            mem_mb=BUILD_IMAGE_RESOURCES["mem_mb"],
+            runtime=BUILD_IMAGE_RESOURCES["runtime"],
+        run:
+            jobs.run("workflow_scripts.images:archive_argv", input, output, params, wildcards, log)

@@ -21,7 +21,8 @@ import yaml
 
 from tests.conftest import REPO
 from tests.test_workflow import copy_workflow, dry_run_jobs, experiments_run
-from workflow_scripts import images, study
+from workflow_scripts import images, runtimes, study
+from workflow_scripts.runtimes import container
 from workflow_scripts.runtimes.container import engine_env
 
 # Shared across test runs and workflow copies: the wheelhouse (8+ GB of wheels) and the
@@ -314,3 +315,45 @@ def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
     assert runtimes.resolve("auto") == ("local", None)
     monkeypatch.delenv(runtimes.RESOLVED_VAR)
     assert runtimes.resolve("auto") == ("podman", None)
+
+
+@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+def test_a_node_without_the_image_loads_it_from_the_shared_archive(tmp_path):
+    """containers.archive: the submit host saves a built image into the shared folder;
+    a node whose engine storage lacks it loads it there before its run (a tiny image
+    made here, removed from the storage between the two, as on another node)."""
+    env = engine_env(ENGINE_CONF or None)
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    (rootfs / "etc" / "study-archive-test").write_text(str(tmp_path))  # a unique image
+    tarball = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+    made = subprocess.run(["podman", "import", str(tarball)], env=env, capture_output=True,
+                          text=True, timeout=300, check=True)  # fmt: skip
+    image_id = made.stdout.strip().splitlines()[-1].removeprefix("sha256:")
+    record = {"image": "tiny", "name": "tiny", "engine": "podman", "image_id": image_id,
+              "engine_conf": ENGINE_CONF or None}  # fmt: skip
+    image_json = tmp_path / "images" / "tiny.json"
+    image_json.parent.mkdir()
+    image_json.write_text(json.dumps(record))
+    archives = tmp_path / "shared"
+    try:
+        assert images.main(["archive", f"--image-json={image_json}",
+                            f"--out={archives / 'tiny.tar'}",
+                            f"--log={tmp_path / 'archive.log'}"]) == 0  # fmt: skip
+        assert (archives / "tiny.tar").stat().st_size > 0
+        assert not list(archives.glob("*.part"))
+        subprocess.run(["podman", "rmi", "-f", image_id], env=env, capture_output=True,
+                       timeout=300, check=True)  # fmt: skip
+        node = runtimes.for_env({**record, "image_archives": str(archives)})
+        assert node.missing() is None  # loaded from the archive
+        assert container.image_exists("podman", image_id, env)
+        # without an archive, the message says where it looked
+        subprocess.run(["podman", "rmi", "-f", image_id], env=env, capture_output=True,
+                       timeout=300, check=True)  # fmt: skip
+        (archives / "tiny.tar").unlink()
+        why = node.missing()
+        assert why and "is not in podman's storage" in why and "no archive at" in why
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image_id], env=env, capture_output=True,
+                       timeout=300)  # fmt: skip

@@ -91,14 +91,16 @@ def job(**params):
     ],
 )  # fmt: skip
 def test_every_measured_job_gets_the_container_limits(module, params, extra):
-    settings = {"containers": {"shm_size": "3g", "memory": "5g"}, **extra}
+    settings = {"containers": {"shm_size": "3g", "memory": "5g", "archive": "/shared/img"},
+                **extra}  # fmt: skip
     argv = module.rule_argv(*job(**params), settings=settings)
     assert "--shm-size=3g" in argv and "--memory=5g" in argv
+    assert "--image-archives=/shared/img" in argv  # where a cluster node loads images
     ap = argparse.ArgumentParser()
     measured.add_limit_args(ap)
     args, _ = ap.parse_known_args(argv)
     info = measured.with_limits({"name": "e"}, args)
-    assert info == {"name": "e", "shm_size": "3g", "memory": "5g"}
+    assert info == {"name": "e", "shm_size": "3g", "memory": "5g", "image_archives": "/shared/img"}
     settings["containers"]["memory"] = None  # no limit: the option stays, empty
     assert "--memory=" in module.rule_argv(*job(**params), settings=settings)
 

@@ -308,6 +308,29 @@ def build(
     return record
 
 
+def save_archive(image_json: Path, out: Path, log: Path) -> dict:
+    """Save a built image (by its ID) into an archive on the filesystem the cluster's
+    nodes share, for a node whose engine storage lacks it (``runtimes.container``
+    loads it there before the node's first run in it). Written under another name and
+    renamed: a half-written archive is never there to load."""
+    rec = json.loads(Path(image_json).read_text())
+    env = engine_env(rec.get("engine_conf"))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    part.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    cmd = [rec["engine"], "save", "-o", str(part), rec["image_id"]]
+    _run_logged(cmd, log, env, f"{rec['engine']} save of image {rec['image']}")
+    part.replace(out)
+    saved = {"image": rec["image"], "image_id": rec["image_id"], "archive": str(out),
+             "bytes": out.stat().st_size, "save_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    with open(log, "a") as logf:
+        print(json.dumps(saved), file=logf)
+    return saved
+
+
 # ---------------------------------------------------------------- rules
 
 
@@ -331,6 +354,12 @@ def build_argv(inputs, output, params, wildcards, log, settings: dict) -> list[s
             f"--wheelhouse={Path(lock).parent.parent if lock else ''}",  # <wh>/locks/<lock>.txt
             f"--base-json={params.base}",
             f"--engine-conf={settings.get('container_engine_conf') or ''}"]  # fmt: skip
+
+
+def archive_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
+    """The image_archive rule's command line."""
+    return ["archive", f"--image-json={inputs.image}", f"--out={output.archive}",
+            f"--log={log[0]}"]  # fmt: skip
 
 
 def build_line(rec: dict) -> str:
@@ -369,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--wheelhouse", type=_path_or_none)
     b.add_argument("--base-json", default='{"source": "mmdebstrap", "suite": "bookworm"}')
     b.add_argument("--engine-conf", type=_str_or_none)
+    a = sub.add_parser("archive", help="save a built image into an archive (for other nodes)")
+    a.add_argument("--image-json", required=True, type=Path)
+    a.add_argument("--out", required=True, type=Path)
+    a.add_argument("--log", required=True, type=Path)
     r = sub.add_parser("resolve", help="which runtime `auto` gives here")
     r.add_argument("runtime", choices=RUNTIMES)
     r.add_argument("--engine-conf", type=_str_or_none)
@@ -382,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.wheelhouse, json.loads(args.base_json), args.engine_conf,
             )  # fmt: skip
             print(build_line(rec))
+        elif args.cmd == "archive":
+            saved = save_archive(args.image_json, args.out, args.log)
+            print(f"[image] {saved['image']}: saved to {saved['archive']} "
+                  f"({saved['bytes'] / 1e9:.2f} GB in {saved['save_s']} s)")  # fmt: skip
         else:
             runtime, note = resolve_runtime(args.runtime, args.engine_conf)
             print(runtime if not note else f"{runtime}\n{note}")

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .base import REPO_ROOT, Runtime, Wrapped
@@ -56,6 +57,30 @@ def engine_works(engine: str, engine_conf: str | None = None) -> tuple[bool, str
 def image_exists(engine: str, ref: str, env: dict[str, str]) -> bool:
     proc = subprocess.run([engine, "image", "inspect", ref], capture_output=True, env=env)
     return proc.returncode == 0
+
+
+def image_archive(info: dict) -> Path | None:
+    """Where an image's archive is (the ``containers.archive`` folder), or None."""
+    folder = info.get("image_archives")
+    return Path(folder) / f"{info['image']}.tar" if folder and info.get("image") else None
+
+
+def load_archive(info: dict, archive: Path, env: dict[str, str]) -> str:
+    """Load an image's archive into this node's engine storage, once per node at a time
+    (a lock in this node's /tmp: jobs on one node wait for each other, nodes load in
+    parallel). How it went, in words."""
+    import fcntl
+
+    lock = Path(tempfile.gettempdir()) / f"study-image-load-{info['image_id'][:16]}.lock"
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if image_exists(info["engine"], info["image_id"], env):
+            return "(loaded meanwhile by another job on this node)"
+        proc = subprocess.run([info["engine"], "load", "-i", str(archive)], capture_output=True,
+                              text=True, env=env, timeout=3600)  # fmt: skip
+    if proc.returncode != 0:
+        return f"failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-500:]}"
+    return "done"
 
 
 def run_prefix(
@@ -121,14 +146,24 @@ class ContainerRuntime(Runtime):
         }
 
     def missing(self) -> str | None:
+        """Why the run cannot start in its image (None: it can). An image this node's
+        engine lacks is loaded from its archive first, where there is one (a cluster
+        node: the images are built and saved on the submit host)."""
         info = self.env_info
         env = engine_env(info.get("engine_conf"))
         if image_exists(info["engine"], info["image_id"], env):
             return None
+        archive = image_archive(info)
+        if archive is not None and archive.exists():
+            loaded = load_archive(info, archive, env)
+            if image_exists(info["engine"], info["image_id"], env):
+                return None
+            return f"image {info.get('image')} ({info['image_id']}): loading {archive} {loaded}"
         return (
             f"image {info.get('image')} ({info['image_id']}) is not in {info['engine']}'s "
             f"storage; rebuild it: snakemake -R build_image --until "
             f"results/images/{info.get('image')}.json"
+            + (f" (and no archive at {archive})" if archive is not None else "")
         )
 
     def wrap(self, cmd, env, *, label, mounts=(), cpus=None) -> Wrapped:

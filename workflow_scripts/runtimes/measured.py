@@ -99,16 +99,20 @@ def add_limit_args(ap: argparse.ArgumentParser) -> None:
     """The command-line options of a container run's limits (every measured job's)."""
     ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
     ap.add_argument("--memory", default="", help="memory limit of a container run (e.g. 8g)")
+    ap.add_argument("--image-archives", default="",
+                    help="folder of saved images, loaded where the engine lacks one")  # fmt: skip
 
 
 def limit_argv(containers: dict) -> list[str]:
     """Those options from the study's ``containers`` settings (for a rule's command line)."""
-    return [f"--shm-size={containers['shm_size']}", f"--memory={containers.get('memory') or ''}"]
+    return [f"--shm-size={containers['shm_size']}", f"--memory={containers.get('memory') or ''}",
+            f"--image-archives={containers.get('archive') or ''}"]  # fmt: skip
 
 
 def with_limits(env_info: dict, args: argparse.Namespace) -> dict:
     """The environment (or image) record with the run's container limits."""
-    return {**env_info, "shm_size": args.shm_size, "memory": args.memory or None}
+    return {**env_info, "shm_size": args.shm_size, "memory": args.memory or None,
+            "image_archives": getattr(args, "image_archives", "") or None}  # fmt: skip
 
 
 def run_measured(

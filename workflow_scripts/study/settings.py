@@ -70,6 +70,13 @@ CONTAINERS = {
                 {"type": "null"},
             ]
         },
+        "archive": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "description": "a folder on the filesystem a cluster's nodes share: each image "
+            "is saved there once built, and a node whose engine lacks it loads it there "
+            "(null: no archives)",
+        },
     },
 }
 COLLECTIVES = {
@@ -226,6 +233,7 @@ SETTINGS: dict[str, Setting] = {
                 "prefix": "localhost/cpu-train-study",
                 "shm_size": "2g",
                 "memory": None,
+                "archive": None,
             },
             "the container images: root image, wheelhouse, names, /dev/shm and memory limit of "
             "a run",
