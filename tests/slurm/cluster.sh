@@ -124,6 +124,9 @@ SlurmctldHost=localhost($NET.1)
 SlurmUser=root
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
+# task/none: each node's CPUs are those its slurmd was started on (taskset), which every
+# job there inherits. (task/affinity would bind a task to SLURM's CPU 0 of its node,
+# which on study-node2 is this machine's CPU 0, its neighbour's.)
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
