@@ -225,7 +225,7 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
         assert bench["command"][0] == "srun" and "--nodes=2" in bench["command"]
         assert sorted(bench["rank_hosts"]) == list(NODES)
         assert all(r["nodes"] == 2 and r["ranks"] == 1 for r in bench["results"])
-    assert "1 ranks on each of 2 nodes" in html
+    assert "1 rank on each of 2 nodes" in html
 
     # rerunning submits only what changed: nothing
     again = run_through_slurm(wd)

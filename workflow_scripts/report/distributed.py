@@ -379,7 +379,9 @@ def distributed_section(
     parts = [
         '<p class="note">Each layout below keeps the global batch and the core budget; '
         "every rank is pinned to its own cores, and a step takes as long as its slowest "
-        "rank.</p>"
+        "rank."
+        + (" A run on several nodes has the cores of each (nodes)." if several_nodes(ddp) else "")
+        + "</p>"
     ]
     if len(ddp):
         parts.append(table_html(ddp_display(ddp)))
@@ -395,10 +397,11 @@ def distributed_section(
     else:
         ranks = sorted({int(r) for r in frame["ranks"].dropna()})
         nodes = sorted({_ranks(n) for n in frame["nodes"]})
+        counts = f"{', '.join(map(str, ranks))} rank{'s' if ranks != [1] else ''}"
         where = (
-            f"{', '.join(map(str, ranks))} ranks on each of {'/'.join(map(str, nodes))} nodes"
+            f"{counts} on each of {'/'.join(map(str, nodes))} nodes"
             if nodes != [1]
-            else f"{', '.join(map(str, ranks))} ranks on this machine"
+            else f"{counts} on this machine"
         )
         parts.append(
             f'<p class="note">allreduce (sum) between {where} (each count a run of its '
