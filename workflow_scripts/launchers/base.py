@@ -108,8 +108,9 @@ def nodes(spec: dict) -> int:
 
 def starter(launcher: Launcher, spec: dict, runtime_name: str) -> str:
     """How the ranks start: ``srun`` for several ranks inside a SLURM job (the cluster
-    profile's, in local environments), else ``local``. One rank is never srun's: its
-    job already runs as a step of one task."""
+    profile's, in local environments), else ``local``. (One rank inside a SLURM job
+    still runs as a job step of its own, so that a step SLURM ends leaves the trial's
+    process to record why: ``trial.attempt.slurm_step`` wraps its command.)"""
     from ..sysinfo import slurm_job
 
     if launcher.ranks(spec) > 1 and runtime_name == "local" and slurm_job():
