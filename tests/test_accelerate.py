@@ -86,6 +86,14 @@ def test_one_process_is_the_studys_own_loop(upstream_env, make_spec, tmp_path):
     accelerated(bf16, 1, "bf16")
     assert bf16["losses"] != rec["losses"]  # bf16 autocast computed something else
     assert bf16["losses"] == pytest.approx(rec["losses"], abs=0.05)
+    # the dtype in effect, read inside the model where Accelerate's autocast runs (its
+    # forward's outputs are converted back to fp32 after it)
+    assert bf16["checks"]["output_dtype"] == "bfloat16"
+    assert bf16["checks"]["output_dtype_of"] == "classifier"
+    assert rec["checks"]["output_dtype"] == "float32"
+    # Accelerate's step is another step: compared with fp64 and eager bf16, and passes
+    check = bf16["gradient_check"]
+    assert check["ok"] and check["comparison"]["own_precision_reference"] == "eager"
 
 
 @pytest.mark.slow

@@ -38,7 +38,10 @@ ENGINE_CONF = os.environ.get(
 PODMAN = shutil.which("podman") is not None
 #: quick-preset experiments whose container path another one already takes (the same
 #: image, launcher and data: a text model in place of the CNN)
-SAME_PATH = ("bert-tiny", "gpt2-tiny-ipex", "infer-bert-tiny", "bert-tiny-accelerate", "acc-text")
+SAME_PATH = (
+    "bert-tiny", "gpt2-tiny-ipex", "infer-bert-tiny", "bert-tiny-accelerate", "acc-text",
+    "bert-tiny-ipex-compile", "bert-tiny-inductor-dynamic",
+)  # fmt: skip
 #: quick-preset sweeps likewise (the accuracy's weak-scaling arm: acc's image and launcher)
 SAME_PATH_SWEEPS = ("acc-weak",)
 

@@ -49,6 +49,13 @@ def assert_ranks(record: dict, n: int) -> None:
     cores = [set(p["cores"]) for p in checks["rank_placement"]]
     assert all(cores) and not set.intersection(*cores), checks["rank_placement"]
     assert len(record["rank_probes"]) == n
+    # DDP rewrites the step: its averaged gradients were compared with eager's (fp64 and
+    # fp32, each rank's on its own batch, averaged over the ranks in a Gloo group of the
+    # check's own) and agree
+    check = record["gradient_check"]
+    assert check["ok"] and check["comparison"]["own_precision_reference"] == "eager"
+    assert check["comparison"]["compared"] == check["received"]["parameters"] == 10
+    assert check["comparison"]["max_rel_error"] < 1e-3
 
 
 @needs_two
@@ -158,7 +165,9 @@ def test_the_weak_scaling_arm_grows_the_batch_and_warms_the_rate_up(
     assert spec["batch_size"] == 32 and spec["lr"] == 0.02
     rec = run(spec, upstream_env, tmp_path, data_path=digits_dir)
     m = assert_trained(rec)  # 44 steps an epoch of 32, every one trained
-    assert m["learning_rate"] == {"one_process": 0.01, "scaled": 0.02, "warmup_steps": 44}
+    assert m["learning_rate"] == {
+        "one_process": 0.01, "scaled": 0.02, "warmup_steps": 44, "schedule": "constant",
+    }  # fmt: skip
     curve = m["accuracy_curve"]
     assert [p["steps"] for p in curve] == [22, 44, 66, 88]
     # the rate of step k (from 0) is 0.01 + 0.01 k / 44 during the warm-up, then 0.02

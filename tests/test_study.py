@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 # the repository root, for a pytest run without the project's pythonpath setting
-from workflow_scripts import launchers
+from workflow_scripts import launchers, workloads
 from workflow_scripts.study import (
     BUILTIN_DEFAULTS,
     FIELD_NAMES,
@@ -114,9 +114,12 @@ def test_shipped_default_study(shipped):
         *(f"bert-base{x}" for x in ("", "-bf16", "-inductor", "-ipex-optimize-fp32")),
         "bert-base-ipex-optimize-bf16",
         "bert-base-ipex-compile",
+        "bert-base-ipex-compile-eager-attn",
         "bert-base-xla",
         "gpt2",
         "gpt2-bf16",
+        "bert-base-dynamic",
+        "bert-base-inductor-dynamic",
         *(f"bert-base-accelerate{x}" for x in ("", "-bf16", "-legacy", "-legacy-ipex")),
         "bert-base-accelerate-legacy-ipex-bf16",
         "batch-bs8",
@@ -129,11 +132,18 @@ def test_shipped_default_study(shipped):
         "threads-t2",
         *(
             f"infer-{m}-bs{b}-{p}"
-            for m in ("resnet50", "bert-base")
             for b in (1, 16)
+            for m in ("resnet50", "bert-base")
             for p in ("fp32", "bf16")
         ),
         *(f"infer-{kind}-{m}" for kind in ("compiled", "ipex") for m in ("resnet50", "bert-base")),
+        *(
+            f"bert-opt-{o}-opt{i}"
+            for o in ("adamw", "sgd")
+            for i in ("default", "foreach", "fused")
+        ),
+        "bert-opt-ipex-adamw",
+        "bert-opt-ipex-sgd",
         *(f"ddp-{pg}-r{r}-t{t}" for pg in ("gloo", "ccl") for r, t in machine_splits(16)),
         *(f"ddp-ccl-tcp-{x}" for x in multi),
         *(f"ddp-ccl-cclworker-{x}" for x in multi),
@@ -161,11 +171,15 @@ def test_shipped_default_study(shipped):
             for r, t in machine_splits(16)
         ),
         *(
-            f"acc-text-{launcher}-{p}"
+            f"acc-text-{launcher}-{p}-seed{seed}"
             for launcher in ("nolauncher", "accelerate")
             for p in ("fp32", "bf16")
+            for seed in (0, 1, 2)
         ),
     ]
+    # batch-1 inference times 100 steps: enough for a p99 latency
+    infer = {s["id"]: s for s in study.experiments if s["group"] == "inference"}
+    assert all(s["steps"] == (100 if s["batch_size"] == 1 else 8) for s in infer.values())
     assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
     # the transformers at the Accelerate example's and GPT-2 fine-tuning's shapes
     text = {s["id"]: s for s in study.experiments if s["group"] == "transformers"}
@@ -174,6 +188,11 @@ def test_shipped_default_study(shipped):
         ("gpt2", 256, 8),
     }
     assert all(s["image_size"] is None for s in text.values())
+    # ... trained as Hugging Face's examples train: AdamW, the linear schedule with warm-up
+    assert {(s["optimizer"], s["lr"], s["lr_schedule"], s["lr_warmup_steps"])
+            for s in text.values()} == {("adamw", 2e-5, "linear", 100)}  # fmt: skip
+    assert {s["attention"] for s in text.values()} == {"sdpa", "eager"}
+    assert {s["padding"] for s in text.values()} == {"fixed", "dynamic"}
     # Accelerate at the plain loop's settings: current (upstream), legacy 1.7.0 +- IPEX
     accelerate = {(s["backend"], s["env"], s["accelerate_ipex"], s["precision"])
                   for s in text.values() if s["launcher"] == "accelerate"}  # fmt: skip
@@ -294,9 +313,22 @@ def test_builtin_defaults_fill_every_field():
     assert spec["env"] == "upstream"
     assert spec["compile"] == "none"
     assert spec["preset"] == "default"
+    # the training knobs left to the model (null) are its family's: vision trains as the
+    # article (SGD, lr 0.01, constant), text as Hugging Face's examples
+    family = workloads.TRAINING_DEFAULTS["vision"]
+    assert family == {
+        "optimizer": "sgd", "lr": 0.01, "lr_schedule": "constant", "lr_warmup_steps": 0,
+    }  # fmt: skip
     for field in FIELD_NAMES:
-        if field not in ("id", "group", "compile"):
+        if field in family:
+            assert BUILTIN_DEFAULTS[field] is None and spec[field] == family[field]
+        elif field not in ("id", "group", "compile"):
             assert spec[field] == BUILTIN_DEFAULTS[field]
+    (text,) = load_study({"experiments": [{"model": "bert-tiny"}]}).experiments
+    assert {k: text[k] for k in family} == {
+        "optimizer": "adamw", "lr": 2e-5, "lr_schedule": "linear", "lr_warmup_steps": 100,
+    }  # fmt: skip
+    assert text["attention"] == "sdpa" and spec["attention"] is None
 
 
 def test_sweep_cartesian_product_in_field_order():

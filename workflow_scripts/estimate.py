@@ -14,6 +14,7 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
                + HARNESS_S + the setup's imports + FLOP count (one sample's step)
                + probes + compile
                + (warmup_steps or every epoch's steps) x step + timed
+               + the gradient check's eager references (fp64, and the run's precision)
                capped at timeout_s; x 1 attempt (noisy reruns are not predicted)
 
 The constants are rough and say so: the study records each trial's estimate beside
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from . import launchers, workloads
-from .rank import probe
+from .rank import gradcheck, probe
 from .util import finite
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
@@ -64,6 +65,12 @@ COMPILED_SPEED = 1.2
 # ~80 s against ~4 s in fp32 on a 2-core AVX2 machine.
 BF16_NATIVE_RATIO = 0.5
 BF16_EMULATED_RATIO = 20.0
+# The gradient check (rank/gradcheck.py) after the steps: an fp64 eager step (fp64
+# matmuls run at about half the fp32 rate, its other work slower still) and, for a rung
+# that is not plain eager, an eager step at the run's precision; each reference model
+# rebuilt from the initial weights.
+FP64_STEP_RATIO = 2.5
+MODEL_BUILD_S = 1.0
 # The noise probe: fp32 (and bf16 where it is native), 0.3 s each, before and after
 # the steps, plus the pilots.
 PROBE_S = 0.4
@@ -77,9 +84,25 @@ DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % spli
 
 def forward_flops(spec: Mapping) -> float | None:
     """FLOPs of one sample's forward pass (matmuls and convolutions), from the model's
-    declaration (``workloads``), or None for a model it does not know."""
+    declaration (``workloads``), or None for a model it does not know; with dynamic
+    padding, at the length its batches are padded to on average."""
     w = workloads.WORKLOADS.get(spec.get("model", ""))
-    return None if w is None else w.forward_flops(spec)
+    if w is None:
+        return None
+    if w.text and spec.get("padding") == "dynamic":
+        seq_len = int(spec.get("seq_len") or w.seq_len)
+        padded = workloads.expected_padded_length(seq_len, int(spec.get("batch_size") or 1))
+        return _interpolated(w, spec, padded)
+    return w.forward_flops(spec)
+
+
+def _interpolated(w: workloads.Workload, spec: Mapping, length: float) -> float:
+    """The model's forward FLOPs at a fractional sequence length (between its whole
+    neighbours)."""
+    low = int(length)
+    a = w.forward_flops({**spec, "seq_len": low})
+    b = w.forward_flops({**spec, "seq_len": low + 1})
+    return a + (b - a) * (length - low)
 
 
 def compile_s(model: str) -> float:
@@ -252,6 +275,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     }
     if spec.get("backend") == "xla":  # traces and compiles its graph in the first steps
         parts["compile"] += 10.0
+    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
     seconds = sum(parts.values())
     timeout = spec.get("timeout_s")
     capped = finite(timeout) and seconds > timeout
@@ -267,6 +291,22 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         "capped": bool(capped),
         "notes": notes,
     }
+
+
+def _grad_check_s(
+    spec: Mapping, flops: float | None, batch: int, rate: float, bf16: float
+) -> float:
+    """The gradient check's references after the steps (none in inference, nor for plain
+    fp32 eager, its own reference)."""
+    if spec.get("mode") == "inference" or flops is None or not gradcheck.needs_reference(spec):
+        return 0.0
+    eager = rate / (COMPILED_SPEED if spec.get("compile") not in (None, "none") else 1.0)
+    fp32_step = flops * batch / (eager * 1e9)
+    seconds = MODEL_BUILD_S + FP64_STEP_RATIO * fp32_step
+    if not gradcheck.plain_eager(spec):
+        own = fp32_step * (bf16 if spec.get("precision") == "bf16" else 1.0)
+        seconds += MODEL_BUILD_S + own
+    return seconds
 
 
 # --------------------------------------------------------------------------- the study

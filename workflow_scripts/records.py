@@ -38,7 +38,7 @@ from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
 
 OK = "ok"
-STATUSES = ("ok", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")
+STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")
 UNREADABLE = "UnreadableRecord"
 
 MAIN_COLUMNS = [
@@ -92,10 +92,27 @@ MEASUREMENT_COLUMNS = [
     "probe_s",
     "trial_wall_s",
     "estimate_s",
+    "tokens_per_sample",
+    "compile_s",
+    "recompiles",
+]
+# The gradient check (rank/gradcheck.py): its verdict (ok: compared with the eager
+# references; received: plain fp32 eager, its gradients present; incorrect), the
+# parameter tensors that got a usable gradient of all, the largest relative error of a
+# parameter's first-step gradient against fp64 eager and eager's own at the run's
+# precision (their median), and the check's seconds (outside the timed steps).
+GRADIENT_COLUMNS = [
+    "grad_check",
+    "grad_params_trained",
+    "grad_params",
+    "grad_max_rel_error",
+    "grad_eager_rel_error",
+    "grad_check_s",
 ]
 _TEXT_MEASUREMENT_COLUMNS = (
     "noisy", "ceiling_dtype", "measurement_error", "time_budget_hit", "noise_signal",
 )  # fmt: skip
+_TEXT_GRADIENT_COLUMNS = ("grad_check",)
 # The spec's fields that have a column (declared in study/fields.py), then what the
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
@@ -137,6 +154,7 @@ COLUMNS = (
     MAIN_COLUMNS
     + ACCURACY_COLUMNS
     + MEASUREMENT_COLUMNS
+    + GRADIENT_COLUMNS
     + SPEC_COLUMNS
     + PROVENANCE_COLUMNS
     + ERROR_COLUMNS
@@ -150,6 +168,7 @@ NUMERIC_COLUMNS = {
     *(c for c in MAIN_COLUMNS if c not in _TEXT_MAIN_COLUMNS),
     *ACCURACY_COLUMNS,
     *(c for c in MEASUREMENT_COLUMNS if c not in _TEXT_MEASUREMENT_COLUMNS),
+    *(c for c in GRADIENT_COLUMNS if c not in _TEXT_GRADIENT_COLUMNS),
     *_NUMBER_FIELDS,
     "torch_num_threads",
     "logical_cpus",
@@ -165,6 +184,9 @@ INTEGER_COLUMNS = {
     "attempts",
     "discarded_attempts",
     "steps_timed",
+    "recompiles",
+    "grad_params_trained",
+    "grad_params",
     *(name for name in _NUMBER_FIELDS if FIELDS[name].integer),
     "torch_num_threads",
     "logical_cpus",
@@ -289,6 +311,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["status"] = _text(status) if status else "crashed"
     row.update(_measured_columns(record, spec, prov))
     row.update(_noise_columns(record))
+    row.update(_gradient_columns(record))
     row.update(_spec_columns(spec, prov))
     row.update(_provenance_columns(prov))
     row.update(_error_columns(record.get("error")))
@@ -301,9 +324,14 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     step = _as_dict(metrics.get("step_time_s"))
     row: dict[str, Any] = {}
     row["samples_per_s"] = _num(metrics.get("samples_per_s"))
-    # a text model's throughput in tokens too (every sample is seq_len tokens)
-    seq_len = _num(spec.get("seq_len"))
-    row["tokens_per_s"] = row["samples_per_s"] * seq_len
+    # a text model's throughput in tokens too: its real tokens per sample (without
+    # the pads of dynamically padded batches), or seq_len
+    tokens = _num(metrics.get("tokens_per_sample"))
+    row["tokens_per_sample"] = tokens if not math.isnan(tokens) else _num(spec.get("seq_len"))
+    row["tokens_per_s"] = row["samples_per_s"] * row["tokens_per_sample"]
+    compiled = _as_dict(_as_dict(record.get("checks")).get("compile"))
+    row["compile_s"] = _num(compiled.get("compile_s"))
+    row["recompiles"] = _int_or_nan(compiled.get("recompiles_after_first_step"))
     for key in _STEP_TIME_KEYS:
         row[f"step_time_{key}_s"] = _num(step.get(key))
     row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))
@@ -325,6 +353,24 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     discarded = record.get("discarded_attempts")
     row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
     return row
+
+
+def _gradient_columns(record: dict) -> dict:
+    """The gradient check's verdict and figures (rank/gradcheck.py)."""
+    check = _as_dict(record.get("gradient_check"))
+    got = _as_dict(check.get("received"))
+    compared = _as_dict(check.get("comparison"))
+    verdict = None
+    if check:
+        verdict = "incorrect" if not check.get("ok") else ("ok" if compared else "received")
+    return {
+        "grad_check": verdict,
+        "grad_params_trained": _int_or_nan(got.get("with_gradient")),
+        "grad_params": _int_or_nan(got.get("parameters")),
+        "grad_max_rel_error": _num(compared.get("max_rel_error")),
+        "grad_eager_rel_error": _num(compared.get("eager_median_rel_error")),
+        "grad_check_s": _num(check.get("check_s")),
+    }
 
 
 def _noise_columns(record: dict) -> dict:

@@ -107,7 +107,15 @@ NO_DROPOUT = {
 
 def _bert(name: str, help: str, memory_mb, compile_s, **config) -> Workload:
     # MRPC: 2 labels
-    config = {"num_labels": 2, "max_position_embeddings": 512, **NO_DROPOUT["bert"], **config}
+    # problem_type set: else the first forward with labels sets it, and a compiled model
+    # recompiles at the second step
+    config = {
+        "num_labels": 2,
+        "max_position_embeddings": 512,
+        "problem_type": "single_label_classification",
+        **NO_DROPOUT["bert"],
+        **config,
+    }
     return Workload(
         name, "text", "sequence-classification", help, 2, memory_mb, compile_s,
         seq_len=128, hf_class="BertForSequenceClassification", hf_config=config,
@@ -179,14 +187,71 @@ def get(name: str) -> Workload:
 #: ``data: keywords``, the study's learnable text-classification task, generated (no
 #: text data set ships inside a package installable here: scikit-learn's 20 newsgroups,
 #: NLTK's corpora and Hugging Face datasets all download at run time). Each sequence is
-#: ``seq_len`` random token ids with KEYWORDS_PER_SEQUENCE of them replaced, at random
-#: positions, by keywords of its class (KEYWORDS_PER_CLASS token ids per class, fixed
-#: by the task's seed): its label is the class whose keywords it holds. The same
-#: TRAIN_SEQUENCES / TEST_SEQUENCES split for every run (the spec's seed shuffles).
+#: ``seq_len`` background tokens (drawn from KEYWORDS_BACKGROUND token ids) holding one
+#: keyword of EVERY class at distinct random positions (KEYWORDS_PER_CLASS token ids per
+#: class, fixed by the task's seed); its label is the class whose keyword comes FIRST.
+#: Which keywords a sequence holds says nothing of its label (a bag of words scores
+#: chance): the model has to learn where they are, i.e. attention with positions. The
+#: same KEYWORDS_TRAIN / KEYWORDS_TEST split for every run (the spec's seed shuffles
+#: and initialises).
 KEYWORDS_SEED = 12345
 KEYWORDS_PER_CLASS = 8
-KEYWORDS_PER_SEQUENCE = 8
 KEYWORDS_TRAIN = 2048
 KEYWORDS_TEST = 512
 #: token ids below this are never drawn (BERT's special and unused tokens)
 KEYWORDS_FIRST_TOKEN = 1000
+#: how many distinct background token ids the sequences draw from (from
+#: KEYWORDS_FIRST_TOKEN on; the keywords are drawn above them)
+KEYWORDS_BACKGROUND = 64
+
+
+# --------------------------------------------------------------------------- training
+#: How each family trains when the spec leaves it to the model (``optimizer``, ``lr``,
+#: ``lr_schedule``, ``lr_warmup_steps`` null): vision as the article (SGD with momentum
+#: 0.9, lr 0.01, constant); text as Hugging Face's fine-tuning examples (Accelerate's
+#: nlp_example: torch's AdamW, lr 2e-5, its default weight decay 0.01, a linear schedule
+#: with 100 warm-up steps, decaying to 0 at the end of the run).
+TRAINING_DEFAULTS = {
+    "vision": {"optimizer": "sgd", "lr": 0.01, "lr_schedule": "constant", "lr_warmup_steps": 0},
+    "text": {"optimizer": "adamw", "lr": 2e-5, "lr_schedule": "linear", "lr_warmup_steps": 100},
+}
+#: the optimizers' hyper-parameters besides the learning rate (torch's defaults, SGD's
+#: momentum the article's)
+OPTIMIZER_ARGS = {"sgd": {"momentum": 0.9}, "adamw": {}}
+
+
+# --------------------------------------------------------------------------- padding
+#: ``padding: dynamic``: each sample's real length is drawn from a fixed distribution
+#: shaped like MRPC's sentence pairs under bert-base-cased's tokenizer (mean ~41 % of the
+#: longest, spread ~12 %), relative to the spec's ``seq_len`` (the longest a sample may
+#: be): round(N(PAD_MEAN * seq_len, PAD_STD * seq_len)), clipped to
+#: [max(2, PAD_MIN * seq_len), seq_len]; each batch is padded to its longest sample
+#: (as a collator with ``padding="longest"`` does), its attention mask zero on the pads.
+PAD_MEAN, PAD_STD, PAD_MIN = 0.41, 0.12, 0.12
+PAD_SEED = 424242
+
+
+def sample_lengths(seq_len: int, n: int, seed: int) -> list[int]:
+    """``n`` real sample lengths for ``padding: dynamic`` (pure Python: the estimate
+    draws the same ones as the ranks)."""
+    import random
+
+    rng = random.Random(PAD_SEED * 1_000_003 + seed)
+    low = max(2, round(PAD_MIN * seq_len))
+    return [
+        min(seq_len, max(low, round(rng.gauss(PAD_MEAN * seq_len, PAD_STD * seq_len))))
+        for _ in range(n)
+    ]
+
+
+def expected_padded_length(seq_len: int, batch_size: int, draws: int = 256) -> float:
+    """The mean length a batch of ``batch_size`` dynamically padded samples is padded
+    to (its longest sample), over ``draws`` batches of the distribution above."""
+    lengths = sample_lengths(seq_len, draws * batch_size, 0)
+    longest = [max(lengths[i : i + batch_size]) for i in range(0, len(lengths), batch_size)]
+    return sum(longest) / len(longest)
+
+
+def training_defaults(name: str) -> dict:
+    """The optimizer, learning rate and schedule of ``name``'s family."""
+    return dict(TRAINING_DEFAULTS[get(name).family])

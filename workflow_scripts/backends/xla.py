@@ -24,6 +24,12 @@ class Xla(Backend):
             problems.append(
                 f"backend 'xla' needs precision 'fp32' (got precision {spec['precision']!r})"
             )
+        if spec["optimizer_impl"] != "default":
+            problems.append(
+                f"backend 'xla' needs optimizer_impl 'default' (got {spec['optimizer_impl']!r}: "
+                "torch's foreach and fused optimizer kernels are CPU and CUDA kernels; on XLA "
+                "the step is traced into the graph)"
+            )
         if spec["channels_last"]:
             problems.append(
                 f"backend 'xla' needs channels_last false (got {show(spec['channels_last'])})"
@@ -44,6 +50,8 @@ class Xla(Backend):
         return self._device
 
     def to_device(self, x, y):
+        if isinstance(x, dict):  # a text batch: token ids and attention mask
+            return {k: v.to(self._device) for k, v in x.items()}, y.to(self._device)
         return x.to(self._device), y.to(self._device)
 
     def sync(self) -> None:

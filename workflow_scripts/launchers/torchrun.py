@@ -193,7 +193,8 @@ class Torchrun(Launcher):
             error = dict(res.get("error") or {"type": "Stopped", "message": "stopped"})
             error["message"] = f"rank {r}: {error.get('message', '')}"
             merged["error"] = error
-            merged["status"] = "failed"
+            # a rank's own verdict on its step stands (incorrect); anything else failed
+            merged["status"] = "incorrect" if res.get("status") == "incorrect" else "failed"
             merged["rank_status"] = [x.get("status") for x in results]
             return merged
         return merge_ok(results)

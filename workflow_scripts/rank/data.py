@@ -31,32 +31,62 @@ class SyntheticPerSample(Dataset):
 
 class SyntheticTokens(Dataset):
     """The per-sample source of a text model: each sample is ``seq_len`` random token
-    ids, drawn from a generator seeded by its index; its label the sequence
-    classification's ``index % classes``, or a causal LM's next tokens."""
+    ids, drawn from a generator seeded by its index, its real length (``seq_len``, or a
+    draw of ``padding: dynamic``'s distribution) and its index (the classifier's label
+    is ``index % classes``)."""
 
-    def __init__(self, w: workloads.Workload, seq_len: int, seed: int, length: int = 1_000_000):
-        self.w, self.seq_len, self.seed, self.length = w, seq_len, seed, length
+    def __init__(self, w: workloads.Workload, seq_len: int, seed: int, dynamic: bool,
+                 length: int = 1_000_000):  # fmt: skip
+        self.w, self.seq_len, self.seed, self.dynamic = w, seq_len, seed, dynamic
+        self.length = length
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        x = torch.randint(0, vocab_size(self.w), (self.seq_len,), generator=gen)
-        return x, text_labels(self.w, x.unsqueeze(0), torch.tensor([index]))[0]
+        seed = self.seed * 1_000_003 + index
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randint(TOKEN_LOW, vocab_size(self.w), (self.seq_len,), generator=gen)
+        n = workloads.sample_lengths(self.seq_len, 1, seed)[0] if self.dynamic else self.seq_len
+        return x, n, index
+
+
+#: token ids the synthetic sources draw from (BERT's special and unused ids below)
+TOKEN_LOW = 0
+#: the id a padded position holds (BERT's [PAD]; GPT-2 has none, its mask hides them)
+PAD_ID = 0
 
 
 def vocab_size(w: workloads.Workload) -> int:
     return int(w.hf_config["vocab_size"])
 
 
-def text_labels(w: workloads.Workload, x: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
-    """The labels of token batch ``x``: a causal LM's next token at each position (the
-    last position has none: -100, which the loss ignores); a classifier's ``classes``
-    modulo its number of classes."""
+def text_batch(w: workloads.Workload, ids, lengths, classes) -> tuple[dict, torch.Tensor]:
+    """A text batch as a Hugging Face model takes it: token ids padded to the batch's
+    longest sample and their attention mask (zero on the pads), and its labels: a
+    causal LM's are its token ids (the model shifts them; -100 on the pads, which the
+    loss ignores), a classifier's ``classes`` modulo its number of classes."""
+    lengths = torch.as_tensor(lengths)
+    longest = int(lengths.max())
+    mask = (torch.arange(longest)[None, :] < lengths[:, None]).long()
+    ids = ids[:, :longest].masked_fill(mask == 0, PAD_ID)
     if w.task == "causal-lm":
-        return torch.cat([x[:, 1:], torch.full_like(x[:, :1], -100)], dim=1)
-    return classes % w.num_classes
+        labels = ids.masked_fill(mask == 0, -100)
+    else:
+        labels = torch.as_tensor(classes) % w.num_classes
+    return {"input_ids": ids, "attention_mask": mask}, labels
+
+
+class TextCollate:
+    """The DataLoader's collate of (token ids, real length, class) samples into one
+    padded text batch (a class, so that worker processes can take it)."""
+
+    def __init__(self, w: workloads.Workload):
+        self.w = w
+
+    def __call__(self, samples):
+        ids, lengths, classes = zip(*samples, strict=True)
+        return text_batch(self.w, torch.stack(ids), lengths, classes)
 
 
 def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
@@ -79,36 +109,45 @@ def image_folder_dataset(root: str | Path, image_size: int) -> Dataset:
 
 def keyword_task(w: workloads.Workload, seq_len: int) -> tuple[Dataset, Dataset]:
     """``data: keywords`` (see ``workloads.KEYWORDS_*``) as (training, held-out test)
-    tensors: token ids with keywords of the label's class at random positions."""
+    datasets of (token ids, length, label): background tokens holding one keyword of
+    every class at distinct random positions, the label the class whose keyword comes
+    first."""
     from torch.utils.data import TensorDataset
 
-    k, per_seq = workloads.KEYWORDS_PER_CLASS, workloads.KEYWORDS_PER_SEQUENCE
-    first, vocab = workloads.KEYWORDS_FIRST_TOKEN, vocab_size(w)
+    k, classes = workloads.KEYWORDS_PER_CLASS, w.num_classes
+    first = workloads.KEYWORDS_FIRST_TOKEN
+    background = workloads.KEYWORDS_BACKGROUND
     gen = torch.Generator().manual_seed(workloads.KEYWORDS_SEED)
-    keywords = torch.randperm(vocab - first, generator=gen)[: w.num_classes * k] + first
+    # the keywords (k per class) above the background tokens
+    keywords = torch.randperm(vocab_size(w) - first - background, generator=gen)[: classes * k]
+    keywords = keywords + first + background
 
     def split(n: int) -> TensorDataset:
-        x = torch.randint(first, vocab, (n, seq_len), generator=gen)
-        y = torch.randint(0, w.num_classes, (n,), generator=gen)
-        where = torch.argsort(torch.rand(n, seq_len, generator=gen), dim=1)[:, :per_seq]
-        which = torch.randint(0, k, (n, per_seq), generator=gen) + y[:, None] * k
-        x.scatter_(1, where, keywords[which])
-        return TensorDataset(x, y)
+        x = torch.randint(first, first + background, (n, seq_len), generator=gen)
+        where = torch.argsort(torch.rand(n, seq_len, generator=gen), dim=1)[:, :classes]
+        which = torch.randint(0, k, (n, classes), generator=gen) + torch.arange(classes) * k
+        x.scatter_(1, where, keywords[which])  # class c's keyword at position where[:, c]
+        y = where.argmin(dim=1)  # the class whose keyword comes first
+        return TensorDataset(x, torch.full((n,), seq_len), y)
 
     return split(workloads.KEYWORDS_TRAIN), split(workloads.KEYWORDS_TEST)
 
 
-def held_out(spec: dict, data_path: str | None) -> Dataset:
-    """The held-out test split of the spec's data (digits or keywords)."""
+def held_out(spec: dict, data_path: str | None) -> DataLoader:
+    """The held-out test split of the spec's data (digits or keywords), in batches."""
     if spec["data"] == "keywords":
-        return keyword_task(workloads.get(spec["model"]), spec["seq_len"])[1]
+        w = workloads.get(spec["model"])
+        dataset = keyword_task(w, spec["seq_len"])[1]
+        return DataLoader(dataset, batch_size=EVAL_BATCH, collate_fn=TextCollate(w))
     if spec["data"] == "digits":
         if not data_path:
             raise ValueError("data digits needs the exported digits folder")
-        return digits_datasets(data_path, spec["image_size"])[1]
+        return DataLoader(digits_datasets(data_path, spec["image_size"])[1], batch_size=EVAL_BATCH)
     raise ValueError(f"data {spec['data']!r} has no held-out split")
 
 
+#: samples per batch when a held-out split is scored
+EVAL_BATCH = 256
 DIGITS_FILE = "digits.npz"  # in the folder workflow_scripts.digits exports to
 
 
@@ -136,12 +175,13 @@ def digits_datasets(root: str | Path, image_size: int) -> tuple[Dataset, Dataset
 
 class Batches:
     """An endless iterator of (inputs, labels) batches, epoch after epoch;
-    ``steps_per_epoch`` is None for the synthetic data (no epochs)."""
+    ``steps_per_epoch`` is None for the synthetic data (no epochs), which cycles through
+    ``cycle``: one in-memory batch, or one per step with dynamic padding."""
 
-    def __init__(self, loader: DataLoader | None, sampler=None, batch=None):
-        self.loader, self.sampler, self.batch = loader, sampler, batch
+    def __init__(self, loader: DataLoader | None, sampler=None, cycle=None):
+        self.loader, self.sampler, self.cycle = loader, sampler, cycle
         self.steps_per_epoch = len(loader) if loader is not None else None
-        self._it = itertools.repeat(batch) if loader is None else self._cycle()
+        self._it = itertools.cycle(cycle) if loader is None else self._cycle()
 
     def _cycle(self):
         epoch = 0
@@ -162,16 +202,34 @@ def shuffled(spec: dict) -> bool:
     return spec["data"] in ("image_folder", "digits", "keywords")
 
 
-def synthetic_batch(spec: dict, bs: int, gen: torch.Generator) -> tuple:
-    """The one in-memory batch of ``bs`` samples: images and labels below 10, or token
-    ids and their labels."""
+def synthetic_batch(spec: dict, bs: int, gen: torch.Generator, seed: int = 0) -> tuple:
+    """One in-memory batch of ``bs`` samples: images and labels below 10, or a text
+    batch (``seed``: which draw of dynamic padding's lengths)."""
     w = workloads.get(spec["model"])
     if w.text:
-        x = torch.randint(0, vocab_size(w), (bs, spec["seq_len"]), generator=gen)
-        return x, text_labels(w, x, torch.randint(0, w.num_classes, (bs,), generator=gen))
+        seq_len = spec["seq_len"]
+        ids = torch.randint(TOKEN_LOW, vocab_size(w), (bs, seq_len), generator=gen)
+        dynamic = spec.get("padding") == "dynamic"
+        lengths = workloads.sample_lengths(seq_len, bs, seed) if dynamic else [seq_len] * bs
+        return text_batch(w, ids, lengths, torch.randint(0, w.num_classes, (bs,), generator=gen))
     size = spec["image_size"]
     x = torch.randn(bs, 3, size, size, generator=gen)
     return x, torch.randint(0, min(10, w.num_classes), (bs,), generator=gen)
+
+
+#: with dynamic padding, the synthetic source cycles through this many batches at most
+DYNAMIC_BATCHES = 64
+
+
+def synthetic_cycle(spec: dict, bs: int, gen: torch.Generator, rank: int) -> list:
+    """The in-memory batches of ``data: synthetic``: one, reused every step; with dynamic
+    padding, one per step (each its own draw of lengths) up to DYNAMIC_BATCHES."""
+    if spec.get("padding") != "dynamic":
+        return [synthetic_batch(spec, bs, gen)]
+    n = min(DYNAMIC_BATCHES, spec["warmup_steps"] + spec["steps"])
+    return [
+        synthetic_batch(spec, bs, gen, (spec["seed"] * 1000 + rank) * 1000 + i) for i in range(n)
+    ]
 
 
 def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) -> Batches:
@@ -182,9 +240,10 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
     gen = torch.Generator().manual_seed(spec["seed"] + rank)
     w = workloads.get(spec["model"])
     if spec["data"] == "synthetic":
-        return Batches(None, batch=synthetic_batch(spec, bs, gen))
+        return Batches(None, cycle=synthetic_cycle(spec, bs, gen, rank))
     if spec["data"] == "per_sample" and w.text:
-        dataset: Dataset = SyntheticTokens(w, spec["seq_len"], spec["seed"])
+        dynamic = spec.get("padding") == "dynamic"
+        dataset: Dataset = SyntheticTokens(w, spec["seq_len"], spec["seed"], dynamic)
     elif spec["data"] == "per_sample":
         dataset = SyntheticPerSample(size)
     elif spec["data"] == "image_folder":
@@ -222,6 +281,7 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
         drop_last=True,
         generator=gen,
         persistent_workers=spec["num_workers"] > 0,
+        collate_fn=TextCollate(w) if w.text else None,
     )
     if len(loader) == 0:
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than one batch of {bs}")

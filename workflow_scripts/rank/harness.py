@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .. import backends, launchers, sysinfo
+from .. import backends, launchers, sysinfo, workloads
 from ..util import SCHEMA_VERSION, write_json_atomic
 from . import contention, metrics, probe, schedule
 from .distributed import ranks
@@ -35,22 +35,18 @@ def _rss_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0  # ru_maxrss is in KiB on Linux
 
 
-def loss_rows(out, y):
-    """Logits and labels as the loss's rows: a classifier's are already one per sample, a
-    causal LM's become one per token."""
-    return out.flatten(0, -2), y.flatten()
-
-
 class Trainer:
-    """The article's training step, with each optimization a switch of the spec."""
+    """The article's training step (Hugging Face's for a text model), with each
+    optimization a switch of the spec."""
 
     def __init__(self, spec: dict, data_path: str | None = None):
         import torch
 
-        from . import data, models
+        from . import data, gradcheck, models, optim
 
         self.spec = spec
         self.torch = torch
+        self.workload = workloads.get(spec["model"])
         torch.manual_seed(spec["seed"])
         if spec.get("threads"):  # (less the CPU comm_cpu reserves for communication)
             torch.set_num_threads(int(spec["threads"]) - (1 if spec.get("comm_cpu") else 0))
@@ -70,24 +66,33 @@ class Trainer:
             self.group = ranks.init_process_group(spec)
             self.rank, self.world, _ = ranks.world()
 
-        model = models.build(spec["model"])
         self.inference = spec["mode"] == "inference"
+        rng_state = torch.get_rng_state()  # what the gradient check rebuilds the model from
+        model = models.build(spec["model"], attention=spec.get("attention") or "sdpa")
+        self.check = None if self.inference else gradcheck.GradientCheck(spec, model, rng_state)
         model.train(not self.inference)
         cl = torch.channels_last
         self.memory_format = cl if spec["channels_last"] else torch.contiguous_format
         if spec["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
         model = model.to(self.device)
-        optimizer = None
-        if not self.inference:
-            optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
+        self.data_path = data_path
+        self.batches = data.batches(spec, data_path, self.rank, self.world)
+        epochs = spec.get("epochs") or 0
+        spe = self.batches.steps_per_epoch
+        self.total_steps = epochs * spe if epochs else spec["warmup_steps"] + spec["steps"]
+        optimizer = None if self.inference else optim.build(model.parameters(), spec)
         self.bf16 = spec["precision"] == "bf16"
         model, optimizer = self.backend.prepare(model, optimizer, spec)
+        scheduler = None if self.inference else optim.scheduler(optimizer, spec, self.total_steps)
         self.net = model  # before DDP and compile: what evaluate() scores
         if self.accelerator is not None:
             # Accelerate's own: DDP over its process group, its autocast on the forward,
-            # ipex.optimize with the legacy ipex_config
-            model, optimizer = self.accelerator.prepare(model, optimizer)
+            # ipex.optimize with the legacy ipex_config, its scheduler wrapper
+            prepared = [x for x in (model, optimizer, scheduler) if x is not None]
+            prepared = self.accelerator.prepare(*prepared)
+            model, optimizer = prepared[0], (prepared[1] if optimizer is not None else None)
+            scheduler = prepared[2] if scheduler is not None else None
             self.net = self.accelerator.unwrap_model(model)
         elif self.group is not None:
             # DDP inside torch.compile, as PyTorch recommends (its DDPOptimizer splits
@@ -96,16 +101,17 @@ class Trainer:
         model = self.backend.compile(model, spec)
         self.model = model
         self.optimizer = optimizer
-        self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.data_path = data_path
-        self.batches = data.batches(spec, data_path, self.rank, self.world)
+        self.scheduler = scheduler
+        self.loss_fn = torch.nn.CrossEntropyLoss()  # a vision model's (text: the model's own)
         self.steps_done = 0
-        self.warmup_steps = schedule.warmup_steps(spec, self.batches.steps_per_epoch)
-        if spec["channels_last"] and self.batches.batch is not None:
-            # the one synthetic batch, in channels_last once (a step's own copy into it is
-            # then a no-op), as a hand-written loop would hold it
-            x, y = self.batches.batch
-            self.batches = data.Batches(None, batch=(x.contiguous(memory_format=cl), y))
+        self.warmup_steps = schedule.warmup_steps(spec, spe)
+        self.dtype_seen = _dtype_probe(self.net) if spec["compile"] == "none" else None
+        if spec["channels_last"] and self.batches.cycle is not None:
+            # the synthetic batches, in channels_last once (a step's own copy into it is
+            # then a no-op), as a hand-written loop would hold them
+            self.batches = data.Batches(
+                None, cycle=[(x.contiguous(memory_format=cl), y) for x, y in self.batches.cycle]
+            )
 
     def autocast(self):
         if self.accelerator is not None:
@@ -114,8 +120,15 @@ class Trainer:
             return contextlib.nullcontext()
         return self.torch.autocast("cpu", dtype=self.torch.bfloat16)
 
+    def forward_loss(self, model, x, y):
+        from . import models
+
+        return models.forward_loss(self.workload, model, x, y, self.loss_fn)
+
     def step(self):
         x, y = next(self.batches)
+        if self.steps_done == 0 and self.check is not None:
+            self.check.keep_batch(x, y)
         if self.spec["channels_last"]:
             x = x.contiguous(memory_format=self.memory_format)
         x, y = self.backend.to_device(x, y)
@@ -123,20 +136,21 @@ class Trainer:
             return self.forward(x, y)
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
-            out = self.model(x)
-            loss = self.loss_fn(*loss_rows(out, y))
+            out, loss = self.forward_loss(self.model, x, y)
         if self.accelerator is not None:
             self.accelerator.backward(loss)
         else:
             loss.backward()
-        # the warm-up, and the first step after it (the full rate); without a warm-up the
-        # optimizer's rate is left as the backend prepared it
+        # the weak-scaling warm-up, and the first step after it (the full rate); without
+        # one the optimizer's rate is left as the backend prepared it
         if self.warmup_steps and self.steps_done <= self.warmup_steps:
             lr = self.learning_rate(self.steps_done)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         self.steps_done += 1
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.backend.sync()
         self.last = (x, out)
         return loss.detach()
@@ -148,8 +162,7 @@ class Trainer:
         """An inference step: the forward pass alone, under ``torch.inference_mode``
         (its loss, on the batch's labels, is only a sign of what the model computed)."""
         with self.torch.inference_mode(), self.autocast():
-            out = self.model(x)
-            loss = self.loss_fn(*loss_rows(out, y))
+            out, loss = self.forward_loss(self.model, x, y)
         self.backend.sync()
         self.last = (x, out)
         return loss
@@ -159,40 +172,44 @@ class Trainer:
         (digits or keywords; every rank scores the whole split with its own copy: DDP
         keeps them equal)."""
         torch = self.torch
-        from . import data
+        from . import data, models
 
-        xs, ys = data.held_out(self.spec, self.data_path).tensors
-        correct, loss_sum = 0, 0.0
+        correct, loss_sum, n = 0, 0.0, 0
         self.net.eval()
         with torch.no_grad(), self.autocast():
-            for i in range(0, len(ys), 256):
-                x, y = xs[i : i + 256], ys[i : i + 256]
+            for x, y in data.held_out(self.spec, self.data_path):
                 if self.spec["channels_last"]:
                     x = x.contiguous(memory_format=self.memory_format)
                 x, y = self.backend.to_device(x, y)
-                out = self.net(x).float()
+                out = models.logits(self.workload, self.net, x).float()
                 loss_sum += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
                 correct += int((out.argmax(dim=1) == y).sum())
+                n += len(y)
         self.net.train()
-        return {
-            "test_accuracy": correct / len(ys),
-            "test_loss": loss_sum / len(ys),
-            "test_samples": len(ys),
-        }
+        return {"test_accuracy": correct / n, "test_loss": loss_sum / n, "test_samples": n}
 
     def checks(self) -> dict:
         """What the last step really ran with (dtype, memory format, compilation)."""
+        from . import optim
+
         torch = self.torch
         x, out = self.last
+        images = not isinstance(x, dict)
+        seen = self.dtype_seen or {}
         weights = [p for p in self.model.parameters() if p.dim() == 4]
         cl = torch.channels_last
         return {
-            "output_dtype": str(out.dtype).replace("torch.", ""),
-            "input_channels_last": bool(x.dim() == 4 and x.is_contiguous(memory_format=cl)),
+            # where autocast runs: inside the model (Accelerate converts a forward's
+            # outputs back to fp32 after it), else the logits the step computed
+            "output_dtype": str(seen.get("dtype") or out.dtype).replace("torch.", ""),
+            "output_dtype_of": seen.get("module") or "logits",
+            "input_channels_last": bool(
+                images and x.dim() == 4 and x.is_contiguous(memory_format=cl)
+            ),
             "weights_channels_last": bool(weights)
             and all(w.is_contiguous(memory_format=cl) for w in weights),
             "compiled": type(self.model).__name__ == "OptimizedModule",
-            "device": str(x.device),
+            "device": str((x["input_ids"] if not images else x).device),
             "dataloader_workers": self.spec["num_workers"]
             if self.spec["data"] != "synthetic"
             else 0,
@@ -201,6 +218,16 @@ class Trainer:
             "placement": ranks.placement(sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()),
             "comm_cpu": comm_cpu_check(self.spec),
             "world_size": self.world,
+            **(
+                {
+                    "optimizer": optim.describe(self.optimizer),
+                    "lr_schedule": self.spec["lr_schedule"],
+                    "last_lr": float(self.optimizer.param_groups[0]["lr"]),
+                }
+                if self.optimizer is not None
+                else {}
+            ),
+            **({"attention": self.spec.get("attention")} if not images else {}),
             **(
                 {
                     "dist_backend": self.group["dist_backend"],
@@ -212,6 +239,28 @@ class Trainer:
             ),
             **({"accelerate": accelerate_checks(self.accelerator)} if self.accelerator else {}),
         }
+
+
+def _dtype_probe(net) -> dict:
+    """The dtype the model's last layer with weights of its own computes in, read by a
+    forward hook inside the model (where autocast runs; Accelerate converts a forward's
+    outputs to fp32 after it), on the first forward pass (then the hook is removed).
+    For an eager model only: a hook inside a compiled graph would change the graph."""
+    seen: dict = {}
+    last = None
+    for name, module in net.named_modules():
+        if any(True for _ in module.parameters(recurse=False)):
+            last = (name, module)
+    if last is None:
+        return seen
+
+    def hook(module, args, output):
+        out = output[0] if isinstance(output, tuple) else output
+        seen.update(module=last[0], dtype=getattr(out, "dtype", None))
+        handle.remove()
+
+    handle = last[1].register_forward_hook(hook)
+    return seen
 
 
 def accelerator(spec: dict):
@@ -286,13 +335,15 @@ def count_flops_per_sample(spec: dict) -> float:
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec["seed"])
+        w = workloads.get(spec["model"])
         model = models.build(spec["model"], attention="eager")
         model.eval()
-        x, y = data.synthetic_batch(spec, 1, torch.Generator().manual_seed(spec["seed"]))
+        x, y = data.synthetic_batch(
+            {**spec, "padding": "fixed"}, 1, torch.Generator().manual_seed(spec["seed"])
+        )
         counter = FlopCounterMode(display=False)
         with counter:
-            out = model(x)
-            loss = torch.nn.functional.cross_entropy(*loss_rows(out, y))
+            _, loss = models.forward_loss(w, model, x, y)
             if spec["mode"] == "train":
                 loss.backward()
     return float(counter.get_total_flops())
@@ -408,7 +459,7 @@ def progress_printer(rank: int = 0, world: int = 1):
 def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
     the held-out accuracy); return the metrics part of a record (with ``probe``, the
-    noise probe run just before the steps, or None)."""
+    noise probe run just before the steps, or None, and ``gradient_check``)."""
     t0 = time.perf_counter()
     import torch  # (import time is reported apart from setup)
 
@@ -419,23 +470,24 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     trainer = Trainer(spec, data_path)
     setup_s = time.perf_counter() - t0
     before = before_steps(spec, counted)
-    flops = before["flops_per_sample"]
     step_times: list[float] = []
     losses: list[float] = []
+    tokens: list[tuple[int, int]] = []  # a text model's timed steps: (real, padded) tokens
     first_step_s = math.nan
     epochs = spec.get("epochs") or 0
-    if epochs:  # fixed epochs: every step trains, the first warmup_steps are not timed
-        total, budget = epochs * trainer.batches.steps_per_epoch, None
-    else:
-        total, budget = spec["warmup_steps"] + spec["steps"], spec.get("time_budget_s")
+    total = trainer.total_steps
+    budget = None if epochs else spec.get("time_budget_s")
     budget_hit = False
     window_start = None
-    # scoring during the training (time to accuracy): its time is not training time
+    compiles_at_first_step = None
+    # scoring during the training (time to accuracy) and the gradient check's work
+    # between steps: their time is not training time
     scored_at = (
         set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1]) if epochs else set()
     )
     curve: list[dict] = []
     scoring_s = 0.0
+    check = trainer.check
     train_start = time.perf_counter()
     for i in range(total):
         if i == spec["warmup_steps"]:  # other work on our CPUs from here: between steps
@@ -449,8 +501,18 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         losses.append(value)
         if i == 0:
             first_step_s = elapsed
+            compiles_at_first_step = compile_stats(spec)
         if i >= spec["warmup_steps"]:
             step_times.append(elapsed)
+            if trainer.workload.text:
+                tokens.append(text_tokens(trainer.last[0]))
+        if check is not None and (i == 0 or i == spec["warmup_steps"]):
+            t0 = time.perf_counter()
+            if i == 0:
+                check.after_first_step(trainer.net, value)
+            if i == spec["warmup_steps"]:
+                check.after_first_timed_step(trainer.net, i)
+            scoring_s += time.perf_counter() - t0
         if i + 1 in scored_at:
             t0 = time.perf_counter()
             point = curve_point(trainer, i + 1, t0 - train_start - scoring_s)
@@ -481,18 +543,30 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
                 "one_process": schedule.one_process_lr(spec, trainer.world),
                 "scaled": spec["lr"],
                 "warmup_steps": trainer.warmup_steps,
+                "schedule": spec["lr_schedule"],
             },
         }
     checks = trainer.checks()
+    checks["compile"] = compile_stats(spec, compiles_at_first_step)
+    trainer.last = None  # (the last step's outputs: a causal LM's logits are big)
+    # the memory of the run, before the gradient check's reference model adds its own
+    peak_rss_mb = _rss_mb(resource.RUSAGE_SELF)
+    peak_rss_children_mb = _rss_mb(resource.RUSAGE_CHILDREN)
+    gradient_check = None
+    if check is not None:
+        gradient_check = check.verdict(trainer.forward_loss, trainer.world)
     ranks.shutdown()
     # this rank's own throughput (the launcher's merge takes the slowest rank per step)
     samples_per_s = metrics.throughput(spec["batch_size"], step_times)
+    text = text_metrics(spec, tokens, before["flops_per_sample"]) if tokens else {}
+    flops = text.pop("flops_per_sample", before["flops_per_sample"])
     return {
         "samples_per_s": samples_per_s,
         "flops_per_sample": flops,
         "achieved_gflops": achieved_gflops(flops, samples_per_s),
         "flops_count_s": before["flops_count_s"],
         "flops_error": before["flops_error"],
+        **text,
         "steps_timed": len(step_times),
         "time_budget_hit": budget_hit,
         "step_time_s": metrics.distribution(step_times),
@@ -502,21 +576,76 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         "setup_s": setup_s,
         "compile_pool_wait_s": before["compile_pool_wait_s"],
         "import_s": import_s,
+        "grad_check_s": gradient_check["check_s"] if gradient_check else None,
         "final_loss": losses[-1],
         "first_loss": losses[0],
-        "peak_rss_mb": _rss_mb(resource.RUSAGE_SELF),
-        "peak_rss_children_mb": _rss_mb(resource.RUSAGE_CHILDREN),
+        "peak_rss_mb": peak_rss_mb,
+        "peak_rss_children_mb": peak_rss_children_mb,
         "step_times_s": step_times,
         "losses": losses,
         "checks": checks,
+        "gradient_check": gradient_check,
         "probe": before["probe"],
         "probe_after": probe_after,
         "other_work": other_work,
     }
 
 
+def text_tokens(x: dict) -> tuple[int, int, int]:
+    """(real tokens, samples, padded length) of a text batch."""
+    mask = x["attention_mask"]
+    return int(mask.sum()), int(mask.shape[0]), int(mask.shape[1])
+
+
+def text_metrics(spec: dict, tokens: list[tuple[int, int, int]], counted: float | None) -> dict:
+    """A text model's tokens per sample over the timed steps (the real ones, and with
+    the pads it computed on); with dynamic padding, its FLOPs per sample at the lengths
+    the batches were padded to: the count at ``seq_len`` times the mean, over the timed
+    steps, of the model's FLOPs at the step's padded length over its FLOPs at
+    ``seq_len`` (``workloads.Workload.forward_flops``)."""
+    samples = sum(n for _, n, _ in tokens)
+    out = {
+        "tokens_per_sample": sum(real for real, _, _ in tokens) / samples,
+        "padded_tokens_per_sample": sum(n * width for _, n, width in tokens) / samples,
+    }
+    if counted is not None and spec.get("padding") == "dynamic":
+        w = workloads.get(spec["model"])
+        full = w.forward_flops(spec)
+        scale = [w.forward_flops({**spec, "seq_len": width}) / full for _, _, width in tokens]
+        out["flops_per_sample"] = counted * sum(scale) / len(scale)
+    return out
+
+
+def compile_stats(spec: dict, at_first_step: dict | None = None) -> dict | None:
+    """torch.compile's work so far in this process (None without a compile): the graphs
+    it made, its frame compilations and their seconds (Dynamo's and the backward's);
+    with ``at_first_step``, also what it compiled after the first step (recompilations
+    for new shapes, e.g. dynamically padded batches)."""
+    if spec["compile"] == "none":
+        return None
+    try:
+        from torch._dynamo.utils import compilation_time_metrics, counters
+    except ImportError:
+        return None
+    frames = compilation_time_metrics.get("_compile.compile_inner", [])
+    backward = compilation_time_metrics.get("compile_fx.<locals>.bw_compiler", [])
+    out = {
+        "graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "frame_compiles": len(frames),
+        "backward_compiles": len(backward),
+        "compile_s": float(sum(frames) + sum(backward)),
+    }
+    if at_first_step:
+        out["recompiles_after_first_step"] = out["frame_compiles"] - at_first_step["frame_compiles"]
+        out["compile_s_after_first_step"] = out["compile_s"] - at_first_step["compile_s"]
+    return out
+
+
 def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
-    """A result dict; never raises for a failure of the training itself."""
+    """A result dict; never raises for a failure of the training itself. A step that did
+    not train the whole model, or not as eager does (the gradient check), is status
+    ``incorrect``: its figures are kept apart (``unchecked_metrics``), never as a
+    throughput."""
     started = sysinfo.now()
     t0 = time.perf_counter()
     result: dict = {"schema_version": SCHEMA_VERSION, "experiment": spec.get("id"), "spec": spec}
@@ -525,12 +654,19 @@ def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
         result["step_times_s"] = m.pop("step_times_s")
         result["losses"] = m.pop("losses")
         result["checks"] = m.pop("checks")
+        result["gradient_check"] = m.pop("gradient_check")
         result["probe"] = m.pop("probe")
         result["probe_after"] = m.pop("probe_after")
         result["other_work"] = m.pop("other_work")
         result["metrics"] = m
         result["status"] = "ok"
         result["error"] = None
+        verdict = result["gradient_check"]
+        if verdict and not verdict["ok"]:
+            result["status"] = INCORRECT
+            result["unchecked_metrics"] = m
+            result["metrics"] = {k: m[k] for k in ("peak_rss_mb", "grad_check_s") if k in m}
+            result["error"] = {"type": "IncorrectStep", "message": verdict["problem"]}
     except BaseException as exc:  # noqa: BLE001 - a record must be written whatever happened
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -551,6 +687,10 @@ def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
     return result
 
 
+#: the status of a trial whose step did not train what eager trains (gradient check)
+INCORRECT = "incorrect"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run one training experiment and write its result.")
     ap.add_argument("--spec-json", required=True, help="resolved experiment spec as JSON")
@@ -566,7 +706,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(spec, args.data_path, None if args.quiet else progress_printer(rank, world))
     write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
-        print(result["error"]["tail"], file=sys.stderr)
+        error = result["error"]
+        print(error.get("tail") or error["message"], file=sys.stderr)
         if launchers.get(spec["launcher"]).distributed:
             return 1  # the launcher stops the other ranks instead of their waiting for us
     return 0

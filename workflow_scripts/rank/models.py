@@ -1,6 +1,7 @@
 """Models the study trains, built from their declaration (``workflow_scripts.workloads``):
 torchvision ResNets, a small CIFAR-style CNN, and Hugging Face transformers built from
-their configuration with random initial weights."""
+their configuration with random initial weights; and their forward pass with its loss,
+one for every caller (the step, the gradient check's reference, the FLOP count)."""
 
 from __future__ import annotations
 
@@ -37,27 +38,17 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-class TextModel(nn.Module):
-    """A transformers model whose forward takes the token ids and returns the logits
-    (the loss is the harness's, as for the vision models)."""
-
-    def __init__(self, hf: nn.Module):
-        super().__init__()
-        self.hf = hf
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.hf(input_ids=input_ids).logits
-
-
 def build_text(w: workloads.Workload, attention: str = "sdpa") -> nn.Module:
-    """The transformers model of ``w`` with random weights (torch's global RNG).
-    ``attention``: transformers' implementation; ``sdpa`` (its default, what a user
-    trains with) or ``eager`` (plain matmuls, which ``FlopCounterMode`` counts)."""
+    """The transformers model of ``w`` with random weights (torch's global RNG), called
+    as Hugging Face's examples call it: ``model(input_ids=..., attention_mask=...,
+    labels=...)``, its own loss in the output. ``attention``: transformers'
+    implementation; ``sdpa`` (its default, what a user trains with) or ``eager`` (plain
+    matmuls, which ``FlopCounterMode`` counts)."""
     import transformers
 
     cls = getattr(transformers, w.hf_class)
     config = cls.config_class(**w.hf_config, use_cache=False, attn_implementation=attention)
-    return TextModel(cls(config))
+    return cls(config)
 
 
 def build(name: str, attention: str = "sdpa") -> nn.Module:
@@ -69,3 +60,20 @@ def build(name: str, attention: str = "sdpa") -> nn.Module:
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)
+
+
+def forward_loss(w: workloads.Workload, model: nn.Module, x, y, loss_fn=None):
+    """(logits, loss) of one batch: a vision model's logits and its loss (``loss_fn``,
+    the article's cross entropy by default); a transformers model called with the
+    batch's token ids, attention mask and labels, as Hugging Face's examples train it
+    (its own loss)."""
+    if w.text:
+        out = model(**x, labels=y)
+        return out.logits, out.loss
+    out = model(x)
+    return out, (loss_fn or nn.functional.cross_entropy)(out, y)
+
+
+def logits(w: workloads.Workload, model: nn.Module, x):
+    """The logits of one batch (no loss)."""
+    return model(**x).logits if w.text else model(x)

@@ -250,10 +250,11 @@ def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
 DATA_SETS = {
     "digits": "scikit-learn's digits (1437 training images, upscaled; 360 held out)",
     "keywords": (
-        "the study's generated keyword task (a synthetic text-classification task, not a "
-        f"real text data set: each sequence holds {workloads.KEYWORDS_PER_SEQUENCE} "
-        f"keywords of its class among random tokens; {workloads.KEYWORDS_TRAIN} training "
-        f"sequences, {workloads.KEYWORDS_TEST} held out)"
+        "the study's generated keyword-order task (a synthetic text-classification task, "
+        "not a real text data set: each sequence holds one keyword of every class among "
+        f"{workloads.KEYWORDS_BACKGROUND} kinds of background token, and its label is the "
+        "class whose keyword comes first, so that a bag of words scores chance; "
+        f"{workloads.KEYWORDS_TRAIN} training sequences, {workloads.KEYWORDS_TEST} held out)"
     ),
 }
 

@@ -36,11 +36,25 @@ def _accuracy(row) -> bool:
 
 
 def tokens_per_s(row) -> float:
-    """Throughput in tokens (a text model's samples x its sequence length)."""
-    seq = row.get("seq_len")
-    if family(row) != "text" or isnan(seq) or isnan(row.get("sps_median")):
+    """Throughput in tokens: a text model's samples x its real tokens per sample (its
+    sequence length, unless dynamically padded)."""
+    tokens = row.get("tokens_per_sample")
+    if isnan(tokens):
+        tokens = row.get("seq_len")
+    if family(row) != "text" or isnan(tokens) or isnan(row.get("sps_median")):
         return float("nan")
-    return float(row["sps_median"]) * float(seq)
+    return float(row["sps_median"]) * float(tokens)
+
+
+def gradients_text(row) -> str:
+    """The gradient check of the run's trials: parameter tensors trained of all, or why
+    the run has no throughput (``incorrect``: it did not train what eager trains)."""
+    if not int(row.get("n_ok") or 0):
+        return f"no throughput: {row.get('statuses') or 'no trial'} (see Failed trials)"
+    trained, total = row.get("grad_params_trained"), row.get("grad_params")
+    if isnan(total):
+        return ""
+    return f"{int(trained)}/{int(total)}"
 
 
 def shape_text(row) -> str:
@@ -120,6 +134,7 @@ def family_table(stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, 
             row["tokens/s"] = fmt_num(tokens_per_s(r))
         row["% of ceiling"] = fmt_num(r.get("pct_of_peak"), 1)
         row["vs fp32 eager"] = _vs_text(ref, ratio, diff)
+        row["parameters trained"] = gradients_text(r)
         cells.append(row)
     return pd.DataFrame(cells)
 
@@ -151,8 +166,12 @@ def families_section(stats: pd.DataFrame, baseline: str | None) -> Section:
         "by the family of its model, divided by the plain fp32 eager run of its own "
         "workload (same model, sequence length or image size, mode): a ratio across "
         "models means nothing, so each family has its own reference. Text throughput is "
-        "also in tokens/s (samples × sequence length). % of ceiling: the share of the "
-        "machine's calibrated matmul ceiling (same dtype and threads) the run computed.</p>"
+        "also in tokens/s (samples × real tokens per sample). % of ceiling: the share of "
+        "the machine's calibrated matmul ceiling (same dtype and threads) the run computed. "
+        "Parameters trained: the parameter tensors that got a usable gradient in the first "
+        "steps, of all (the gradient check; a run whose step lost some, or whose gradients "
+        "are further from fp64 eager's than eager's own at its precision, is "
+        "<b>incorrect</b> and has no throughput).</p>"
     )
     return (
         "families",
@@ -209,16 +228,22 @@ def inference_table(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
         rows.iterrows(), against_reference(stats, baseline, rows, same_batch=True), strict=True
     ):
         batch1 = not isnan(r.get("batch_size")) and int(r["batch_size"]) == 1
-        p99 = percentile_text(_ms(r.get("step_time_p99_s")), "p99", r, 2)
+        latency = {
+            f"latency {name} (ms)": percentile_text(_ms(r.get(col)), name, r, 2)
+            if batch1
+            else "n/a (batch > 1)"
+            for name, col in (
+                ("p50", "step_time_median_s"),
+                ("p90", "step_time_p90_s"),
+                ("p99", "step_time_p99_s"),
+            )
+        }
         cells.append(
             {
                 "experiment": r["experiment"],
                 "workload": shape_text(r),
                 "configuration": config_text(r),
-                "latency p50 (ms)": fmt_num(_ms(r.get("step_time_median_s")), 2)
-                if batch1
-                else "n/a (batch > 1)",
-                "latency p99 (ms)": p99 if batch1 else "n/a (batch > 1)",
+                **latency,
                 "samples/s": fmt_num(r.get("sps_median")),
                 "tokens/s": fmt_num(tokens_per_s(r)) if family(r) == "text" else "",
                 "% of ceiling": fmt_num(r.get("pct_of_peak"), 1),
@@ -240,8 +265,10 @@ def inference_section(stats: pd.DataFrame, baseline: str | None) -> Section:
         )
     note = (
         '<p class="note">The forward pass alone, in eval mode under torch.inference_mode, '
-        "one process. At batch 1 the step time is the latency (p50: the median; p99 needs "
-        "100 timed steps); a larger batch gives the throughput. Each run is divided by the "
+        "one process. At batch 1 the step time is the latency (p50: the median; p90 needs "
+        "10 timed steps, p99 100: the default study times 100 at batch 1, fewer where they "
+        "would take over its time budget); a larger batch gives the throughput. Each run "
+        "is divided by the "
         "fp32 eager inference run of the same model and batch.</p>"
     )
     return ("inference", "Inference", note + table_html(table))

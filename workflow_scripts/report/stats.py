@@ -64,6 +64,10 @@ TIMING_COLS = [
 ]
 #: FLOPs, the probes and the ceiling: the median over the used trials
 ROOFLINE_COLS = [
+    "tokens_per_sample",
+    "grad_params_trained",
+    "grad_params",
+    "grad_max_rel_error",
     "flops_per_sample",
     "achieved_gflops",
     "pct_of_peak",

@@ -63,6 +63,8 @@ def _owner_problems(spec: dict, kind: str, owners: list) -> list[str]:
 
 
 TEXT_DATA = ("synthetic", "per_sample", "keywords")
+#: the text data whose sample lengths ``padding: dynamic`` draws (workloads.sample_lengths)
+DYNAMIC_PADDING_DATA = ("synthetic", "per_sample")
 #: the data sets with a held-out test split that ``epochs`` measures accuracy on
 HELD_OUT = ("digits", "keywords")
 
@@ -75,6 +77,10 @@ def _workload_problems(spec: dict) -> list[str]:
         return []  # the schema names the allowed models
     model = f"model {spec['model']!r} ({w.family})"
     if not w.text:
+        if spec["attention"] is not None:
+            return [f"attention {spec['attention']!r} needs a text model (got {model})"]
+        if spec["padding"] != "fixed":
+            return [f"padding {spec['padding']!r} needs a text model (got {model})"]
         if spec["data"] == "keywords":
             return [f"data 'keywords' needs a text classifier (got {model})"]
         if spec["seq_len"] is not None:
@@ -96,6 +102,11 @@ def _workload_problems(spec: dict) -> list[str]:
         problems.append(
             f"data 'keywords' (a text-classification task) needs a sequence-classification "
             f"model (got {model}, task {w.task})"
+        )
+    if spec["padding"] == "dynamic" and spec["data"] not in DYNAMIC_PADDING_DATA:
+        problems.append(
+            f"padding 'dynamic' needs data {' or '.join(repr(d) for d in DYNAMIC_PADDING_DATA)} "
+            f"(got data {spec['data']!r}, whose sequences are all seq_len long)"
         )
     positions = w.hf_config.get("max_position_embeddings") or w.hf_config.get("n_positions")
     if positions and spec["seq_len"] > positions:
@@ -139,6 +150,17 @@ def _schedule_problems(spec: dict) -> list[str]:
     elif warmup and warmup > epochs:
         problems.append(
             f"lr_warmup_epochs {show(warmup)} is longer than the training (epochs {epochs})"
+        )
+    if spec["lr_schedule"] == "linear" and warmup:
+        problems.append(
+            f"lr_warmup_epochs {show(warmup)} (the weak-scaling warm-up) and lr_schedule "
+            "'linear' (its own warm-up, lr_warmup_steps) both set the learning rate; use "
+            "lr_schedule 'constant' with lr_warmup_epochs"
+        )
+    if spec["lr_schedule"] == "constant" and spec["lr_warmup_steps"]:
+        problems.append(
+            f"lr_warmup_steps {spec['lr_warmup_steps']} needs lr_schedule 'linear' (the "
+            "constant schedule has no warm-up)"
         )
     if spec["target_accuracy"] is not None and not epochs:
         problems.append(

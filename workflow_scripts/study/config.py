@@ -158,7 +158,8 @@ class _Item:
     is_sweep: bool
 
 
-def _resolve(fields: dict, defaults: dict, preset: str) -> dict:
+def resolve_spec(fields: dict, defaults: dict, preset: str) -> dict:
+    """One experiment's fields over the resolved defaults, with what the loader derives."""
     spec = copy.deepcopy({**BUILTIN_DEFAULTS, **defaults, **fields})
     backend = backends.get(spec["backend"])
     if spec["compile"] is None:
@@ -169,9 +170,21 @@ def _resolve(fields: dict, defaults: dict, preset: str) -> dict:
     )
     spec["preset"] = preset
     _input_size(spec, fields)
+    _training(spec)
     _weak_scaling(spec)
     _normalize(spec)
     return spec
+
+
+def _training(spec: dict) -> None:
+    """The optimizer, learning rate and schedule a spec leaves to its model (null) become
+    its family's (``workloads.TRAINING_DEFAULTS``): the spec holds what runs."""
+    w = workloads.WORKLOADS.get(spec["model"])
+    if w is None:
+        return  # the schema names the allowed models
+    for key, value in workloads.TRAINING_DEFAULTS[w.family].items():
+        if spec.get(key) is None:
+            spec[key] = value
 
 
 def _weak_scaling(spec: dict) -> None:
@@ -195,6 +208,7 @@ def _input_size(spec: dict, fields: dict) -> None:
         return
     if w.text:
         spec["seq_len"] = spec["seq_len"] or w.seq_len
+        spec["attention"] = spec["attention"] or "sdpa"
         if "image_size" not in fields:
             spec["image_size"] = None
     elif "seq_len" not in fields:
@@ -208,7 +222,7 @@ def _expand(
     errors: list[str] = []
     for i, exp in enumerate(experiments):
         where = f"{exp_base}[{i}]"
-        spec = _resolve(exp, defaults, preset)
+        spec = resolve_spec(exp, defaults, preset)
         if spec["group"] is None:
             spec["group"] = "experiments"
         if spec["id"] is None:
@@ -240,7 +254,7 @@ def _expand(
             fields = {**sweep, **dict(zip(swept, values, strict=True))}
             if n_ranks:
                 fields.update(ranks=n_ranks, threads=threads)
-            spec = _resolve(fields, defaults, preset)
+            spec = resolve_spec(fields, defaults, preset)
             if n_ranks and spec["batch_size"] % (n_ranks * spec["nodes"]):
                 continue  # a split that cannot share the global batch evenly
             spec["group"] = group

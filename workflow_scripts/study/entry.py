@@ -14,10 +14,9 @@ from typing import Any
 
 import yaml
 
-from .. import backends
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
-from .config import Study, StudyConfigError, load_study, merge_config
+from .config import Study, StudyConfigError, load_study, merge_config, resolve_spec
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from .machine import check_machine
 from .schema import build_schema
@@ -252,13 +251,15 @@ def format_table(study: Study) -> str:
     skip = {"id", "backend", "group", "claim_speedup", "env", "preset"}
     for spec in study.experiments:
         diffs = []
+        # what the defaults resolve to for this model and backend (their family's
+        # optimizer, sequence length, the backend's compile, ...)
+        base = resolve_spec(
+            {"model": spec["model"], "backend": spec["backend"]}, study.defaults, s["preset"]
+        )
         for k in FIELDS:
             if k in skip:
                 continue
-            base = study.defaults[k]
-            if k == "compile" and base is None:
-                base = backends.get(spec["backend"]).default_compile
-            if spec[k] != base:
+            if spec[k] != base[k]:
                 diffs.append(f"{k}={_bare(spec[k])}")
         claim = "" if spec["claim_speedup"] is None else f"{spec['claim_speedup']:g}x"
         rows.append(

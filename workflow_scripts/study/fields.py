@@ -56,6 +56,12 @@ def _prefixed(prefix: str, fmt: str = "{}") -> Callable[[Any], str]:
     return lambda v: prefix + fmt.format(v)
 
 
+def _family_training(spec: dict, key: str):
+    """The model family's own value of a training knob (``workloads.TRAINING_DEFAULTS``)."""
+    w = workloads.WORKLOADS.get(spec["model"])
+    return workloads.TRAINING_DEFAULTS[w.family][key] if w else None
+
+
 def _seq_len_reference(spec: dict, defaults: dict) -> int | None:
     w = workloads.WORKLOADS.get(spec["model"])
     return w.seq_len if w else None
@@ -210,7 +216,7 @@ FIELDS: dict[str, Field] = {
             "mode",
             {"enum": ["train", "inference"]},
             "train",
-            "train: forward, backward and an SGD step; inference: the forward pass alone, "
+            "train: forward, backward and an optimizer step; inference: the forward pass alone, "
             "in eval mode under torch.inference_mode (as the IPEX deck measures it)",
             tag={"train": "train", "inference": "infer"}.get,
             id_pos=0.5,
@@ -257,6 +263,38 @@ FIELDS: dict[str, Field] = {
             column=True,
             label="sequence length",
             compare="workload",
+        ),
+        Field(
+            "attention",
+            {"enum": [None, "sdpa", "eager"]},
+            None,
+            "a text model's attention implementation in transformers: sdpa (its default, "
+            "torch's fused scaled_dot_product_attention) or eager (plain matmuls and softmax); "
+            "null: sdpa for a text model (an image model's spec holds null)",
+            tag=_prefixed("attn-"),
+            id_pos=14.6,
+            id_reference=lambda spec, defaults: "sdpa" if spec.get("seq_len") else None,
+            column=True,
+            label="attention",
+            compare="setting",
+            compare_pos=14.5,
+            reference="sdpa",
+            trajectory=False,
+        ),
+        Field(
+            "padding",
+            {"enum": ["fixed", "dynamic"]},
+            "fixed",
+            "a text model's batches: fixed (every sample seq_len real tokens) or dynamic "
+            "(sample lengths drawn from a fixed MRPC-like distribution up to seq_len, each "
+            "batch padded to its longest, the attention mask zero on the pads: "
+            "workflow_scripts/workloads.py); data synthetic or per_sample",
+            tag=_prefixed("pad-"),
+            id_pos=14.7,
+            column=True,
+            label="padding",
+            compare="workload",
+            missing="fixed",
         ),
         Field(
             "data",
@@ -585,14 +623,72 @@ FIELDS: dict[str, Field] = {
             trajectory=False,
         ),
         Field(
+            "optimizer",
+            {"enum": [None, "sgd", "adamw"]},
+            None,
+            "sgd (momentum 0.9, the article's) or adamw (torch's AdamW, weight decay 0.01, "
+            "as Hugging Face's examples); null: the model family's (vision sgd, text adamw)",
+            tag=_plain_tag,
+            id_pos=12.5,
+            id_reference=lambda spec, defaults: _family_training(spec, "optimizer"),
+            column=True,
+            label="optimizer",
+            compare="setting",
+            compare_pos=13.8,
+            missing="sgd",
+        ),
+        Field(
+            "optimizer_impl",
+            {"enum": ["default", "foreach", "fused"]},
+            "default",
+            "the optimizer's implementation: torch's own choice (a loop over the parameters "
+            "on CPU), foreach (multi-tensor kernels) or fused (one kernel per step); "
+            "ipex.optimize may replace the step with IPEX's own (checks.optimizer says which ran)",
+            tag=lambda v: "opt" + v,
+            id_pos=12.6,
+            column=True,
+            label="optimizer implementation",
+            compare="setting",
+            compare_pos=13.9,
+            missing="default",
+            reference="default",
+            trajectory=False,
+        ),
+        Field(
             "lr",
-            {"type": "number", "exclusiveMinimum": 0},
-            0.01,
-            "SGD learning rate (with batch_scaling weak: the one-process rate, multiplied "
-            "by the number of ranks)",
+            {"type": ["number", "null"], "exclusiveMinimum": 0},
+            None,
+            "learning rate (null: the model family's: 0.01 for vision's SGD, 2e-5 for text's "
+            "AdamW); with batch_scaling weak: the one-process rate, multiplied by the number "
+            "of ranks",
             tag=_prefixed("lr", "{:g}"),
             column=True,
             label="learning rate",
+            compare="none",
+            trajectory=True,
+        ),
+        Field(
+            "lr_schedule",
+            {"enum": [None, "constant", "linear"]},
+            None,
+            "constant, or linear: Hugging Face's linear schedule with warm-up (from 0 up to "
+            "lr over lr_warmup_steps, then down to 0 at the run's last step), stepped after "
+            "every optimizer step; null: the model family's (vision constant, text linear)",
+            tag=_plain_tag,
+            column=True,
+            label="lr schedule",
+            compare="none",
+            trajectory=True,
+        ),
+        Field(
+            "lr_warmup_steps",
+            {"type": ["integer", "null"], "minimum": 0},
+            None,
+            "the linear schedule's warm-up in optimizer steps (null: the model family's: "
+            "100 for text, as Accelerate's nlp_example)",
+            tag=_prefixed("warmupsteps"),
+            column=True,
+            label="lr warm-up steps",
             compare="none",
             trajectory=True,
         ),

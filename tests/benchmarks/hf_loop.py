@@ -1,0 +1,171 @@
+"""Does the study's transformer trial do the work a Hugging Face user's loop does, at the
+same speed? The study's trial, run through ``snakemake`` as a user runs one, against a
+plain fine-tuning loop written out by hand, in the same environment, alternated.
+
+The plain loop is what Accelerate's nlp_example does per step, without Accelerate:
+``BertForSequenceClassification`` built from the study's configuration of the model
+(random weights, dropout off as in the study), ``torch.optim.AdamW(lr=2e-5)``, a batch
+of token ids with its attention mask and labels, the model's own loss, ``backward``,
+``optimizer.step()``, ``lr_scheduler.step()`` (the linear schedule with warm-up),
+``optimizer.zero_grad()``, under CPU autocast for bf16; ``time.perf_counter`` around
+each step, the loss read after it. Both sides time the same number of steps after the
+same warm-up; samples/s = batch x timed steps / their time.
+
+Rounds in ABBA order (study first in even rounds), each side a process of its own; the
+result is each side's median samples/s and their ratio (study over plain: 1.00 = the
+same speed). Run on a machine left alone:
+
+    .venv/bin/python tests/benchmarks/hf_loop.py --rounds 4 --precision fp32 --batch-size 8
+    .venv/bin/python tests/benchmarks/hf_loop.py --optimizer sgd     # the article's optimizer
+
+(bf16 where the CPU has AVX-512 BF16 or AMX: emulated elsewhere, a BERT-base step then
+takes minutes.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.test_workflow import copy_workflow  # noqa: E402
+
+PLAIN = r"""
+import json, sys, time, contextlib
+import torch, transformers
+from workflow_scripts import workloads
+cfg = json.loads(sys.argv[1])
+w = workloads.get(cfg["model"])
+torch.manual_seed(0)
+cls = getattr(transformers, w.hf_class)
+model = cls(cls.config_class(**w.hf_config, use_cache=False))
+model.train()
+if cfg["optimizer"] == "adamw":
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+else:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+total = cfg["warmup"] + cfg["steps"]
+scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 100, total)
+gen = torch.Generator().manual_seed(0)
+shape = (cfg["batch_size"], cfg["seq_len"])
+ids = torch.randint(0, w.hf_config["vocab_size"], shape, generator=gen)
+batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+         "labels": torch.randint(0, w.num_classes, (cfg["batch_size"],), generator=gen)}
+bf16 = cfg["precision"] == "bf16"
+times = []
+for i in range(total):
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    elapsed = time.perf_counter() - start
+    loss.item()
+    if i >= cfg["warmup"]:
+        times.append(elapsed)
+print("RESULT " + json.dumps({"samples_per_s": cfg["batch_size"] * len(times) / sum(times),
+                              "steps": len(times), "threads": torch.get_num_threads()}))
+"""
+
+
+def study_side(wd: Path, cfg: dict, envs_root: str) -> float:
+    """One trial of the experiment through snakemake (as a user runs it): its samples/s."""
+    shutil.rmtree(wd / "results", ignore_errors=True)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--configfile", "bench.yaml"]
+    cmd += ["--config", "runtime=local", f"envs_root={envs_root}", "noise_retries=0"]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
+    record = json.loads((wd / "results/records/bench/trial0.json").read_text())
+    if record["status"] != "ok":
+        raise SystemExit(f"the study's trial: {record['status']}: {record.get('error')}")
+    return float(record["metrics"]["samples_per_s"])
+
+
+def plain_side(python: str, cfg: dict) -> float:
+    proc = subprocess.run(
+        [python, "-c", PLAIN, json.dumps(cfg)], capture_output=True, text=True, timeout=7200,
+        cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(proc.stderr[-3000:])
+    return float(json.loads(line[-1][7:])["samples_per_s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="bert-base")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--envs-root", default=str(REPO / ".venvs"))
+    ap.add_argument("--out", default=None, help="write the rounds as JSON here")
+    args = ap.parse_args(argv)
+    cfg = {
+        "model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
+        "precision": args.precision, "optimizer": args.optimizer, "warmup": args.warmup,
+        "steps": args.steps,
+    }  # fmt: skip
+    experiment = {
+        "id": "bench", "model": args.model, "batch_size": args.batch_size,
+        "seq_len": args.seq_len, "precision": args.precision, "optimizer": args.optimizer,
+        "warmup_steps": args.warmup, "steps": args.steps, "time_budget_s": None,
+    }  # fmt: skip
+    if args.optimizer == "sgd":
+        experiment.update(lr=0.01, lr_schedule="linear", lr_warmup_steps=100)
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = copy_workflow(Path(tmp) / "wf")
+        bench = {"preset": "default", "trials": 1, "experiments": [experiment], "sweeps": []}
+        (wd / "bench.yaml").write_text(yaml.safe_dump(bench))
+        from workflow_scripts import envs
+
+        with open(Path(tmp) / "env.log", "w") as log:  # the study's own (reused when built)
+            env = envs.build(
+                "upstream", REPO / "envs/upstream.txt", Path(args.envs_root), sys.executable,
+                "uv", log,
+            )  # fmt: skip
+        python = env["python"]
+        rounds = []
+        for r in range(args.rounds):
+            order = ("study", "plain") if r % 2 == 0 else ("plain", "study")
+            got = {}
+            for side in order:
+                got[side] = (
+                    study_side(wd, cfg, args.envs_root)
+                    if side == "study"
+                    else plain_side(python, cfg)
+                )
+            rounds.append(got)
+            print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s")
+    study = statistics.median(r["study"] for r in rounds)
+    plain = statistics.median(r["plain"] for r in rounds)
+    result = {"config": cfg, "rounds": rounds, "study_median": study, "plain_median": plain,
+              "ratio_of_medians": study / plain}  # fmt: skip
+    print(
+        f"study {study:.3f} samples/s, plain loop {plain:.3f} samples/s: ratio of medians "
+        f"{study / plain:.3f} (study over plain; {args.rounds} rounds, ABBA)"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""The gradient check (workflow_scripts/rank/gradcheck.py): every training trial's step
+must train the whole model, as eager PyTorch does. Real torch in the real environments:
+the check's arithmetic on real gradients, IPEX's broken compile on BERT-Tiny and the
+minimal reproducer that says it is IPEX's, a user's model whose forward detaches a
+block, and the optimizer knob (AdamW, foreach, fused; ipex.optimize gets it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+
+import pytest
+
+from tests.test_harness import assert_ok, run
+from workflow_scripts.runtimes.base import REPO_ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def env_python(env: dict, code: str, *args: str, cwd=REPO_ROOT) -> dict:
+    """Run ``code`` with the environment's interpreter (the workflow's package on its
+    path); the JSON it prints last."""
+    proc = subprocess.run(
+        [env["python"], "-c", code, *args], capture_output=True, text=True, timeout=900,
+        cwd=cwd, env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+COMPARE = """
+import json, torch
+from workflow_scripts.rank import gradcheck as g
+torch.manual_seed(0)
+truth = {n: torch.randn(64, dtype=torch.float64) for n in ("a", "b", "c")}
+truth["key_bias"] = torch.full((8,), 1e-13, dtype=torch.float64)  # a gradient of noise
+def noisy(scale):
+    return {n: (t + scale * t.norm() / 8 * torch.randn(t.shape, dtype=t.dtype)).float()
+            for n, t in truth.items()}
+out = {}
+own = noisy(0.01)                       # eager at the run's precision: ~1 % off
+for name, run in {
+    "same_as_eager": noisy(0.01),
+    "twice_eager": noisy(0.02),
+    "lost_b": {**noisy(0.01), "b": None},
+    "zero_b": {**noisy(0.01), "b": torch.zeros(64)},
+    "wrong_c": {**noisy(0.01), "c": -truth["c"].float()},
+    "noise_zero": {**noisy(0.01), "key_bias": torch.zeros(8)},
+    "nan_a": {**noisy(0.01), "a": torch.full((64,), float("nan"))},
+}.items():
+    cmp = g.compare(run, 1.0, (1.0, truth), (1.0, own), "fp32")
+    got = g.summary(run)
+    out[name] = {"problem": g.problem(got, cmp, "fp32"),
+                 "over": [o["parameter"] for o in cmp["over_limit"]],
+                 "negligible": cmp["negligible"], "missing": cmp["missing"]}
+# the run IS plain eager at its precision: its error is recorded, only its loss judged
+plain = g.compare(noisy(0.5), 1.0, (1.0, truth), None, "bf16")
+out["plain"] = {"problem": g.problem(g.summary(noisy(0.5)), plain, "bf16"),
+                "max": plain["max_rel_error"]}
+lossy = g.compare(noisy(0.01), 1.2, (1.0, truth), (1.0, own), "fp32")
+out["loss"] = g.problem(g.summary(noisy(0.01)), lossy, "fp32")
+print(json.dumps(out))
+"""
+
+
+def test_the_check_judges_each_parameter_against_eagers_own_error(upstream_env):
+    got = env_python(upstream_env, COMPARE)
+    assert got["same_as_eager"]["problem"] is None
+    assert got["twice_eager"]["problem"] is None  # within 3x eager's own error
+    assert got["same_as_eager"]["negligible"] == ["key_bias"]
+    assert got["lost_b"]["problem"] == (
+        "the step trained 3 of 4 parameter tensors (1 got no gradient: b)"
+    )
+    assert got["zero_b"]["problem"].startswith(
+        "the step trained 3 of 4 parameter tensors (1 got an all-zero"
+    )
+    assert got["wrong_c"]["over"] == ["c"]
+    assert "further from fp64 eager's than 3x eager fp32's own error" in got["wrong_c"]["problem"]
+    assert "c (2 > " in got["wrong_c"]["problem"]
+    # a gradient that is noise in fp64 may come out as zero; a NaN never passes
+    assert got["noise_zero"]["problem"] is None
+    assert "1 got a non-finite gradient: a" in got["nan_a"]["problem"]
+    assert got["plain"]["problem"] is None and got["plain"]["max"] > 0.1
+    assert got["loss"].startswith("the first step's loss 1.2 differs from fp64 eager's 1")
+
+
+# A bare Linear + LayerNorm, compiled with backend="aot_eager" (no Inductor, no IPEX
+# backend): only whether IPEX is imported differs between the two runs.
+LAYERNORM_REPRO = """
+import json, sys, torch
+if sys.argv[1] == "ipex":
+    import intel_extension_for_pytorch  # noqa: F401
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+torch.compile(model, backend="aot_eager")(torch.randn(4, 8)).pow(2).sum().backward()
+print(json.dumps([n for n, p in model.named_parameters() if p.grad is None]))
+"""
+
+
+def test_ipex_import_loses_layernorm_gradients_under_aot_autograd(ipex_env):
+    """The study's verdict on compile(backend="ipex") and transformers: IPEX's, not the
+    study's. Without the harness: importing IPEX 2.8 makes AOT autograd's trace of a
+    LayerNorm cut the autograd path to everything before it."""
+    cmd = [ipex_env["python"], "-c", LAYERNORM_REPRO]
+    without = subprocess.run([*cmd, "plain"], capture_output=True, text=True, timeout=600)
+    with_ipex = subprocess.run([*cmd, "ipex"], capture_output=True, text=True, timeout=600)
+    assert without.returncode == 0 and with_ipex.returncode == 0, with_ipex.stderr[-2000:]
+    assert json.loads(without.stdout.splitlines()[-1]) == []
+    lost = json.loads(with_ipex.stdout.splitlines()[-1])
+    assert lost == ["0.weight", "0.bias", "1.weight", "1.bias"]
+
+
+def test_ipex_compile_of_bert_is_recorded_incorrect(ipex_env, make_spec, tmp_path):
+    """Through the harness: BERT-Tiny compiled with backend="ipex" trains 4 of its 41
+    parameter tensors (eager attention), or fails (sdpa); never a throughput."""
+    spec = make_spec(
+        id="bert-ipex-compile", model="bert-tiny", backend="ipex", compile="ipex",
+        attention="eager",
+    )  # fmt: skip
+    rec = run(spec, ipex_env, tmp_path)
+    assert rec["status"] == "incorrect", rec.get("error")
+    assert rec["error"]["type"] == "IncorrectStep"
+    assert rec["error"]["message"].startswith(
+        "the step trained 4 of 41 parameter tensors (37 got no gradient: "
+        "bert.embeddings.word_embeddings.weight"
+    )
+    assert "samples_per_s" not in rec["metrics"]
+    assert rec["unchecked_metrics"]["samples_per_s"] > 0  # measured, kept apart
+    got = rec["gradient_check"]["received"]
+    assert got["parameters"] == 41 and got["with_gradient"] == 4
+    sdpa = run({**spec, "id": "bert-ipex-compile-sdpa", "attention": "sdpa"}, ipex_env, tmp_path)
+    assert sdpa["status"] == "failed"
+    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in sdpa["error"]["message"]
+
+
+def test_ipex_optimize_and_bf16_pass_the_check(ipex_env, make_spec, tmp_path):
+    """ipex.optimize's packed convolution weights are compared in torch's layout, and its
+    fused SGD step replaces torch's; with AdamW (no fused CPU kernel in IPEX 2.8) torch's
+    own step runs."""
+    spec = make_spec(
+        id="resnet-ipex", model="resnet18", image_size=64, batch_size=4, backend="ipex",
+        ipex_optimize=True,
+    )  # fmt: skip
+    rec = assert_ok(run(spec, ipex_env, tmp_path), torch="2.8.")
+    check = rec["gradient_check"]
+    assert check["ok"] and check["received"]["with_gradient"] == 62
+    assert check["comparison"]["compared"] == 62 and check["comparison"]["unmatched"] == []
+    assert check["comparison"]["max_rel_error"] < 1e-3
+    opt = rec["checks"]["optimizer"]
+    assert opt["class"] == "SGD" and opt["ipex_fused_step"], opt
+    assert opt["step"].startswith("intel_extension_for_pytorch.")
+    spec = make_spec(
+        id="bert-ipex-adamw", model="bert-tiny", backend="ipex", ipex_optimize=True,
+        lr=1e-3, lr_warmup_steps=0,
+    )  # fmt: skip
+    rec = assert_ok(run(spec, ipex_env, tmp_path), torch="2.8.")
+    opt = rec["checks"]["optimizer"]
+    assert opt["class"] == "AdamW" and not opt["ipex_fused_step"], opt
+    assert opt["parameters"] == 41 and rec["gradient_check"]["ok"]
+    assert rec["losses"][-1] < rec["losses"][0]
+
+
+@pytest.mark.parametrize("impl", ["default", "foreach", "fused"])
+def test_adamw_implementations_train(upstream_env, make_spec, tmp_path, impl):
+    spec = make_spec(
+        id=f"adamw-{impl}", model="bert-tiny", optimizer_impl=impl, lr=1e-3, lr_warmup_steps=0,
+        steps=6,
+    )  # fmt: skip
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    opt = rec["checks"]["optimizer"]
+    assert opt["class"] == "AdamW"
+    assert opt["foreach"] is (True if impl == "foreach" else None)
+    assert opt["fused"] is (True if impl == "fused" else None)
+    assert rec["losses"][-1] < rec["losses"][0] - 0.01, rec["losses"]
+    check = rec["gradient_check"]
+    # fused and foreach are other steps, not another gradient: the check compares the
+    # first step's gradients (plain eager here: its own reference), all 41 received
+    assert check["ok"] and check["received"]["with_gradient"] == 41
+    # the linear schedule without warm-up: the rate falls to 0 at the last step
+    assert rec["checks"]["last_lr"] == 0.0
+
+
+def test_bf16_and_compiled_runs_are_compared_with_fp64_and_eager(upstream_env, make_spec, tmp_path):
+    bf16 = assert_ok(run(make_spec(id="bf16", precision="bf16"), upstream_env, tmp_path))
+    cmp = bf16["gradient_check"]["comparison"]
+    # plain eager bf16 is its own second reference: its distance from fp64 is recorded
+    assert cmp["own_precision_reference"] == "the run itself (plain eager)"
+    assert 0 < cmp["max_rel_error"] < 1 and cmp["compared"] == 10
+    spec = make_spec(id="ind-bf16", backend="inductor", precision="bf16", channels_last=True)
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    check = rec["gradient_check"]
+    assert check["ok"] and check["comparison"]["own_precision_reference"] == "eager"
+    assert check["comparison"]["over_limit"] == []
+    assert check["check_s"] > 0 and rec["metrics"]["grad_check_s"] == check["check_s"]
+    plain = assert_ok(run(make_spec(id="plain"), upstream_env, tmp_path))
+    assert plain["gradient_check"]["comparison"] is None  # its own reference
+    assert plain["gradient_check"]["received"]["with_gradient"] == 10
+
+
+DETACHED = '''
+
+class DetachedCNN(SmallCNN):
+    """A user's model whose forward cuts the autograd path below its classifier."""
+
+    def forward(self, x):
+        return self.classifier(self.features(x).detach())
+'''
+
+
+def test_a_model_that_detaches_a_block_is_incorrect(upstream_env, make_spec, tmp_path):
+    """A model added as the README says (one declaration, its constructor), whose forward
+    detaches its features: plain fp32 eager is its own reference, and the step still
+    does not count."""
+    from tests.test_extending import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    workloads = wd / "workflow_scripts/workloads.py"
+    text = workloads.read_text()
+    anchor = '        Workload(\n            "cnn",'
+    assert anchor in text
+    decl = (
+        '        Workload("detached", "vision", "image-classification", "a CNN whose features '
+        'are detached", 10, (300.0, 4.0), 25.0),\n'
+    )
+    workloads.write_text(text.replace(anchor, decl + anchor, 1))
+    models = wd / "workflow_scripts/rank/models.py"
+    text = models.read_text()
+    text = text.replace(
+        '    if name == "cnn":\n', '    if name == "detached":\n        return DetachedCNN()\n'
+        '    if name == "cnn":\n', 1,
+    )  # fmt: skip
+    models.write_text(text + DETACHED)
+    code = """
+import json, sys
+from workflow_scripts.rank import harness
+spec = json.loads(sys.argv[1])
+rec = harness.run(spec)
+check = rec.get("gradient_check")
+print(json.dumps({"status": rec["status"], "error": rec["error"], "check": check}))
+"""
+    spec = {**make_spec(id="detached"), "model": "detached"}
+    got = env_python(upstream_env, code, json.dumps(spec), cwd=wd)
+    assert got["status"] == "incorrect", got
+    assert got["error"]["message"] == (
+        "the step trained 4 of 10 parameter tensors (6 got no gradient: features.0.weight, "
+        "features.0.bias, features.3.weight, features.3.bias, features.6.weight, "
+        "features.6.bias)"
+    )
+    assert got["check"]["comparison"] is None  # plain fp32 eager: no reference needed
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_dynamic_padding_counts_real_tokens_and_recompiles(upstream_env, make_spec, tmp_path):
+    spec = make_spec(
+        id="dyn", model="bert-tiny", padding="dynamic", backend="inductor", steps=6,
+        seq_len=64,
+    )  # fmt: skip
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    m = rec["metrics"]
+    assert 0.2 * 64 < m["tokens_per_sample"] < m["padded_tokens_per_sample"] <= 64
+    fixed = make_spec(id="fixed", model="bert-tiny", seq_len=64, steps=1, warmup_steps=1)
+    # FLOPs at the lengths padded to: fewer than at 64 tokens, more than at the mean
+    from workflow_scripts import estimate, workloads
+
+    assert m["flops_per_sample"] < estimate.train_flops_per_sample(fixed)
+    w = workloads.get("bert-tiny")
+    assert m["flops_per_sample"] > 3 * w.forward_flops(
+        {"seq_len": math.floor(m["tokens_per_sample"])}
+    )
+    compiled = rec["checks"]["compile"]
+    assert compiled["recompiles_after_first_step"] >= 1 and compiled["compile_s"] > 0
+    assert rec["gradient_check"]["ok"]
+    row_tokens = rec["metrics"]["samples_per_s"] * m["tokens_per_sample"]
+    from workflow_scripts import records
+
+    assert records.flatten(rec)["tokens_per_s"] == pytest.approx(row_tokens)
