@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_report import html_tables, write
+from tests.test_report import html_tables, make, write
 from tests.test_report_decisions import section, trial
 from workflow_scripts import records as rec
 from workflow_scripts import report
@@ -21,7 +21,7 @@ def records() -> list[dict]:
         trial("bf16", sps=25.0, group="ladder", precision="bf16"),
         trial("bert", sps=4.0, **BERT),
         trial("bert-accelerate", sps=4.4, launcher="accelerate", **BERT),
-        trial("bert-ipex", sps=6.0, backend="ipex", ipex_optimize=True, **BERT),
+        ok_check(trial("bert-ipex", sps=6.0, backend="ipex", ipex_optimize=True, **BERT), 201),
         # 2 ranks: divided by the one-process run, never by another layout
         trial("bert-ddp", sps=5.0, launcher="accelerate", ranks=2, threads=1, **BERT),
         trial(
@@ -33,12 +33,38 @@ def records() -> list[dict]:
             batch_size=8,
             group="transformers",
         ),  # fmt: skip
+        incorrect("bert-ipex-compile", backend="ipex", compile="ipex", **BERT),
         trial("infer-bs1", sps=50.0, batch_size=1, **INFER),
         trial(
             "infer-bs1-ipex", sps=80.0, batch_size=1, backend="ipex", ipex_optimize=True, **INFER
         ),  # fmt: skip
         trial("infer-bs16", sps=100.0, batch_size=16, **INFER),
     ]
+
+
+def incorrect(exp: str, **spec) -> dict:
+    """A run whose step lost gradients: the harness's record of it (the gradient check's
+    verdict, its figures kept apart, none as a throughput)."""
+    r = make(exp, sps=None, status="incorrect", **spec)
+    r["error"] = {
+        "type": "IncorrectStep",
+        "message": "the step trained 4 of 201 parameter "
+        "tensors (197 got no gradient: bert.embeddings.word_embeddings.weight)",
+    }
+    r["gradient_check"] = {
+        "ok": False, "received": {"parameters": 201, "with_gradient": 4}, "check_s": 3.0,
+        "comparison": {"max_rel_error": 1.0, "eager_median_rel_error": 1e-6},
+    }  # fmt: skip
+    r["unchecked_metrics"] = {"samples_per_s": 11.0}
+    return r
+
+
+def ok_check(r: dict, params: int) -> dict:
+    r["gradient_check"] = {
+        "ok": True, "received": {"parameters": params, "with_gradient": params}, "check_s": 1.0,
+        "comparison": {"max_rel_error": 2e-6, "eager_median_rel_error": 1e-6},
+    }  # fmt: skip
+    return r
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +93,16 @@ def test_one_ladder_per_family_side_by_side(page):
     assert by.loc["bert-accelerate", "tokens/s"] == "563"
     assert by.loc["gpt2", "tokens/s"] == "512"
     assert by.loc["bert", "workload"] == "bert-base, 128 tokens, batch 16"
+    # the gradient check: what each step trained; an incorrect run has no throughput, and
+    # its samples/s never reaches a ratio or the headline
+    assert by.loc["bert-ipex", "parameters trained"] == "201/201"
+    assert by.loc["bert-ipex-compile", "samples/s"] == "none: incorrect (see Failures)"
+    assert by.loc["bert-ipex-compile", "parameters trained"] == "4/201"
+    assert by.loc["bert-ipex-compile", "vs fp32 eager"] == "n/a (vs bert)"
+    assert by.loc["bert-ipex-compile", "tokens/s"] == ""
+    failures = section(page, "failures")
+    assert "bert-ipex-compile (trial 0) — incorrect" in failures
+    assert "the step trained 4 of 201 parameter tensors" in failures
 
 
 def test_the_headline_covers_each_family(page):

@@ -472,7 +472,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     before = before_steps(spec, counted)
     step_times: list[float] = []
     losses: list[float] = []
-    tokens: list[tuple[int, int]] = []  # a text model's timed steps: (real, padded) tokens
+    tokens: list[tuple[int, int, int]] = []  # a text model's timed steps (text_tokens)
     first_step_s = math.nan
     epochs = spec.get("epochs") or 0
     total = trainer.total_steps
@@ -486,7 +486,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1]) if epochs else set()
     )
     curve: list[dict] = []
-    scoring_s = 0.0
+    scoring_s = checking_s = 0.0
     check = trainer.check
     train_start = time.perf_counter()
     for i in range(total):
@@ -512,13 +512,13 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
                 check.after_first_step(trainer.net, value)
             if i == spec["warmup_steps"]:
                 check.after_first_timed_step(trainer.net, i)
-            scoring_s += time.perf_counter() - t0
+            checking_s += time.perf_counter() - t0
         if i + 1 in scored_at:
             t0 = time.perf_counter()
-            point = curve_point(trainer, i + 1, t0 - train_start - scoring_s)
+            point = curve_point(trainer, i + 1, t0 - train_start - scoring_s - checking_s)
             curve.append(point)
             scoring_s += time.perf_counter() - t0
-    train_time_s = time.perf_counter() - train_start - scoring_s
+    train_time_s = time.perf_counter() - train_start - scoring_s - checking_s
     other_work = contention.measure(window_start, contention.snapshot(), torch.get_num_threads())
     ranks.barrier()  # and probe again together: was the machine still quiet at the end?
     probe_after = probe_or_error(spec.get("probe_size"))

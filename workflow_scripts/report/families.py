@@ -47,21 +47,28 @@ def tokens_per_s(row) -> float:
 
 
 def gradients_text(row) -> str:
-    """The gradient check of the run's trials: parameter tensors trained of all, or why
-    the run has no throughput (``incorrect``: it did not train what eager trains)."""
-    if not int(row.get("n_ok") or 0):
-        return f"no throughput: {row.get('statuses') or 'no trial'} (see Failed trials)"
+    """The gradient check: the parameter tensors the run's step trained, of all."""
     trained, total = row.get("grad_params_trained"), row.get("grad_params")
-    if isnan(total):
+    if isnan(total) or isnan(trained):
         return ""
     return f"{int(trained)}/{int(total)}"
+
+
+def throughput_text(row) -> str:
+    """The run's samples/s, or why it has none (no ok trial: ``incorrect`` when its step
+    did not train what eager trains, failed, crashed, ...)."""
+    if not int(row.get("n_ok") or 0):
+        return f"none: {row.get('statuses') or 'no trial'} (see Failures)"
+    return fmt_num(row.get("sps_median"))
 
 
 def shape_text(row) -> str:
     """``bert-base, 128 tokens, batch 16`` / ``resnet50 at 224 px, batch 16``."""
     model = str(row.get("model"))
     if family(row) == "text" and not isnan(row.get("seq_len")):
-        model += f", {int(row['seq_len'])} tokens"
+        dynamic = str(row.get("padding")) == "dynamic"
+        model += f", {'up to ' if dynamic else ''}{int(row['seq_len'])} tokens"
+        model += ", dynamically padded" if dynamic else ""
     elif not isnan(row.get("image_size")):
         model += f" at {int(row['image_size'])} px"
     if not isnan(row.get("batch_size")):
@@ -128,13 +135,13 @@ def family_table(stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, 
             "experiment": r["experiment"],
             "workload": shape_text(r),
             "configuration": config_text(r),
-            "samples/s": fmt_num(r.get("sps_median")),
+            "samples/s": throughput_text(r),
+            "parameters trained": gradients_text(r),
         }
         if text:
             row["tokens/s"] = fmt_num(tokens_per_s(r))
         row["% of ceiling"] = fmt_num(r.get("pct_of_peak"), 1)
         row["vs fp32 eager"] = _vs_text(ref, ratio, diff)
-        row["parameters trained"] = gradients_text(r)
         cells.append(row)
     return pd.DataFrame(cells)
 

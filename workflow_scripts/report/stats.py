@@ -63,11 +63,10 @@ TIMING_COLS = [
     "final_loss",
 ]
 #: FLOPs, the probes and the ceiling: the median over the used trials
+GRADIENT_COLS = ["grad_params_trained", "grad_params", "grad_max_rel_error"]
 ROOFLINE_COLS = [
     "tokens_per_sample",
-    "grad_params_trained",
-    "grad_params",
-    "grad_max_rel_error",
+    *GRADIENT_COLS,
     "flops_per_sample",
     "achieved_gflops",
     "pct_of_peak",
@@ -166,8 +165,10 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     for key in ("median", "min", "max", "cv"):
         row[f"sps_{key}"] = spread[key]
     for col in TIMING_COLS + ROOFLINE_COLS:
-        values = pd.to_numeric(used[col], errors="coerce").astype("float64")
-        row[col] = values.median() if len(used) else math.nan
+        # the gradient check's figures also of a run with no usable trial (incorrect)
+        of = pick if col in GRADIENT_COLS else used
+        values = pd.to_numeric(of[col], errors="coerce").astype("float64")
+        row[col] = values.median() if len(of) else math.nan
     # held-out accuracy does not depend on the machine's noise: every ok trial counts
     accuracy = pd.to_numeric(ok["test_accuracy"], errors="coerce").dropna()
     row["test_accuracy"] = accuracy.median() if len(accuracy) else math.nan
