@@ -11,10 +11,16 @@ every comparison is paired in time:
   model, data, channels_last), ``harness.before_steps`` (compile-pool wait, FLOP
   count, noise probe: their allocations stay behind, as in a trial), and every step
   through ``harness.timed_step`` with the trial log's progress line;
-- the bare side is the article's loop written out by hand, built after it in the
-  same process: the model from the same seed, SGD, CrossEntropyLoss, one fixed batch
-  (in channels_last once when asked), autocast for bf16, ``time.perf_counter`` around
-  the step, ``loss.item()`` after it.
+- the bare side is the loop its users write by hand, built after it in the same
+  process, ``time.perf_counter`` around the step, ``loss.item()`` after it: for an
+  image model the article's (the model from the same seed, SGD, CrossEntropyLoss, one
+  fixed batch, in channels_last once when asked, autocast for bf16); for a text model
+  a Hugging Face fine-tuning loop as Accelerate's nlp_example runs it, without
+  Accelerate (the transformers model built from the study's configuration of it with
+  transformers' own default attention, ``torch.optim.AdamW(lr=2e-5)`` or SGD as the
+  spec's optimizer, one batch of token ids with its attention mask and labels, the
+  model's own loss, ``optimizer.step()``, ``lr_scheduler.step()`` of
+  ``get_linear_schedule_with_warmup``, ``optimizer.zero_grad()``).
 
 After ``--warmup`` steps of each, ``--rounds`` rounds each run a block of ``--block``
 harness steps and a block of bare steps, in ABBA order (harness first in even
@@ -32,6 +38,8 @@ python for the training process, on a machine left alone (it trains for real):
     .venv/bin/python tests/benchmarks/harness_overhead.py --python .venvs/upstream-*/bin/python \\
         --model resnet50 --image-size 224 --batch-size 16 --precision bf16 --channels-last \\
         --rounds 30 --out overhead.json          # the study's trial as a user runs it
+    .venv/bin/python tests/benchmarks/harness_overhead.py --python .venvs/upstream-*/bin/python \\
+        --model bert-base --batch-size 8 --rounds 20   # the study's BERT step vs the HF loop
 """
 
 from __future__ import annotations
@@ -103,12 +111,56 @@ def paired_estimate(ratios: list[float]) -> dict:
 # --------------------------------------------------------------------------- the child
 
 
+def bare_text_step(spec: dict):
+    """A Hugging Face user's fine-tuning step, written out by hand."""
+    import torch
+    import transformers
+
+    from workflow_scripts import workloads  # the model's sizes only
+
+    w = workloads.get(spec["model"])
+    torch.manual_seed(spec["seed"])
+    cls = getattr(transformers, w.hf_class)
+    model = cls(cls.config_class(**w.hf_config, use_cache=False))
+    model.train()
+    if spec["optimizer"] == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=0.9)
+    total = spec["warmup_steps"] + spec["steps"]
+    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 100, total)
+    gen = torch.Generator().manual_seed(spec["seed"])
+    ids = torch.randint(0, w.hf_config["vocab_size"], (spec["batch_size"], spec["seq_len"]),
+                        generator=gen)  # fmt: skip
+    labels = ids if w.task == "causal-lm" else torch.randint(0, w.num_classes, (len(ids),))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    bf16 = spec["precision"] == "bf16"
+
+    def step() -> float:
+        start = time.perf_counter()
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with autocast:
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        elapsed = time.perf_counter() - start
+        loss.item()
+        return elapsed
+
+    return step
+
+
 def bare_step(spec: dict):
     """The hand-written loop's step, nothing but the training step and a stopwatch."""
     import torch
 
     from workflow_scripts import workloads
     from workflow_scripts.rank import models  # the model constructors only
+
+    if workloads.get(spec["model"]).text:
+        return bare_text_step(spec)
 
     torch.manual_seed(spec["seed"])
     n_classes = workloads.get(spec["model"]).num_classes
@@ -180,12 +232,13 @@ def child(spec: dict, cfg: dict) -> int:
 
 def resolve_spec(cfg: dict) -> dict:
     """The spec through the study's own loader (its defaults, the given fields)."""
-    from workflow_scripts import study
+    from workflow_scripts import study, workloads
 
+    text = workloads.get(cfg["model"]).text
     fields = {
         "id": "harness-overhead",
         "model": cfg["model"],
-        "image_size": cfg["image_size"],
+        **({"seq_len": cfg["seq_len"]} if text else {"image_size": cfg["image_size"]}),
         "batch_size": cfg["batch_size"],
         "precision": cfg["precision"],
         "channels_last": cfg["channels_last"],
@@ -196,6 +249,8 @@ def resolve_spec(cfg: dict) -> dict:
     }
     if cfg["threads"]:
         fields["threads"] = cfg["threads"]
+    if cfg.get("optimizer"):
+        fields["optimizer"] = cfg["optimizer"]
     config = {"experiments": [fields]}
     return json.loads(study.load_study(config).spec_json(fields["id"]))
 
@@ -225,8 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=2, help="steps of each side per round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps of each side")
-    ap.add_argument("--model", default="resnet18", choices=["resnet50", "resnet18", "cnn"])
+    ap.add_argument("--model", default="resnet18", help="a model of workflow_scripts/workloads.py")
     ap.add_argument("--image-size", type=int, default=64)
+    ap.add_argument("--seq-len", type=int, default=None, help="a text model's (null: its own)")
+    ap.add_argument("--optimizer", default=None, choices=["sgd", "adamw"],
+                    help="default: the model family's")  # fmt: skip
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--channels-last", action="store_true")
@@ -246,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {
         "model": args.model,
         "image_size": args.image_size,
+        "seq_len": args.seq_len,
+        "optimizer": args.optimizer,
         "batch_size": args.batch_size,
         "precision": args.precision,
         "channels_last": args.channels_last,
@@ -258,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     spec = resolve_spec(cfg)
     print(
-        f"harness overhead, paired in one process: {spec['model']} {spec['image_size']}px "
-        f"batch {spec['batch_size']} {spec['precision']}"
+        f"harness overhead, paired in one process: {spec['model']} "
+        f"{spec['seq_len'] or spec['image_size']}{' tokens' if spec['seq_len'] else 'px'} "
+        f"batch {spec['batch_size']} {spec['precision']} {spec['optimizer']}"
         f"{' channels_last' if spec['channels_last'] else ''}, launcher {spec['launcher']}, "
         f"{args.rounds} rounds of {args.block}+{args.block} steps after {args.warmup} warm-up "
         f"steps each, python {args.python}",

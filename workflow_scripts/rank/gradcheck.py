@@ -31,10 +31,11 @@ mode (``benchmarks/dynamo/common.py``):
 The references are rebuilt after the timed steps from the random-number state the run's
 model was built from (their parameters' checksums must match the run's initial ones),
 in the run's memory format, and with several ranks their gradients are averaged over
-the ranks in a Gloo group of their own, as DDP averages the run's. The run's first-step
-gradients wait in a temporary file (written right after that step, outside the timing),
-and the peak RSS a trial reports is read before the references are built: neither the
-check's memory nor its time touches the measurement. Its cost, ``check_s``, is recorded.
+the ranks in a Gloo group of their own, as DDP averages the run's. The run's gradients
+are read inside its step, between the optimizer step and clearing them (the harness
+takes that time out of the step's), and the first step's wait in a temporary file; the
+peak RSS a trial reports is read before the references are built: neither the check's
+memory nor its time touches the measurement. Its cost, ``check_s``, is recorded.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 
 #: a parameter's error against fp64 may be this many times eager's own at the precision
 MULTIPLIER = 3.0
@@ -161,23 +163,36 @@ class GradientCheck:
         self.first_loss: float | None = None
         self.at_first_step: dict | None = None
         self.at_first_timed_step: dict | None = None
-        self.dir = tempfile.mkdtemp(prefix="gradcheck-")
-        self.grads_path = os.path.join(self.dir, "first-step.pt")
+        self.dir: str | None = None  # the first step's gradients wait here
         self.check_s = 0.0
+
+    @property
+    def grads_path(self) -> str:
+        return os.path.join(self.dir or "", "first-step.pt")
 
     def keep_batch(self, x, y) -> None:
         """The first step's batch, as the data gave it (before any device or layout)."""
         self.batch = (x, y)
 
-    def after_first_step(self, net, loss: float) -> None:
-        """Right after the first step (its gradients still in place): keep them on disk."""
+    def inspect(self, net, step: int) -> None:
+        """Called inside step ``step`` (from 0), its gradients in place: the first step's
+        are kept, the first timed step's are counted."""
+        if step == 0:
+            self.after_first_step(net)
+        if step == self.spec["warmup_steps"]:
+            self.after_first_timed_step(net, step)
+
+    def after_first_step(self, net) -> None:
+        """The first step's gradients: kept on disk."""
         import torch
 
         t0 = time.perf_counter()
-        self.first_loss = loss
         grads = public_gradients(net)
         self.at_first_step = summary(grads)
         if self.reference:
+            self.dir = tempfile.mkdtemp(prefix="gradcheck-")
+            # removed with the check, or at exit when the run fails before its verdict
+            weakref.finalize(self, shutil.rmtree, self.dir, True)
             torch.save(grads, self.grads_path)
         del grads
         self.check_s += time.perf_counter() - t0
@@ -195,7 +210,8 @@ class GradientCheck:
         try:
             compared = self._compare(forward_loss, world) if self.reference else None
         finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if self.dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
         got = self._received()
         out = {
             "received": got,
@@ -227,7 +243,7 @@ class GradientCheck:
     def _compare(self, forward_loss, world: int) -> dict:
         import torch
 
-        if self.batch is None or not os.path.exists(self.grads_path):
+        if self.batch is None or not self.dir or not os.path.exists(self.grads_path):
             return {"error": "the first step's batch or gradients were not kept"}
         spec = self.spec
         truth = self._eager(forward_loss, torch.float64, world)
