@@ -115,6 +115,34 @@ def test_a_sigkilled_job_leaves_no_run_behind(make_spec, tmp_path):
     assert_nothing_left(tmp_path, run_pids)
 
 
+# A job process that starts the hanging run, then is held up (descheduled) before it tells
+# its watchdog the run's process group: it is SIGKILLed in that moment.
+HELD_UP_JOB = """
+import sys, time
+from pathlib import Path
+from workflow_scripts.runtimes import base
+base._watch = lambda watchdog, pgid: time.sleep(600)
+wrapped = base.Wrapped(cmd=[sys.argv[1]], env={"PATH": "/usr/bin:/bin"})
+base.run_logged(wrapped, Path(sys.argv[2]), timeout_s=600)
+"""
+
+
+def test_a_job_killed_before_it_told_its_watchdog_leaves_no_run_behind(tmp_path):
+    """The watchdog learns the run's process group from the run's own start (before its
+    program), not only from the job process after Popen returned."""
+    pids = tmp_path / "pids"
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HELD_UP_JOB, env["python"], str(tmp_path / "job.log")],
+        cwd=REPO_ROOT, start_new_session=True,
+    )  # fmt: skip
+    assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
+    run_pids = [int(p) for p in pids.read_text().split()]
+    proc.kill()
+    proc.wait(timeout=30)
+    assert wait_for(lambda: not any(alive(p) for p in run_pids), 20), "the run outlived its job"
+
+
 def test_a_job_whose_starter_is_gone_stops(make_spec, tmp_path):
     """Snakemake SIGKILLed: its job's shell lives on, the job notices Snakemake is gone.
     Here: starter (python) -> shell -> the trial job; the starter is killed."""

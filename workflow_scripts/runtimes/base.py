@@ -232,7 +232,25 @@ def _start_watchdog(cleanup_cmd: list[str] | None, env: dict) -> subprocess.Pope
         return None
 
 
+def _tell_watchdog(watchdog: subprocess.Popen | None):
+    """What the command's child runs before its program (``preexec_fn``, after
+    ``setsid``): it writes its own process group to the watchdog. So the watchdog knows
+    the group before the command runs; told by the parent after ``Popen`` returned, a
+    parent descheduled in between and then SIGKILLed left a running command unwatched."""
+    if watchdog is None:
+        return None
+    fd = watchdog.stdin.fileno()
+
+    def tell() -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"%d\n" % os.getpgrp())
+
+    return tell
+
+
 def _watch(watchdog: subprocess.Popen | None, pgid: int) -> None:
+    """The parent's side: the same line again (the watchdog reads the first), and the
+    end of its input."""
     if watchdog is None:
         return
     with contextlib.suppress(OSError, ValueError):
@@ -277,7 +295,7 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
             watchdog = _start_watchdog(wrapped.cleanup_cmd, wrapped.env)
             proc = subprocess.Popen(
                 wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env,
-                cwd=REPO_ROOT, start_new_session=True,
+                cwd=REPO_ROOT, start_new_session=True, preexec_fn=_tell_watchdog(watchdog),
             )  # fmt: skip
             _watch(watchdog, proc.pid)
             deadline = t0 + timeout_s
