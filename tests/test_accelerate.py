@@ -139,3 +139,9 @@ def test_the_legacy_stack_applies_ipex_config(ipex_env, make_spec, tmp_path):
         assert "BF16 weight prepack needs" in bf16["error"]["message"], bf16["error"]
     else:
         assert accelerated(bf16, 1, "bf16")["use_ipex"] is True
+        # Accelerate's ipex.optimize(dtype=bf16) holds the weights in bf16: so does the
+        # gradient check's own-precision reference
+        check = bf16["gradient_check"]
+        assert check["ok"] and check["comparison"]["own_precision_reference"] == (
+            "eager with bf16 weights"
+        )

@@ -87,6 +87,12 @@ class Backend:
             return torch.compile(model, backend="inductor", mode=mode)
         return torch.compile(model, backend=spec["compile"])
 
+    def weights_dtype(self, spec: dict) -> str:
+        """The dtype the run's step holds the model's weights in: ``fp32`` (bf16 autocast
+        keeps fp32 weights), or ``bf16`` where the backend casts them (the gradient
+        check's own-precision reference then holds them in bf16 too)."""
+        return "fp32"
+
     def to_device(self, x, y):
         return x, y
 

@@ -15,6 +15,13 @@ class Ipex(Backend):
     versions = {"intel_extension_for_pytorch": "ipex"}
     order = 2
 
+    def weights_dtype(self, spec: dict) -> str:
+        """``ipex.optimize(dtype=torch.bfloat16)`` (ours, or Accelerate 1.7.0's through its
+        ipex_config) holds the weights in bf16 (their fp32 master copy is the
+        optimizer's): its gradients are those of a bf16 model, not of bf16 autocast's."""
+        optimized = spec.get("ipex_optimize") or spec.get("accelerate_ipex")
+        return "bf16" if optimized and spec["precision"] == "bf16" else "fp32"
+
     def prepare(self, model, optimizer, spec: dict):
         if not spec["ipex_optimize"]:
             return model, optimizer
