@@ -298,7 +298,8 @@ def test_report_noise_section(built):
     _, _, _, html = built
     noise = html[html.index('id="noise"') : html.index('id="other"')]
     assert "<b>1</b> of <b>4</b> ok trials" in noise
-    assert "<b>1</b> attempt discarded" in noise
+    assert "<b>1</b> attempt discarded and rerun by the trial policy" in noise
+    assert "Attempts discarded by the trial policy" in noise and "launcher" not in noise
     assert "0.60" in noise  # the noisy trial's fp32 probe against the median (100)
     assert "0.41 x the reference 100.0 GFLOP/s" in noise
     assert "upstream/1024/2" in noise  # the comparison group

@@ -246,7 +246,7 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
         f'<p class="counts"><b>{len(noisy)}</b> of <b>{int(probed.sum())}</b> ok trials '
         f"with a probe marked noisy; <b>{len(discarded)}</b> "
         f"attempt{'' if len(discarded) == 1 else 's'} discarded and rerun "
-        f"by the launcher (their fp32 probe was below the threshold × the reference probe "
+        f"by the trial policy (their fp32 probe was below the threshold × the reference probe "
         f"measured when the study started); <b>{int((ok & ~probed).sum())}</b> ok trials "
         f"without a probe (probe_size 0, or older records).</p>"
     )
@@ -287,7 +287,7 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
         intro
         + "<h3>Noisy trials (probe rates in GFLOP/s)</h3>"
         + (table_html(pd.DataFrame(rows)) if rows else '<p class="empty">No noisy trials.</p>')
-        + "<h3>Attempts discarded by the launcher</h3>"
+        + "<h3>Attempts discarded by the trial policy (noise reruns)</h3>"
         + (
             table_html(pd.DataFrame(discarded))
             if discarded
