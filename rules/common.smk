@@ -4,9 +4,11 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import cluster, collectives, envs, images, jobs
+from workflow_scripts import cluster, collectives, envs, images, jobs, progress
 
 SETTINGS = STUDY.settings
+# When this run started: set by the main process, inherited by every job (progress lines).
+progress.started_at()
 # The interpreter running Snakemake runs the workflow's own scripts.
 PYTHON = sys.executable
 TRIALS = list(range(SETTINGS["trials"]))

@@ -4,6 +4,7 @@
 # asks for"). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
 # Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority.
+# After each, a progress line: trials done of all, elapsed, the time left (progress.py).
 # A trial whose noise probe falls below noise_threshold x the reference probe is
 # run again (noise_retries times at most); these two settings are read in the run
 # block rather than passed as params, so changing them reruns no experiment.
@@ -81,6 +82,7 @@ rule run_experiment:
             log,
             settings=SETTINGS,
         )
+        progress.report(STUDY)
 
 
 # The allreduce microbenchmark, one job per process-group variant (config

@@ -912,3 +912,11 @@ def test_a_sweep_over_folders_of_the_same_name_gets_distinct_ids():
     assert len(set(ids)) == 3 and ids[2] == "f-dir-x"
     assert all(i.startswith("f-dir-imgs-") and len(i) == len("f-dir-imgs-") + 6 for i in ids[:2])
     assert load_study({"sweeps": [sweep]}).ids == ids  # the same ids every time
+
+
+def test_batch_norm_at_1x1_is_refused_for_training_only():
+    """A ResNet at 32 px ends in 1x1 feature maps: at batch 1, training's batch norm has
+    one value per channel; inference (eval mode) uses the running statistics."""
+    fields = {"model": "resnet18", "image_size": 32, "batch_size": 1}
+    assert "batch_size 1 with image_size 32" in error_of({"experiments": [fields]})
+    assert ids({"experiments": [{**fields, "mode": "inference"}]}) == ["resnet18-infer-fp32-bs1-px32"]

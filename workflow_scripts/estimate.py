@@ -400,25 +400,31 @@ def done_trials(results: Path, experiments: list[Mapping], trials: int) -> list[
     ]
 
 
-def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
-    """The estimate of a loaded study (``study.Study``) on this machine, from the
-    calibrations under ``results`` (a quick measurement for what has none)."""
+def study_machine(study, results: Path | str = "results", measure: bool = True) -> Machine:
+    """What the estimate knows of this machine for a loaded study: the calibrations
+    under ``results``, and a quick measurement for an environment without one
+    (``measure``; else a rough rate per CPU)."""
     from . import sysinfo
 
-    results = Path(results)
-    settings = study.settings
-    envs = list(study.envs)
-    calibrations = read_calibrations(results, envs)
+    calibrations = read_calibrations(Path(results), list(study.envs))
     quick = None
     if measure and not all(isinstance(c, dict) and c.get("ceiling") for c in calibrations.values()):
         quick = quick_fp32_gflops()
-    machine = Machine(
+    return Machine(
         calibrations,
         quick,
         len(sysinfo.plan_cpus()),
         sysinfo.topology().get("cpu_flags") or [],
-        container=settings.get("runtime") != "local",
+        container=study.settings.get("runtime") != "local",
     )
+
+
+def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
+    """The estimate of a loaded study (``study.Study``) on this machine, from the
+    calibrations under ``results`` (a quick measurement for what has none)."""
+    results = Path(results)
+    settings = study.settings
+    machine = study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
     return total(

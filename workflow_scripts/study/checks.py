@@ -238,7 +238,12 @@ def check_spec(spec: dict) -> list[str]:
         problems.append(
             f"data_dir {spec['data_dir']!r} needs data 'image_folder' (got data {spec['data']!r})"
         )
-    if spec["model"].startswith("resnet") and spec["batch_size"] == 1 and spec["image_size"] <= 32:
+    if (
+        spec["model"].startswith("resnet")
+        and spec["mode"] == "train"  # in eval mode batch norm uses its running statistics
+        and spec["batch_size"] == 1
+        and spec["image_size"] <= 32
+    ):
         problems.append(
             f"model {spec['model']!r} at batch_size 1 with image_size {spec['image_size']} "
             "ends in 1x1 feature maps, where batch norm has one value per channel and cannot "

@@ -1,0 +1,134 @@
+"""Progress a person can follow over hours: after every finished trial, how many of the
+study's trials have a record, how long this run has taken, and how long the rest should
+take.
+
+The rest is the study's estimate for the trials without a record (``estimate.total``,
+from the calibrations), scaled by what the trials done so far measured against their
+own estimates (each record keeps the estimate made before it ran and its wall time):
+an estimate that was 1.5x optimistic for the first trials is taken as 1.5x optimistic
+for the others. Host side, standard library only; the records are read once each
+(cached by path and modification time), so a line costs milliseconds in a long run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from . import estimate
+from .util import finite
+
+#: when this run started (seconds since the epoch), set once by the main process and
+#: inherited by every job's process (a cluster job's too)
+STARTED_VAR = "STUDY_STARTED_AT"
+#: the correction applied to the estimate stays within these bounds (a few odd trials
+#: must not turn "2 h left" into "2 days left")
+RATIO_BOUNDS = (0.2, 5.0)
+
+_cache: dict[str, tuple[int, tuple[float | None, float | None]]] = {}
+
+
+def started_at() -> float:
+    """This run's start: the inherited one, else now (and then every job inherits it)."""
+    value = os.environ.get(STARTED_VAR)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        os.environ[STARTED_VAR] = f"{time.time():.3f}"
+        return float(os.environ[STARTED_VAR])
+
+
+def _timing(path: Path) -> tuple[float | None, float | None] | None:
+    """A record's (estimate, wall) seconds; None when there is no record."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    key = str(path)
+    hit = _cache.get(key)
+    if hit and hit[0] == mtime:
+        return hit[1]
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return (None, None)
+    est = (record.get("estimate") or {}) if isinstance(record, dict) else {}
+    est_s = est.get("seconds") if isinstance(est, dict) else None
+    wall = record.get("trial_wall_s") if isinstance(record, dict) else None
+    timing = (
+        float(est_s) if finite(est_s) and est_s > 0 else None,
+        float(wall) if finite(wall) and wall > 0 else None,
+    )
+    _cache[key] = (mtime, timing)
+    return timing
+
+
+def measure(
+    experiments: Iterable[Mapping], trials: int, results: Path
+) -> tuple[list[tuple[str, int]], float, float]:
+    """The (experiment, trial) pairs with a record, and the summed estimate and wall
+    time of those whose record has both."""
+    done: list[tuple[str, int]] = []
+    est_sum = wall_sum = 0.0
+    for spec in experiments:
+        for k in range(trials):
+            timing = _timing(results / "records" / spec["id"] / f"trial{k}.json")
+            if timing is None:
+                continue
+            done.append((spec["id"], k))
+            est_s, wall = timing
+            if est_s and wall:
+                est_sum += est_s
+                wall_sum += wall
+    return done, est_sum, wall_sum
+
+
+def line(
+    study,
+    results: Path | str = "results",
+    started: float | None = None,
+    now: float | None = None,
+    machine: estimate.Machine | None = None,
+) -> str:
+    """One progress line for a loaded study (``study.Study``)."""
+    results = Path(results)
+    trials = int(study.settings["trials"])
+    experiments = study.experiments
+    done, est_sum, wall_sum = measure(experiments, trials, results)
+    if machine is None:
+        machine = estimate.study_machine(study, results, measure=False)
+    est = estimate.total(experiments, trials, machine, envs=study.envs, done=done)
+    total = len(experiments) * trials
+    elapsed = (now if now is not None else time.time()) - (
+        started if started is not None else started_at()
+    )
+    text = f"[progress] {len(done)} of {total} trials have a record, {estimate.human(elapsed)} "
+    text += "elapsed in this run"
+    left = est["remaining_trials_s"]
+    if len(done) >= total:
+        return text + "; every trial is done"
+    missing = total - len(done)
+    trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"
+    if est_sum > 0:
+        ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+        return (
+            text + f"; about {estimate.human(left * ratio)} left (the estimate of "
+            f"{estimate.human(left)} for the {trials_left}, "
+            f"x {ratio:.2f}: measured/estimated so far)"
+        )
+    return text + f"; about {estimate.human(left)} left (the estimate, nothing measured yet)"
+
+
+def report(study, results: Path | str = "results") -> None:
+    """Print the progress line after a trial's job (a rule's ``run:`` block); a line
+    that cannot be made never fails the job."""
+    import sys
+
+    try:
+        text = line(study, results)
+    except Exception as exc:  # noqa: BLE001 - progress is advice, not a result
+        text = f"[progress] none: {type(exc).__name__}: {exc}"
+    print(text, file=sys.stderr, flush=True)
