@@ -919,4 +919,6 @@ def test_batch_norm_at_1x1_is_refused_for_training_only():
     one value per channel; inference (eval mode) uses the running statistics."""
     fields = {"model": "resnet18", "image_size": 32, "batch_size": 1}
     assert "batch_size 1 with image_size 32" in error_of({"experiments": [fields]})
-    assert ids({"experiments": [{**fields, "mode": "inference"}]}) == ["resnet18-infer-fp32-bs1-px32"]
+    assert ids({"experiments": [{**fields, "mode": "inference"}]}) == [
+        "resnet18-infer-fp32-bs1-px32"
+    ]
