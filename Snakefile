@@ -33,6 +33,6 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        summary="results/summary.csv",
-        report="results/report/index.html",
+        summary=f"{RESULTS}/summary.csv",
+        report=f"{RESULTS}/report/index.html",
         images=expand("results/images/{image}.json", image=IMAGES),

@@ -7,6 +7,9 @@ from pathlib import Path
 from workflow_scripts import cluster, collectives, envs, images, jobs, progress
 
 SETTINGS = STUDY.settings
+# Where the records, collectives, summary and report go: results/, a pre-flight's apart.
+RESULTS = STUDY.results
+LOGS = STUDY.logs
 # When this run started: set by the main process, inherited by every job (progress lines).
 progress.started_at()
 # The interpreter running Snakemake runs the workflow's own scripts.
@@ -76,7 +79,7 @@ def all_records():
     """Every trial record of the study, trial k of every experiment before trial k+1
     (the order of the report's rows; the run order comes from trial_priority)."""
     return [
-        f"results/records/{exp['id']}/trial{trial}.json"
+        f"{RESULTS}/records/{exp['id']}/trial{trial}.json"
         for trial in TRIALS
         for exp in STUDY.experiments
     ]
@@ -115,7 +118,7 @@ def collectives_inputs(wildcards):
 
 
 def collectives_results():
-    return expand("results/collectives/{variant}.json", variant=COLLECTIVES)
+    return expand(f"{RESULTS}/collectives/{{variant}}.json", variant=COLLECTIVES)
 
 
 def collectives_json():

@@ -53,9 +53,9 @@ rule run_experiment:
     input:
         unpack(experiment_inputs),
     output:
-        record="results/records/{experiment}/trial{trial}.json",
+        record=f"{RESULTS}/records/{{experiment}}/trial{{trial}}.json",
     log:
-        "logs/experiments/{experiment}/trial{trial}.log",
+        f"{LOGS}/experiments/{{experiment}}/trial{{trial}}.log",
     priority: trial_priority
     threads: experiment_threads
     resources:
@@ -92,9 +92,9 @@ rule collectives:
     input:
         unpack(collectives_inputs),
     output:
-        result="results/collectives/{variant}.json",
+        result=f"{RESULTS}/collectives/{{variant}}.json",
     log:
-        "logs/collectives/{variant}.log",
+        f"{LOGS}/collectives/{{variant}}.log",
     threads: machine_threads
     resources:
         **PLACEMENT,

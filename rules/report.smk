@@ -12,48 +12,48 @@ rule report:
         machines=machine_files(SETTINGS["report"]),
     output:
         summary=report(
-            "results/summary.csv",
+            f"{RESULTS}/summary.csv",
             caption="../workflow_scripts/captions/summary.rst",
             category="Tables",
         ),
-        html="results/report/index.html",
+        html=f"{RESULTS}/report/index.html",
         ladder=report(
-            "results/report/ladder.svg",
+            f"{RESULTS}/report/ladder.svg",
             caption="../workflow_scripts/captions/ladder.rst",
             category="Optimization ladder",
         ),
         batch_size=report(
-            "results/report/batch_size.svg",
+            f"{RESULTS}/report/batch_size.svg",
             caption="../workflow_scripts/captions/batch_size.rst",
             category="Sweeps",
         ),
         num_workers=report(
-            "results/report/num_workers.svg",
+            f"{RESULTS}/report/num_workers.svg",
             caption="../workflow_scripts/captions/num_workers.rst",
             category="Sweeps",
         ),
         threads=report(
-            "results/report/threads.svg",
+            f"{RESULTS}/report/threads.svg",
             caption="../workflow_scripts/captions/threads.rst",
             category="Sweeps",
         ),
         backends=report(
-            "results/report/backends.svg",
+            f"{RESULTS}/report/backends.svg",
             caption="../workflow_scripts/captions/backends.rst",
             category="Backends",
         ),
         roofline=report(
-            "results/report/roofline.svg",
+            f"{RESULTS}/report/roofline.svg",
             caption="../workflow_scripts/captions/roofline.rst",
             category="Roofline",
         ),
         collectives=report(
-            "results/report/collectives.svg",
+            f"{RESULTS}/report/collectives.svg",
             caption="../workflow_scripts/captions/collectives.rst",
             category="Distributed",
         ),
     log:
-        "logs/report.log",
+        f"{LOGS}/report.log",
     resources:
         cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
         mem_mb=REPORT_RESOURCES["mem_mb"],

@@ -121,6 +121,10 @@ def test_whole_number_floats_and_nested_overrides(wd):
             "batch_size 1 with image_size 32",
         ),
         ({"ranks": 2}, "ranks 2 needs launcher 'torchrun' or 'accelerate' (got launcher 'none')"),
+        (
+            {"max_steps": 2, "warmup_steps": 2},
+            "max_steps 2 leaves no timed step after warmup_steps 2",
+        ),
         ({"launcher": "accelerate", "nodes": 2}, "nodes 2 needs launcher 'torchrun'"),
         (
             {"launcher": "accelerate", "backend": "xla"},

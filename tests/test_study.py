@@ -922,3 +922,31 @@ def test_batch_norm_at_1x1_is_refused_for_training_only():
     assert ids({"experiments": [{**fields, "mode": "inference"}]}) == [
         "resnet18-infer-fp32-bs1-px32"
     ]
+
+
+def test_the_shapes_preset_is_the_default_study_shortened(shipped):
+    """The pre-flight: every experiment of the study at its real size, the fewest steps."""
+    from workflow_scripts.study import preflight
+
+    default = load_study(shipped)
+    shapes = load_study({**shipped, "preset": "shapes"})
+    assert shapes.ids == default.ids
+    real = ("model", "batch_size", "image_size", "seq_len", "precision", "backend", "compile",
+            "launcher", "ranks", "threads", "nodes", "dist_backend", "data", "mode")  # fmt: skip
+    for full, pre in zip(default.experiments, shapes.experiments):
+        assert preflight.matches(full, pre), full["id"]
+        assert {k: pre[k] for k in real} == {k: full[k] for k in real}
+        assert pre["warmup_steps"] == 1 and pre["time_budget_s"] is None
+        if full["epochs"]:
+            assert pre["epochs"] == 1 and pre["max_steps"] == preflight.EPOCH_STEPS
+        else:
+            assert pre["steps"] == 1 and pre["max_steps"] is None
+    assert not preflight.matches(default.experiments[0], {**shapes.experiments[0], "batch_size": 1})
+    assert shapes.settings["trials"] == 1 and shapes.settings["noise_retries"] == 0
+    assert shapes.settings["collectives"]["iterations"] == preflight.COLLECTIVE_ITERATIONS
+    assert (shapes.results, shapes.logs) == ("results/preflight", "logs/preflight")
+    assert (default.results, default.logs) == ("results", "logs")
+    # any preset has its pre-flight
+    quick = load_study({**shipped, "preset": "quick"})
+    pre_quick = load_study({**shipped, "preset": "quick", "preflight": True})
+    assert pre_quick.ids == quick.ids and pre_quick.results == "results/preflight"

@@ -159,12 +159,15 @@ class Machine:
         cpus: int,
         flags: Iterable[str],
         container: bool = False,
+        preflight: Mapping[str, Mapping] | None = None,
     ):
         self.calibrations = dict(calibrations)
         self.quick = quick_gflops
         self.cpus = max(1, cpus)
         self.native = bf16_native(flags)
         self.container = container
+        #: each experiment's measured pre-flight (:func:`read_preflight`), by id
+        self.preflight = dict(preflight or {})
 
     def calibration(self, env: str) -> Mapping | None:
         cal = self.calibrations.get(env)
@@ -223,8 +226,11 @@ def _world(spec: Mapping) -> tuple[int, int]:
 
 
 def trial(spec: Mapping, machine: Machine) -> dict:
-    """The predicted wall time of one attempt of this trial, with its parts."""
+    """The predicted wall time of one attempt of this trial, with its parts: from its
+    measured pre-flight where there is one (its wall time, plus the steps the whole
+    trial runs beyond it at its measured step time), else from the model below."""
     env = spec.get("env") or "upstream"
+    pre = machine.preflight.get(spec.get("id"))
     ranks, threads = _world(spec)
     total_threads = (threads or max(1, machine.cpus // ranks)) * ranks
     rate = machine.fp32_rate(env, min(total_threads, machine.cpus)) * EFFICIENCY
@@ -245,6 +251,8 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         step += STEP_OVERHEAD_S
     if spec.get("data") == "image_folder":
         step += 0.003 * batch  # decoding and resizing with PIL
+    if pre:
+        step = float(pre["step_s"])
     epochs = int(spec.get("epochs") or 0)
     warmup = int(spec.get("warmup_steps") or 0)
     if epochs:
@@ -276,6 +284,9 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     if spec.get("backend") == "xla":  # traces and compiles its graph in the first steps
         parts["compile"] += 10.0
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
+    if pre:  # measured: the pre-flight's whole trial, then the steps it did not run
+        more = max(0, untimed + timed_steps - int(pre["steps"]))
+        parts = {"preflight": float(pre["wall_s"]), "more_steps": more * step}
     seconds = sum(parts.values())
     timeout = spec.get("timeout_s")
     capped = finite(timeout) and seconds > timeout
@@ -287,7 +298,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         "step_s": round(step, 4),
         "timed_steps": timed_steps,
         "parts": {k: round(v, 2) for k, v in parts.items()},
-        "basis": machine.basis(env),
+        "basis": "pre-flight" if pre else machine.basis(env),
         "capped": bool(capped),
         "notes": notes,
     }
@@ -350,8 +361,19 @@ def total(
         "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
         "setup": setup,
         "experiments": per_experiment,
-        "basis": sorted({machine.basis(e) for e in envs} or {machine.basis("upstream")}),
+        "basis": _basis(machine, envs, per_experiment),
     }
+
+
+def _basis(machine: Machine, envs: Iterable[str], per_experiment: Mapping) -> list[str]:
+    modelled = {e.get("basis") for e in per_experiment.values()} - {"pre-flight"}
+    basis = []
+    measured = sum(1 for e in per_experiment.values() if e.get("basis") == "pre-flight")
+    if measured:
+        basis.append(f"pre-flight measurements for {measured} of {len(per_experiment)} experiments")
+    if modelled or not per_experiment:
+        basis += sorted({machine.basis(e) for e in envs} or {machine.basis("upstream")})
+    return basis
 
 
 def human(seconds: float) -> str:
@@ -400,28 +422,61 @@ def done_trials(results: Path, experiments: list[Mapping], trials: int) -> list[
     ]
 
 
+def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, dict]:
+    """The pre-flight (records under ``records``) of each experiment that has an ok one of
+    that experiment as it now is: its wall time, its steps (warm-up included), and its
+    step time."""
+    from .study import preflight
+
+    out: dict[str, dict] = {}
+    for spec in experiments:
+        try:
+            record = json.loads((records / spec["id"] / "trial0.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("status") != "ok":
+            continue
+        if not preflight.matches(dict(spec), record.get("spec")):
+            continue
+        step = ((record.get("metrics") or {}).get("step_time_s") or {}).get("median")
+        wall, steps = record.get("trial_wall_s"), len(record.get("losses") or [])
+        if finite(step) and finite(wall) and steps:
+            out[spec["id"]] = {"wall_s": float(wall), "step_s": float(step), "steps": steps}
+    return out
+
+
 def study_machine(study, results: Path | str = "results", measure: bool = True) -> Machine:
     """What the estimate knows of this machine for a loaded study: the calibrations
-    under ``results``, and a quick measurement for an environment without one
-    (``measure``; else a rough rate per CPU)."""
+    under ``results``, a quick measurement for an environment without one (``measure``;
+    else a rough rate per CPU), and (for a study that is not itself a pre-flight) the
+    pre-flight of its experiments measured under ``results/preflight``."""
     from . import sysinfo
+    from .study import preflight
 
-    calibrations = read_calibrations(Path(results), list(study.envs))
+    results = Path(results)
+    calibrations = read_calibrations(results, list(study.envs))
     quick = None
     if measure and not all(isinstance(c, dict) and c.get("ceiling") for c in calibrations.values()):
         quick = quick_fp32_gflops()
+    measured = {}
+    if not study.settings.get("preflight"):
+        root = preflight.under(results, {"preflight": True}) / "records"
+        measured = read_preflight(root, study.experiments)
     return Machine(
         calibrations,
         quick,
         len(sysinfo.plan_cpus()),
         sysinfo.topology().get("cpu_flags") or [],
         container=study.settings.get("runtime") != "local",
+        preflight=measured,
     )
 
 
 def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
     """The estimate of a loaded study (``study.Study``) on this machine, from the
     calibrations under ``results`` (a quick measurement for what has none)."""
+    from .study import preflight
+
     results = Path(results)
     settings = study.settings
     machine = study_machine(study, results, measure)
@@ -433,7 +488,7 @@ def for_study(study, results: Path | str = "results", measure: bool = True) -> d
         machine,
         envs=list(study.envs),
         collectives=len(variants),
-        done=done_trials(results, study.experiments, trials),
+        done=done_trials(preflight.under(results, settings), study.experiments, trials),
     )
 
 

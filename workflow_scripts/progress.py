@@ -94,10 +94,12 @@ def line(
     machine: estimate.Machine | None = None,
 ) -> str:
     """One progress line for a loaded study (``study.Study``)."""
+    from .study import preflight
+
     results = Path(results)
     trials = int(study.settings["trials"])
     experiments = study.experiments
-    done, est_sum, wall_sum = measure(experiments, trials, results)
+    done, est_sum, wall_sum = measure(experiments, trials, preflight.under(results, study.settings))
     if machine is None:
         machine = estimate.study_machine(study, results, measure=False)
     est = estimate.total(experiments, trials, machine, envs=study.envs, done=done)

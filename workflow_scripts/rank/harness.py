@@ -498,7 +498,8 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     tokens: list[tuple[int, int, int]] = []  # a text model's timed steps (text_tokens)
     first_step_s = math.nan
     epochs = spec.get("epochs") or 0
-    total = trainer.total_steps
+    # max_steps cuts the run short (a pre-flight); the schedule stays the whole run's
+    total = min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps)
     budget = None if epochs else spec.get("time_budget_s")
     budget_hit = False
     window_start = None

@@ -229,6 +229,11 @@ def check_spec(spec: dict) -> list[str]:
             f"{spec['epochs']} short (its accuracy then means nothing); set time_budget_s: "
             "null (timeout_s still ends a run that hangs)"
         )
+    if spec["max_steps"] is not None and spec["max_steps"] <= spec["warmup_steps"]:
+        problems.append(
+            f"max_steps {spec['max_steps']} leaves no timed step after warmup_steps "
+            f"{spec['warmup_steps']} (max_steps counts the warm-up too)"
+        )
     if spec["data"] == "digits" and spec["batch_size"] > digits.TRAIN_IMAGES:
         problems.append(
             f"batch_size {spec['batch_size']} is larger than the {digits.TRAIN_IMAGES} "

@@ -12,7 +12,8 @@
 3. expands ``experiments`` (in file order) then ``sweeps`` (in file order, each
    the Cartesian product of its list-valued fields in the order written, the
    last field varying fastest) into fully resolved experiment specs;
-4. checks each spec (field values, combinations of fields, ids).
+4. checks each spec (field values, combinations of fields, ids);
+5. with ``preflight``, shortens each spec to its pre-flight (``preflight.py``).
 
 Every problem raises ``StudyConfigError`` whose message is meant for the
 user, one line per problem, e.g.
@@ -40,6 +41,7 @@ from .. import backends, launchers, workloads
 from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
 from ..util import show
+from . import preflight
 from .checks import check_spec, setting_warnings
 from .fields import (
     BUILTIN_DEFAULTS,
@@ -80,6 +82,16 @@ class Study:
     def __post_init__(self) -> None:
         self.by_id = {spec["id"]: spec for spec in self.experiments}
         self.envs = sorted({spec["env"] for spec in self.experiments})
+
+    @property
+    def results(self) -> str:
+        """Where its records, summary and report go (``results``; a pre-flight's apart)."""
+        return preflight.results_root(self.settings)
+
+    @property
+    def logs(self) -> str:
+        """Where the logs of its trials, collectives and report go."""
+        return preflight.logs_root(self.settings)
 
     @property
     def ids(self) -> list[str]:
@@ -349,14 +361,19 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
 
 def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
     """The top-level settings: the declared defaults, then the config, then the preset's
-    ``trials``, ``image_folder`` and ``collectives``, then the command line's (it wins
-    over a preset); nested mappings merged key by key."""
+    ``trials``, ``preflight``, ``image_folder`` and ``collectives``, then the command
+    line's (it wins over a preset); nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
     if "trials" in overlay:
         settings["trials"] = overlay["trials"]
     if "trials" in cli:
         settings["trials"] = cli["trials"]
+    for key in ("preflight",):  # a preset may be a pre-flight (shapes)
+        if key in overlay:
+            settings[key] = overlay[key]
+        if key in cli:
+            settings[key] = cli[key]
     settings["image_folder"] = {
         **SETTING_DEFAULTS["image_folder"],
         **config.get("image_folder", {}),
@@ -480,8 +497,12 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     if errors:
         raise StudyConfigError("\n".join(errors))
 
+    specs = [item.spec for item in items]
+    if settings["preflight"]:  # 5. the pre-flight: every experiment, the fewest steps
+        specs = [preflight.shorten(spec) for spec in specs]
+        settings = preflight.settings(settings)
     return Study(
-        experiments=[item.spec for item in items],
+        experiments=specs,
         settings=settings,
         defaults=defaults,
         base_dir=Path(base_dir).resolve(),

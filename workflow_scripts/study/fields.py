@@ -603,6 +603,14 @@ FIELDS: dict[str, Field] = {
             missing=0,
         ),
         Field(
+            "max_steps",
+            {"type": ["integer", "null"], "minimum": 2},
+            None,
+            "stop after this many steps in all, warm-up included (an epochs run cut short, "
+            "as the pre-flight cuts it); null: every step",
+            tag=lambda v: f"max{v}" if v else "nomax",
+        ),
+        Field(
             "time_budget_s",
             {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}]},
             None,

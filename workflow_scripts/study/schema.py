@@ -77,6 +77,7 @@ def build_schema() -> dict:
             "defaults": _ref("defaults"),
             **runs,
             "trials": _ref("trials"),
+            "preflight": SETTINGS["preflight"].schema,
             "image_folder": SETTINGS["image_folder"].schema,
             "collectives": SETTINGS["collectives"].schema,
         },
