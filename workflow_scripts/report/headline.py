@@ -30,6 +30,15 @@ def truncated(stats: pd.DataFrame) -> pd.DataFrame:
     return stats[(epochs == 0) & steps.notna() & timed.notna() & (timed < steps)]
 
 
+#: the first line of a pre-flight's headline
+PREFLIGHT = (
+    "<b>A pre-flight</b>: every experiment ran at its real size for one warm-up and one "
+    "timed step (an epochs run: a few steps of one epoch), once. It says what runs and "
+    "what fails, and roughly how fast; its throughputs and accuracies are not the "
+    "study's measurements (run the study for those)."
+)
+
+
 def headline_html(
     frame: pd.DataFrame,
     records: Sequence[Any],
@@ -88,6 +97,8 @@ def headline_html(
                 "fp32 eager's: see Correctness.)"
             )
     items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
+    if any(isinstance(r, Mapping) and (r.get("spec") or {}).get("preflight") for r in records):
+        items.insert(0, PREFLIGHT)
     items.append(_correctness(check))
     items += list(families)
     if len(compiled):

@@ -28,12 +28,13 @@ EPOCH_STEPS = 3
 #: the allreduce microbenchmark's timed calls per size in a pre-flight
 COLLECTIVE_ITERATIONS = 2
 #: the fields a pre-flight changes (how long a trial runs, never what it runs)
-SHORTENED = ("warmup_steps", "steps", "epochs", "max_steps", "time_budget_s", "preset")
+SHORTENED = ("warmup_steps", "steps", "epochs", "max_steps", "time_budget_s", "preset", "preflight")
 
 
 def shorten(spec: dict) -> dict:
     """The pre-flight of one resolved spec: the same experiment, the fewest steps."""
     out = dict(spec)
+    out["preflight"] = True  # (the report says so)
     out["warmup_steps"] = 1
     out["time_budget_s"] = None
     if spec["epochs"]:
