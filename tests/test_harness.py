@@ -322,7 +322,11 @@ def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path)
     assert time.monotonic() - t0 < 60
     assert rec["status"] == "timeout"
     assert "timeout_s=8" in rec["error"]["message"]
-    assert "run_trial.py" in rec["error"]["tail"]  # the output so far is kept
+    # the output so far is kept: the end of the run's log (its command line, and on a
+    # fast machine step lines after it that push the command line out of the tail)
+    log = (tmp_path / "logs" / f"{spec['id']}.log").read_text(errors="replace")
+    assert "run_trial.py" in log and rec["error"]["tail"].strip()
+    assert rec["error"]["tail"].strip()[-2000:] in log
 
 
 def test_crash_without_result_is_recorded(make_spec, tmp_path):
