@@ -397,7 +397,10 @@ def format_estimate(est: Mapping, trials: int) -> str:
             f"[estimate] trials without a record yet: about {human(est['remaining_trials_s'])}"
         )
     for name, g in sorted(est["groups"].items(), key=lambda kv: -kv[1]["seconds"]):
-        lines.append(f"[estimate]   {name}: {human(g['seconds'])} ({g['trials']} trials)")
+        n = g["trials"]
+        lines.append(
+            f"[estimate]   {name}: {human(g['seconds'])} ({n} trial{'' if n == 1 else 's'})"
+        )
     lines.append(f"[estimate] basis: {'; '.join(est['basis'])} (rough: see the report)")
     return "\n".join(lines)
 
