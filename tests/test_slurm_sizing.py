@@ -93,6 +93,39 @@ def test_a_cluster_that_cannot_answer_or_has_no_such_partition_is_an_error():
             "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
             "node_fail",
         ),  # fmt: skip
+        # the formats of other SLURM versions and settings, as sites print them
+        ("srun: error: node7: task 0: Out Of Memory\n", "oom"),  # 21.08+
+        (
+            "[2026-11-25T10:00:01.123] error: Detected 1 oom_kill event in StepId=31.0. "
+            "Some of the step tasks have been OOM Killed.\n",
+            "oom",
+        ),  # slurmstepd with a timestamp prefix, 23.02+ wording  # fmt: skip
+        (
+            "slurmstepd: error: Detected 1 oom-kill event(s) in step 31.0 cgroup. Some of "
+            "your processes may have been killed by the cgroup out-of-memory handler.\n",
+            "oom",
+        ),  # 19.05-20.11  # fmt: skip
+        ("slurmstepd: error: Job 31 exceeded memory limit (5000 > 4096), being killed\n", "oom"),
+        (
+            "0: slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-11-25T10:00:00 DUE TO "
+            "TIME LIMIT ***\n",
+            "timeout",
+        ),  # srun --label  # fmt: skip
+        (
+            "[2026-11-25T10:00:00.000] *** JOB 12 ON n1 CANCELLED AT 2026-11-25T10:00:00 DUE "
+            "TO TIME LIMIT ***\n",
+            "timeout",
+        ),  # fmt: skip
+        (
+            "[2026-11-25T10:00:00.001] srun: error: Node failure on n3\n"
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n",
+            "node_fail",
+        ),  # srun --verbose  # fmt: skip
+        (
+            "slurmstepd: error: *** STEP 8.0 ON n1 CANCELLED AT 2026-11-25T10:00:00 DUE TO "
+            "PREEMPTION ***\n",
+            "preempted",
+        ),  # fmt: skip
     ],
 )
 def test_slurms_own_words_say_why_it_ended_a_step(output, status):
@@ -104,6 +137,9 @@ def test_slurms_own_words_say_why_it_ended_a_step(output, status):
 def test_a_runs_own_words_are_not_slurms():
     # a trial's own out-of-memory message, or a training log: not SLURM ending the step
     assert slurm.ended_by_slurm("RuntimeError: out of memory\nstep 2/3 oom-kill") is None
+    # a timestamped line of another program's: only slurmstepd's own wording counts
+    assert slurm.ended_by_slurm("[2026-11-25T10:00:00.000] error: out of memory") is None
+    assert slurm.ended_by_slurm("[12:00:01] task 0: Out Of Memory in my loader") is None
     assert slurm.ended_by_slurm("srun: cluster configuration lacks support for cpu binding") is None
 
 

@@ -149,14 +149,33 @@ def planned_node(settings: dict, run=subprocess.run) -> NodeType:
 
 
 # ---- a job step that SLURM ended ----
-#: what srun and slurmstepd print when SLURM ends a step, and the status it means
+#: what srun and slurmstepd print when SLURM ends a step, and the status it means (the
+#: wordings of SLURM 19.05 to 24.x: cgroup's "oom-kill event(s)" and "oom_kill event",
+#: jobacct_gather's "exceeded memory limit", srun's "task 0: Out Of Memory")
 _ENDED_BY_SLURM = (
-    (re.compile(r"exceeded (?:job )?memory limit|oom[- ]kill", re.IGNORECASE), "oom"),
+    (
+        re.compile(
+            r"exceeded (?:job |step )?memory limit|oom[-_ ]kill|task \d+: Out Of Memory",
+            re.IGNORECASE,
+        ),
+        "oom",
+    ),
     (re.compile(r"DUE TO TIME LIMIT"), "timeout"),
     (re.compile(r"DUE TO PREEMPTION"), "preempted"),
-    (re.compile(r"DUE TO NODE FAILURE|NODE_FAIL|Node failure", re.IGNORECASE), "node_fail"),
+    (re.compile(r"DUE TO NODE FAIL|NODE_FAIL|Node failure", re.IGNORECASE), "node_fail"),
 )
-_SLURM_LINE = re.compile(r"^(?:\S+: )?(?:srun|slurmstepd(?:-\S+)?): .*$", re.MULTILINE)
+#: a line of srun's or slurmstepd's (``slurmstepd-<node>:`` too), after what may stand
+#: before it: a timestamp (``[2026-11-25T10:00:01.123]``, as LogTimeFormat and srun
+#: --verbose print), a task label (``srun --label``'s ``0:``) or a host name
+_PREFIX = r"^(?:\[[^\]\n]*\] ?)?(?:\S+: )?"
+_SLURM_LINE = re.compile(_PREFIX + r"(?:srun|slurmstepd(?:-\S+)?): .*$", re.MULTILINE)
+#: slurmstepd's own lines where it logs with a timestamp and no name of its own (an
+#: error line whose wording only SLURM prints: checked against _ENDED_BY_SLURM too)
+_STEPD_LINE = re.compile(r"^\[\d{4}-\d\d-\d\dT[\d:.]+\] (?:error: |\*\*\* ).*$", re.MULTILINE)
+_STEPD_WORDS = re.compile(
+    r"oom[-_ ]kill event|exceeded (?:job |step )?memory limit|\*\*\* (?:STEP|JOB) \d",
+    re.IGNORECASE,
+)
 
 
 def ended_by_slurm(output: str) -> tuple[str, str] | None:
@@ -164,6 +183,7 @@ def ended_by_slurm(output: str) -> tuple[str, str] | None:
     its memory (``oom``), at its time limit (``timeout``), preempted, or on a failed
     node; None otherwise."""
     lines = _SLURM_LINE.findall(output)
+    lines += [line for line in _STEPD_LINE.findall(output) if _STEPD_WORDS.search(line)]
     for pattern, status in _ENDED_BY_SLURM:
         said = [line.strip() for line in lines if pattern.search(line)]
         if said:
