@@ -448,3 +448,35 @@ def test_the_report_builds_for_any_single_experiment(tmp_path, page, group):
         plain = plain and not spec.get("channels_last") and spec.get("compile", "none") == "none"
         if group == "mine" and "<table" in start and not plain:
             assert quality.NO_REFERENCE in start, (exp, start[-3000:])
+
+
+def test_configurations_that_read_alike_are_told_apart(tmp_path):
+    """Two configurations the backend table's words do not tell apart (fixed and dynamic
+    padding, SGD and AdamW: the default study's BERT-base runs) get a row each, named by
+    what differs, and the report builds (it crashed on the default study's records)."""
+    bert = {"model": "bert-base", "image_size": None, "seq_len": 128}
+    records = [
+        trial("fixed-eager", sps=4.0, **bert),
+        trial("fixed-inductor", sps=5.0, backend="inductor", compile="inductor", **bert),
+        trial("dynamic-eager", sps=6.0, padding="dynamic", **bert),
+        trial(
+            "dynamic-inductor",
+            sps=7.0,
+            backend="inductor",
+            compile="inductor",
+            padding="dynamic",
+            **bert,
+        ),  # fmt: skip
+    ]
+    loaded = rec.load_records(write(tmp_path, records))
+    out = report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "report" / "index.html",
+                              tmp_path / "report")  # fmt: skip
+    assert out["trials"] == 4
+    text = (tmp_path / "report" / "index.html").read_text()
+    table = html_tables(section(text, "backends"))[0].set_index("configuration")
+    assert len(table) == 2, table.index
+    fixed = [c for c in table.index if c.endswith("padding fixed")]
+    dynamic = [c for c in table.index if c.endswith("padding dynamic")]
+    assert len(fixed) == 1 and len(dynamic) == 1, table.index
+    assert table.loc[dynamic[0]].str.contains("dynamic-inductor").any()
+    assert not table.loc[fixed[0]].str.contains("dynamic").any()

@@ -204,6 +204,28 @@ def controlled_text(row: Mapping) -> str:
     return text
 
 
+def _distinct_texts(keys: list[tuple], keyed: Mapping[tuple, list]) -> dict[tuple, str]:
+    """Each configuration's words, told apart where two configurations would read alike
+    (e.g. BERT-base on fixed and on dynamically padded batches, or with SGD and AdamW):
+    the settings in which they differ are named."""
+    texts = {key: controlled_text(keyed[key][0]) for key in keys}
+    by_text: dict[str, list[tuple]] = {}
+    for key in keys:
+        by_text.setdefault(texts[key], []).append(key)
+    names = fields.labels()
+    for text, same in by_text.items():
+        if len(same) < 2:
+            continue
+        differ = [i for i in range(len(CONTROLLED_KEYS)) if len({k[i] for k in same}) > 1]
+        for key in same:
+            extra = ", ".join(
+                f"{names.get(CONTROLLED_KEYS[i], CONTROLLED_KEYS[i])} {key[i] or 'default'}"
+                for i in differ
+            )
+            texts[key] = f"{text}, {extra}"
+    return texts
+
+
 def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Backends at the same configuration: one row per configuration (the
     :data:`CONTROLLED_KEYS`) that two backend variants or more ran, one column per
@@ -218,7 +240,9 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     for _, r in stats.iterrows():
         keyed.setdefault(controlled_key(r), []).append(r)
     order: list[str] = []
-    for members in keyed.values():
+    texts = _distinct_texts([k for k, m in keyed.items() if len({variant(r) for r in m}) > 1],
+                            keyed)  # fmt: skip
+    for key, members in keyed.items():
         variants = {variant(r) for r in members}
         if len(variants) < 2:
             continue
@@ -237,7 +261,7 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                 order.append(v)
             rows.append(
                 {
-                    "config": controlled_text(r),
+                    "config": texts[key],
                     "variant": v,
                     "experiment": r["experiment"],
                     "sps_median": r["sps_median"],
