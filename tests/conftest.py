@@ -65,3 +65,23 @@ def spec_of(**fields) -> dict:
 def make_spec():
     """A fully resolved spec (through the real config loader) for a tiny model."""
     return spec_of
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_shm_segment_left_behind():
+    """After the whole suite, /dev/shm holds no new oneCCL/libfabric segment of a process
+    that is gone (runs remove their own; tests that start ranks themselves remove theirs)."""
+    from workflow_scripts.runtimes import shm
+
+    def segments() -> set[str]:
+        try:
+            return {p.name for p in shm.SHM.iterdir() if shm.SEGMENT.match(p.name)}
+        except OSError:
+            return set()
+
+    before = segments()
+    yield
+    left = sorted(
+        n for n in segments() - before if not shm.alive(int(shm.SEGMENT.match(n).group(1)))
+    )
+    assert not left, f"the tests left shared-memory segments in {shm.SHM}: {left}"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from workflow_scripts.runtimes import shm
 
 pytestmark = pytest.mark.slow
 
@@ -375,6 +376,9 @@ def run_ranks(ccl_env: dict, mode: str, out: Path, timeout: float) -> list[dict]
                 "json": json.loads(result.read_text()) if result.exists() else None,
             }
         )
+    # a rank that died or was killed leaves oneCCL's shm segments behind: these ranks
+    # are this test's own processes, not a study run's, so the test removes them
+    shm.remove([p.pid for p in procs])
     return ranks
 
 

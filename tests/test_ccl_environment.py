@@ -37,6 +37,47 @@ def test_the_offload_worker_is_pinned_inside_the_ranks_block():
     assert "CCL_WORKER_AFFINITY" not in ccl.launcher_environment(off)
 
 
+def test_an_srun_rank_on_a_pmi_site_is_no_mpi_launch():
+    """A site's MpiDefault=pmi2 (or pmix) makes srun add PMI variables to every task:
+    ranks the study started with srun still tell oneCCL they have no MPI launcher."""
+    env = {"STUDY_RANKS_FROM": "slurm", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "PMI_RANK": "3", "PMI_SIZE": "4", "PMI_FD": "7", "SLURM_MPI_TYPE": "pmi2"}  # fmt: skip
+    want = {"CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2"}
+    assert ccl.launcher_environment(env) == want
+    pmix = {"STUDY_RANKS_FROM": "slurm", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.5.0"}  # fmt: skip
+    assert ccl.launcher_environment(pmix)["CCL_PROCESS_LAUNCHER"] == "none"
+    # mpirun's ranks (launcher accelerate) stay Hydra's
+    mpi = {"STUDY_RANKS_FROM": "mpi", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "PMI_RANK": "0"}
+    assert ccl.launcher_environment(mpi) == {}
+    # the record says how the rank was started
+    assert ccl.effective_config(env)["launch"] == {
+        "STUDY_RANKS_FROM": "slurm", "SLURM_MPI_TYPE": "pmi2", "PMI_RANK": "3", "PMI_SIZE": "4",
+        "PMI_FD": "7",
+    }  # fmt: skip
+
+
 def test_the_effective_config_lists_oneccls_variables():
     env = {"CCL_ATL_SHM": "1", "FI_PROVIDER_PATH": "/x", "PATH": "/bin", "LOCAL_RANK": "0"}
-    assert ccl.effective_config(env) == {"CCL_ATL_SHM": "1", "FI_PROVIDER_PATH": "/x"}
+    assert ccl.effective_config(env) == {"CCL_ATL_SHM": "1", "FI_PROVIDER_PATH": "/x",
+                                         "launch": {}}  # fmt: skip
+
+
+def test_the_worker_affinity_lists_every_local_ranks_worker():
+    """oneCCL reads CCL_WORKER_AFFINITY as one CPU per worker of every local rank (with 2
+    local ranks a single value fails: 'failed to parse worker affinity', as the default
+    study's pre-flight found): each rank computes the whole list, its own in its place."""
+    from workflow_scripts.rank.distributed import ranks
+
+    allowed = list(range(8))
+    spec = {"dist_backend": "ccl", "ccl_worker_offload": True, "comm_cpu": False,
+            "threads": 2, "cpus": None}  # fmt: skip
+    assert ranks.worker_affinity(spec, 4, allowed, {}) == "1,3,5,7"
+    # a reserved comm_cpu: the last CPU of each rank's block (threads 4: 3 + 1)
+    reserved = {**spec, "comm_cpu": True, "ccl_worker_offload": False, "threads": 4}
+    assert ranks.worker_affinity(reserved, 2, allowed, {}) == "3,7"
+    assert [ranks.reserve_comm_cpu(ranks.rank_cpus(reserved, r, 2, allowed))[1]
+            for r in range(2)] == [3, 7]  # fmt: skip
+    # the worker off, or Gloo: nothing to place
+    assert ranks.worker_affinity({**spec, "ccl_worker_offload": False}, 4, allowed, {}) is None
+    assert ranks.worker_affinity({**spec, "dist_backend": "gloo"}, 4, allowed, {}) is None

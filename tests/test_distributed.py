@@ -87,6 +87,20 @@ def test_two_ccl_ranks_train_one_ddp_model(oneccl_env, make_spec, tmp_path):
     assert config["study_ccl_wait"]["mode"] == "backoff"
 
 
+@needs_two
+def test_two_ccl_ranks_with_the_worker_on_name_every_workers_cpu(oneccl_env, make_spec, tmp_path):
+    """oneCCL's worker thread on (ccl_worker_offload): CCL_WORKER_AFFINITY lists each local
+    rank's worker CPU, the last of its block (a single value fails to parse with 2 local
+    ranks: the default study's pre-flight found it)."""
+    spec = ddp_spec(make_spec, dist_backend="ccl", ccl_worker_offload=True)
+    rec = assert_ok(run(spec, oneccl_env, tmp_path))
+    assert_ranks(rec, 2)
+    blocks = [[int(c) for c in cpus.split(",")] for cpus in rec["checks"]["rank_cpus"]]
+    config = rec["checks"]["ccl_config"]
+    assert config["CCL_WORKER_OFFLOAD"] == "1"
+    assert config["CCL_WORKER_AFFINITY"] == ",".join(str(max(b)) for b in blocks)
+
+
 @pytest.fixture(scope="module")
 def digits_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits")
@@ -318,3 +332,62 @@ def test_variant_names():
     assert collectives.env_of("gloo") == "upstream" and collectives.image_of("ccl-shm") == "oneccl"
     with pytest.raises(ValueError, match="allowed are gloo"):
         collectives.variant_spec("gloo-offload", 2, 60)
+
+
+def rank_pids(needle: str) -> list[int]:
+    """The pids of the training ranks (python run_trial.py ..., not torchrun above them)
+    whose command line holds ``needle``."""
+    pids = []
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        argv = argv.split("\0")
+        script = [a for a in argv[1:3] if not a.startswith("-")][:1]  # python [-u] script
+        if script and script[0].endswith("run_trial.py") and needle in " ".join(argv):
+            pids.append(int(proc))
+    return pids
+
+
+@needs_two
+def test_ranks_killed_mid_training_leave_nothing_in_dev_shm(oneccl_env, make_spec, tmp_path):
+    """oneCCL's shm transport keeps its segments in /dev/shm (libfabric unlinks them only
+    at a clean exit): after its ranks are SIGKILLed mid-run, the run removes its own
+    ranks' segments, and only theirs."""
+    import signal
+    import threading
+    import time
+
+    from workflow_scripts.runtimes import shm
+
+    spec = ddp_spec(make_spec, id=f"shm-{os.getpid()}", dist_backend="ccl", steps=100_000,
+                    timeout_s=300)  # fmt: skip
+    assert spec["ccl_transport"] == "shm"
+    # a stand-in for another run's segment on the same host: never touched
+    other = shm.SHM / f"{2**22 + os.getpid()}:0:0"
+    other.write_bytes(b"")
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(rec=run(spec, oneccl_env, tmp_path)))
+    worker.start()
+    try:
+        log = tmp_path / "logs" / f"{spec['id']}.log"
+        deadline = time.monotonic() + 240
+        while not (log.exists() and "step 5/" in log.read_text(errors="replace")):
+            assert worker.is_alive() and time.monotonic() < deadline, done
+            time.sleep(0.2)
+        pids = rank_pids(spec["id"])
+        assert len(pids) == 2, pids
+        assert shm.segments(pids), "the ranks made no shm segment: nothing to test"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        worker.join(timeout=240)
+        assert not worker.is_alive()
+        assert done["rec"]["status"] != "ok"
+        assert shm.segments(pids) == [], "the killed ranks' segments are still there"
+        assert other.exists()
+        assert "shared-memory segment(s) the run's processes left" in log.read_text()
+    finally:
+        other.unlink(missing_ok=True)

@@ -343,3 +343,31 @@ def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
     assert rec["error"]["type"] == "MachineMismatch"
     assert "does not exist on this machine" in rec["error"]["message"]
     assert not pids.exists(), "the run started"
+
+
+def test_only_a_runs_own_gone_processes_lose_their_shm_segments(tmp_path):
+    from workflow_scripts.runtimes import shm
+
+    root = tmp_path / "shm"
+    root.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine_gone, mine_alive, others = dead.pid, os.getpid(), dead.pid + 1
+    for name in (f"{mine_gone}:0:0", f"{mine_gone}:0:1", f"{mine_alive}:0:0", f"{others}:0:0",
+                 f"{mine_gone}-not-a-segment", "libpod_lock"):  # fmt: skip
+        (root / name).write_text("")
+    folder = shm.make_folder()
+    os.environ[shm.PIDS_VAR] = folder
+    try:
+        shm.register(mine_gone)
+        shm.register()  # this process, still running
+    finally:
+        del os.environ[shm.PIDS_VAR]
+    assert shm.registered(folder) == {mine_gone, mine_alive}
+    assert shm.cleanup(folder, root) == [f"{mine_gone}:0:0", f"{mine_gone}:0:1"]
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [f"{mine_alive}:0:0", f"{others}:0:0", f"{mine_gone}-not-a-segment", "libpod_lock"]
+    )
+    assert not os.path.exists(folder)
+    shm.register()  # outside a run: nothing to do
+    assert shm.cleanup(None, root) == []

@@ -6,7 +6,8 @@ plugin submits a part of the quick preset (a single-process run in each of two
 environments, a text model), DDP on one node against two over both process groups,
 the allreduce microbenchmark across the two nodes, and a trial that SLURM kills for
 its memory. The nodes have 1 CPU each and this (submit) host 2: the study is planned
-for the nodes, or sbatch would refuse every whole-node job. (The whole quick preset
+for the nodes, or sbatch would refuse every whole-node job. The cluster runs
+MpiDefault=pmi2, as many sites do. (The whole quick preset
 runs locally in test_workflow and in images in test_containers.)"""
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ HARD_LIMIT_S = 2700
 #: the test cluster: its nodes, and each node's memory (MB), which SLURM enforces
 NODES = ("study-node1", "study-node2")
 NODE_MEM_MB = 4096
+#: its MpiDefault, as many sites set it: srun adds PMI variables to every task
+MPI = "pmi2"
 #: what of the quick preset runs through SLURM: its experiments by name
 EXPERIMENTS = ("baseline", "ipex-optimize-fp32", "bert-tiny")
 #: DDP on one node against two, over both process groups (1 rank of 1 thread a node)
@@ -69,7 +72,7 @@ def slurm_study(workdir: Path) -> dict:
 
 def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "STUDY_SLURM_DIR": str(state), "STUDY_SLURM_NODES": str(len(NODES)),
-           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB)}  # fmt: skip
+           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB), "STUDY_SLURM_MPI": MPI}  # fmt: skip
     return subprocess.run(
         ["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=600, env=env
     )
@@ -215,6 +218,12 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
         assert two["checks"]["world_size"] == 2
         one = records[f"ddp-{pg}-1n"]
         assert len(one["checks"]["rank_hosts"]) == 1
+    # on a pmi2 site, srun's tasks carry PMI variables: the study's ranks are still no
+    # MPI launch to oneCCL, and the record says how they were started
+    config = records["ddp-ccl-2n"]["checks"]["ccl_config"]
+    assert config["launch"]["STUDY_RANKS_FROM"] == "slurm", config
+    assert config["launch"]["SLURM_MPI_TYPE"] == MPI and "PMI_RANK" in config["launch"], config
+    assert config["CCL_PROCESS_LAUNCHER"] == "none" and config["CCL_LOCAL_SIZE"] == "1"
     html = (wd / "results/report/index.html").read_text()
     assert "<th>nodes</th>" in html and "ddp-gloo-2n" in html
 

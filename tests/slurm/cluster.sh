@@ -15,6 +15,8 @@
 #   STUDY_SLURM_NODES   compute nodes (default 2)
 #   STUDY_SLURM_MEM_MB  each node's RealMemory, which whole-node jobs ask for and SLURM
 #                       enforces (jobacct_gather's OverMemoryKill) (default 4096)
+#   STUDY_SLURM_MPI     MpiDefault, SLURM's MPI plugin for every srun: none, pmi2 or pmix,
+#                       as sites set it (default none)
 # The configuration must be /etc/slurm/slurm.conf: the executor plugin's inner srun
 # drops every SLURM_* variable, SLURM_CONF too. A slurm.conf that this script did not
 # write is never touched, and start refuses to run where one exists.
@@ -29,6 +31,7 @@ set -euo pipefail
 DIR=${STUDY_SLURM_DIR:-/tmp/study-slurm}
 NODES=${STUDY_SLURM_NODES:-2}
 MEM_MB=${STUDY_SLURM_MEM_MB:-4096}
+MPI=${STUDY_SLURM_MPI:-none}
 CONF=/etc/slurm/slurm.conf
 MARK="# written by cpu-train-study tests/slurm/cluster.sh"
 NET=10.231.7          # the private bridge's /24: .1 the controller, .11, .12, ... the nodes
@@ -130,7 +133,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
-MpiDefault=none
+MpiDefault=$MPI
 ReturnToService=2
 SchedulerType=sched/backfill
 StateSaveLocation=$DIR/state

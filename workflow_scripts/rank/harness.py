@@ -428,7 +428,7 @@ def comm_cpu_check(spec: dict) -> dict | None:
     to it alone (oneCCL's worker), read from /proc after the steps."""
     if not spec.get("comm_cpu"):
         return None
-    reserved = os.environ.get(ranks.COMM_CPU_VAR)
+    reserved = os.environ.get(ranks.RESERVED_VAR)
     threads = sysinfo.thread_cpus()
     return {
         "reserved": int(reserved) if reserved and reserved.isdigit() else reserved,

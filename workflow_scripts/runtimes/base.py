@@ -60,6 +60,8 @@ class Finished:
 
 class Runtime(abc.ABC):
     name: str = ""
+    #: its runs share the host's /dev/shm (a container has its own, gone with it)
+    shares_host_shm: bool = True
 
     def __init__(self, env_info: dict):
         #: the environment record (results/envs/<env>.json) or image record

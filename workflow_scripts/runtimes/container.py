@@ -128,6 +128,7 @@ def remove_container(record: dict, name: str) -> None:
 
 
 class ContainerRuntime(Runtime):
+    shares_host_shm = False
     """A run inside the image of an image record (results/images/<image>.json)."""
 
     @property

@@ -7,8 +7,10 @@ runtime (a container gets the run's ``/dev/shm`` and memory limit, see
 (:func:`~.base.run_logged`), turns a run ended by an interrupting signal into
 :class:`~.base.Interrupted` (no part of it is read, its results are removed), asks the
 runtime whether the kernel's out-of-memory killer ended it, always removes the
-container, and reads what each process wrote. The caller merges those results into
-its record (a trial through its launcher's ``merge``). Standard library only.
+container, removes the shared-memory segments its processes left in the host's
+/dev/shm (``shm.py``), and reads what each process wrote. The caller merges those
+results into its record (a trial through its launcher's ``merge``). Standard library
+only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import shm
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
 
@@ -133,6 +136,9 @@ def run_measured(
     for path in results:
         path.unlink(missing_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
+    pids = shm.make_folder() if runtime.shares_host_shm else None
+    if pids:  # where the run's oneCCL processes register (what they leave is removed)
+        env = {**env, shm.PIDS_VAR: pids}
     wrapped = runtime.wrap(cmd, env, label=label, mounts=list(mounts), cpus=cpus)
     container = wrapped.container is not None
     mark = runtime.oom_mark()
@@ -146,6 +152,11 @@ def run_measured(
         raise
     finally:
         runtime.cleanup(wrapped)
+        left = shm.cleanup(pids)
+        if left:
+            with open(log, "a") as fh:
+                fh.write(f"[shm] removed {len(left)} shared-memory segment(s) the run's "
+                         f"processes left in {shm.SHM}: {', '.join(left)}\n")  # fmt: skip
     found: list[dict | None] = []
     unreadable = None
     for path in results:

@@ -106,8 +106,13 @@ def prepare_libfabric(prefix: Path) -> None:
 
 
 #: variables an MPI process manager sets in each rank (then oneCCL's own launcher
-#: detection, hydra by default, is right)
+#: detection, hydra by default, is right), and srun too on a site whose MpiDefault is
+#: pmi2 or pmix
 MPI_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
+#: what says how a rank was started, for the record: the study's launch, SLURM's MPI
+#: plugin (srun's ``--mpi``/``MpiDefault``), the process manager's rank variables
+LAUNCH_VARS = ("STUDY_RANKS_FROM", "SLURM_MPI_TYPE", *MPI_RANK_VARS, "PMI_SIZE", "PMI_FD",
+               "PMIX_NAMESPACE")  # fmt: skip
 
 
 def launcher_environment(env) -> dict:
@@ -125,7 +130,12 @@ def launcher_environment(env) -> dict:
         if name not in env and value is not None:
             env[name] = set_here[name] = str(value)
 
-    if not any(v in env for v in MPI_RANK_VARS) and "LOCAL_RANK" in env:
+    # ranks that srun started for the study (STUDY_RANKS_FROM=slurm) are not an MPI
+    # launch even where SLURM's pmi2/pmix plugin adds PMI variables to them: oneCCL
+    # would then take them for Hydra's and guess its local rank
+    by_srun = env.get("STUDY_RANKS_FROM") == "slurm"
+    by_mpi = not by_srun and any(v in env for v in MPI_RANK_VARS)
+    if not by_mpi and "LOCAL_RANK" in env:
         default("CCL_PROCESS_LAUNCHER", "none")
         default("CCL_LOCAL_RANK", env.get("LOCAL_RANK"))
         default("CCL_LOCAL_SIZE", env.get("LOCAL_WORLD_SIZE"))
@@ -142,6 +152,7 @@ def effective_config(env=None) -> dict:
     libfabric ones it reads, and how the study backend waits (for the record)."""
     env = os.environ if env is None else env
     config = {k: v for k, v in sorted(env.items()) if k.startswith(("CCL_", "FI_"))}
+    config["launch"] = {k: env[k] for k in LAUNCH_VARS if k in env}
     module = sys.modules.get(MODULE)
     if module is not None and hasattr(module, "wait_policy"):
         config["study_ccl_wait"] = module.wait_policy()
@@ -167,6 +178,9 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     :class:`CCLUnavailable` (an ImportError) when the implementation is missing.
     """
     global _registered
+    from ...runtimes import shm
+
+    shm.register()  # oneCCL's shm transport leaves segments after a kill: the run removes them
     if impl not in IMPLS:
         raise ValueError(f"unknown ccl implementation {impl!r} (choose from {', '.join(IMPLS)})")
     if _registered is not None:

@@ -184,18 +184,41 @@ def pin(spec: dict) -> list[int] | None:
         else:
             return None
     else:
-        cpus = rank_cpus(
-            spec, local, local_size, sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()
-        )
+        allowed, topo = sorted(os.sched_getaffinity(0)), sysinfo.cpu_topology()
+        cpus = rank_cpus(spec, local, local_size, allowed, topo)
+        workers = worker_affinity(spec, local_size, allowed, topo)
+        if workers:
+            os.environ[COMM_CPU_VAR] = workers
     if spec.get("comm_cpu"):
         cpus, comm = reserve_comm_cpu(cpus)
-        os.environ[COMM_CPU_VAR] = str(comm)
+        os.environ[RESERVED_VAR] = str(comm)
+        if local_size == 1:
+            os.environ[COMM_CPU_VAR] = str(comm)
     os.sched_setaffinity(0, cpus)
     return cpus
 
 
-#: where oneCCL pins its worker thread (one CPU per worker; the study runs one)
+def worker_affinity(spec: dict, local_size: int, allowed: list[int], topo: dict) -> str | None:
+    """``CCL_WORKER_AFFINITY`` for the ranks of one node: oneCCL reads it as the list of
+    every local rank's worker CPU, in local-rank order (a single value with 2 local
+    ranks: "failed to parse worker affinity"), so each rank computes every block. A
+    reserved ``comm_cpu`` holds its rank's worker; with the worker on and none reserved,
+    it runs on its block's last CPU. None: oneCCL's worker is off (or not oneCCL)."""
+    if spec.get("dist_backend") != "ccl":
+        return None
+    if not (spec.get("comm_cpu") or spec.get("ccl_worker_offload")):
+        return None
+    blocks = [rank_cpus(spec, r, local_size, allowed, topo) for r in range(local_size)]
+    if spec.get("comm_cpu"):
+        return ",".join(str(reserve_comm_cpu(b)[1]) for b in blocks)
+    return ",".join(str(max(b)) for b in blocks)
+
+
+#: where oneCCL pins its worker threads (one CPU per worker of each local rank, in
+#: local-rank order; the study runs one worker a rank)
 COMM_CPU_VAR = "CCL_WORKER_AFFINITY"
+#: this rank's own reserved CPU (comm_cpu), for its record
+RESERVED_VAR = "STUDY_COMM_CPU"
 
 
 def reserve_comm_cpu(cpus: list[int]) -> tuple[list[int], int]:
