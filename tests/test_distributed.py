@@ -226,7 +226,7 @@ def test_a_failing_rank_fails_the_trial_naming_it(upstream_env, make_spec, tmp_p
 
 
 @needs_two
-@pytest.mark.parametrize("variant", ["gloo", "ccl-shm"])
+@pytest.mark.parametrize("variant", ["gloo", "ccl-shm", "ccl-shm-offload"])
 def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys):
     env = {"upstream": upstream_env, "oneccl": oneccl_env}[collectives.env_of(variant)]
     env_json = tmp_path / "env.json"
