@@ -71,7 +71,7 @@ def make_spec():
 def no_shm_segment_left_behind():
     """After the whole suite, /dev/shm holds no new oneCCL/libfabric segment of a process
     that is gone (runs remove their own; tests that start ranks themselves remove theirs)."""
-    from workflow_scripts.runtimes import shm
+    from workflow_scripts import shm
 
     def segments() -> set[str]:
         try:

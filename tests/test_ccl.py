@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from workflow_scripts.runtimes import shm
+from workflow_scripts import shm
 
 pytestmark = pytest.mark.slow
 

@@ -361,7 +361,7 @@ def test_ranks_killed_mid_training_leave_nothing_in_dev_shm(oneccl_env, make_spe
     import threading
     import time
 
-    from workflow_scripts.runtimes import shm
+    from workflow_scripts import shm
 
     spec = ddp_spec(make_spec, id=f"shm-{os.getpid()}", dist_backend="ccl", steps=100_000,
                     timeout_s=300)  # fmt: skip

@@ -346,7 +346,7 @@ def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
 
 
 def test_only_a_runs_own_gone_processes_lose_their_shm_segments(tmp_path):
-    from workflow_scripts.runtimes import shm
+    from workflow_scripts import shm
 
     root = tmp_path / "shm"
     root.mkdir()

@@ -110,8 +110,18 @@ def test_calibration_measures_the_ceiling_per_dtype_and_threads(calibration):
     for c in ceilings:
         for dtype in ("fp32", "bf16"):
             rates = c["sizes"][dtype]  # the sizes tried, until one ran slower
-            assert c[f"{dtype}_gflops"] == max(rates.values())
+            matmul = c[f"{dtype}_matmul_gflops"]
+            assert matmul == max(rates.values())
             assert str(c[f"{dtype}_size"]) in rates or c[f"{dtype}_size"] in rates
+            # and a 3x3 convolution (oneDNN), unless the dtype is emulated: the faster
+            conv = (c.get("conv") or {}).get(dtype)
+            if c["emulated"][dtype]:
+                assert conv is None and c[f"{dtype}_kernel"] == "matmul"
+                continue
+            assert conv["pilot"] > 0 and (conv["gflops"] or "predicted" in conv["skipped"])
+            best = max(matmul, conv["gflops"] or 0.0)
+            assert c[f"{dtype}_gflops"] == best
+            assert c[f"{dtype}_kernel"] == ("matmul" if best == matmul else "conv3x3")
     # the best of the sizes is no less than the 1024 noise probe's median at those threads
     by_threads = {e["threads"]: e for e in calibration["entries"]}
     for c in ceilings:

@@ -198,7 +198,7 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
             e["threads"] for e in calibration["entries"]
         ]
         assert calibration["env_name"] == env
-    for needle in ("% of the measured matmul ceiling", "Measurement noise", "roofline"):
+    for needle in ("% of the measured ceiling", "Measurement noise", "roofline"):
         assert needle in html
     # no two measurements overlapped in time
     records = [json.loads(p.read_text()) for p in wd.glob("results/records/*/trial*.json")]

@@ -7,8 +7,9 @@
   Standard library and torch/torchvision only (a backend's own libraries are imported
   inside its methods).
 - **Shared** (:data:`SHARED`): read on both sides, standard library only at import
-  time: ``util``, ``sysinfo``, ``cli``, ``workloads`` (the models' declarations), and
-  the ``backends`` and ``launchers`` packages
+  time: ``util``, ``sysinfo``, ``cli``, ``workloads`` (the models' declarations),
+  ``shm`` (the shared-memory segments a run's processes register and its host removes),
+  and the ``backends`` and ``launchers`` packages
   (their attributes are read on the host, their methods run in the ranks).
 - **Host side**: everything else runs in the workflow's own environment, under
   Snakemake: ``jobs`` (how every rule enters this code), ``study`` (the config),
@@ -23,6 +24,6 @@ module imports another's private names or takes part in an import cycle.
 #: the package that runs inside a backend environment (the rank side)
 RANK_SIDE = "rank"
 #: top-level modules and packages read on both sides (standard library only at import)
-SHARED = ("util", "sysinfo", "cli", "workloads", "backends", "launchers")
+SHARED = ("util", "sysinfo", "cli", "workloads", "backends", "launchers", "shm")
 
 __all__: list[str] = []

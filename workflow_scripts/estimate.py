@@ -183,10 +183,13 @@ class Machine:
         """GFLOP/s of the fp32 matmul ceiling with ``threads`` threads."""
         cal = self.calibration(env)
         if cal:
-            ceilings = [c for c in cal["ceiling"] if finite(c.get("fp32_gflops"))]
+            # the matmul rate, which the constants were set against (a convolution's
+            # rate can be twice it where the BLAS uses narrower vectors)
+            key = lambda c: c.get("fp32_matmul_gflops", c.get("fp32_gflops"))  # noqa: E731
+            ceilings = [c for c in cal["ceiling"] if finite(key(c))]
             near = probe.nearest_threads(ceilings, threads)
             if near is not None:
-                return float(near["fp32_gflops"]) * threads / near["threads"]
+                return float(key(near)) * threads / near["threads"]
         all_cpus = self.quick if finite(self.quick) else 50.0 * self.cpus
         return all_cpus * min(threads, self.cpus) / self.cpus
 

@@ -246,11 +246,16 @@ def ceiling(
     repeats: int = CEILING_REPEATS,
     min_seconds: float = MIN_SECONDS,
     budget_s: float | None = CEILING_BUDGET_S,
+    conv: bool = True,
 ) -> dict:
-    """The machine's dense matmul ceiling with this process's current threads: per dtype,
-    the best rate over ``repeats`` runs at each of ``sizes`` (1024 barely saturates a
-    big machine; 4096 does). The best, not the median: a ceiling is what the CPUs
-    can do, and a disturbance only ever lowers a rate. A size that runs slower than
+    """The machine's dense ceiling with this process's current threads: per dtype, the
+    best rate of torch's own dense kernels: ``torch.matmul`` (over ``repeats`` runs at
+    each of ``sizes``: 1024 barely saturates a big machine; 4096 does) and, with
+    ``conv``, a 3x3 convolution in channels_last (:data:`CONV_SHAPE`, oneDNN's kernel:
+    faster than matmul where the BLAS does not use the CPU's widest vectors, as MKL on
+    AMD); ``<dtype>_kernel`` says which, ``<dtype>_matmul_gflops`` keeps matmul's. The
+    best, not the median: a ceiling is what the CPUs can do, and a disturbance only ever
+    lowers a rate. A size that runs slower than
     the one before it ends the search for that dtype (the matrices outgrew the caches
     and the rate will not come back).
 
@@ -304,13 +309,86 @@ def ceiling(
             # nothing fitted the budget: the pilot's rate, so labelled, is all there is
             best, best_size = out["pilot"][d], PILOT_SIZE
             emulated = d != "fp32" and out["pilot"][d] < EMULATED_BELOW * out["pilot"]["fp32"]
+        out[f"{d}_matmul_gflops"] = best
         out[f"{d}_gflops"] = best
         out[f"{d}_size"] = best_size
+        out[f"{d}_kernel"] = "matmul"
         out["sizes"][d] = rates
         out["emulated"][d] = emulated
         if notes:
             out["skipped"][d] = {str(k): v for k, v in notes.items()}
+        if conv and not emulated:
+            measured = out.setdefault("conv", {})[d] = conv_ceiling(d, min_seconds, budget_s)
+            rate = measured.get("gflops")
+            if finite(rate) and (best is None or rate > best):
+                out[f"{d}_gflops"], out[f"{d}_kernel"] = rate, "conv3x3"
     return out
+
+
+# The convolution the ceiling also measures: a 3x3 convolution of 256 channels on 28 x 28
+# maps, batch 8, channels_last (7.4 GFLOP a call), oneDNN's kernel, as a CNN's training
+# runs it. On AMD CPUs torch's fp32 matmul goes through MKL, which does not use AVX-512
+# there: on a 2-vCPU Zen 5 matmul reached 214 GFLOP/s and this convolution ~500, and a
+# ResNet-50 training step 225 (then "104% of the ceiling"). Its pilot: 64 channels on
+# 14 x 14, batch 1 (58 MFLOP).
+CONV_SHAPE = (8, 256, 28)
+CONV_PILOT_SHAPE = (1, 64, 14)
+
+
+def conv_flops(shape: tuple[int, int, int]) -> float:
+    batch, channels, size = shape
+    return 2.0 * batch * channels * channels * 9 * size * size
+
+
+def conv_gflops(
+    dtype: str, shape: tuple[int, int, int] = CONV_SHAPE, min_seconds: float = MIN_SECONDS
+) -> float:
+    """GFLOP/s of a 3x3 convolution (``shape``: batch, channels in and out, map size) of
+    ``dtype`` in channels_last: the fastest of :data:`WINDOWS` windows after a warm-up,
+    as :func:`matmul_gflops`."""
+    import torch
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    batch, channels, size = shape
+    gen = torch.Generator().manual_seed(1234)
+    cl = torch.channels_last
+    x = torch.randn(batch, channels, size, size, generator=gen).to(torch_dtype, memory_format=cl)
+    w = torch.randn(channels, channels, 3, 3, generator=gen).to(torch_dtype, memory_format=cl)
+    flop = conv_flops(shape)
+    conv = torch.nn.functional.conv2d
+    best = 0.0
+    with torch.no_grad():
+        conv(x, w, padding=1)  # warm-up: the primitive's creation and its weights' layout
+        one = None
+        for _ in range(WINDOWS):
+            reps = 0
+            t0 = time.perf_counter()
+            while True:
+                conv(x, w, padding=1)
+                reps += 1
+                elapsed = time.perf_counter() - t0
+                if one is None:
+                    one = elapsed
+                if elapsed >= min_seconds / WINDOWS:
+                    break
+            best = max(best, flop * reps / elapsed / 1e9)
+            if one is not None and one * WINDOWS > min_seconds:
+                break  # one call fills a window: more windows add nothing
+    return best
+
+
+def conv_ceiling(dtype: str, min_seconds: float, budget_s: float | None) -> dict:
+    """The convolution's rate for ``dtype``, bounded in time: a pilot convolution predicts
+    the measurement's cost (warm-up and at least ``min_seconds``); over the budget (bf16
+    where it is emulated), skipped with the prediction."""
+    pilot = conv_gflops(dtype, CONV_PILOT_SHAPE, min_seconds=0.02)
+    one = conv_flops(CONV_SHAPE) / max(pilot, 1e-9) / 1e9
+    cost = one + max(one, min_seconds)
+    if budget_s is not None and cost > budget_s:
+        return {"gflops": None, "pilot": pilot,
+                "skipped": f"skipped: predicted {cost:.1f} s (over the {budget_s:g} s budget) "
+                           f"from {pilot:.2f} GFLOP/s at its pilot shape"}  # fmt: skip
+    return {"gflops": conv_gflops(dtype, CONV_SHAPE, min_seconds), "pilot": pilot}
 
 
 # A small convolutional training step, what the study's time estimate scales by
@@ -394,15 +472,18 @@ def ceiling_rate(
     dtype, rate = peak_rate(near, precision)
     if rate is None:
         return None, None, f"the ceiling has no {precision} rate"
-    size = near.get(f"{dtype}_size")
+    if near.get(f"{dtype}_kernel") == "conv3x3":
+        kernel = "3x3 convolution"
+    else:
+        kernel = f"size {near.get(f'{dtype}_size')}"
     if near["threads"] == threads:
-        return float(rate), dtype, f"calibrated {dtype} ceiling, {threads} threads, size {size}"
+        return float(rate), dtype, f"calibrated {dtype} ceiling, {threads} threads, {kernel}"
     scaled = float(rate) * threads / near["threads"]
     return (
         scaled,
         dtype,
         (
-            f"calibrated {dtype} ceiling, {near['threads']} threads (size {size}) "
+            f"calibrated {dtype} ceiling, {near['threads']} threads ({kernel}) "
             f"scaled linearly to {threads}"
         ),
     )

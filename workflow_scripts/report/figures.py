@@ -284,9 +284,9 @@ def _wrap(text: str, width: int = 34) -> str:
 
 
 def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
-    """A bar per experiment: achieved GFLOP/s as a % of the measured matmul ceiling of
+    """A bar per experiment: achieved GFLOP/s as a % of the measured dense ceiling of
     its dtype (its measurement error instead where it has one)."""
-    title = "Training FLOP/s as a % of the measured matmul ceiling"
+    title = "Training FLOP/s as a % of the measured ceiling"
     roof = roof[pd.to_numeric(roof["pct_of_peak"], errors="coerce").notna()]
     if not len(roof):
         return no_data_svg(title, path, "no experiment with a FLOP count and a ceiling")
@@ -313,7 +313,7 @@ def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
         ax.set_title(title)
         ax.grid(axis="y", visible=False)
         handles = [
-            matplotlib.patches.Patch(color=c, label=f"{d} (vs the {d} matmul ceiling)")
+            matplotlib.patches.Patch(color=c, label=f"{d} (vs the {d} ceiling)")
             for d, c in colors.items()
             if d in set(roof["dtype"])
         ]

@@ -137,7 +137,7 @@ def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
             "GFLOP per sample": [fmt_num(v / 1e9, 3) for v in roof["flops_per_sample"]],
             "samples/s": [fmt_num(v) for v in roof["samples_per_s"]],
             "achieved GFLOP/s": [fmt_num(v) for v in roof["achieved_gflops"]],
-            "matmul ceiling GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
+            "ceiling GFLOP/s (same dtype)": [fmt_num(v) for v in roof["peak_gflops"]],
             "ceiling from": roof["ceiling_source"],
             "% of the ceiling": pct,
         }

@@ -452,7 +452,7 @@ def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
     )
     return (
         "roofline",
-        "% of the measured matmul ceiling",
+        "% of the measured ceiling (matmul or convolution)",
         roof_note
         + (
             table_html(roofline_display(roof))

@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import shm
+from .. import shm
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
 

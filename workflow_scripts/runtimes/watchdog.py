@@ -5,8 +5,8 @@ nothing outlives its job, even after a SIGKILL that gave the policy no chance to
 up. Started by ``run_logged`` in a session of its own, before the job's command, which
 it learns from its first line of input (the job's process group): so there is no
 moment when the command runs unwatched. Stopped by ``run_logged`` when the job ends
-normally. Standard library only, run as a script (no imports of the study but its
-neighbour ``shm.py``, itself standard library only).
+normally. Standard library only, run as a script (no imports of the study but
+``workflow_scripts/shm.py``, itself standard library only).
 
     echo <job process group> | python watchdog.py <policy pid> [<cleanup command as JSON>]
 """
@@ -46,8 +46,8 @@ def stop(pgid: int, cleanup: list[str] | None) -> None:
     if cleanup:  # a container lives on in its engine when its client is killed
         subprocess.run(cleanup, capture_output=True, timeout=120, check=False)
     folder = os.environ.get("STUDY_RUN_PIDS_DIR")
-    if folder:  # the shared-memory segments its processes left (shm.py, beside this file)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if folder:  # the shared-memory segments its processes left (workflow_scripts/shm.py)
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         import shm
 
         shm.cleanup(folder)

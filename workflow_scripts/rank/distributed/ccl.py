@@ -178,7 +178,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     :class:`CCLUnavailable` (an ImportError) when the implementation is missing.
     """
     global _registered
-    from ...runtimes import shm
+    from ... import shm
 
     shm.register()  # oneCCL's shm transport leaves segments after a kill: the run removes them
     if impl not in IMPLS:

@@ -11,8 +11,8 @@ So each process that loads oneCCL registers its pid in the run's folder
 and when the run has ended (or its watchdog has stopped it), :func:`cleanup` removes
 the segments of those pids, and only of those, and only of the ones that are gone (a
 pid the system has since given to another process is left alone). A container run
-has its own /dev/shm, which goes with the container. Standard library only: the
-watchdog runs it as a script's neighbour.
+has its own /dev/shm, which goes with the container. Shared by both sides (the ranks
+register, the host removes); standard library only: the watchdog imports it too.
 """
 
 from __future__ import annotations
