@@ -20,12 +20,11 @@ def small_study(trials: int = 2) -> study.Study:
     return study.load_study(config)
 
 
-def write_record(results, exp: str, trial: int, est_s: float | None, wall: float) -> None:
+def write_record(results, exp: str, trial: int, wall: float | None) -> None:
     path = results / "records" / exp / f"trial{trial}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"status": "ok", "trial_wall_s": wall}
-    if est_s is not None:
-        record["estimate"] = {"seconds": est_s}
+    # the record's own estimate (the trial's, from the calibration alone) is not used
+    record = {"status": "ok", "trial_wall_s": wall, "estimate": {"seconds": 1e6}}
     path.write_text(json.dumps(record))
 
 
@@ -41,21 +40,22 @@ def test_nothing_done_yet_says_the_estimate(tmp_path):
 def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
     s = small_study()
     m = machine(calibration())
-    # the two trials done took twice their estimates
-    write_record(tmp_path, "a", 0, est_s=10.0, wall=20.0)
-    write_record(tmp_path, "b", 0, est_s=30.0, wall=60.0)
+    # the two trials done took twice what the same estimate predicts for them
+    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    write_record(tmp_path, "a", 0, wall=2 * predicted["a"]["seconds"])
+    write_record(tmp_path, "b", 0, wall=2 * predicted["b"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
     done = [("a", 0), ("b", 0)]
     left = estimate.total(s.experiments, 2, m, envs=s.envs, done=done)["remaining_trials_s"]
     assert text.startswith("[progress] 2 of 6 trials have a record, 2.0 h elapsed")
     assert f"about {estimate.human(2 * left)} left" in text
     assert "for the 4 trials without a record, x 2.00: measured/estimated so far" in text
-    # a record without an estimate counts as done, not in the ratio
-    write_record(tmp_path, "c", 0, est_s=None, wall=1000.0)
+    # a record without a wall time counts as done, not in the ratio
+    write_record(tmp_path, "c", 0, wall=None)
     again = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
     assert again.startswith("[progress] 3 of 6") and "x 2.00" in again
     # an estimate 100x off is bounded
-    write_record(tmp_path, "a", 1, est_s=1.0, wall=1000.0)
+    write_record(tmp_path, "a", 1, wall=1000 * predicted["a"]["seconds"])
     bounded = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
     ratio = float(re.search(r"x (\d+\.\d+): measured", bounded).group(1))
     assert ratio == progress.RATIO_BOUNDS[1]
@@ -64,7 +64,7 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
 def test_every_trial_done(tmp_path):
     s = small_study(trials=1)
     for exp in ("a", "b", "c"):
-        write_record(tmp_path, exp, 0, est_s=5.0, wall=5.0)
+        write_record(tmp_path, exp, 0, wall=5.0)
     text = progress.line(s, tmp_path, started=0.0, now=30.0, machine=machine(calibration()))
     assert (
         text
