@@ -64,6 +64,13 @@ def test_two_gloo_ranks_train_one_ddp_model(upstream_env, make_spec, tmp_path):
     assert_ranks(rec, 2)
     assert rec["checks"]["dist_backend"] == "gloo"
     assert "torch.distributed.run" in rec["provenance"]["command"]
+    # where each rank's group talked from: its host name, what that resolves to, the
+    # rendezvous (torchrun's standalone one on this host)
+    import socket
+
+    for address in rec["checks"]["rank_addresses"]:
+        assert address["hostname"] == socket.gethostname()
+        assert address["resolves_to"] and "MASTER_ADDR" in address
 
 
 def test_one_rank_is_a_world_of_one(upstream_env, make_spec, tmp_path):

@@ -216,6 +216,10 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
         assert "--nodes=2" in two["provenance"]["command"]
         assert sorted(two["checks"]["rank_hosts"]) == list(NODES)
         assert two["checks"]["world_size"] == 2
+        # each rank's group talked over the nodes' own interface (network_interface)
+        addresses = two["checks"]["rank_addresses"]
+        assert sorted(a["hostname"] for a in addresses) == list(NODES)
+        assert all(a.get("GLOO_SOCKET_IFNAME") == "eth0" for a in addresses), addresses
         one = records[f"ddp-{pg}-1n"]
         assert len(one["checks"]["rank_hosts"]) == 1
     # on a pmi2 site, srun's tasks carry PMI variables: the study's ranks are still no

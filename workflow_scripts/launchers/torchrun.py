@@ -310,6 +310,9 @@ def merge_ok(results: list[dict]) -> dict:
     checks["rank_cpus"] = [(r.get("checks") or {}).get("cpus") for r in results]
     checks["rank_placement"] = [(r.get("checks") or {}).get("placement") for r in results]
     checks["rank_hosts"] = [(r.get("provenance") or {}).get("hostname") for r in results]
+    # where each rank's process group talked from (its host name's address, the
+    # rendezvous, the interfaces named): the 127.0.1.1 trap of Debian-style hosts shows
+    checks["rank_addresses"] = [(r.get("checks") or {}).get("address") for r in results]
     merged["checks"] = checks
     return merged
 

@@ -254,6 +254,7 @@ class Trainer:
                     "dist_backend": self.group["dist_backend"],
                     "ccl": self.group["ccl"],
                     "ccl_config": self.group.get("ccl_config"),
+                    "address": self.group.get("address"),
                 }
                 if self.group
                 else {}

@@ -253,7 +253,25 @@ def init_process_group(spec: dict) -> dict:
         "pg_timeout_s": timeout.total_seconds(),
         "ccl": how,
         "ccl_config": ccl.effective_config() if how else None,
+        "address": bound_address(),
     }
+
+
+def bound_address() -> dict:
+    """Where this rank's process group talks from: its host name and the address it
+    resolves to (Gloo binds there unless ``GLOO_SOCKET_IFNAME`` names an interface; a
+    Debian-style host maps its own name to 127.0.1.1, which peers on other nodes cannot
+    reach), the rendezvous address, and the interfaces the study named."""
+    import socket
+
+    host = socket.gethostname()
+    try:
+        resolved = socket.gethostbyname(host)
+    except OSError as exc:
+        resolved = f"unresolved: {exc}"
+    names = ("MASTER_ADDR", "GLOO_SOCKET_IFNAME", "CCL_KVS_IFACE", "FI_TCP_IFACE")
+    return {"hostname": host, "resolves_to": resolved,
+            **{k: os.environ[k] for k in names if k in os.environ}}  # fmt: skip
 
 
 def barrier() -> None:
