@@ -80,7 +80,7 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert sorted(experiments_run(first)) == sorted(expected)  # a progress line per job
     # ... and after each, the study's progress: trials done of all, elapsed, time left
     done = re.findall(r"\[progress\] (\d+) of (\d+) trials have a record, .+ elapsed in "
-                      r"this run; (.+)", first.stderr)  # fmt: skip
+                      r"this run; (.+)", first.stdout + first.stderr)  # fmt: skip
     assert sorted(int(d) for d, _, _ in done) == list(range(1, len(expected) + 1)), done
     assert {int(t) for _, t, _ in done} == {len(expected)}
     assert all(rest.startswith("about ") for d, _, rest in done if int(d) < len(expected))
