@@ -240,12 +240,17 @@ REPORT_RESOURCES = cluster.setup("report")
 
 # Preparation runs on the submit host, never in a cluster job: it downloads (wheels,
 # packages), which compute nodes often cannot, and it writes the environments and
-# images onto the filesystem the nodes share. Only measured jobs go to the cluster.
+# images onto the filesystem the nodes share. Only measured jobs go to the cluster;
+# and the environment builds where a site keeps heavy work off its login nodes
+# (cluster.build_on: compute; the build rules' localrule: BUILDS_LOCAL).
 localrules:
     wheelhouse,
-    build_env,
-    build_image,
-    image_archive,
     image_folder,
     digits,
     report,
+
+
+BUILDS_LOCAL = cluster.builds_local(SETTINGS)
+_build_problem = cluster.build_problem(SETTINGS, IN_CONTAINERS)
+if _build_problem:
+    raise WorkflowError(_build_problem)

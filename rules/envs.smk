@@ -13,6 +13,7 @@ rule build_env:
     log:
         "logs/envs/{env}.log",
     priority: SETUP_PRIORITY
+    localrule: BUILDS_LOCAL
     threads: 1
     resources:
         cpus_per_task=BUILD_ENV_RESOURCES["cpus_per_task"],

@@ -29,6 +29,7 @@ rule build_image:
     log:
         "logs/images/{image}.log",
     priority: SETUP_PRIORITY
+    localrule: BUILDS_LOCAL
     resources:
         cpus_per_task=BUILD_IMAGE_RESOURCES["cpus_per_task"],
         mem_mb=BUILD_IMAGE_RESOURCES["mem_mb"],
@@ -61,6 +62,7 @@ if ARCHIVES:
         log:
             "logs/images/{image}.archive.log",
         priority: SETUP_PRIORITY
+        localrule: BUILDS_LOCAL
         resources:
             cpus_per_task=BUILD_IMAGE_RESOURCES["cpus_per_task"],
             mem_mb=BUILD_IMAGE_RESOURCES["mem_mb"],

@@ -275,6 +275,15 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
         # whole-node jobs ask for the node's memory
         mem = {int(re.search(r"mem_mb=(\d+)", b).group(1)) for b in trials}
         assert mem == {NODE_MEM_MB}, (restrict, mem)
+    # the builds: on the submit host (localrules), or as cluster jobs where a site keeps
+    # heavy work off its login nodes (cluster.build_on: compute)
+    for build_on, word in (("login", "localrule build_env:"), ("compute", "rule build_env:")):
+        part = {**ddp, "cluster": {"build_on": build_on}}
+        dry = subprocess.run(snakemake_cmd(wd, part, "-n", "--forceall"), cwd=wd,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+        jobs = re.findall(r"^(?:local)?rule build_env:", dry.stdout, flags=re.MULTILINE)
+        assert jobs and set(jobs) == {word}, (build_on, jobs)
     # more threads than a node has: refused, naming the partition and its nodes
     big = {"experiments": [{"id": "wide", "threads": cpus + 1}], "sweeps": [],
            "collectives": {"variants": []}}  # fmt: skip

@@ -198,3 +198,14 @@ def test_the_executor_of_the_command_line(tmp_path, monkeypatch):
     assert cli_executor(["snakemake", "--profile", str(profile)]) == "slurm"
     assert cli_executor(["snakemake", "--cores", "2"]) is None
     assert cli_executor(["python", "-c", "x"]) is None  # not snakemake's command line
+
+
+def test_builds_on_compute_nodes_need_the_local_runtime():
+    assert cluster.builds_local(settings()) is True
+    compute = settings(build_on="compute")
+    assert cluster.builds_local(compute) is False
+    assert cluster.build_problem(compute, container=False) is None
+    problem = cluster.build_problem(compute, container=True)
+    assert problem.startswith("config error at cluster.build_on: 'compute' builds images")
+    assert "use runtime: local" in problem
+    assert cluster.build_problem(settings(), container=True) is None

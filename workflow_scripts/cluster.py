@@ -140,7 +140,27 @@ SETUP = {
 }
 
 
+def builds_local(settings: dict) -> bool:
+    """Whether the environment and image builds run on the submit host (``cluster.build_on``
+    login, the default) rather than as cluster jobs."""
+    return (settings.get("cluster") or {}).get("build_on", "login") == "login"
+
+
+def build_problem(settings: dict, container: bool) -> str | None:
+    """Why the builds cannot run where the setting says (None: they can). An image built
+    in a compute job lands in that node's engine storage, which the other nodes do not
+    share (and its archive job may run on yet another node)."""
+    if not builds_local(settings) and container:
+        return (
+            "config error at cluster.build_on: 'compute' builds images in a cluster job, "
+            "whose node's engine storage the other nodes do not share; use runtime: local "
+            "(environments on the shared filesystem), or build_on: login"
+        )
+    return None
+
+
 def setup(kind: str) -> dict:
-    """(On a cluster these jobs run on the submit host: rules/common.smk's localrules.)"""
+    """(On a cluster the wheelhouse, data and report jobs run on the submit host, and the
+    builds too unless ``cluster.build_on`` is compute: rules/common.smk.)"""
     cpus, mem, minutes = SETUP[kind]
     return {"cpus_per_task": cpus, "mem_mb": mem, "runtime": minutes}

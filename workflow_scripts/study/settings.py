@@ -181,6 +181,13 @@ CLUSTER = {
             "description": "the network interface the ranks of a several-node trial talk "
             "over (Gloo, oneCCL and the rendezvous), e.g. ib0 or eth0",
         },
+        "build_on": {
+            "enum": ["login", "compute"],
+            "description": "where the environment (and image) builds run on a cluster: login "
+            "(the submit host, as localrules) or compute (cluster jobs, where login nodes "
+            "are off limits for heavy work; the nodes then need PyPI and the shared "
+            "filesystem, and the runtime must be local)",
+        },
     },
 }
 REPORT = {
@@ -310,6 +317,7 @@ SETTINGS: dict[str, Setting] = {
                 "node_cpus": None,
                 "node_mem_mb": None,
                 "network_interface": None,
+                "build_on": "login",
             },
             "on a SLURM cluster (--profile profiles/slurm): the partition, account and node "
             "features of the measured jobs, the nodes' CPUs and memory (null: asked of "
