@@ -371,3 +371,64 @@ def test_only_a_runs_own_gone_processes_lose_their_shm_segments(tmp_path):
     assert not os.path.exists(folder)
     shm.register()  # outside a run: nothing to do
     assert shm.cleanup(None, root) == []
+
+
+def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_path, monkeypatch):
+    """In a SLURM job, a marker of another job left beside the record means that job was
+    lost whole: the next attempt writes the record from the accounting (here a stand-in
+    sacct on PATH; the real one in test_slurm) and does not run the trial."""
+    from workflow_scripts.trial import lost
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sacct = bin_dir / "sacct"
+    sacct.write_text(
+        "#!/bin/sh\necho '31|NODE_FAIL|0:0|n7|00:03:10|01:00:00|2026-11-25T20:13:44'\n"
+    )
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "40")
+    pids = tmp_path / "pids"
+    env = fake_python(tmp_path, HANGING.format(pids=pids))
+    out = tmp_path / "records" / "t" / "trial0.json"
+    out.parent.mkdir(parents=True)
+    lost.marker(out).write_text('{"slurm_job_id": "31"}')
+    rec = trial.run(make_spec(), env, out, tmp_path / "logs" / "t.log")
+    assert rec["status"] == "node_fail" and rec["error"]["type"] == "SlurmNodeFailure"
+    assert rec["error"]["message"] == (
+        "the trial's earlier job was lost whole: SLURM's accounting: job 31 NODE_FAIL on n7 "
+        "after 00:03:10 (time limit 01:00:00, exit code 0:0, ended 2026-11-25T20:13:44)"
+    )
+    assert json.loads(out.read_text())["status"] == "node_fail"
+    assert not pids.exists(), "the trial ran"
+    assert not lost.marker(out).exists()
+    # a trial that ends (here a crash) leaves no marker behind: nothing was lost
+    crash = fake_python(tmp_path, "#!/bin/sh\nexit 3\n")
+    rec = trial.run(make_spec(), crash, out, tmp_path / "logs" / "t.log")
+    assert rec["status"] == "crashed" and not lost.marker(out).exists()
+
+
+def test_an_interrupted_trial_in_a_slurm_job_says_so_for_its_next_attempt(
+    make_spec, tmp_path, monkeypatch
+):
+    """SIGTERM to a trial in a SLURM job (SLURM's time limit signals first, and so does a
+    user's scancel): no record, and the marker says it was interrupted, so that its next
+    attempt records only SLURM's own ends from the accounting."""
+    from workflow_scripts.trial import lost
+
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    # in a SLURM job a single-process run is a job step of its own: a stand-in srun
+    # (no cluster here) runs the command after its options
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\n'
+                                  'exec "$@"\n')  # fmt: skip
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    proc, run_pids = start_hanging_trial(make_spec, tmp_path)
+    out = tmp_path / "records/t/trial0.json"
+    assert json.loads(lost.marker(out).read_text()) == {"slurm_job_id": "77"}
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert_nothing_left(tmp_path, run_pids)
+    assert json.loads(lost.marker(out).read_text()) == {"slurm_job_id": "77", "interrupted": True}

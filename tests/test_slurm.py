@@ -7,8 +7,9 @@ environments, a text model), DDP on one node against two over both process group
 the allreduce microbenchmark across the two nodes, and a trial that SLURM kills for
 its memory. The nodes have 1 CPU each and this (submit) host 2: the study is planned
 for the nodes, or sbatch would refuse every whole-node job. The cluster runs
-MpiDefault=pmi2, as many sites do. (The whole quick preset
-runs locally in test_workflow and in images in test_containers.)"""
+MpiDefault=pmi2 and accounting (slurmdbd over its own MariaDB), as many sites do; two
+trial jobs lost whole (one over its own time limit, one killed) become records. (The
+whole quick preset runs locally in test_workflow and in images in test_containers.)"""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -72,7 +74,8 @@ def slurm_study(workdir: Path) -> dict:
 
 def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "STUDY_SLURM_DIR": str(state), "STUDY_SLURM_NODES": str(len(NODES)),
-           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB), "STUDY_SLURM_MPI": MPI}  # fmt: skip
+           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB), "STUDY_SLURM_MPI": MPI,
+           "STUDY_SLURM_ACCOUNTING": "1"}  # fmt: skip
     return subprocess.run(
         ["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=600, env=env
     )
@@ -294,6 +297,66 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert "experiment wide.threads" in out
     assert f"partition 'study': 2 node(s) of {cpus} CPUs and {NODE_MEM_MB} MB" in out
     assert "submitted with SLURM jobid" not in out
+
+
+#: two trials that would run for hours, in jobs of a 1-minute time limit
+LOST = {"experiments": [{"id": f"lost-{how}", "group": "faults", "steps": 1_000_000,
+                         "probe_size": 0, "timeout_s": 3000} for how in ("time", "killed")],
+        "sweeps": [], "collectives": {"variants": []}}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_jobs_lost_whole_become_records(slurm, tmp_path):
+    """A trial job that hits its own time limit, and one killed from outside (scancel
+    --signal=KILL, a stand-in for a failed node), take the trial's process with them:
+    the profile's retry asks SLURM's accounting what became of each and writes its
+    record, and the study completes."""
+    wd = copy_workflow(tmp_path / "wf")
+    shutil.copytree(REPO / "profiles", wd / "profiles")
+    cmd = snakemake_cmd(wd, LOST, "--set-resources", "run_experiment:runtime=1")
+    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    killed = None
+    try:
+        log = wd / "logs/experiments/lost-killed/trial0.log"
+        deadline = time.monotonic() + 600
+        while killed is None:
+            assert proc.poll() is None, proc.stdout.read()[-5000:]
+            assert time.monotonic() < deadline, "the trial never got going"
+            if log.exists() and "step 3/" in log.read_text(errors="replace"):
+                queue = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True,
+                                       text=True, timeout=60).stdout  # fmt: skip
+                jobs = [line.split("|")[0] for line in queue.splitlines() if "lost-killed" in line]
+                if jobs:
+                    killed = jobs[0]
+                    subprocess.run(["scancel", "--signal=KILL", killed], check=True, timeout=60)
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=HARD_LIMIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            subprocess.run(["scancel", "--partition=study"], capture_output=True, timeout=60)
+    assert proc.returncode == 0, out[-8000:]
+    over = json.loads((wd / "results/records/lost-time/trial0.json").read_text())
+    assert over["status"] == "timeout" and over["error"]["type"] == "SlurmTimeLimit", over["error"]
+    assert (
+        "TIMEOUT" in over["error"]["message"] and "time limit 00:01:00" in over["error"]["message"]
+    )
+    gone = json.loads((wd / "results/records/lost-killed/trial0.json").read_text())
+    assert gone["error"]["type"] == "SlurmCancelled", gone["error"]
+    assert gone["status"] == "failed" and f"job {killed} CANCELLED" in gone["error"]["message"]
+    for record in (over, gone):  # written by the next attempt, in a job of its own
+        assert record["error"]["message"].startswith("the trial's earlier job was lost whole")
+        assert record["provenance"]["slurm"]["job_id"] not in record["error"]["message"]
+    assert not list(wd.glob("results/records/*/*.attempt"))
+    assert (wd / "results/summary.csv").exists()  # the study went on to its report
+    # the accounting lists the study's jobs: both lost ones, and their retries
+    listed = subprocess.run(["sacct", "-X", "-n", "-P", "--format=JobID,State", "-S", "now-1hour"],
+                            capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    states = dict(line.split("|", 1) for line in listed.splitlines() if "|" in line)
+    assert states.get(killed, "").startswith("CANCELLED")
+    assert "TIMEOUT" in states.values() and "COMPLETED" in states.values()
 
 
 def set_of(fields: dict) -> set[str]:

@@ -209,3 +209,57 @@ def test_builds_on_compute_nodes_need_the_local_runtime():
     assert problem.startswith("config error at cluster.build_on: 'compute' builds images")
     assert "use runtime: local" in problem
     assert cluster.build_problem(settings(), container=True) is None
+
+
+SACCT_TIMEOUT = "31|TIMEOUT|0:0|study-node1|00:01:18|00:01:00|2026-11-25T20:13:44\n"
+
+
+def fake_sacct(text: str = SACCT_TIMEOUT, code: int = 0, err: str = ""):
+    def run(cmd, **kwargs):
+        assert cmd[0] == "sacct" and "-j" in cmd
+        return subprocess.CompletedProcess(cmd, code, text, err)
+
+    return run
+
+
+def test_a_job_lost_whole_reads_as_slurm_tells_it():
+    job = slurm.job_end("31", run=fake_sacct())
+    assert job["state"] == "TIMEOUT" and job["nodes"] == "study-node1"
+    kind, words = slurm.lost_job(job)
+    assert kind == "SlurmTimeLimit"
+    assert words.startswith("SLURM's accounting: job 31 TIMEOUT on study-node1 after 00:01:18")
+    for state, kind in (("NODE_FAIL", "SlurmNodeFailure"), ("PREEMPTED", "SlurmPreempted"),
+                        ("OUT_OF_MEMORY", "SlurmOutOfMemory"), ("CANCELLED by 0", "SlurmCancelled"),
+                        ("FAILED", "SlurmJobFailed")):  # fmt: skip
+        assert slurm.lost_job({**job, "state": state})[0] == kind
+    assert slurm.lost_job({**job, "state": "RUNNING"}) is None
+    assert slurm.lost_job({**job, "state": "COMPLETED"}) is None
+    assert slurm.job_end("32", run=fake_sacct()) is None  # no such job
+    no_db = fake_sacct("", 1, "sacct: error: Slurm accounting storage is disabled")
+    with pytest.raises(slurm.NoAccounting, match="accounting storage is disabled"):
+        slurm.job_end("31", run=no_db)
+
+
+def test_the_next_attempt_of_a_lost_trial_job(tmp_path):
+    from workflow_scripts.trial import lost
+
+    out, log = tmp_path / "trial0.json", tmp_path / "t.log"
+    assert lost.earlier_loss(out, "40", log, run=fake_sacct()) is None  # no marker: none
+    lost.marker(out).write_text('{"slurm_job_id": "31"}')
+    kind, words = lost.earlier_loss(out, "40", log, run=fake_sacct())
+    assert kind == "SlurmTimeLimit" and "job 31 TIMEOUT" in words
+    assert lost.earlier_loss(out, "31", log, run=fake_sacct()) is None  # its own job
+    # interrupted (SLURM signals before it kills): its own ends make the record, a
+    # cancellation (the user's stop) runs the trial again
+    lost.marker(out).write_text('{"slurm_job_id": "31", "interrupted": true}')
+    assert lost.earlier_loss(out, "40", log, run=fake_sacct())[0] == "SlurmTimeLimit"
+    cancelled = fake_sacct(SACCT_TIMEOUT.replace("TIMEOUT", "CANCELLED by 0"))
+    assert lost.earlier_loss(out, "40", log, run=cancelled) is None
+    lost.marker(out).write_text('{"slurm_job_id": "31"}')  # killed: no word from the trial
+    assert lost.earlier_loss(out, "40", log, run=cancelled)[0] == "SlurmCancelled"
+    # without accounting: said in the log, and the trial runs again
+    no_db = fake_sacct("", 1, "sacct: error: Slurm accounting storage is disabled")
+    assert lost.earlier_loss(out, "40", log, run=no_db) is None
+    said = log.read_text()
+    assert "the trial's earlier job 31 ended without its record" in said
+    assert "accounting storage is disabled" in said and "running the trial again" in said

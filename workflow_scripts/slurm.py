@@ -189,3 +189,59 @@ def ended_by_slurm(output: str) -> tuple[str, str] | None:
         if said:
             return status, "; ".join(dict.fromkeys(said))[:1000]
     return None
+
+
+# ---- a job lost whole: its next attempt asks the accounting what became of it ----
+#: how a job's end in sacct makes the trial's record: its state -> the error's type
+#: (whose status is trial.outcome's: timeout, oom, preempted, node_fail, failed)
+JOB_ENDS = {
+    "TIMEOUT": "SlurmTimeLimit",
+    "DEADLINE": "SlurmTimeLimit",
+    "OUT_OF_MEMORY": "SlurmOutOfMemory",
+    "PREEMPTED": "SlurmPreempted",
+    "NODE_FAIL": "SlurmNodeFailure",
+    "BOOT_FAIL": "SlurmNodeFailure",
+    "CANCELLED": "SlurmCancelled",
+    "FAILED": "SlurmJobFailed",
+}
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "Elapsed", "Timelimit", "End")
+
+
+class NoAccounting(Exception):
+    """sacct cannot answer (a cluster without accounting, or no sacct): what became of
+    an earlier job is unknown."""
+
+
+def job_end(job_id: str, run=subprocess.run) -> dict | None:
+    """The accounting's record of a job (its allocation's line): state, exit code, node,
+    elapsed and time limit, end; None when it knows no such job. Raises
+    :class:`NoAccounting` when sacct cannot answer."""
+    cmd = ["sacct", "-X", "-n", "-P", "-j", str(job_id), f"--format={','.join(SACCT_FIELDS)}"]
+    try:
+        proc = run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NoAccounting(f"{' '.join(cmd)}: {exc}") from None
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        raise NoAccounting(f"{' '.join(cmd)}: {said[-1] if said else f'exit {proc.returncode}'}")
+    for line in proc.stdout.splitlines():
+        values = line.split("|")
+        if len(values) == len(SACCT_FIELDS) and values[0] == str(job_id):
+            return dict(zip(("job_id", "state", "exit_code", "nodes", "elapsed", "time_limit",
+                             "end"), values))  # fmt: skip
+    return None
+
+
+def lost_job(job: dict) -> tuple[str, str] | None:
+    """(error type, SLURM's words) of a job that ended without its trial's record, from its
+    accounting record; None while it has not ended (or ended as one that completed)."""
+    state = job.get("state", "")
+    kind = JOB_ENDS.get(state.split(" ")[0])
+    if kind is None:
+        return None
+    words = (
+        f"SLURM's accounting: job {job['job_id']} {state} on {job.get('nodes') or '?'} after "
+        f"{job.get('elapsed') or '?'} (time limit {job.get('time_limit') or '?'}, exit code "
+        f"{job.get('exit_code') or '?'}, ended {job.get('end') or '?'})"
+    )
+    return kind, words

@@ -17,6 +17,10 @@
 #                       enforces (jobacct_gather's OverMemoryKill) (default 4096)
 #   STUDY_SLURM_MPI     MpiDefault, SLURM's MPI plugin for every srun: none, pmi2 or pmix,
 #                       as sites set it (default none)
+#   STUDY_SLURM_ACCOUNTING  1: accounting, as sites run it: slurmdbd over a MariaDB
+#                       server of the cluster's own (its data under $STUDY_SLURM_DIR/mysql,
+#                       on 127.0.0.1:$STUDY_SLURM_DB_PORT, default 3307), so that sacct
+#                       answers (default 0: none)
 # The configuration must be /etc/slurm/slurm.conf: the executor plugin's inner srun
 # drops every SLURM_* variable, SLURM_CONF too. A slurm.conf that this script did not
 # write is never touched, and start refuses to run where one exists.
@@ -32,6 +36,9 @@ DIR=${STUDY_SLURM_DIR:-/tmp/study-slurm}
 NODES=${STUDY_SLURM_NODES:-2}
 MEM_MB=${STUDY_SLURM_MEM_MB:-4096}
 MPI=${STUDY_SLURM_MPI:-none}
+ACCOUNTING=${STUDY_SLURM_ACCOUNTING:-0}
+DB_PORT=${STUDY_SLURM_DB_PORT:-3307}
+DBD_CONF=/etc/slurm/slurmdbd.conf
 CONF=/etc/slurm/slurm.conf
 MARK="# written by cpu-train-study tests/slurm/cluster.sh"
 NET=10.231.7          # the private bridge's /24: .1 the controller, .11, .12, ... the nodes
@@ -42,7 +49,9 @@ SUDO=""
 
 install_packages() {
     local missing=()
-    for pkg in slurmctld slurmd slurm-client munge iproute2 util-linux; do
+    local pkgs=(slurmctld slurmd slurm-client munge iproute2 util-linux)
+    [ "$ACCOUNTING" = 1 ] && pkgs+=(slurmdbd mariadb-server)
+    for pkg in "${pkgs[@]}"; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if ((${#missing[@]})); then
@@ -144,7 +153,7 @@ SlurmctldLogFile=$DIR/slurmctld.log
 SlurmdLogFile=$DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 # memory is enforced: a step over its job's memory is killed (polled every second)
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1
@@ -156,6 +165,62 @@ MinJobAge=300
 KillWait=10
 ${nodes}PartitionName=study Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
+}
+
+accounting_conf() {
+    if [ "$ACCOUNTING" = 1 ]; then
+        # slurmdbd on the bridge's address, which every node (namespace) reaches
+        printf '%s\n' "AccountingStorageType=accounting_storage/slurmdbd" \
+            "AccountingStorageHost=$NET.1" "AccountingStoragePort=6819"
+    else
+        echo "AccountingStorageType=accounting_storage/none"
+    fi
+}
+
+# Accounting: a MariaDB server of this cluster's own (its data directory under $DIR, its
+# own port and socket, stopped with the rest), slurmdbd over it, the cluster registered.
+start_accounting() {
+    local data="$DIR/mysql" sock="$DIR/mysql.sock"
+    $SUDO rm -rf "$data" && $SUDO mkdir -p "$data"
+    $SUDO mariadb-install-db --datadir="$data" --user=root --skip-test-db \
+        --auth-root-authentication-method=socket >"$DIR/mariadb-install.log" 2>&1
+    $SUDO sh -c "mariadbd --datadir='$data' --user=root --port=$DB_PORT --bind-address=127.0.0.1 \
+        --socket='$sock' --pid-file='$DIR/mariadbd.pid' --log-error='$DIR/mariadbd.log' \
+        --skip-name-resolve >/dev/null 2>&1 &"
+    for _ in $(seq 80); do [ -S "$sock" ] && [ -s "$DIR/mariadbd.pid" ] && break; sleep 0.25; done
+    if [ ! -s "$DIR/mariadbd.pid" ]; then
+        echo "cluster.sh: mariadbd did not start:" >&2; tail -n 20 "$DIR/mariadbd.log" >&2 || true
+        return 1
+    fi
+    made "pid mariadbd $(cat "$DIR/mariadbd.pid")"
+    $SUDO mariadb --socket="$sock" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY \
+        'study-test'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+    made "conf $DBD_CONF"
+    $SUDO tee "$DBD_CONF" >/dev/null <<DBD
+$MARK
+# state directory: $DIR
+AuthType=auth/munge
+DbdHost=localhost
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=study-test
+StorageLoc=slurm_acct_db
+PidFile=$DIR/slurmdbd.pid
+LogFile=$DIR/slurmdbd.log
+DBD
+    $SUDO chmod 600 "$DBD_CONF"
+    $SUDO slurmdbd
+    for _ in $(seq 40); do [ -s "$DIR/slurmdbd.pid" ] && break; sleep 0.25; done
+    if [ ! -s "$DIR/slurmdbd.pid" ]; then
+        echo "cluster.sh: slurmdbd did not start:" >&2; tail -n 20 "$DIR/slurmdbd.log" >&2 || true
+        return 1
+    fi
+    made "pid slurmdbd $(cat "$DIR/slurmdbd.pid")"
+    for _ in $(seq 80); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.25; done
+    $SUDO sacctmgr -i add cluster study-test >/dev/null 2>&1 || true
 }
 
 node_states() { sinfo -h -N -p study -o "%N %T" 2>/dev/null; }
@@ -180,6 +245,10 @@ start() {
     write_conf
     start_munge
     make_network
+    if [ "$ACCOUNTING" = 1 ] && ! start_accounting; then
+        stop
+        exit 1
+    fi
     $SUDO slurmctld -i
     made "pid slurmctld $(cat "$DIR/slurmctld.pid")"
     local i name

@@ -39,6 +39,9 @@ _FAILURE_STATUS = {
     "SlurmTimeLimit": "timeout",
     "SlurmPreempted": "preempted",
     "SlurmNodeFailure": "node_fail",
+    # a job lost whole, as SLURM's accounting tells (trial.lost)
+    "SlurmCancelled": "failed",
+    "SlurmJobFailed": "failed",
 }
 _SLURM_KIND = {"oom": "SlurmOutOfMemory", "timeout": "SlurmTimeLimit",
                "preempted": "SlurmPreempted", "node_fail": "SlurmNodeFailure"}  # fmt: skip

@@ -1,5 +1,7 @@
 """The trial policy: run attempts until one is not disturbed (at most
-``max_retries`` reruns), keep the discarded ones, write the record."""
+``max_retries`` reruns), keep the discarded ones, write the record. On a cluster, a
+trial whose earlier job was lost whole gets its record from SLURM's accounting instead
+(``lost.py``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import write_json_atomic
+from . import lost
 from .attempt import attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure
@@ -52,6 +55,45 @@ def run(
         assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
         write_json_atomic(out, record)
         return record
+    job = sysinfo.slurm_job()
+    loss = lost.earlier_loss(out, job["job_id"], log) if job else None
+    if loss:  # an earlier job of this trial was lost whole: its record, from SLURM's words
+        kind, words = loss
+        record = failure(spec, trial, kind, f"the trial's earlier job was lost whole: {words}")
+        now = sysinfo.now()
+        runtime = runtimes.for_env(env_info).name
+        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
+        write_json_atomic(out, record)
+        lost.unmark(out)
+        return record
+    lost.mark(out)
+    try:
+        record = _run(spec, env_info, out, log, trial, data_path, reference, noise_threshold,
+                      max_retries, retry_delay_s)  # fmt: skip
+    except runtimes.Interrupted:
+        # stopped from outside: by SLURM itself (its time limit signals first) or by the
+        # user; the next attempt tells them apart from the accounting
+        lost.mark(out, interrupted=True)
+        raise
+    except Exception:
+        lost.unmark(out)  # the job fails with its own error; a retry runs it again
+        raise
+    lost.unmark(out)
+    return record
+
+
+def _run(
+    spec: dict,
+    env_info: dict,
+    out: Path,
+    log: Path,
+    trial: int,
+    data_path: str | None,
+    reference: dict | None,
+    noise_threshold: float,
+    max_retries: int,
+    retry_delay_s: float,
+) -> dict:
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
