@@ -214,6 +214,14 @@ def experiment_resource(name):
     return resource
 
 
+def job_attempt(wildcards, attempt):
+    """Which attempt of its job this is (1; 2 when the profile's retry submits a job
+    again that failed while Snakemake ran): a trial's retry records how an earlier job
+    of this run was lost, where a resumed study's first attempt runs a trial again that
+    Snakemake itself stopped (workflow_scripts/trial/lost.py)."""
+    return attempt
+
+
 def experiment_threads(wildcards):
     if on_cluster():
         return experiment_resources(wildcards)["cpus_per_task"]

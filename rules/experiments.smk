@@ -67,6 +67,7 @@ rule run_experiment:
         runtime=experiment_resource("runtime"),
         slurm_extra=experiment_resource("slurm_extra"),
         mpi=experiment_resource("mpi"),
+        attempt=job_attempt,
     params:
         spec=experiment_spec,
         data_path=experiment_data_path,
@@ -80,7 +81,7 @@ rule run_experiment:
             params,
             wildcards,
             log,
-            settings=SETTINGS,
+            settings={**SETTINGS, "job_attempt": resources.attempt},
         )
         progress.report(STUDY)
 

@@ -250,11 +250,15 @@ def test_the_next_attempt_of_a_lost_trial_job(tmp_path):
     assert kind == "SlurmTimeLimit" and "job 31 TIMEOUT" in words
     assert lost.earlier_loss(out, "31", log, run=fake_sacct()) is None  # its own job
     # interrupted (SLURM signals before it kills): its own ends make the record, a
-    # cancellation (the user's stop) runs the trial again
+    # cancellation (maybe Snakemake's own stop, a resumed study's first attempt) runs the
+    # trial again
     lost.marker(out).write_text('{"slurm_job_id": "31", "interrupted": true}')
     assert lost.earlier_loss(out, "40", log, run=fake_sacct())[0] == "SlurmTimeLimit"
     cancelled = fake_sacct(SACCT_TIMEOUT.replace("TIMEOUT", "CANCELLED by 0"))
     assert lost.earlier_loss(out, "40", log, run=cancelled) is None
+    # ... unless Snakemake retries the job (its attempt 2): the earlier job failed while
+    # Snakemake ran, so it was not Snakemake's own stop
+    assert lost.earlier_loss(out, "40", log, run=cancelled, attempt=2)[0] == "SlurmCancelled"
     lost.marker(out).write_text('{"slurm_job_id": "31"}')  # killed: no word from the trial
     assert lost.earlier_loss(out, "40", log, run=cancelled)[0] == "SlurmCancelled"
     # without accounting: said in the log, and the trial runs again

@@ -161,6 +161,8 @@ def build_problem(settings: dict, container: bool) -> str | None:
 
 def setup(kind: str) -> dict:
     """(On a cluster the wheelhouse, data and report jobs run on the submit host, and the
-    builds too unless ``cluster.build_on`` is compute: rules/common.smk.)"""
+    builds too unless ``cluster.build_on`` is compute: rules/common.smk.) Never more
+    than a node has: a build sent to the nodes must fit one."""
     cpus, mem, minutes = SETUP[kind]
-    return {"cpus_per_task": cpus, "mem_mb": mem, "runtime": minutes}
+    mem = min(mem, node_mem_mb() or mem)
+    return {"cpus_per_task": min(cpus, node_cpus()), "mem_mb": mem, "runtime": minutes}

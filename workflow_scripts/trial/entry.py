@@ -58,6 +58,7 @@ def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[st
          f"--reference-probe={inputs.get('reference_probe', '')}",
          f"--max-retries={settings['noise_retries']}",
          f"--noise-threshold={settings['noise_threshold']}",
+         f"--attempt={settings.get('job_attempt', 1)}",
          *limit_argv(settings["containers"])]  # fmt: skip
 
 
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
     ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
     ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
+    ap.add_argument("--attempt", type=int, default=1, help="the job's attempt (Snakemake's)")
     add_limit_args(ap)
     args = ap.parse_args(argv)
     spec = json.loads(args.spec_json)
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         record = run(
             spec, env_info, args.out, args.log, args.trial, args.data_path,
             reference=reference, noise_threshold=args.noise_threshold,
-            max_retries=args.max_retries, retry_delay_s=args.retry_delay,
+            max_retries=args.max_retries, retry_delay_s=args.retry_delay, attempt=args.attempt,
         )  # fmt: skip
     except runtimes.Interrupted as exc:
         print(f"[experiment] {spec['id']} trial {args.trial}: {exc}; the run was stopped and "

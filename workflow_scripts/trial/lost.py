@@ -7,13 +7,18 @@ from SLURM's own words, instead of running the trial again, and the study goes o
 How the next attempt knows: a trial in a SLURM job leaves a marker beside its record
 (``<record>.attempt``, its job id) while it runs, and removes it when it has written the
 record. A marker of another job left behind is a job lost whole: SIGKILLed with it (its
-node, an ``scancel --signal=KILL``: any end the accounting gives counts), or
-interrupted, which the marker then says: SLURM signals a job at its time limit or
-preemption before it kills it, and so does a user's stop (``scancel``, Snakemake's
-Ctrl-C); only SLURM's own ends (time limit, preemption, memory, node failure) make an
-interrupted trial's record, a cancelled one runs again, as an interrupted trial always
-has. Without accounting (``sacct`` cannot answer) the attempt says so in its log and
-runs the trial again, as before. Standard library only.
+node failed: any end the accounting gives counts), or interrupted, which the marker then
+says: SLURM signals a job before it kills it, at its time limit, at a preemption, and
+for ``scancel`` (on the test cluster, ``--signal=KILL`` too reached the trial as
+SIGTERM). An interrupted
+trial's record is written when its job ended by SLURM's own hand (time limit,
+preemption, memory, node failure), or when the job is Snakemake's retry (``attempt`` 2
+and up: the earlier job failed while Snakemake ran, so something else stopped it, a
+user's or an administrator's ``scancel``). On its first attempt, a job that finds a
+cancelled trial's marker runs the trial again: Snakemake itself cancels its jobs when it
+is stopped (Ctrl-C), and a resumed study runs what it stopped, as an interrupted trial
+always has. Without accounting (``sacct`` cannot answer) the attempt says so in its log
+and runs the trial again, as before. Standard library only.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ def marker(out: Path) -> Path:
     return out.with_name(out.name + ".attempt")
 
 
-def earlier_loss(out: Path, job_id: str, log: Path, run=None) -> tuple[str, str] | None:
+def earlier_loss(
+    out: Path, job_id: str, log: Path, run=None, attempt: int = 1
+) -> tuple[str, str] | None:
     """(error type, SLURM's words) when an earlier job of this trial was lost whole; None
-    when there was none, it is unknown (no accounting: said in ``log``), or it has not
-    ended."""
+    when there was none, it is unknown (no accounting: said in ``log``), it has not
+    ended, or Snakemake's own stop interrupted it (``attempt`` 1: a resumed study)."""
     try:
         left = json.loads(marker(out).read_text())
         earlier, interrupted = left.get("slurm_job_id"), bool(left.get("interrupted"))
@@ -48,8 +55,8 @@ def earlier_loss(out: Path, job_id: str, log: Path, run=None) -> tuple[str, str]
                   file=fh)  # fmt: skip
         return None
     loss = slurm.lost_job(job) if job else None
-    if loss and interrupted and loss[0] not in SLURMS_OWN:
-        return None  # a stop from outside that the trial lived through: run it again
+    if loss and interrupted and loss[0] not in SLURMS_OWN and attempt <= 1:
+        return None  # a stop the trial lived through, maybe Snakemake's own: run it again
     return loss
 
 

@@ -33,10 +33,12 @@ def run(
     noise_threshold: float = NOISE_THRESHOLD,
     max_retries: int = MAX_RETRIES,
     retry_delay_s: float = RETRY_DELAY_S,
+    attempt: int = 1,
 ) -> dict:
     """Run the trial (again, while its probe says it was disturbed) and write its record.
     A machine that cannot give the spec its CPUs or its data (a cluster node other than
-    the one the study was checked on) runs nothing: a failed record says why."""
+    the one the study was checked on) runs nothing: a failed record says why.
+    ``attempt``: its job's (Snakemake's retry: 2), for an earlier job lost whole."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
@@ -56,7 +58,7 @@ def run(
         write_json_atomic(out, record)
         return record
     job = sysinfo.slurm_job()
-    loss = lost.earlier_loss(out, job["job_id"], log) if job else None
+    loss = lost.earlier_loss(out, job["job_id"], log, attempt=attempt) if job else None
     if loss:  # an earlier job of this trial was lost whole: its record, from SLURM's words
         kind, words = loss
         record = failure(spec, trial, kind, f"the trial's earlier job was lost whole: {words}")
