@@ -453,6 +453,36 @@ def test_plots_exist_and_are_svg(built):
     assert "no successful trials" not in (tmp / "report" / "ladder.svg").read_text()
 
 
+def test_ladder_labels_stay_on_their_bars(tmp_path, monkeypatch):
+    """A long label (a step over a long-named parent) on a bar too short to hold it goes
+    after the bar: no label runs off its bar's start into the experiment names."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from workflow_scripts.report import figures
+
+    drawn = []
+    save = figures.save_svg
+    monkeypatch.setattr(figures, "save_svg", lambda fig, path: drawn.append(fig) or save(fig, path))
+    ladder = pd.DataFrame({
+        "experiment": ["baseline", "ipex-optimize-fp32", "ipex-optimize-bf16-cl", "fast"],
+        "speedup": [1.0, 1.19, 2.30, 4.0], "speedup_min": [1.0, 1.1, 2.2, 3.9],
+        "speedup_max": [1.0, 1.2, 2.4, 4.1], "claim_speedup": [math.nan, math.nan, 4.46, math.nan],
+        "step_parent": [None, "baseline", "ipex-optimize-fp32", "baseline"],
+        "step_speedup": [math.nan, 1.19, 1.94, 4.0],
+    })  # fmt: skip
+    figures.plot_ladder(ladder, tmp_path / "ladder.svg", baseline="baseline")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()  # (closed: its canvas is gone)
+    start = ax.transData.transform((0, 0))[0]
+    labels = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    long = next(k for k in labels if "over ipex-optimize-fp32" in k)
+    assert all(box.x0 >= start for box in labels.values()), labels
+    # the long one sits after its bar; a short one still fits inside its long bar
+    assert labels[long].x0 > ax.transData.transform((2.30, 0))[0]
+    assert labels["4.00×"].x1 < ax.transData.transform((4.0, 0))[0]
+
+
 def test_inline_svg_ids_unique(built):
     _, _, _, html_text = built
     ids = re.findall(r'\bid="([^"]+)"', html_text)

@@ -128,6 +128,8 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
                 zorder=3,
             )
         xmax = nanmax(*(speed + hi), *claims, 1.0)
+        ax.set_xlim(0, xmax * 1.55)
+        renderer = fig.canvas.get_renderer()
         parents = ladder["step_parent"] if "step_parent" in ladder else [None] * n
         steps = ladder["step_speedup"] if "step_speedup" in ladder else [math.nan] * n
         for yy, s, lo_i, h, c, parent, step in zip(y, speed, lo, hi, claims, parents, steps):
@@ -137,10 +139,16 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
             text = f"{s:.2f}×"
             if not isnan(step) and parent and parent != baseline:
                 text += f"  ({step:.2f}× over {parent})"
+            inside = None
             if s > 0.45 * xmax:  # inside the bar's end, clear of whiskers and claims
-                ax.text(s - lo_i - 0.015 * xmax, yy, text, va="center", ha="right",
-                        fontsize=10, color="white", fontweight="bold")  # fmt: skip
-            else:  # after the bar and after its claim's diamond
+                inside = ax.text(s - lo_i - 0.015 * xmax, yy, text, va="center", ha="right",
+                                 fontsize=10, color="white", fontweight="bold")  # fmt: skip
+                # ... where it fits: a long label on a short bar would run off its start
+                start = ax.transData.transform((0.015 * xmax, yy))[0]
+                if inside.get_window_extent(renderer).x0 < start:
+                    inside.remove()
+                    inside = None
+            if inside is None:  # after the bar and after its claim's diamond
                 right = max(s + h, c + 0.04 * xmax if not isnan(c) and c > s else 0)
                 ax.text(right + 0.015 * xmax, yy, text, va="center", fontsize=10)
             if not isnan(c):
@@ -149,7 +157,6 @@ def plot_ladder(ladder: pd.DataFrame, path: Path, baseline: str | None = None) -
         ax.axvline(1.0, color="#555555", ls="--", lw=1, zorder=1)
         ax.set_yticks(y, [str(e) for e in ladder["experiment"]])
         ax.invert_yaxis()
-        ax.set_xlim(0, xmax * 1.55)
         ax.set_xlabel("speedup over the baseline (× its samples/s)")
         ax.set_title(title)
         ax.grid(axis="y", visible=False)
