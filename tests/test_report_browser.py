@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report_decisions import PRICES, machine_a, machine_b, write
+from tests.test_report_decisions import PRICES, machine_a, machine_b, trial, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
 
@@ -110,3 +110,35 @@ def test_full_page_screenshot(page):
     first = screenshot(html, shots / "report-first-screen.png", 1100)
     assert first.size == (WIDTH, 1100)
     assert len(content_rows(first)) > 100
+
+
+#: appended to a copy of the page: each family's table width / its box's, into the DOM
+MEASURE = """<script>document.addEventListener('DOMContentLoaded', () => {
+  const fams = [...document.querySelectorAll('.family')].map(f =>
+    f.querySelector('h3').textContent + ':' +
+    Math.round(f.querySelector('table').getBoundingClientRect().width) + '/' + f.clientWidth);
+  document.body.setAttribute('data-families', fams.join('|'));
+});</script>"""
+
+
+def test_every_family_table_shows_all_its_columns(page):
+    """At the page's width the families stack, each table as wide as it needs: side by
+    side, a family's table hid its last columns (its ratio to fp32 eager among them)
+    behind a scrollbar."""
+    html, _ = page
+    # the page's records and a text model's, so that both families are there
+    tmp = html.parent.parent / "families"
+    text = trial("bert-tiny", 0, 30.0, group="transformers", model="bert-tiny", seq_len=128)
+    records = rec.load_records(write(tmp / "a", [*machine_a(), text]))
+    html = tmp / "report" / "index.html"
+    report.build_report(records, tmp / "summary.csv", html, tmp / "report", prices=PRICES)
+    probe = html.with_name("probe.html")
+    probe.write_text(html.read_text().replace("</body>", MEASURE + "</body>"))
+    res = chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
+    found = re.search(r'data-families="([^"]*)"', res.stdout)
+    assert found, res.stderr[-2000:]
+    sizes = dict(item.rsplit(":", 1) for item in found.group(1).split("|"))
+    assert len(sizes) >= 2, sizes  # images and tokens
+    for family, size in sizes.items():
+        table, box = (int(v) for v in size.split("/"))
+        assert 0 < table <= box, (family, size)

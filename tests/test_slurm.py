@@ -302,6 +302,45 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert "submitted with SLURM jobid" not in out
 
 
+#: in each task srun starts: what the study's rank does first, and what it then records
+RANK_START = """
+import json, os
+from workflow_scripts.rank.distributed import ccl, ranks
+assert ranks.adopt_slurm()
+ccl.launcher_environment(os.environ)
+config = ccl.effective_config()
+print(json.dumps({**{k: config.get(k) for k in ("CCL_PROCESS_LAUNCHER", "CCL_LOCAL_RANK",
+    "CCL_LOCAL_SIZE")}, "launch": config["launch"], "rank": os.environ["RANK"],
+    "world": os.environ["WORLD_SIZE"], "host": os.uname().nodename}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mpi", ["pmi2"])
+def test_ranks_under_each_mpi_plugin_sites_run(slurm, mpi):
+    """srun with a site's MPI plugin (what MpiDefault or --mpi sets) gives its tasks that
+    plugin's rank variables; the study's ranks, one on each node, still take their places
+    from SLURM, tell oneCCL it has no MPI launcher, and record the plugin. (pmix is not
+    here: Debian's mpi_pmix loads only with libpmix-dev, and then this cluster's nodes,
+    which share one /tmp, collide on its client folder: "Cannot create client cli tmpdir:
+    /tmp/spmix_appdir_0_2.0: File exists".)"""
+    env = {**os.environ, "STUDY_RANKS_FROM": "slurm", "PYTHONPATH": str(REPO)}
+    cmd = ["srun", f"--mpi={mpi}", "--partition=study", "--nodes=2", "--ntasks=2",
+           "--ntasks-per-node=1", sys.executable, "-c", RANK_START]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tasks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(t["rank"] for t in tasks) == ["0", "1"], proc.stdout
+    assert sorted(t["host"] for t in tasks) == list(NODES)
+    for task in tasks:
+        assert task["world"] == "2" and task["CCL_PROCESS_LAUNCHER"] == "none", task
+        assert task["CCL_LOCAL_RANK"] == "0" and task["CCL_LOCAL_SIZE"] == "1", task
+        launch = task["launch"]
+        assert launch["SLURM_MPI_TYPE"] == mpi, launch
+        # the plugin's own rank variable, which the study did not take for an MPI launch
+        assert ("PMIX_RANK" if mpi == "pmix" else "PMI_RANK") in launch, launch
+
+
 #: two trials that would run for hours, in jobs of a 1-minute time limit
 #: (and the environment build as a cluster job of its own: cluster.build_on: compute)
 LOST = {"experiments": [{"id": f"lost-{how}", "group": "faults", "steps": 1_000_000,

@@ -179,7 +179,7 @@ table.data thead th{background:#f3f5f7;position:sticky;top:0}
 table.data tbody tr:nth-child(even){background:#fafafa}
 table.kv th{width:14em}
 .scroll{overflow:auto;max-height:70vh;border:1px solid #ddd}.wide{overflow-x:auto}
-.families{display:flex;flex-wrap:wrap;gap:1.5em}.family{flex:1 1 34em;min-width:0}
+.families{display:flex;flex-wrap:wrap;gap:1.5em}.family{flex:1 1 100%;min-width:0}
 .scroll table.data{margin:0;white-space:nowrap}
 figure{margin:1em 0}figure svg{display:block}figcaption{font-size:.9em;color:#555;max-width:70em}
 pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.6em;overflow:auto;max-height:24em;
