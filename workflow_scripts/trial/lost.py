@@ -10,15 +10,15 @@ record. A marker of another job left behind is a job lost whole: SIGKILLed with 
 node failed: any end the accounting gives counts), or interrupted, which the marker then
 says: SLURM signals a job before it kills it, at its time limit, at a preemption, and
 for ``scancel`` (on the test cluster, ``--signal=KILL`` too reached the trial as
-SIGTERM). An interrupted
-trial's record is written when its job ended by SLURM's own hand (time limit,
-preemption, memory, node failure), or when the job is Snakemake's retry (``attempt`` 2
-and up: the earlier job failed while Snakemake ran, so something else stopped it, a
-user's or an administrator's ``scancel``). On its first attempt, a job that finds a
-cancelled trial's marker runs the trial again: Snakemake itself cancels its jobs when it
-is stopped (Ctrl-C), and a resumed study runs what it stopped, as an interrupted trial
-always has. Without accounting (``sacct`` cannot answer) the attempt says so in its log
-and runs the trial again, as before. Standard library only.
+SIGTERM). An interrupted trial's record is written when its job ended by SLURM's own
+hand (time limit, preemption, memory, node failure), or when the job is Snakemake's
+retry (``attempt`` 2 and up: the earlier job failed while Snakemake ran, so something
+else stopped it, a user's or an administrator's ``scancel``). On its first attempt, a
+job that finds a cancelled trial's marker runs the trial again: Snakemake itself
+cancels its jobs when it is stopped (Ctrl-C), and a resumed study runs what it
+stopped, as an interrupted trial always has. Without accounting (``sacct`` cannot
+answer) the attempt says so in its log and runs the trial again, as before. Standard
+library only.
 """
 
 from __future__ import annotations
