@@ -617,7 +617,7 @@ def test_wrong_type():
 def test_bad_enum_value():
     msg = error_of({"experiments": [{}, {}, {"precision": "fp16"}]})
     assert msg == (
-        "config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16"
+        "config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16, int8"
     )
     msg = error_of({"runtime": "singularity", "experiments": [{}]})
     assert msg == (

@@ -103,9 +103,34 @@ def test_inference_mode_resolves_and_counts_the_forward_alone():
     ("fields", "message"),
     [
         (
-            {"mode": "inference", "data": "digits", "epochs": 2, "time_budget_s": None},
-            "epochs 2 needs mode 'train'",
+            {"mode": "inference", "data": "per_sample", "epochs": 2, "time_budget_s": None},
+            "epochs 2 in mode 'inference' trains the model before it is served and scores "
+            "it on a held-out split: it needs data 'digits' or 'keywords' (got data "
+            "'per_sample')",
         ),
+        ({"precision": "int8"}, "precision 'int8' needs mode 'inference'"),
+        (
+            {"mode": "inference", "precision": "int8"},
+            "precision 'int8' needs a backend with an INT8 path ('inductor' or 'ipex'; got "
+            "backend 'eager')",
+        ),
+        (
+            {"mode": "inference", "precision": "int8", "backend": "inductor"},
+            "precision 'int8' with backend 'inductor' needs compile_freezing true",
+        ),
+        (
+            {"mode": "inference", "precision": "int8", "backend": "ipex"},
+            "precision 'int8' with backend 'ipex' needs ipex_torchscript true",
+        ),
+        (
+            {"mode": "inference", "precision": "int8", "backend": "ipex",
+             "ipex_torchscript": True, "ipex_optimize": True},
+            "runs ipex.quantization's prepare and convert, not ipex.optimize",
+        ),  # fmt: skip
+        ({"compile_freezing": True, "backend": "inductor"}, "compile_freezing needs mode"),
+        ({"mode": "inference", "compile_freezing": True}, "compile_freezing needs compile"),
+        ({"ipex_torchscript": True}, "ipex_torchscript true needs backend 'ipex'"),
+        ({"ipex_torchscript": True, "backend": "ipex"}, "ipex_torchscript needs mode"),
         (
             {"mode": "inference", "launcher": "torchrun", "ranks": 2},
             "mode 'inference' runs one process (got launcher 'torchrun'",

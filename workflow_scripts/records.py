@@ -113,6 +113,22 @@ _TEXT_MEASUREMENT_COLUMNS = (
     "noisy", "ceiling_dtype", "measurement_error", "time_budget_hit", "noise_signal",
 )  # fmt: skip
 _TEXT_GRADIENT_COLUMNS = ("grad_check",)
+# Inference (rank/inference.py): the served model against the fp32 eager model it came
+# from (its logits on the run's first batch; with epochs, the held-out accuracy of the
+# same trained weights: reference_accuracy, and test_accuracy - reference_accuracy),
+# the share of oneDNN's multiply-add kernels that ran in INT8 and the CPU feature they
+# ran on, and the seconds the backend took to make the served model (quantize, trace).
+SERVING_COLUMNS = [
+    "reference_accuracy",
+    "accuracy_change",
+    "logits_cosine",
+    "logits_max_abs_diff",
+    "top1_agreement",
+    "int8_share",
+    "int8_isa",
+    "serve_s",
+]
+_TEXT_SERVING_COLUMNS = ("int8_isa",)
 # The spec's fields that have a column (declared in study/fields.py), then what the
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
@@ -155,6 +171,7 @@ COLUMNS = (
     + ACCURACY_COLUMNS
     + MEASUREMENT_COLUMNS
     + GRADIENT_COLUMNS
+    + SERVING_COLUMNS
     + SPEC_COLUMNS
     + PROVENANCE_COLUMNS
     + ERROR_COLUMNS
@@ -169,6 +186,7 @@ NUMERIC_COLUMNS = {
     *ACCURACY_COLUMNS,
     *(c for c in MEASUREMENT_COLUMNS if c not in _TEXT_MEASUREMENT_COLUMNS),
     *(c for c in GRADIENT_COLUMNS if c not in _TEXT_GRADIENT_COLUMNS),
+    *(c for c in SERVING_COLUMNS if c not in _TEXT_SERVING_COLUMNS),
     *_NUMBER_FIELDS,
     "torch_num_threads",
     "logical_cpus",
@@ -312,6 +330,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row.update(_measured_columns(record, spec, prov))
     row.update(_noise_columns(record))
     row.update(_gradient_columns(record))
+    row.update(_serving_columns(record, row))
     row.update(_spec_columns(spec, prov))
     row.update(_provenance_columns(prov))
     row.update(_error_columns(record.get("error")))
@@ -370,6 +389,26 @@ def _gradient_columns(record: dict) -> dict:
         "grad_max_rel_error": _num(compared.get("max_rel_error")),
         "grad_eager_rel_error": _num(compared.get("eager_median_rel_error")),
         "grad_check_s": _num(check.get("check_s")),
+    }
+
+
+def _serving_columns(record: dict, row: dict) -> dict:
+    """An inference run's served model against fp32 eager's (see :data:`SERVING_COLUMNS`)."""
+    serving = _as_dict(_as_dict(record.get("checks")).get("serving"))
+    agreement = _as_dict(serving.get("agreement"))
+    onednn = _as_dict(serving.get("onednn"))
+    heavy = _num(onednn.get("heavy_primitives"))
+    int8 = _num(onednn.get("int8_primitives"))
+    reference = _num(serving.get("reference_accuracy"))
+    return {
+        "reference_accuracy": reference,
+        "accuracy_change": row["test_accuracy"] - reference,
+        "logits_cosine": _num(agreement.get("cosine")),
+        "logits_max_abs_diff": _num(agreement.get("max_abs_diff")),
+        "top1_agreement": _num(agreement.get("top1_agreement")),
+        "int8_share": int8 / heavy if heavy > 0 else (0.0 if heavy == 0 else math.nan),
+        "int8_isa": _text(onednn.get("int8_isa")),
+        "serve_s": _num(serving.get("serve_s")),
     }
 
 

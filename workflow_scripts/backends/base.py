@@ -52,6 +52,9 @@ class Backend:
     #: so that no backend library's kernels are out of the counter's sight (importing
     #: IPEX hides a transformer's backward matmuls from ``FlopCounterMode``)
     flops_after_setup: bool = False
+    #: how the backend serves a model in INT8 (``precision: int8``, mode inference), in
+    #: the record's words; None: it has no INT8 path
+    int8: str | None = None
 
     # ------------------------------------------------------------------ plan time
 
@@ -76,13 +79,31 @@ class Backend:
         ``optimizer`` is None in inference mode."""
         return model, optimizer
 
+    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple]):
+        """Inference: the prepared model (inputs in, logits out, eval mode) as the backend
+        serves it (an INT8 model calibrated on ``calibration``, a traced graph built from
+        ``example``), before any ``torch.compile``. Here: the model as it is."""
+        return model
+
+    def onednn_verbose(self) -> list:
+        """Context managers that make every oneDNN library in the process print what it
+        runs (torch's own here)."""
+        import torch
+
+        return [torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)]
+
     def compile(self, model, spec: dict):
-        """``torch.compile`` as the spec asks (``compile`` none: the model as it is)."""
+        """``torch.compile`` as the spec asks (``compile`` none: the model as it is);
+        ``compile_freezing``: inductor's freezing (the weights folded in as constants)."""
         import torch
 
         if spec["compile"] == "none":
             return model
         if spec["compile"] == "inductor":
+            if spec.get("compile_freezing"):
+                import torch._inductor.config as inductor_config
+
+                inductor_config.freezing = True
             mode = None if spec["compile_mode"] == "default" else spec["compile_mode"]
             return torch.compile(model, backend="inductor", mode=mode)
         return torch.compile(model, backend=spec["compile"])

@@ -10,7 +10,8 @@ class Ipex(Backend):
     image = "ipex"
     image_lock = "ipex"
     compile_options = ("ipex",)
-    owns = {"ipex_optimize": False}
+    owns = {"ipex_optimize": False, "ipex_torchscript": False}
+    int8 = "ipex.quantization static quantization, TorchScript (torch.jit.trace, freeze)"
     imports = ("intel_extension_for_pytorch",)
     versions = {"intel_extension_for_pytorch": "ipex"}
     order = 2
@@ -32,6 +33,60 @@ class Ipex(Backend):
         if optimizer is None:  # inference: the model alone (in eval mode)
             return ipex.optimize(model, dtype=dtype), None
         return ipex.optimize(model, optimizer=optimizer, dtype=dtype)
+
+    def check(self, spec: dict) -> list[str]:
+        problems = []
+        if spec["ipex_torchscript"] and spec["mode"] != "inference":
+            problems.append("ipex_torchscript needs mode 'inference' (IPEX traces a served model)")
+        if spec["ipex_torchscript"] and spec["compile"] != "none":
+            problems.append(
+                f"ipex_torchscript runs a TorchScript graph; compile {spec['compile']!r} "
+                "would compile something else (use compile 'none')"
+            )
+        if spec["precision"] == "int8" and not spec["ipex_torchscript"]:
+            problems.append(
+                "precision 'int8' with backend 'ipex' needs ipex_torchscript true (IPEX runs "
+                "a converted INT8 model as a traced, frozen TorchScript graph)"
+            )
+        if spec["precision"] == "int8" and spec["ipex_optimize"]:
+            problems.append(
+                "precision 'int8' with backend 'ipex' runs ipex.quantization's prepare and "
+                "convert, not ipex.optimize (set ipex_optimize false)"
+            )
+        return problems
+
+    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple]):
+        """The IPEX deck's serving recipes. ``precision: int8``: ``ipex.quantization``'s
+        static post-training quantization (its ``default_static_qconfig_mapping``: 8-bit
+        activations per tensor, 8-bit weights per channel), observed on the calibration
+        batches, converted. ``ipex_torchscript``: the model traced and frozen
+        (``torch.jit.trace``, ``torch.jit.freeze``; under bf16 autocast for bf16), IPEX's
+        graph path (its fusions run in the TorchScript graph)."""
+        import intel_extension_for_pytorch as ipex
+        import torch
+
+        if spec["precision"] == "int8":
+            from intel_extension_for_pytorch.quantization import convert, prepare
+
+            qconfig = ipex.quantization.default_static_qconfig_mapping
+            prepared = prepare(model, qconfig, example_inputs=example, inplace=False)
+            with torch.no_grad():
+                for batch in calibration:
+                    prepared(*batch)
+            model = convert(prepared)
+        if not spec["ipex_torchscript"]:
+            return model
+        bf16 = spec["precision"] == "bf16"
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+        with torch.no_grad(), autocast:
+            traced = torch.jit.trace(model, example, check_trace=False)
+            return torch.jit.freeze(traced)
+
+    def onednn_verbose(self) -> list:
+        """torch's oneDNN and IPEX's own (IPEX's kernels and its TorchScript fusions)."""
+        import intel_extension_for_pytorch as ipex
+
+        return [*super().onednn_verbose(), ipex.verbose(1)]
 
 
 BACKEND = Ipex()

@@ -79,12 +79,21 @@ class Trainer:
         model = model.to(self.device)
         self.data_path = data_path
         self.batches = data.batches(spec, data_path, self.rank, self.world)
-        epochs = spec.get("epochs") or 0
+        epochs = 0 if self.inference else spec.get("epochs") or 0
         spe = self.batches.steps_per_epoch
         self.total_steps = epochs * spe if epochs else spec["warmup_steps"] + spec["steps"]
         optimizer = None if self.inference else optim.build(model.parameters(), spec)
         self.bf16 = spec["precision"] == "bf16"
+        self.serving = None
+        if self.inference:  # the model as a server calls it (trained first with epochs)
+            model, self.serving = self.served(model)
         model, optimizer = self.backend.prepare(model, optimizer, spec)
+        if self.inference:  # the backend's serving path (INT8, TorchScript)
+            t0 = time.perf_counter()
+            model = self.backend.serve(
+                model, spec, self.serving["example"], self.serving.pop("calibration")
+            )
+            self.serving["serve_s"] = time.perf_counter() - t0
         scheduler = None if self.inference else optim.scheduler(optimizer, spec, self.total_steps)
         self.net = model  # before DDP and compile: what evaluate() scores
         if self.accelerator is not None:
@@ -115,13 +124,84 @@ class Trainer:
         self.inspect = None
         self.untimed_s = 0.0
         self.warmup_steps = schedule.warmup_steps(spec, spe)
-        self.dtype_seen = _dtype_probe(self.net) if spec["compile"] == "none" else None
+        # (a hook inside a compiled graph would change the graph; a TorchScript or
+        # quantized graph module has none to hook)
+        plain = spec["compile"] == "none" and isinstance(self.net, torch.nn.Module)
+        plain = plain and not isinstance(self.net, torch.jit.ScriptModule)
+        plain = plain and spec["precision"] != "int8"
+        self.dtype_seen = _dtype_probe(self.net) if plain else None
         if spec["channels_last"] and self.batches.cycle is not None:
             # the synthetic batches, in channels_last once (a step's own copy into it is
             # then a no-op), as a hand-written loop would hold them
             self.batches = data.Batches(
                 None, cycle=[(x.contiguous(memory_format=cl), y) for x, y in self.batches.cycle]
             )
+
+    def served(self, model):
+        """Inference: the model as a server calls it (``inference.served``), trained first
+        for ``epochs`` on its data's training split (fp32 eager), and what the served
+        model will be held against: the fp32 eager logits of the run's first batch and,
+        for a trained model, its held-out accuracy; with the INT8 calibration batches."""
+        from . import inference
+
+        spec, torch = self.spec, self.torch
+        info: dict = {"pretrain": None, "reference_accuracy": None}
+        if spec.get("epochs"):
+            info["pretrain"] = inference.pretrain(spec, model, self.batches, self.workload)
+        model.eval()
+        net = inference.served(self.workload, model)
+
+        def batch():
+            x, _ = next(self.batches)
+            if self.spec["channels_last"]:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return inference.inputs(x)
+
+        info["example"] = batch()
+        with torch.inference_mode():
+            info["reference_logits"] = net(*info["example"]).float()
+        if spec.get("epochs"):
+            info["reference_accuracy"] = self.score(net)
+        n = inference.CALIBRATION_BATCHES if spec["precision"] == "int8" else 0
+        info["calibration"] = [batch() for _ in range(n)]
+        return net, info
+
+    def score(self, net) -> float:
+        """Held-out accuracy of a served model, called at the run's own batch shape."""
+        from . import data, inference
+
+        held = data.held_out(self.spec, self.data_path)
+        return inference.score(net, held, self.spec["batch_size"], self.spec["channels_last"])
+
+    def served_checks(self) -> dict:
+        """After the timed steps (untimed): the served model's logits on the first batch
+        against fp32 eager's, its held-out accuracy (a model trained by the run), the
+        oneDNN kernels one forward pass ran (data types, ISA)."""
+        from . import inference
+
+        torch, info = self.torch, self.serving
+        example = info["example"]
+        with torch.inference_mode(), self.autocast():
+            logits = self.model(*example)
+        out = {
+            "agreement": inference.agreement(info["reference_logits"], logits),
+            "serve_s": info["serve_s"],
+            "int8": self.backend.int8 if self.spec["precision"] == "int8" else None,
+            "pretrain": info["pretrain"],
+            "reference_accuracy": info["reference_accuracy"],
+            "served_accuracy": None,
+        }
+        if info["reference_accuracy"] is not None:
+            with self.autocast():
+                out["served_accuracy"] = self.score(self.model)
+
+        def forward():
+            with torch.inference_mode(), self.autocast():
+                self.model(*example)
+
+        lines = inference.onednn_trace(forward, self.backend.onednn_verbose())
+        out["onednn"] = inference.kernels(lines)
+        return out
 
     def autocast(self):
         if self.accelerator is not None:
@@ -182,8 +262,11 @@ class Trainer:
     def forward(self, x, y):
         """An inference step: the forward pass alone, under ``torch.inference_mode``
         (its loss, on the batch's labels, is only a sign of what the model computed)."""
+        from . import inference
+
         with self.torch.inference_mode(), self.autocast():
-            out, loss = self.forward_loss(self.model, x, y)
+            out = self.model(*inference.inputs(x))
+            loss = inference.loss_of(self.workload, out, y)
         self.backend.sync()
         self.last = (x, out.dtype)
         return loss
@@ -498,7 +581,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     losses: list[float] = []
     tokens: list[tuple[int, int, int]] = []  # a text model's timed steps (text_tokens)
     first_step_s = math.nan
-    epochs = spec.get("epochs") or 0
+    epochs = 0 if trainer.inference else spec.get("epochs") or 0
     # max_steps cuts the run short (a pre-flight); the schedule stays the whole run's
     total = min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps)
     budget = None if epochs else spec.get("time_budget_s")
@@ -571,6 +654,13 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
         }
     checks = trainer.checks()
     checks["compile"] = compile_stats(spec, compiles_at_first_step)
+    serving = trainer.served_checks() if trainer.inference else None
+    if serving is not None:
+        checks["serving"] = serving
+        accuracy = {
+            "test_accuracy": serving["served_accuracy"],
+            "reference_accuracy": serving["reference_accuracy"],
+        }
     # the memory of the run, before the gradient check's reference model adds its own
     peak_rss_mb = _rss_mb(resource.RUSAGE_SELF)
     peak_rss_children_mb = _rss_mb(resource.RUSAGE_CHILDREN)

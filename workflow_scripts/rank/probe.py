@@ -231,7 +231,10 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:
-    """(dtype, GFLOP/s) of the ceiling for a run of this precision."""
+    """(dtype, GFLOP/s) of the ceiling for a run of this precision (int8: none, the
+    calibration measures no INT8 kernel; its float ceilings are no bound for it)."""
+    if precision == "int8":
+        return "int8", None
     fp32 = probe_result.get("fp32_gflops")
     if precision != "bf16":
         return "fp32", fp32

@@ -120,11 +120,35 @@ def _inference_problems(spec: dict) -> list[str]:
     """Inference runs forward passes in one process: nothing to train for an accuracy,
     no gradients for data-parallel ranks to average."""
     if spec["mode"] != "inference":
-        return []
+        problems = []
+        if spec["precision"] == "int8":
+            problems.append(
+                "precision 'int8' needs mode 'inference' (static post-training quantization "
+                "of a model that is served, not trained)"
+            )
+        if spec["compile_freezing"]:
+            problems.append(
+                "compile_freezing needs mode 'inference' (inductor freezes the weights of a "
+                "model that is served; a training step changes them)"
+            )
+        return problems
     problems = []
-    if spec["epochs"]:
+    if spec["epochs"] and spec["data"] not in HELD_OUT:
         problems.append(
-            f"epochs {spec['epochs']} needs mode 'train' (mode 'inference' trains nothing)"
+            f"epochs {spec['epochs']} in mode 'inference' trains the model before it is "
+            f"served and scores it on a held-out split: it needs data "
+            f"{' or '.join(repr(d) for d in HELD_OUT)} (got data {spec['data']!r})"
+        )
+    backend = backends.get(spec["backend"])
+    if spec["precision"] == "int8" and backend.int8 is None:
+        with_int8 = [b.name for b in backends.all_backends() if b.int8]
+        problems.append(
+            f"precision 'int8' needs a backend with an INT8 path "
+            f"({' or '.join(repr(n) for n in with_int8)}; got backend {backend.name!r})"
+        )
+    if spec["compile_freezing"] and spec["compile"] != "inductor":
+        problems.append(
+            f"compile_freezing needs compile 'inductor' (got compile {spec['compile']!r})"
         )
     if launchers.get(spec["launcher"]).distributed:
         problems.append(

@@ -337,9 +337,11 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "precision",
-            {"enum": ["fp32", "bf16"]},
+            {"enum": ["fp32", "bf16", "int8"]},
             "fp32",
-            "fp32, or bf16 autocast",
+            "fp32, bf16 autocast, or int8 (mode inference: static post-training quantization, "
+            "through ipex.quantization with backend ipex, PT2E's X86InductorQuantizer with "
+            "backend inductor)",
             id_pos=5,
             id_always=True,
             label="precision",
@@ -388,6 +390,38 @@ FIELDS: dict[str, Field] = {
             compare="variant",
             compare_pos=5,
             missing="default",
+            trajectory=False,
+        ),
+        Field(
+            "compile_freezing",
+            {"type": "boolean"},
+            False,
+            "inductor's freezing (torch._inductor.config.freezing: the weights folded in as "
+            "constants, prepacked for the CPU's kernels; mode inference)",
+            tag=_flag("frozen", "nofrozen"),
+            id_pos=3.5,
+            column=True,
+            label="freezing",
+            compare="variant",
+            compare_pos=5.5,
+            missing=False,
+            reference=False,
+            trajectory=False,
+        ),
+        Field(
+            "ipex_torchscript",
+            {"type": "boolean"},
+            False,
+            "IPEX's graph path for inference: torch.jit.trace and torch.jit.freeze after "
+            "ipex.optimize (or after ipex.quantization's convert, for int8)",
+            tag=_flag("jit", "nojit"),
+            id_pos=4.5,
+            column=True,
+            label="TorchScript",
+            compare="variant",
+            compare_pos=6.5,
+            missing=False,
+            reference=False,
             trajectory=False,
         ),
         Field(

@@ -1,0 +1,126 @@
+"""Inference as it is served, in the real backend environments: INT8 through IPEX and
+through PT2E with inductor (the record says which kernels ran), a model the run trains
+itself then quantizes and scores, bf16 and IPEX's TorchScript path."""
+
+from __future__ import annotations
+
+import pytest
+
+from workflow_scripts import digits, records
+
+from .test_harness import assert_ok, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+#: the quantized digits model scores within this many points of the fp32 model it came
+#: from (static post-training INT8, per-channel weights: a small CNN loses well under one
+#: point; three is room for a different calibration draw, not for a broken model)
+ACCURACY_TOLERANCE = 0.03
+INT8 = {
+    "inductor": {"backend": "inductor", "precision": "int8", "compile_freezing": True},
+    "ipex": {"backend": "ipex", "precision": "int8", "ipex_torchscript": True},
+}
+TORCH = {"inductor": "2.14.", "ipex": "2.8."}
+
+
+@pytest.fixture(scope="module")
+def digits_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("digits")
+    digits.export(folder)
+    return str(folder)
+
+
+def env_of(stack: str, request) -> dict:
+    return request.getfixturevalue("upstream_env" if stack == "inductor" else "ipex_env")
+
+
+def cpu_flags(record: dict) -> set[str]:
+    return set(record["provenance"].get("cpu_flags") or [])
+
+
+def assert_int8(record: dict, stack: str) -> dict:
+    """An INT8 run: every multiply-add kernel oneDNN ran took 8-bit weights (no silent
+    fp32 fallback), on a CPU feature the machine has, and the backend's INT8 path named."""
+    serving = record["checks"]["serving"]
+    kernels = serving["onednn"]
+    assert kernels["heavy_primitives"] > 0, kernels
+    assert kernels["int8_primitives"] == kernels["heavy_primitives"], kernels["primitives"]
+    assert (
+        serving["int8"]
+        and ("PT2E" if stack == "inductor" else "ipex.quantization") in (serving["int8"])
+    )
+    flags = cpu_flags(record)
+    needs = {"AMX-INT8": {"amx_int8"}, "AVX512-VNNI": {"avx512_vnni"}, "AVX-VNNI": {"avx_vnni"}}
+    isa = kernels["int8_isa"]
+    assert isa in (*needs, "no VNNI/AMX"), isa
+    assert needs.get(isa, set()) <= flags, (isa, sorted(flags))
+    row = records.flatten(record)
+    assert row["int8_share"] == 1.0 and row["int8_isa"] == isa
+    assert row["precision"] == "int8"
+    return serving
+
+
+@pytest.mark.parametrize("stack", ["inductor", "ipex"])
+def test_an_int8_model_runs_int8_kernels_and_agrees_with_fp32(stack, request, make_spec, tmp_path):
+    spec = make_spec(id=f"int8-{stack}", mode="inference", batch_size=4, **INT8[stack])
+    rec = assert_ok(run(spec, env_of(stack, request), tmp_path), torch=TORCH[stack])
+    serving = assert_int8(rec, stack)
+    # the served model's logits against fp32 eager's on the run's first batch
+    agreement = serving["agreement"]
+    assert agreement["cosine"] > 0.99, agreement
+    assert agreement["max_abs_diff"] < 0.2 * agreement["reference_max_abs"], agreement
+    assert serving["serve_s"] > 0 and serving["pretrain"] is None
+    assert rec["metrics"]["ceiling_gflops"] is None  # no float ceiling bounds INT8
+    assert rec["checks"]["compiled"] == (stack == "inductor")
+
+
+@pytest.mark.parametrize("stack", ["inductor", "ipex"])
+def test_a_digits_model_trained_by_the_run_scores_as_well_in_int8(
+    stack, request, make_spec, digits_dir, tmp_path
+):
+    spec = make_spec(
+        id=f"digits-int8-{stack}", mode="inference", data="digits", epochs=3, lr=0.02,
+        batch_size=32, time_budget_s=None, **INT8[stack],
+    )  # fmt: skip
+    rec = assert_ok(
+        run(spec, env_of(stack, request), tmp_path, data_path=digits_dir), torch=TORCH[stack]
+    )
+    serving = assert_int8(rec, stack)
+    pretrain = serving["pretrain"]
+    assert pretrain["epochs"] == 3 and pretrain["steps"] == 3 * (1437 // 32)
+    reference, served = serving["reference_accuracy"], serving["served_accuracy"]
+    assert reference > 0.8, serving  # the fp32 model learnt the digits
+    assert abs(served - reference) <= ACCURACY_TOLERANCE, serving
+    row = records.flatten(rec)
+    assert row["test_accuracy"] == served and row["reference_accuracy"] == reference
+    assert row["accuracy_change"] == pytest.approx(served - reference)
+
+
+def test_bf16_inference_records_bf16(upstream_env, make_spec, tmp_path):
+    """bf16 autocast in effect on a served transformer, eager and compiled with freezing;
+    where the CPU has native bf16, oneDNN's kernels ran in bf16."""
+    for fields in ({}, {"backend": "inductor", "compile_freezing": True}):
+        spec = make_spec(
+            id="bf16-" + (fields.get("backend") or "eager"), model="bert-tiny", seq_len=32,
+            mode="inference", precision="bf16", batch_size=2, **fields,
+        )  # fmt: skip
+        rec = assert_ok(run(spec, upstream_env, tmp_path))
+        assert rec["checks"]["output_dtype"] == "bfloat16"
+        serving = rec["checks"]["serving"]
+        assert serving["agreement"]["cosine"] > 0.98, serving["agreement"]
+        assert serving["onednn"]["int8_primitives"] == 0
+        if not fields and "avx512_bf16" in cpu_flags(rec):
+            assert serving["onednn"]["bf16_primitives"] > 0, serving["onednn"]
+
+
+def test_ipex_serves_a_traced_frozen_graph(ipex_env, make_spec, tmp_path):
+    """The IPEX deck's recipe: ipex.optimize, then torch.jit.trace and freeze."""
+    spec = make_spec(
+        id="ipex-jit", model="bert-tiny", seq_len=32, mode="inference", batch_size=1,
+        backend="ipex", ipex_optimize=True, ipex_torchscript=True,
+    )  # fmt: skip
+    rec = assert_ok(run(spec, ipex_env, tmp_path), torch="2.8.")
+    serving = rec["checks"]["serving"]
+    assert serving["agreement"]["top1_agreement"] == 1.0, serving["agreement"]
+    assert serving["agreement"]["cosine"] > 0.999
+    assert serving["int8"] is None and serving["onednn"]["int8_primitives"] == 0
