@@ -39,12 +39,14 @@ def cpu_flags(record: dict) -> set[str]:
 
 
 def assert_int8(record: dict, stack: str) -> dict:
-    """An INT8 run: every multiply-add kernel oneDNN ran took 8-bit weights (no silent
-    fp32 fallback), on a CPU feature the machine has, and the backend's INT8 path named."""
+    """An INT8 run of the small CNN: each of its weight layers ran as a oneDNN kernel with
+    8-bit weights (no silent fp32 fallback), on a CPU feature the machine has, and the
+    backend's INT8 path is named."""
     serving = record["checks"]["serving"]
     kernels = serving["onednn"]
-    assert kernels["heavy_primitives"] > 0, kernels
-    assert kernels["int8_primitives"] == kernels["heavy_primitives"], kernels["primitives"]
+    # the CNN's 5 weight layers (3 convolutions, 2 linear), each an INT8 oneDNN kernel
+    assert serving["weight_layers"] == 5
+    assert kernels["int8_primitives"] == kernels["heavy_primitives"] == 5, kernels["primitives"]
     assert (
         serving["int8"]
         and ("PT2E" if stack == "inductor" else "ipex.quantization") in (serving["int8"])
@@ -124,3 +126,17 @@ def test_ipex_serves_a_traced_frozen_graph(ipex_env, make_spec, tmp_path):
     assert serving["agreement"]["top1_agreement"] == 1.0, serving["agreement"]
     assert serving["agreement"]["cosine"] > 0.999
     assert serving["int8"] is None and serving["onednn"]["int8_primitives"] == 0
+
+
+def test_a_model_quantized_in_part_says_so(upstream_env, make_spec, tmp_path):
+    """GPT-2's layers are transformers' Conv1D (an addmm), which the quantizer leaves in
+    fp32: only its LM head (a Linear) runs in INT8, and the record's share says so."""
+    spec = make_spec(
+        id="gpt2-int8", model="gpt2-tiny", seq_len=32, mode="inference", batch_size=1,
+        **INT8["inductor"],
+    )  # fmt: skip
+    rec = assert_ok(run(spec, upstream_env, tmp_path))
+    serving = rec["checks"]["serving"]
+    assert serving["weight_layers"] == 2 * 4 + 1  # per block c_attn, c_proj, c_fc, c_proj
+    assert serving["onednn"]["int8_primitives"] == 1, serving["onednn"]["primitives"]
+    assert records.flatten(rec)["int8_share"] == pytest.approx(1 / 9)

@@ -397,7 +397,7 @@ def _serving_columns(record: dict, row: dict) -> dict:
     serving = _as_dict(_as_dict(record.get("checks")).get("serving"))
     agreement = _as_dict(serving.get("agreement"))
     onednn = _as_dict(serving.get("onednn"))
-    heavy = _num(onednn.get("heavy_primitives"))
+    layers = _num(serving.get("weight_layers"))
     int8 = _num(onednn.get("int8_primitives"))
     reference = _num(serving.get("reference_accuracy"))
     return {
@@ -406,7 +406,7 @@ def _serving_columns(record: dict, row: dict) -> dict:
         "logits_cosine": _num(agreement.get("cosine")),
         "logits_max_abs_diff": _num(agreement.get("max_abs_diff")),
         "top1_agreement": _num(agreement.get("top1_agreement")),
-        "int8_share": int8 / heavy if heavy > 0 else (0.0 if heavy == 0 else math.nan),
+        "int8_share": min(1.0, int8 / layers) if layers > 0 else math.nan,
         "int8_isa": _text(onednn.get("int8_isa")),
         "serve_s": _num(serving.get("serve_s")),
     }

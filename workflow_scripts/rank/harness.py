@@ -146,6 +146,7 @@ class Trainer:
 
         spec, torch = self.spec, self.torch
         info: dict = {"pretrain": None, "reference_accuracy": None}
+        info["weight_layers"] = inference.weight_layers(model)
         if spec.get("epochs"):
             info["pretrain"] = inference.pretrain(spec, model, self.batches, self.workload)
         model.eval()
@@ -188,6 +189,7 @@ class Trainer:
             "serve_s": info["serve_s"],
             "int8": self.backend.int8 if self.spec["precision"] == "int8" else None,
             "pretrain": info["pretrain"],
+            "weight_layers": info["weight_layers"],
             "reference_accuracy": info["reference_accuracy"],
             "served_accuracy": None,
         }

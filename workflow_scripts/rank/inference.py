@@ -50,6 +50,17 @@ def served(w: workloads.Workload, model):
     return (TextLogits if w.text else VisionLogits)(model).eval()
 
 
+#: the modules that hold a model's weight multiply-adds (transformers' ``Conv1D`` is
+#: GPT-2's linear layer, an addmm)
+WEIGHT_LAYERS = ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "Conv1D")
+
+
+def weight_layers(model) -> int:
+    """How many weight layers (linear, convolution) one forward pass of ``model`` runs:
+    what an INT8 model would run as INT8 kernels, all of them quantized."""
+    return sum(type(m).__name__ in WEIGHT_LAYERS for m in model.modules())
+
+
 def inputs(x) -> tuple:
     """A batch's inputs as the served model takes them (positional)."""
     return (x["input_ids"], x["attention_mask"]) if isinstance(x, dict) else (x,)
@@ -180,7 +191,9 @@ def onednn_trace(run, verbose_contexts) -> list[str]:
 def kernels(lines: list[str]) -> dict:
     """What oneDNN ran, from its verbose lines: the ISA it dispatched for, and its
     multiply-add primitives by (kind, implementation, source and weight data types),
-    with how many of them ran in INT8 (8-bit weights) and in bf16."""
+    with how many of them ran in INT8 (8-bit weights) and in bf16. (A kernel outside
+    oneDNN, MKL's or inductor's own GEMM, is not seen here: the share of a model's weight
+    layers that ran in INT8 is ``int8_primitives`` over ``weight_layers``.)"""
     isa = None
     counts: collections.Counter = collections.Counter()
     for line in lines:
