@@ -123,8 +123,13 @@ def test_inference_mode_resolves_and_counts_the_forward_alone():
             "precision 'int8' with backend 'ipex' needs ipex_torchscript true",
         ),
         (
-            {"mode": "inference", "precision": "int8", "backend": "ipex",
-             "ipex_torchscript": True, "ipex_optimize": True},
+            {
+                "mode": "inference",
+                "precision": "int8",
+                "backend": "ipex",
+                "ipex_torchscript": True,
+                "ipex_optimize": True,
+            },
             "runs ipex.quantization's prepare and convert, not ipex.optimize",
         ),  # fmt: skip
         ({"compile_freezing": True, "backend": "inductor"}, "compile_freezing needs mode"),
