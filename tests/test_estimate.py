@@ -119,10 +119,13 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     text = estimate.format_estimate(est, st.settings["trials"])
     assert " h on this machine" in text.splitlines()[0]
     assert "[estimate]   ladder:" in text and "bf16 emulated" in text
-    # the same study where bf16 is native: the bf16 rungs no longer dominate
+    # the same study where bf16 is native: its bf16 runs take a fraction of the time
     native = estimate.Machine({}, 170.0, 2, ["avx2", "avx512_bf16"])
     faster = estimate.total(st.experiments, st.settings["trials"], native, envs=st.envs)
-    assert faster["total_s"] < est["total_s"] / 2
+    assert faster["total_s"] < est["total_s"]
+    bf16 = [s for s in st.experiments if s["precision"] == "bf16"]
+    emulated = sum(estimate.trial(s, avx2)["seconds"] for s in bf16)
+    assert sum(estimate.trial(s, native)["seconds"] for s in bf16) < emulated / 3
 
 
 def test_groups_sum_and_records_already_made_are_not_remaining():
@@ -160,4 +163,29 @@ def test_the_setup_imports_come_from_the_calibration(make_spec):
     default = estimate.trial(make_spec(), machine(calibration()))
     assert default["parts"]["harness"] == pytest.approx(
         estimate.HARNESS_S + estimate.SETUP_IMPORT_S
+    )
+
+
+def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
+    """Inference: the steps are the forward alone; a model trained first (epochs) costs
+    its training steps and two scorings of the held-out split, an INT8 one its
+    calibration, a TorchScript or INT8 one its preparation; the steps stay the spec's."""
+    m = machine(calibration())
+    plain = estimate.trial(make_spec(mode="inference"), m)
+    step = plain["step_s"]
+    assert plain["timed_steps"] == 3
+    assert plain["parts"]["serve"] == pytest.approx(estimate.SERVE_CHECK_STEPS * step, abs=0.01)
+    int8 = make_spec(mode="inference", precision="int8", backend="ipex", ipex_torchscript=True)
+    got = estimate.trial(int8, m)["parts"]["serve"]
+    calibration_s = 4 * 2 * step + estimate.SERVE_PREPARE_S
+    assert got == pytest.approx(plain["parts"]["serve"] + calibration_s, abs=0.02)
+    trained = make_spec(mode="inference", data="digits", epochs=3, batch_size=32, lr=0.02)
+    trained["time_budget_s"] = None
+    est = estimate.trial(trained, m)
+    assert est["timed_steps"] == 3  # the forward passes, not the training's steps
+    fp32_forward = estimate.forward_flops(trained) * 32 / (100.0 * estimate.EFFICIENCY * 1e9)
+    training = 3 * math.ceil(1437 / 32) * 3 * (fp32_forward + estimate.STEP_OVERHEAD_S)
+    scoring = 2 * math.ceil(360 / 32) * est["step_s"]
+    assert est["parts"]["serve"] == pytest.approx(
+        estimate.SERVE_CHECK_STEPS * est["step_s"] + training + scoring, rel=0.01
     )

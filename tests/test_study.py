@@ -122,6 +122,11 @@ def test_shipped_default_study(shipped):
         "bert-base-inductor-dynamic",
         *(f"bert-base-accelerate{x}" for x in ("", "-bf16", "-legacy", "-legacy-ipex")),
         "bert-base-accelerate-legacy-ipex-bf16",
+        *(
+            f"serve-{d}-{x}"
+            for d in ("digits", "keywords")
+            for x in ("fp32", "int8-inductor", "int8-ipex")
+        ),
         "batch-bs8",
         "batch-bs16",
         "batch-bs32",
@@ -137,6 +142,20 @@ def test_shipped_default_study(shipped):
             for p in ("fp32", "bf16")
         ),
         *(f"infer-{kind}-{m}" for kind in ("compiled", "ipex") for m in ("resnet50", "bert-base")),
+        # the serving rungs: batch 1 (with max-autotune), then batch 16
+        *(
+            x
+            for b in (1, 16)
+            for m in ("resnet50", "bert-base")
+            for x in (
+                *(f"{r}-{m}-bs{b}-{p}" for r in ("frozen", "ipex-jit") for p in ("fp32", "bf16")),
+                *(f"int8-{stack}-{m}-bs{b}" for stack in ("inductor", "ipex")),
+                *((f"autotune-{m}-fp32", f"autotune-{m}-bf16") if b == 1 else ()),
+            )
+        ),
+        "int8-inductor-gpt2-bs1",
+        "int8-ipex-gpt2-bs1",
+        "infer-gpt2-bs1",
         *(
             f"bert-opt-{o}-opt{i}"
             for o in ("adamw", "sgd")

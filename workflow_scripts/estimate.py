@@ -80,6 +80,13 @@ COLLECTIVES_S = 30.0
 REPORT_S = 30.0
 
 DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % split
+DIGITS_TEST_IMAGES = 360
+#: an INT8 model's preparation (export or observers, convert) or a TorchScript trace and
+#: freeze, beyond its calibration's forward passes
+SERVE_PREPARE_S = 3.0
+#: the forward passes a served model's checks run after the steps (the agreement batch
+#: and the fp32 reference's, the oneDNN trace)
+SERVE_CHECK_STEPS = 3
 
 
 def forward_flops(spec: Mapping) -> float | None:
@@ -256,7 +263,8 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         step += 0.003 * batch  # decoding and resizing with PIL
     if pre:
         step = float(pre["step_s"])
-    epochs = int(spec.get("epochs") or 0)
+    serving = spec.get("mode") == "inference"
+    epochs = 0 if serving else int(spec.get("epochs") or 0)
     warmup = int(spec.get("warmup_steps") or 0)
     if epochs:
         train = workloads.KEYWORDS_TRAIN if spec.get("data") == "keywords" else DIGITS_TRAIN_IMAGES
@@ -287,6 +295,8 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     if spec.get("backend") == "xla":  # traces and compiles its graph in the first steps
         parts["compile"] += 10.0
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
+    if serving:
+        parts["serve"] = _serve_s(spec, step, flops, batch, rate)
     if pre:  # measured: the pre-flight's whole trial, then the steps it did not run
         more = max(0, untimed + timed_steps - int(pre["steps"]))
         parts = {"preflight": float(pre["wall_s"]), "more_steps": more * step}
@@ -305,6 +315,29 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         "capped": bool(capped),
         "notes": notes,
     }
+
+
+def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: float) -> float:
+    """An inference run's work outside its steps: the model trained first (``epochs``:
+    fp32 eager training steps, three forwards' work each) and scored twice on its
+    held-out split (the fp32 model, the served one), the INT8 calibration and
+    preparation or the TorchScript trace, and the checks after the steps."""
+    from .rank import inference
+
+    seconds = SERVE_CHECK_STEPS * step
+    if spec.get("precision") == "int8":
+        seconds += inference.CALIBRATION_BATCHES * step * 2 + SERVE_PREPARE_S
+    elif spec.get("ipex_torchscript"):
+        seconds += SERVE_PREPARE_S
+    epochs = int(spec.get("epochs") or 0)
+    if epochs:
+        text = spec.get("data") == "keywords"
+        train = workloads.KEYWORDS_TRAIN if text else DIGITS_TRAIN_IMAGES
+        held_out = workloads.KEYWORDS_TEST if text else DIGITS_TEST_IMAGES
+        fp32_forward = (flops * batch / (rate * 1e9) if flops else 1.0) + STEP_OVERHEAD_S
+        seconds += epochs * math.ceil(train / batch) * 3 * fp32_forward
+        seconds += 2 * math.ceil(held_out / batch) * step
+    return seconds
 
 
 def _grad_check_s(

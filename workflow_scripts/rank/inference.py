@@ -84,12 +84,15 @@ def loss_of(w: workloads.Workload, logits, y):
 
 def pretrain(spec: dict, model, batches, w: workloads.Workload) -> dict:
     """Train ``model`` (fp32 eager, the spec's optimizer and schedule) for the spec's
-    ``epochs`` over ``batches`` (the training split), before it is served."""
+    ``epochs`` over ``batches`` (the training split; ``max_steps`` cuts it short), before
+    it is served."""
     import torch
 
     from . import models, optim
 
     steps = spec["epochs"] * batches.steps_per_epoch
+    if spec.get("max_steps"):  # a pre-flight cuts the training short
+        steps = min(steps, spec["max_steps"])
     optimizer = optim.build(model.parameters(), spec)
     schedule = optim.scheduler(optimizer, spec, steps)
     model.train()
