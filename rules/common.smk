@@ -86,9 +86,9 @@ def all_records():
 
 
 def experiment_inputs(wildcards):
-    """The environment an experiment runs in, the image folder if it reads one, and the
-    reference probe if it runs the noise probe: ancient(), so that a new calibration
-    reruns no experiment."""
+    """The environment an experiment runs in, the image folder if it reads one, the
+    reference probe if it runs the noise probe (ancient(), so that a new calibration
+    reruns no experiment), and the record of the run whose trained weights it serves."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
         inputs = image_inputs_of(images.image_for(spec))
@@ -100,6 +100,8 @@ def experiment_inputs(wildcards):
         inputs["digits"] = DIGITS
     if spec["probe_size"] > 0:
         inputs["reference_probe"] = ancient(calibration(spec["env"]))
+    if spec["weights_from"]:  # the served weights: those its first trial trained
+        inputs["weights_from"] = f"{RESULTS}/records/{spec['weights_from']}/trial0.json"
     return inputs
 
 

@@ -189,3 +189,6 @@ def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
     assert est["parts"]["serve"] == pytest.approx(
         estimate.SERVE_CHECK_STEPS * est["step_s"] + training + scoring, rel=0.01
     )
+    # serving another run's weights: scored, not trained again
+    loaded = estimate.trial({**trained, "weights_from": "other"}, m)
+    assert loaded["parts"]["serve"] == pytest.approx(est["parts"]["serve"] - training, rel=0.01)

@@ -4,9 +4,11 @@ itself then quantizes and scores, bf16 and IPEX's TorchScript path."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from workflow_scripts import digits, records
+from workflow_scripts import digits, records, study, trial
 
 from .test_harness import assert_ok, run
 
@@ -76,26 +78,56 @@ def test_an_int8_model_runs_int8_kernels_and_agrees_with_fp32(stack, request, ma
     assert rec["checks"]["compiled"] == (stack == "inductor")
 
 
-@pytest.mark.parametrize("stack", ["inductor", "ipex"])
-def test_a_digits_model_trained_by_the_run_scores_as_well_in_int8(
-    stack, request, make_spec, digits_dir, tmp_path
-):
-    spec = make_spec(
-        id=f"digits-int8-{stack}", mode="inference", data="digits", epochs=3, lr=0.02,
-        batch_size=32, time_budget_s=None, **INT8[stack],
+def served_specs(**experiments) -> dict[str, dict]:
+    """Resolved specs of experiments that serve one another's weights (one study)."""
+    config = {
+        "defaults": {"model": "cnn", "image_size": 32, "warmup_steps": 2, "steps": 3,
+                     "timeout_s": 300},
+        "experiments": [{"id": name, **fields} for name, fields in experiments.items()],
+    }  # fmt: skip
+    loaded = study.load_study(config)
+    return {name: json.loads(loaded.spec_json(name)) for name in experiments}
+
+
+def test_both_stacks_quantize_the_weights_one_run_trained(request, digits_dir, tmp_path):
+    """Trained once in the study: the fp32 eager run trains the digits CNN and keeps its
+    weights; each stack's INT8 run loads them (no training of its own), scores them in
+    fp32 eager and served in INT8, within the stated tolerance."""
+    train = {"mode": "inference", "data": "digits", "epochs": 3, "lr": 0.02, "batch_size": 32,
+             "time_budget_s": None}  # fmt: skip
+    specs = served_specs(
+        **{"digits-fp32": train},
+        **{f"digits-int8-{stack}": {**train, **INT8[stack], "weights_from": "digits-fp32"}
+           for stack in INT8},
     )  # fmt: skip
-    rec = assert_ok(
-        run(spec, env_of(stack, request), tmp_path, data_path=digits_dir), torch=TORCH[stack]
-    )
-    serving = assert_int8(rec, stack)
-    pretrain = serving["pretrain"]
-    assert pretrain["epochs"] == 3 and pretrain["steps"] == 3 * (1437 // 32)
-    reference, served = serving["reference_accuracy"], serving["served_accuracy"]
-    assert reference > 0.8, serving  # the fp32 model learnt the digits
-    assert abs(served - reference) <= ACCURACY_TOLERANCE, serving
-    row = records.flatten(rec)
-    assert row["test_accuracy"] == served and row["reference_accuracy"] == reference
-    assert row["accuracy_change"] == pytest.approx(served - reference)
+    records_dir = tmp_path / "records"
+
+    def run_at(name, stack):
+        out = records_dir / name / "trial0.json"
+        record = trial.run(specs[name], env_of(stack, request), out, tmp_path / f"{name}.log",
+                           data_path=digits_dir)  # fmt: skip
+        return assert_ok(record, torch=TORCH[stack])
+
+    reference = run_at("digits-fp32", "inductor")["checks"]["serving"]
+    saved = reference["pretrain"]
+    assert saved["weights"] == "saved" and saved["steps"] == 3 * (1437 // 32)
+    assert (records_dir / "digits-fp32" / "trial0.weights.pt").is_file()
+    assert reference["reference_accuracy"] > 0.8, reference  # the fp32 model learnt the digits
+    assert reference["served_accuracy"] == reference["reference_accuracy"]  # served as is
+    for stack in INT8:
+        rec = run_at(f"digits-int8-{stack}", stack)
+        serving = assert_int8(rec, stack)
+        loaded = serving["pretrain"]
+        assert loaded["weights"] == "loaded from digits-fp32 (trial 0)"
+        assert loaded["weights_sha256"] == saved["weights_sha256"]
+        # the same weights in fp32 eager, in this stack's torch: the same model
+        assert serving["reference_accuracy"] == pytest.approx(reference["reference_accuracy"],
+                                                              abs=1 / 360)  # fmt: skip
+        served = serving["served_accuracy"]
+        assert abs(served - serving["reference_accuracy"]) <= ACCURACY_TOLERANCE, serving
+        row = records.flatten(rec)
+        assert row["test_accuracy"] == served
+        assert row["accuracy_change"] == pytest.approx(served - serving["reference_accuracy"])
 
 
 def test_bf16_inference_records_bf16(upstream_env, make_spec, tmp_path):

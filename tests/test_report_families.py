@@ -4,6 +4,7 @@ the inference section (batch-1 latency, throughput), from fixture records."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from tests.test_report import html_tables, make, write
@@ -142,3 +143,110 @@ def test_without_a_ladder_the_headline_picks_a_training_run(tmp_path):
     report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
     page = (tmp_path / "index.html").read_text()
     assert '<b id="hl-best">bert-ipex</b>' in page
+
+
+def served(record: dict, cosine: float, int8: int | None = None, layers: int = 74,
+           accuracy: tuple[float, float] | None = None) -> dict:  # fmt: skip
+    """A fixture inference record with what its served model computed (the harness's
+    ``checks.serving``): logits against fp32 eager, oneDNN's INT8 kernels, and for a
+    model it trained, its held-out accuracy served and in fp32 eager."""
+    onednn = {"heavy_primitives": layers, "int8_primitives": int8 or 0, "bf16_primitives": 0,
+              "int8_isa": "AVX512-VNNI" if int8 else None}  # fmt: skip
+    record["checks"] = {
+        **record.get("checks", {}),
+        "serving": {
+            "agreement": {
+                "cosine": cosine,
+                "max_abs_diff": 0.05,
+                "reference_max_abs": 2.0,
+                "top1_agreement": 0.875,
+            },  # fmt: skip
+            "onednn": onednn,
+            "weight_layers": layers,
+            "reference_accuracy": accuracy[1] if accuracy else None,
+            "served_accuracy": accuracy[0] if accuracy else None,
+            "serve_s": 1.5,
+        },
+    }
+    if accuracy:
+        record["metrics"]["test_accuracy"] = accuracy[0]
+    return record
+
+
+def test_int8_side_by_side_with_what_it_did_to_the_model(tmp_path):
+    """Each stack's INT8 run beside fp32 eager: the share of weight layers that ran in
+    INT8 and on what, the logits' agreement, the accuracy change of a model the study
+    trained; and the headline's inference line per family."""
+    digits = {"model": "cnn", "image_size": 32, "data": "digits", "epochs": 2,
+              "batch_size": 32, "mode": "inference", "group": "inference-accuracy"}  # fmt: skip
+    int8 = {"precision": "int8", **INFER, "batch_size": 1}
+    recs = [
+        served(trial("infer-bs1", sps=50.0, batch_size=1, **INFER), 1.0),
+        served(
+            trial(
+                "int8-inductor",
+                sps=150.0,
+                backend="inductor",
+                compile="inductor",
+                compile_freezing=True,
+                **int8,
+            ),
+            0.9991,
+            int8=74,
+        ),  # fmt: skip
+        served(
+            trial("int8-ipex", sps=160.0, backend="ipex", ipex_torchscript=True, **int8),
+            0.9989,
+            int8=1,
+        ),  # fmt: skip
+        served(
+            trial("digits-fp32", sps=1000.0, **digits), 1.0, layers=5, accuracy=(0.9, 0.9)
+        ),  # fmt: skip
+        served(
+            trial(
+                "digits-int8",
+                sps=3000.0,
+                backend="ipex",
+                ipex_torchscript=True,
+                precision="int8",
+                weights_from="digits-fp32",
+                **digits,
+            ),
+            0.9999,
+            int8=5,
+            layers=5,
+            accuracy=(0.88, 0.9),
+        ),  # fmt: skip
+    ]
+    loaded = rec.load_records(write(tmp_path / "records", recs))
+    report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    page = (tmp_path / "index.html").read_text()
+    speed, computes = html_tables(section(page, "inference"))
+    by = speed.set_index("experiment")
+    assert by.loc["int8-inductor", "INT8 kernels"] == "100 % of weight layers, AVX512-VNNI"
+    # a layer left in fp32 (GPT-2's Conv1D) is no INT8 kernel: the share says so
+    assert by.loc["int8-ipex", "INT8 kernels"] == "1 % of weight layers, AVX512-VNNI"
+    assert by.loc["infer-bs1", "INT8 kernels"] == ""  # a float run: empty
+    assert by.loc["int8-ipex", "vs fp32 eager"] == "3.20× vs infer-bs1"
+    assert by.loc["digits-int8", "vs fp32 eager"] == "3.00× vs digits-fp32"
+    what = computes.set_index("experiment")
+    assert what.loc["int8-inductor", "logits vs fp32 eager"] == (
+        "cosine 0.999100, largest difference 2.5 % of the largest logit, arg-max agrees 88 %"
+    )
+    assert what.loc["digits-int8", "held-out accuracy"] == "88.0 % (fp32 eager 90.0 %, -2.0 pts)"
+    assert what.loc["digits-int8", "configuration"] == "ipex, int8, TorchScript"
+    assert what.loc["int8-inductor", "configuration"] == (
+        "inductor, int8, torch.compile(inductor), frozen"
+    )
+    summary = pd.read_csv(tmp_path / "s.csv").set_index("experiment")
+    assert summary.loc["digits-int8", "accuracy_change"] == pytest.approx(-0.02)
+    assert summary.loc["int8-ipex", "int8_share"] == pytest.approx(1 / 74)
+    head = page[
+        page.index('class="headline"') : page.index("</ul>", page.index('class="headline"'))
+    ]
+    assert "Text (tokens), inference: the fastest served run at batch 1 <b>int8-ipex</b>" in head
+    assert "<b>3.20×</b> its fp32 eager run (infer-bs1); INT8: 1 % of weight layers" in head
+    assert "Vision (images), inference: the fastest served run at batch 32 <b>digits-int8</b>" in (
+        head
+    )
+    assert "INT8: 100 % of weight layers, AVX512-VNNI, 88.0 % (fp32 eager 90.0 %, -2.0 pts)" in head

@@ -305,6 +305,7 @@ def test_schema_lists_every_field():
         "id",
         "group",
         "claim_speedup",
+        "weights_from",
     }
 
     def keywords(node):

@@ -145,3 +145,33 @@ def test_inference_mode_resolves_and_counts_the_forward_alone():
 )
 def test_what_inference_refuses(fields, message):
     assert message in refused(**fields)
+
+
+def test_served_weights_come_from_a_run_that_trains_them_the_same_way():
+    """weights_from names an experiment of the study that trains the same model the same
+    way itself; anything else is refused with what differs."""
+    train = {"mode": "inference", "data": "digits", "epochs": 2, "time_budget_s": None,
+             "batch_size": 32}  # fmt: skip
+    int8 = {**train, "backend": "inductor", "precision": "int8", "compile_freezing": True}
+
+    def refused_study(*experiments) -> str:
+        config = {"defaults": {"model": "cnn", "image_size": 32}, "experiments": list(experiments)}
+        with pytest.raises(study.StudyConfigError) as exc:
+            study.load_study(config)
+        return str(exc.value)
+
+    ok = study.load_study({"defaults": {"model": "cnn", "image_size": 32}, "experiments": [
+        {"id": "fp32", **train}, {"id": "q", **int8, "weights_from": "fp32"}]})  # fmt: skip
+    assert [s["weights_from"] for s in ok.experiments] == [None, "fp32"]
+    assert "weights_from 'nope' names no experiment" in refused_study(
+        {"id": "q", **int8, "weights_from": "nope"}
+    )
+    msg = refused_study(
+        {"id": "fp32", **train, "lr": 0.1}, {"id": "q", **int8, "weights_from": "fp32"}
+    )
+    assert "weights_from 'fp32' trains another model or another way (lr 0.01 vs 0.1)" in msg
+    msg = refused_study({"id": "t", "data": "digits", "epochs": 2, "time_budget_s": None},
+                        {"id": "q", **int8, "weights_from": "t"})  # fmt: skip
+    assert "must name an inference experiment that trains its model itself" in msg
+    assert "weights_from 'x' needs mode 'inference'" in refused(weights_from="x")
+    assert "weights_from 'x' needs epochs" in refused(mode="inference", weights_from="x")

@@ -335,7 +335,8 @@ def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: 
         train = workloads.KEYWORDS_TRAIN if text else DIGITS_TRAIN_IMAGES
         held_out = workloads.KEYWORDS_TEST if text else DIGITS_TEST_IMAGES
         fp32_forward = (flops * batch / (rate * 1e9) if flops else 1.0) + STEP_OVERHEAD_S
-        seconds += epochs * math.ceil(train / batch) * 3 * fp32_forward
+        if not spec.get("weights_from"):  # (served weights are loaded, not trained)
+            seconds += epochs * math.ceil(train / batch) * 3 * fp32_forward
         seconds += 2 * math.ceil(held_out / batch) * step
     return seconds
 

@@ -114,7 +114,8 @@ _TEXT_MEASUREMENT_COLUMNS = (
 )  # fmt: skip
 _TEXT_GRADIENT_COLUMNS = ("grad_check",)
 # Inference (rank/inference.py): the served model against the fp32 eager model it came
-# from (its logits on the run's first batch; with epochs, the held-out accuracy of the
+# from (its logits on the run's first batch: their cosine, their largest difference over
+# the largest fp32 logit, the share of equal arg-maxes; with epochs, the held-out accuracy of the
 # same trained weights: reference_accuracy, and test_accuracy - reference_accuracy),
 # the share of oneDNN's multiply-add kernels that ran in INT8 and the CPU feature they
 # ran on, and the seconds the backend took to make the served model (quantize, trace).
@@ -122,7 +123,7 @@ SERVING_COLUMNS = [
     "reference_accuracy",
     "accuracy_change",
     "logits_cosine",
-    "logits_max_abs_diff",
+    "logits_rel_diff",
     "top1_agreement",
     "int8_share",
     "int8_isa",
@@ -400,11 +401,12 @@ def _serving_columns(record: dict, row: dict) -> dict:
     layers = _num(serving.get("weight_layers"))
     int8 = _num(onednn.get("int8_primitives"))
     reference = _num(serving.get("reference_accuracy"))
+    scale = _num(agreement.get("reference_max_abs"))
     return {
         "reference_accuracy": reference,
         "accuracy_change": row["test_accuracy"] - reference,
         "logits_cosine": _num(agreement.get("cosine")),
-        "logits_max_abs_diff": _num(agreement.get("max_abs_diff")),
+        "logits_rel_diff": _num(agreement.get("max_abs_diff")) / scale if scale > 0 else math.nan,
         "top1_agreement": _num(agreement.get("top1_agreement")),
         "int8_share": min(1.0, int8 / layers) if layers > 0 else math.nan,
         "int8_isa": _text(onednn.get("int8_isa")),

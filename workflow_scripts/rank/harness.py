@@ -40,7 +40,7 @@ class Trainer:
     """The article's training step (Hugging Face's for a text model), with each
     optimization a switch of the spec."""
 
-    def __init__(self, spec: dict, data_path: str | None = None):
+    def __init__(self, spec: dict, data_path: str | None = None, out: str | None = None):
         import torch
 
         from . import data, gradcheck, models, optim
@@ -78,6 +78,7 @@ class Trainer:
             model = model.to(memory_format=torch.channels_last)
         model = model.to(self.device)
         self.data_path = data_path
+        self.out = out  # the rank's result path: a served model's weights go beside it
         self.batches = data.batches(spec, data_path, self.rank, self.world)
         epochs = 0 if self.inference else spec.get("epochs") or 0
         spe = self.batches.steps_per_epoch
@@ -142,29 +143,38 @@ class Trainer:
         for ``epochs`` on its data's training split (fp32 eager), and what the served
         model will be held against: the fp32 eager logits of the run's first batch and,
         for a trained model, its held-out accuracy; with the INT8 calibration batches."""
-        from . import inference
+        from . import data, inference
 
         spec, torch = self.spec, self.torch
         info: dict = {"pretrain": None, "reference_accuracy": None}
         info["weight_layers"] = inference.weight_layers(model)
-        if spec.get("epochs"):
-            info["pretrain"] = inference.pretrain(spec, model, self.batches, self.workload)
+        if spec.get("weights_from"):  # trained once in the study, by another run
+            info["pretrain"] = inference.load_weights(model, spec, self.out)
+        elif spec.get("epochs"):  # on a stream of its own: the timed steps see the same
+            # batches whether the run trained its weights or loaded them
+            own = data.batches(spec, self.data_path)
+            info["pretrain"] = inference.pretrain(spec, model, own, self.workload)
+            if self.out:  # for the runs that serve the same weights (weights_from)
+                info["pretrain"].update(inference.save_weights(model, self.out))
         model.eval()
         net = inference.served(self.workload, model)
 
-        def batch():
-            x, _ = next(self.batches)
+        def batch(source):
+            x, _ = next(source)
             if self.spec["channels_last"]:
                 x = x.contiguous(memory_format=torch.channels_last)
             return inference.inputs(x)
 
-        info["example"] = batch()
+        info["example"] = batch(self.batches)
         with torch.inference_mode():
             info["reference_logits"] = net(*info["example"]).float()
         if spec.get("epochs"):
             info["reference_accuracy"] = self.score(net)
+        # the calibration: the first batches of the run's data, from a stream of their
+        # own (the timed steps see the same batches with or without a calibration)
         n = inference.CALIBRATION_BATCHES if spec["precision"] == "int8" else 0
-        info["calibration"] = [batch() for _ in range(n)]
+        own = data.batches(spec, self.data_path) if n else None
+        info["calibration"] = [batch(own) for _ in range(n)]
         return net, info
 
     def score(self, net) -> float:
@@ -565,7 +575,7 @@ def progress_printer(rank: int = 0, world: int = 1):
     return progress
 
 
-def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
+def train(spec: dict, data_path: str | None = None, progress=None, out: str | None = None) -> dict:
     """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
     the held-out accuracy); return the metrics part of a record (with ``probe``, the
     noise probe run just before the steps, or None, and ``gradient_check``)."""
@@ -576,7 +586,7 @@ def train(spec: dict, data_path: str | None = None, progress=None) -> dict:
     launchers.get(spec["launcher"]).verify(spec)
     counted = None if backends.get(spec["backend"]).flops_after_setup else counted_flops(spec)
     t0 = time.perf_counter()
-    trainer = Trainer(spec, data_path)
+    trainer = Trainer(spec, data_path, out)
     setup_s = time.perf_counter() - t0
     before = before_steps(spec, counted)
     step_times: list[float] = []
@@ -755,7 +765,7 @@ def compile_stats(spec: dict, at_first_step: dict | None = None) -> dict | None:
     return out
 
 
-def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
+def run(spec: dict, data_path: str | None = None, progress=None, out: str | None = None) -> dict:
     """A result dict; never raises for a failure of the training itself. A step that did
     not train the whole model, or not as eager does (the gradient check), is status
     ``incorrect``: its figures are kept apart (``unchecked_metrics``), never as a
@@ -764,7 +774,7 @@ def run(spec: dict, data_path: str | None = None, progress=None) -> dict:
     t0 = time.perf_counter()
     result: dict = {"schema_version": SCHEMA_VERSION, "experiment": spec.get("id"), "spec": spec}
     try:
-        m = train(spec, data_path, progress)
+        m = train(spec, data_path, progress, out)
         result["step_times_s"] = m.pop("step_times_s")
         result["losses"] = m.pop("losses")
         result["checks"] = m.pop("checks")
@@ -817,7 +827,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec_json)
 
     rank, world, _ = ranks.world()
-    result = run(spec, args.data_path, None if args.quiet else progress_printer(rank, world))
+    progress = None if args.quiet else progress_printer(rank, world)
+    result = run(spec, args.data_path, progress, launchers.rank_path(args.out))
     write_json_atomic(Path(launchers.rank_path(args.out)), result)
     if result["status"] != "ok":
         error = result["error"]

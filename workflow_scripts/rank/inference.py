@@ -16,12 +16,13 @@ import re
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from .. import workloads
 
-#: the INT8 calibration: the run's own data, this many batches after the first (the
-#: first is the agreement batch): the training split for digits and keywords, the
-#: synthetic source's batches otherwise
+#: the INT8 calibration: the first this many batches of the run's own data (the
+#: training split for digits and keywords, the synthetic source's batches otherwise),
+#: drawn from a stream apart from the timed steps'
 CALIBRATION_BATCHES = 4
 
 
@@ -48,6 +49,16 @@ def served(w: workloads.Workload, model):
             return self.net(input_ids=input_ids, attention_mask=attention_mask).logits
 
     return (TextLogits if w.text else VisionLogits)(model).eval()
+
+
+def weights_path(out: Path | str, experiment: str | None = None) -> Path:
+    """Where a trial whose record is ``out`` (or its rank's result next to it) keeps the
+    weights it trained; with ``experiment``: where that experiment's first trial, in the
+    same results, keeps them."""
+    out = Path(out)
+    if experiment:
+        return out.parent.parent / experiment / "trial0.weights.pt"
+    return out.with_name(out.name.split(".")[0] + ".weights.pt")
 
 
 #: the modules that hold a model's weight multiply-adds (transformers' ``Conv1D`` is
@@ -112,6 +123,46 @@ def pretrain(spec: dict, model, batches, w: workloads.Workload) -> dict:
         "steps": steps,
         "train_s": time.perf_counter() - t0,
         "final_loss": float(loss) if loss is not None else None,
+    }
+
+
+def save_weights(model, out: str) -> dict:
+    """Keep the weights a run trained beside its result (``weights_path``), written
+    whole or not at all; their path and SHA-256."""
+    import hashlib
+
+    import torch
+
+    path = weights_path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)
+    return {"weights": "saved", "weights_path": str(path),
+            "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}  # fmt: skip
+
+
+def load_weights(model, spec: dict, out: str | None) -> dict:
+    """Load the weights the first trial of ``spec['weights_from']`` trained (same model,
+    same training: the study checks it) instead of training them again."""
+    import hashlib
+
+    import torch
+
+    source = spec["weights_from"]
+    if not out:
+        raise ValueError(f"weights_from {source!r}: the run has no result path to find them by")
+    path = weights_path(out, source)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"weights_from {source!r}: {path} is missing (its first trial did not train "
+            "them: see its record)"
+        )
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return {
+        "epochs": spec["epochs"],
+        "weights": f"loaded from {source} (trial 0)",
+        "weights_path": str(path),
+        "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }
 
 

@@ -30,7 +30,7 @@ from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summ
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
 from .distributed import distributed_section
-from .families import families_section, family_lines, inference_section
+from .families import families_section, family_lines, inference_lines, inference_section
 from .figures import (
     NO_DATA,
     PLOT_NAMES,
@@ -239,7 +239,7 @@ def build_report(
     ]
     headline = headline_html(
         rich, records, stats, baseline, costs, check, compiled, machine_summary,
-        family_lines(stats_sp, baseline, diverging),
+        family_lines(stats_sp, baseline, diverging) + inference_lines(stats_sp, baseline),
     )  # fmt: skip
     provenance = provenance_html(frame, records)
     page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)

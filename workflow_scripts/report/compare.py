@@ -105,9 +105,15 @@ def config_text(row: Mapping) -> str:
         parts.append("channels_last")
     compiled = norm_setting("compile", row.get("compile"))
     if compiled and compiled != "none":
-        parts.append(f"torch.compile({compiled})")
+        mode = norm_setting("compile_mode", row.get("compile_mode"))
+        mode = f", {mode}" if mode and mode != "default" else ""
+        parts.append(f"torch.compile({compiled}{mode})")
+    if norm_setting("compile_freezing", row.get("compile_freezing")) == "yes":
+        parts.append("frozen")
     if norm_setting("ipex_optimize", row.get("ipex_optimize")) == "yes":
         parts.append("ipex.optimize")
+    if norm_setting("ipex_torchscript", row.get("ipex_torchscript")) == "yes":
+        parts.append("TorchScript")
     launcher = norm_setting("launcher", row.get("launcher"))
     if launcher and launcher != "none":
         alloc = norm_setting("allocator", row.get("allocator"))

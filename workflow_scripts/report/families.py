@@ -255,12 +255,120 @@ def inference_table(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
                 "samples/s": fmt_num(r.get("sps_median")),
                 "tokens/s": fmt_num(tokens_per_s(r)) if family(r) == "text" else "",
                 "% of ceiling": fmt_num(r.get("pct_of_peak"), 1),
+                "INT8 kernels": int8_text(r),
                 "vs fp32 eager": _vs_text(ref, ratio, _diff)
                 if ref is None or ref != r["experiment"]
                 else "reference",
             }
         )
     return pd.DataFrame(cells)
+
+
+def int8_text(row) -> str:
+    """An INT8 run's kernels: the share of the model's weight layers oneDNN ran in INT8,
+    and the CPU feature they ran on; empty for a float run."""
+    if str(row.get("precision")) != "int8":
+        return ""
+    share = row.get("int8_share")
+    if isnan(share):
+        return "n/a (not recorded)"
+    isa = row.get("int8_isa")
+    isa = f", {isa}" if isinstance(isa, str) and isa else ""
+    return f"{100 * float(share):.0f} % of weight layers{isa}"
+
+
+def agreement_text(row) -> str:
+    """The served model's logits against the fp32 eager model's on the same batch."""
+    cos = row.get("logits_cosine")
+    if isnan(cos):
+        return "n/a"
+    text = f"cosine {float(cos):.6f}"
+    rel = row.get("logits_rel_diff")
+    if not isnan(rel):
+        text += f", largest difference {100 * float(rel):.2g} % of the largest logit"
+    top1 = row.get("top1_agreement")
+    if not isnan(top1):
+        text += f", arg-max agrees {100 * float(top1):.0f} %"
+    return text
+
+
+def accuracy_text(row) -> str:
+    """A served model's held-out accuracy against the same weights' in fp32 eager."""
+    served, reference = row.get("test_accuracy"), row.get("reference_accuracy")
+    if isnan(served) or isnan(reference):
+        return ""
+    change = 100 * (float(served) - float(reference))
+    return (
+        f"{100 * float(served):.1f} % (fp32 eager {100 * float(reference):.1f} %, "
+        f"{change:+.1f} pts)"
+    )
+
+
+def served_table(stats: pd.DataFrame) -> pd.DataFrame:
+    """What each served model computes against the fp32 eager model it came from: its
+    INT8 kernels, its logits' agreement, and (a model the run trained) its held-out
+    accuracy."""
+    rows = inference_rows(stats)
+    cells = [
+        {
+            "experiment": r["experiment"],
+            "workload": shape_text(r),
+            "configuration": config_text(r),
+            "INT8 kernels": int8_text(r),
+            "logits vs fp32 eager": agreement_text(r),
+            "held-out accuracy": accuracy_text(r),
+        }
+        for _, r in rows.iterrows()
+        if not isnan(r.get("logits_cosine"))
+    ]
+    return pd.DataFrame(cells)
+
+
+def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
+    """The headline's lines for inference, per family: the fastest served run at batch 1
+    (its p50 latency) and at the largest batch (its throughput), each against its fp32
+    eager run of the same model and batch; an INT8 winner with what it did to the
+    logits or the accuracy."""
+    rows = inference_rows(stats)
+    lines = []
+    for fam in workloads.FAMILIES:
+        mine = rows[rows.apply(family, axis=1) == fam] if len(rows) else rows
+        if not len(mine):
+            continue
+        speed = mine[[not _accuracy(r) for _, r in mine.iterrows()]]
+        mine = speed if len(speed) else mine  # the accuracy runs' models only where alone
+        scored = [
+            (ratio, r, ref)
+            for (_, r), (ref, ratio, _) in zip(
+                mine.iterrows(), against_reference(stats, baseline, mine, True), strict=True
+            )
+            if not isnan(ratio) and not isnan(r.get("batch_size"))
+        ]
+        parts = []
+        batches = sorted({int(r["batch_size"]) for _, r, _ in scored})
+        for batch in dict.fromkeys([b for b in batches if b == 1] + batches[-1:]):
+            ratio, best, ref = max((s for s in scored if int(s[1]["batch_size"]) == batch),
+                                   key=lambda s: s[0])  # fmt: skip
+            if batch == 1:
+                rate = f"p50 {fmt_num(_ms(best.get('step_time_median_s')))} ms"
+            else:
+                rate = f"{fmt_num(best['sps_median'])} samples/s"
+            extra = ""
+            if str(best.get("precision")) == "int8":
+                said = accuracy_text(best) or agreement_text(best)
+                extra = f"; INT8: {html.escape(int8_text(best))}, {html.escape(said)}"
+            parts.append(
+                f"at batch {batch} <b>{html.escape(str(best['experiment']))}</b> "
+                f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}), {rate}, "
+                f"<b>{fmt_speedup(ratio)}</b> its fp32 eager run ({html.escape(str(ref))}){extra}"
+            )
+        if parts:
+            lines.append(
+                f"{html.escape(FAMILY_TITLE[fam])}, inference: the fastest served run "
+                + "; ".join(parts)
+                + "."
+            )
+    return lines
 
 
 def inference_section(stats: pd.DataFrame, baseline: str | None) -> Section:
@@ -277,6 +385,27 @@ def inference_section(stats: pd.DataFrame, baseline: str | None) -> Section:
         "10 timed steps, p99 100: the default study times 100 at batch 1, fewer where they "
         "would take over its time budget); a larger batch gives the throughput. Each run "
         "is divided by the "
-        "fp32 eager inference run of the same model and batch.</p>"
+        "fp32 eager inference run of the same model and batch. INT8 kernels: the share of "
+        "the model's weight layers (linear, convolution) that oneDNN ran with 8-bit "
+        "weights, and the CPU feature its kernels name (VNNI, AMX; a kernel outside "
+        "oneDNN is not seen, so a layer the quantizer left in fp32 lowers the share).</p>"
     )
+    served = served_table(stats)
+    if len(served):
+        note_served = (
+            '<h3>What the served model computes</h3><p class="note">Each served model '
+            "against the fp32 eager model it was made from (the same weights): the cosine "
+            "of their logits on the run's first batch, their largest difference against the "
+            "largest fp32 logit, and how often their arg-max agrees; "
+            "for a model the run trained first (digits, keywords), its accuracy on the "
+            "held-out split, served and in fp32 eager. INT8: static post-training "
+            "quantization calibrated on 4 batches of the run's own data (IPEX: "
+            "ipex.quantization, TorchScript; upstream: PT2E with X86InductorQuantizer, "
+            "inductor with freezing).</p>"
+        )
+        return (
+            "inference",
+            "Inference",
+            note + table_html(table) + note_served + table_html(served),
+        )
     return ("inference", "Inference", note + table_html(table))

@@ -29,6 +29,17 @@ BACKEND_ORDER = tuple(backends.names())
 # trial's measurement error (e.g. a % of the ceiling above 100) and which signals
 # marked it noisy. Absent columns read as empty.
 OPTIONAL_TEXT = ("measurement_error", "noise_signal")
+#: what an inference run's served model computed (records.SERVING_COLUMNS): medians over
+#: its ok trials (noise does not change them), the ISA its INT8 kernels ran on
+SERVING_COLS = [
+    "reference_accuracy",
+    "accuracy_change",
+    "logits_cosine",
+    "logits_rel_diff",
+    "top1_agreement",
+    "int8_share",
+    "serve_s",
+]
 # Percentiles and the fewest timed steps that make them mean something: a pXX needs
 # at least 100 / (100 - XX) samples beyond it (p90: 10, p95: 20, p99: 100).
 PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
@@ -121,6 +132,8 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "steps_timed_total",
         "n_budget_hit",
         *OPTIONAL_TEXT,
+        *SERVING_COLS,
+        "int8_isa",
     ]
     return pd.DataFrame(rows, columns=columns)
 
@@ -135,10 +148,11 @@ def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFr
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
     frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
-    extra = ["steps_timed", "time_to_accuracy_s"]
-    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *OPTIONAL_TEXT, *extra]:
+    extra = ["steps_timed", "time_to_accuracy_s", *SERVING_COLS]
+    text = (*OPTIONAL_TEXT, "int8_isa")
+    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *text, *extra]:
         if col not in frame:
-            frame[col] = None if col in OPTIONAL_TEXT else math.nan
+            frame[col] = None if col in text else math.nan
     if "time_budget_hit" not in frame:
         frame["time_budget_hit"] = None
     return frame
@@ -187,6 +201,10 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     row["n_budget_hit"] = int(used["time_budget_hit"].map(_true).sum())
     for col in OPTIONAL_TEXT:
         row[col] = "; ".join(_distinct(sub[col]))
+    for col in SERVING_COLS:
+        values = pd.to_numeric(ok[col], errors="coerce").dropna()
+        row[col] = values.median() if len(values) else math.nan
+    row["int8_isa"] = "; ".join(_distinct(ok["int8_isa"]))
     return row
 
 

@@ -10,6 +10,7 @@ import re
 from .. import backends, digits, launchers, workloads
 from ..sysinfo import parse_cpu_list
 from ..util import show
+from . import fields
 from .fields import ID_ALLOWED, ID_PATTERN
 from .settings import SETTING_DEFAULTS
 
@@ -121,6 +122,11 @@ def _inference_problems(spec: dict) -> list[str]:
     no gradients for data-parallel ranks to average."""
     if spec["mode"] != "inference":
         problems = []
+        if spec["weights_from"]:
+            problems.append(
+                f"weights_from {spec['weights_from']!r} needs mode 'inference' (a served "
+                "model takes trained weights; a training run trains its own)"
+            )
         if spec["precision"] == "int8":
             problems.append(
                 "precision 'int8' needs mode 'inference' (static post-training quantization "
@@ -138,6 +144,11 @@ def _inference_problems(spec: dict) -> list[str]:
             f"epochs {spec['epochs']} in mode 'inference' trains the model before it is "
             f"served and scores it on a held-out split: it needs data "
             f"{' or '.join(repr(d) for d in HELD_OUT)} (got data {spec['data']!r})"
+        )
+    if spec["weights_from"] and not spec["epochs"]:
+        problems.append(
+            f"weights_from {spec['weights_from']!r} needs epochs (the training the weights "
+            "come from, and the held-out split the served model is scored on)"
         )
     backend = backends.get(spec["backend"])
     if spec["precision"] == "int8" and backend.int8 is None:
@@ -311,3 +322,33 @@ def setting_warnings(settings: dict) -> list[str]:
             f"{SETTING_DEFAULTS['noise_retries']}"
         )
     return out
+
+
+def weights_problems(specs: list[dict]) -> list[tuple[str, str]]:
+    """(experiment id, problem) for each ``weights_from`` that names no experiment of the
+    study that trains the same model the same way (its trajectory fields), or one that
+    takes its weights from another in turn."""
+    by_id = {s["id"]: s for s in specs}
+    problems = []
+    for spec in specs:
+        source = spec.get("weights_from")
+        if not source:
+            continue
+        other = by_id.get(source)
+        if other is None:
+            problems.append((spec["id"], f"weights_from {source!r} names no experiment"))
+            continue
+        if other.get("weights_from") or other["mode"] != "inference" or not other["epochs"]:
+            problems.append(
+                (spec["id"], f"weights_from {source!r} must name an inference experiment that "
+                 "trains its model itself (mode 'inference', epochs, no weights_from)")
+            )  # fmt: skip
+            continue
+        differ = [k for k in fields.trajectory_keys() if spec.get(k) != other.get(k)]
+        if differ:
+            said = ", ".join(f"{k} {show(spec.get(k))} vs {show(other.get(k))}" for k in differ)
+            problems.append(
+                (spec["id"], f"weights_from {source!r} trains another model or another way "
+                 f"({said}): the served weights would not be what this run says")
+            )  # fmt: skip
+    return problems

@@ -42,7 +42,7 @@ from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
 from ..util import show
 from . import preflight
-from .checks import check_spec, setting_warnings
+from .checks import check_spec, setting_warnings, weights_problems
 from .fields import (
     BUILTIN_DEFAULTS,
     FIELDS,
@@ -494,6 +494,8 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
             )
         else:
             seen[sid] = item
+    for sid, problem in weights_problems([item.spec for item in seen.values()]):
+        errors.append(err(f"{seen[sid].where} (id {sid})", problem))
     if errors:
         raise StudyConfigError("\n".join(errors))
 

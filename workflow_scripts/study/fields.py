@@ -637,6 +637,17 @@ FIELDS: dict[str, Field] = {
             missing=0,
         ),
         Field(
+            "weights_from",
+            {"type": ["string", "null"]},
+            None,
+            "mode inference with epochs: serve the weights the named experiment trained (its "
+            "first trial; an experiment of this study that trains the same model the same "
+            "way) instead of training them again, so that every stack serves the same model",
+            per_experiment=True,
+            sweepable=False,
+            compare="none",
+        ),
+        Field(
             "max_steps",
             {"type": ["integer", "null"], "minimum": 2},
             None,

@@ -53,7 +53,7 @@ def attempt_once(
         ran = run_measured(
             runtime, cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}", log=log,
             timeout_s=spec["timeout_s"], results=results,
-            mounts=run_mounts(out, data_path, cache), cpus=cpus,
+            mounts=run_mounts(out, data_path, cache, spec.get("weights_from")), cpus=cpus,
         )  # fmt: skip
     finally:
         if cache_folder is not None:

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .. import backends, launchers, runtimes
+from ..rank.inference import weights_path
 
 
 def environment(spec: dict, runtime: runtimes.Runtime, starter: str = "local") -> dict[str, str]:
@@ -58,13 +59,18 @@ def absolute_path(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
-def run_mounts(out: Path, data_path: str | None, cache: dict) -> list[tuple[str, str]]:
+def run_mounts(
+    out: Path, data_path: str | None, cache: dict, weights_from: str | None = None
+) -> list[tuple[str, str]]:
     """What a container run sees of the host besides the sources, each at its own path:
-    the record's folder writable, the data (image folder or digits) read-only, and a
-    warm compile cache if the spec keeps one."""
+    the record's folder writable, the data (image folder or digits) read-only, the
+    folder of the run whose trained weights it serves read-only, and a warm compile
+    cache if the spec keeps one."""
     mounts = [(str(out.parent.resolve()), "rw")]
     if data_path:
         mounts.append((absolute_path(data_path), "ro"))
+    if weights_from:
+        mounts.append((str(weights_path(out, weights_from).parent.resolve()), "ro"))
     if not cache["fresh"]:
         Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
         mounts.append((cache["dir"], "rw"))
