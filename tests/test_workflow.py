@@ -129,10 +129,16 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
     assert (summary["probe_fp32_gflops"] > 0).all()
     assert ((summary["probe_bf16_gflops"] > 0) | summary["probe_bf16_gflops"].isna()).all()
     assert (summary["flops_per_sample"] > 0).all()
-    # ... of the calibrated matmul ceiling: never above 100 % (that is a measurement error)
-    assert (summary["ceiling_gflops"] > 0).all() and summary["ceiling_dtype"].notna().all()
-    pct = summary["pct_of_peak"]
-    errors = summary["measurement_error"].notna()
+    # ... of the calibrated matmul ceiling: never above 100 % (that is a measurement error);
+    # an INT8 run has none (the calibration measures float kernels only)
+    int8 = summary["precision"] == "int8"
+    assert int8.sum() == 2 and summary[int8]["ceiling_gflops"].isna().all()
+    assert summary[int8]["pct_of_peak"].isna().all()
+    assert summary[int8]["measurement_error"].isna().all()
+    floats = summary[~int8]
+    assert (floats["ceiling_gflops"] > 0).all() and floats["ceiling_dtype"].notna().all()
+    pct = floats["pct_of_peak"]
+    errors = floats["measurement_error"].notna()
     assert (pct.notna() != errors).all() and pct.dropna().between(0, 100).all()
     assert (summary["steps_timed"] >= 1).all() and summary["time_budget_hit"].notna().all()
     assert summary["step_time_cv"].notna().all() and summary["probe_after_fp32_gflops"].gt(0).all()
@@ -167,7 +173,22 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
         assert len(curve) == 2 * 3 and curve[-1]["test_accuracy"] == r["metrics"]["test_accuracy"]
         reached = [p["train_time_s"] for p in curve if p["test_accuracy"] >= 0.8]
         assert r["metrics"]["time_to_accuracy_s"] == (reached[0] if reached else None)
-    assert summary["test_accuracy"].notna().sum() == len(acc) + len(text) + len(weak)
+    # served: the digits CNN trained once (serve-digits-fp32), served in fp32 eager and in
+    # INT8 through each stack from the same weights, each scored on the held-out split
+    serve = by_group[by_group["group"] == "inference-accuracy"]
+    assert len(serve) == 3 and (serve["reference_accuracy"] > 0.3).all()
+    assert serve["reference_accuracy"].max() - serve["reference_accuracy"].min() < 0.01
+    assert (serve["accuracy_change"].abs() <= 0.03).all(), serve["accuracy_change"]
+    assert list(serve.sort_values("precision")["int8_share"]) == [0.0, 1.0, 1.0]
+    for exp in ("serve-digits-int8-inductor", "serve-digits-int8-ipex"):
+        r = json.loads((wd / f"results/records/{exp}/trial0.json").read_text())
+        assert r["checks"]["serving"]["pretrain"]["weights"] == (
+            "loaded from serve-digits-fp32 (trial 0)"
+        )
+    assert (wd / "results/records/serve-digits-fp32/trial0.weights.pt").is_file()
+    assert summary["test_accuracy"].notna().sum() == (
+        len(acc) + len(text) + len(weak) + len(serve)
+    )
     # Accelerate's mpirun ranks over Gloo and over the study's ccl: one DDP model, the
     # same losses; the launch command and config in each record
     losses = {}
@@ -301,13 +322,17 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     jobs = dry_run_jobs(wd, "trials=3")
     runs = [j for j in jobs if j["rule"] == "run_experiment"]
-    n_experiments = len(study.load_study(study.read_config(wd / "config.yaml")).experiments)
-    assert len(runs) == 3 * n_experiments
+    specs = study.load_study(study.read_config(wd / "config.yaml")).by_id
+    assert len(runs) == 3 * len(specs)
     for job in runs:
         trial = int(job["wildcards"].rsplit("trial=", 1)[1])
+        experiment = job["wildcards"].split("experiment=", 1)[1].split(",")[0]
         assert job["priority"] == 3 - trial
-        # no trial waits for another trial's files
-        assert "results/records" not in job["input"]
+        # no trial waits for another trial's files, but a served model for the first
+        # trial of the run that trains its weights
+        source = specs[experiment]["weights_from"]
+        records_in = re.findall(r"results/records/[^ ,]+", job["input"])
+        assert records_in == ([f"results/records/{source}/trial0.json"] if source else [])
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
