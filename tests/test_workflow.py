@@ -186,9 +186,7 @@ def test_quick_preset_end_to_end_and_rerun_only_what_changed(tmp_path):
             "loaded from serve-digits-fp32 (trial 0)"
         )
     assert (wd / "results/records/serve-digits-fp32/trial0.weights.pt").is_file()
-    assert summary["test_accuracy"].notna().sum() == (
-        len(acc) + len(text) + len(weak) + len(serve)
-    )
+    assert summary["test_accuracy"].notna().sum() == (len(acc) + len(text) + len(weak) + len(serve))
     # Accelerate's mpirun ranks over Gloo and over the study's ccl: one DDP model, the
     # same losses; the launch command and config in each record
     losses = {}

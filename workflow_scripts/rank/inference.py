@@ -195,7 +195,9 @@ def agreement(reference, logits) -> dict:
     arg-max agrees."""
     import torch
 
-    ref, out = reference.float().flatten(1), logits.float().flatten(1)
+    # in float64: a causal LM's logits are millions of values, whose float32 sums put
+    # the cosine above 1
+    ref, out = reference.double().flatten(1), logits.double().flatten(1)
     cos = torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0)
     top_ref, top_out = reference.float().argmax(-1), logits.float().argmax(-1)
     return {

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts import backends
-from workflow_scripts.records import OK, VERSION_KEYS
+from workflow_scripts.records import OK, SERVING_COLUMNS, VERSION_KEYS
 from workflow_scripts.study import fields
 
 from .compare import same_workload
@@ -30,16 +30,8 @@ BACKEND_ORDER = tuple(backends.names())
 # marked it noisy. Absent columns read as empty.
 OPTIONAL_TEXT = ("measurement_error", "noise_signal")
 #: what an inference run's served model computed (records.SERVING_COLUMNS): medians over
-#: its ok trials (noise does not change them), the ISA its INT8 kernels ran on
-SERVING_COLS = [
-    "reference_accuracy",
-    "accuracy_change",
-    "logits_cosine",
-    "logits_rel_diff",
-    "top1_agreement",
-    "int8_share",
-    "serve_s",
-]
+#: its ok trials (noise does not change them); the ISA its INT8 kernels ran on apart
+SERVING_COLS = [c for c in SERVING_COLUMNS if c != "int8_isa"]
 # Percentiles and the fewest timed steps that make them mean something: a pXX needs
 # at least 100 / (100 - XX) samples beyond it (p90: 10, p95: 20, p99: 100).
 PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
