@@ -142,3 +142,97 @@ def test_every_family_table_shows_all_its_columns(page):
     for family, size in sizes.items():
         table, box = (int(v) for v in size.split("/"))
         assert 0 < table <= box, (family, size)
+
+
+#: appended to a copy of the page: each inference table's width / its section's
+MEASURE_INFERENCE = """<script>document.addEventListener('DOMContentLoaded', () => {
+  const s = document.querySelector('section#inference');
+  const t = [...s.querySelectorAll('table')].map(x =>
+    Math.round(x.getBoundingClientRect().width) + '/' + s.clientWidth);
+  document.body.setAttribute('data-inference', t.join('|'));
+});</script>"""
+
+
+def test_inference_tables_show_int8_beside_fp32_in_full(page):
+    """The inference section as a reader sees it: the speed table with each INT8 run's
+    kernels and the table of what each served model computes, every column within the
+    page's width, the INT8 runs of both stacks and their accuracy change in the text."""
+    from tests.test_report_families import served
+
+    html, shots = page
+    tmp = html.parent.parent / "inference"
+    infer = {"model": "bert-base", "image_size": None, "seq_len": 128, "mode": "inference",
+             "group": "inference", "batch_size": 1}  # fmt: skip
+    digits = {"model": "cnn", "image_size": 32, "data": "digits", "epochs": 2,
+              "batch_size": 32, "mode": "inference", "group": "inference-accuracy"}  # fmt: skip
+    records = [
+        served(trial("infer-bert-base-bs1-fp32", 0, 6.0, **infer), 1.0),
+        served(
+            trial(
+                "int8-inductor-bert-base-bs1",
+                0,
+                40.0,
+                backend="inductor",
+                compile="inductor",
+                compile_freezing=True,
+                precision="int8",
+                **infer,
+            ),
+            0.9998,
+            int8=74,
+        ),  # fmt: skip
+        served(
+            trial(
+                "int8-ipex-bert-base-bs1",
+                0,
+                43.0,
+                backend="ipex",
+                ipex_torchscript=True,
+                precision="int8",
+                **infer,
+            ),
+            0.99999,
+            int8=74,
+        ),  # fmt: skip
+        served(
+            trial("serve-digits-fp32", 0, 8000.0, **digits), 1.0, layers=5, accuracy=(0.958, 0.958)
+        ),  # fmt: skip
+        served(
+            trial(
+                "serve-digits-int8-ipex",
+                0,
+                39000.0,
+                backend="ipex",
+                ipex_torchscript=True,
+                precision="int8",
+                weights_from="serve-digits-fp32",
+                **digits,
+            ),
+            0.99994,
+            int8=5,
+            layers=5,
+            accuracy=(0.95, 0.958),
+        ),  # fmt: skip
+    ]
+    loaded = rec.load_records(write(tmp / "a", records))
+    out = tmp / "report" / "index.html"
+    report.build_report(loaded, tmp / "summary.csv", out, tmp / "report")
+    probe = out.with_name("probe.html")
+    probe.write_text(out.read_text().replace("</body>", MEASURE_INFERENCE + "</body>"))
+    res = chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
+    found = re.search(r'data-inference="([^"]*)"', res.stdout)
+    assert found, res.stderr[-2000:]
+    sizes = found.group(1).split("|")
+    assert len(sizes) == 2, sizes  # speed, and what the served model computes
+    for size in sizes:
+        table, box = (int(v) for v in size.split("/"))
+        assert 0 < table <= box, sizes
+    text = re.sub(r"<[^>]+>", " ", res.stdout)
+    text = re.sub(r"\s+", " ", text)
+    assert "100 % of weight layers, AVX512-VNNI" in text
+    assert "95.0 % (fp32 eager 95.8 %, -0.8 pts)" in text
+    assert (
+        "Text (tokens), inference: the fastest served run at batch 1 int8-ipex-bert-base-bs1"
+        in (text)
+    )
+    screenshot(out, shots / "report-inference.png", 1400)
