@@ -80,7 +80,8 @@ class Trainer:
         self.data_path = data_path
         self.out = out  # the rank's result path: a served model's weights go beside it
         self.batches = data.batches(spec, data_path, self.rank, self.world)
-        epochs = 0 if self.inference else spec.get("epochs") or 0
+        # the epochs this run trains for its timed steps (an inference run's train first)
+        self.epochs = epochs = 0 if self.inference else spec.get("epochs") or 0
         spe = self.batches.steps_per_epoch
         self.total_steps = epochs * spe if epochs else spec["warmup_steps"] + spec["steps"]
         optimizer = None if self.inference else optim.build(model.parameters(), spec)
@@ -127,9 +128,8 @@ class Trainer:
         self.warmup_steps = schedule.warmup_steps(spec, spe)
         # (a hook inside a compiled graph would change the graph; a TorchScript or
         # quantized graph module has none to hook)
-        plain = spec["compile"] == "none" and isinstance(self.net, torch.nn.Module)
+        plain = spec["compile"] == "none" and spec["precision"] != "int8"
         plain = plain and not isinstance(self.net, torch.jit.ScriptModule)
-        plain = plain and spec["precision"] != "int8"
         self.dtype_seen = _dtype_probe(self.net) if plain else None
         if spec["channels_last"] and self.batches.cycle is not None:
             # the synthetic batches, in channels_last once (a step's own copy into it is
@@ -593,7 +593,7 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     losses: list[float] = []
     tokens: list[tuple[int, int, int]] = []  # a text model's timed steps (text_tokens)
     first_step_s = math.nan
-    epochs = 0 if trainer.inference else spec.get("epochs") or 0
+    epochs = trainer.epochs
     # max_steps cuts the run short (a pre-flight); the schedule stays the whole run's
     total = min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps)
     budget = None if epochs else spec.get("time_budget_s")

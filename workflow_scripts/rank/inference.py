@@ -129,23 +129,27 @@ def pretrain(spec: dict, model, batches, w: workloads.Workload) -> dict:
 def save_weights(model, out: str) -> dict:
     """Keep the weights a run trained beside its result (``weights_path``), written
     whole or not at all; their path and SHA-256."""
-    import hashlib
-
     import torch
 
     path = weights_path(out)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, path)
-    return {"weights": "saved", "weights_path": str(path),
-            "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}  # fmt: skip
+    return {"weights": "saved", **_weights_file(path)}
+
+
+def _weights_file(path: Path) -> dict:
+    import hashlib
+
+    return {
+        "weights_path": str(path),
+        "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
 
 
 def load_weights(model, spec: dict, out: str | None) -> dict:
     """Load the weights the first trial of ``spec['weights_from']`` trained (same model,
     same training: the study checks it) instead of training them again."""
-    import hashlib
-
     import torch
 
     source = spec["weights_from"]
@@ -158,12 +162,8 @@ def load_weights(model, spec: dict, out: str | None) -> dict:
             "them: see its record)"
         )
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    return {
-        "epochs": spec["epochs"],
-        "weights": f"loaded from {source} (trial 0)",
-        "weights_path": str(path),
-        "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-    }
+    return {"epochs": spec["epochs"], "weights": f"loaded from {source} (trial 0)",
+            **_weights_file(path)}  # fmt: skip
 
 
 def score(logits_of, held_out, batch_size: int, channels_last: bool) -> float:
