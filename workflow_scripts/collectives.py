@@ -37,7 +37,7 @@ TIMEOUT_S = 900
 
 
 def variant_spec(variant: str, ranks: int, timeout_s: int, nodes: int = 1) -> dict:
-    """The distributed fields of a variant name (a spec the torchrun launcher reads)."""
+    """The distributed fields of a variant name (a spec the layouts' launcher reads)."""
     m = VARIANT.match(variant)
     if not m or (m.group(1) == "gloo" and m.group(3)):
         raise ValueError(
@@ -46,7 +46,7 @@ def variant_spec(variant: str, ranks: int, timeout_s: int, nodes: int = 1) -> di
         )
     backend = "gloo" if m.group(1) == "gloo" else "ccl"
     return {
-        "launcher": "torchrun",
+        "launcher": launchers.layout_launcher().name,
         "backend": BACKEND,
         "nodes": nodes,
         "ranks": ranks,
@@ -62,12 +62,12 @@ def variant_spec(variant: str, ranks: int, timeout_s: int, nodes: int = 1) -> di
 
 def env_of(variant: str) -> str:
     spec = variant_spec(variant, 2, 60)
-    return launchers.get("torchrun").env(spec, backends.get(BACKEND))
+    return launchers.layout_launcher().env(spec, backends.get(BACKEND))
 
 
 def image_of(variant: str) -> str:
     spec = variant_spec(variant, 2, 60)
-    return launchers.get("torchrun").image(spec, backends.get(BACKEND))
+    return launchers.layout_launcher().image(spec, backends.get(BACKEND))
 
 
 def rank_counts(setting, cpus: int, nodes: int = 1) -> list[int]:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import launchers, workloads
+from . import backends, launchers, workloads
 from .rank import gradcheck, probe
 from .util import finite
 
@@ -56,9 +56,7 @@ SETUP_IMPORT_S = 5.0
 TORCHRUN_S = 4.0
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
-# Throughput relative to eager, where a backend differs (torch-xla on the CPU ran
-# ResNet-50 at half the eager rate; compiled graphs ~1.2x eager).
-BACKEND_SPEED = {"xla": 0.5}
+# Compiled graphs ~1.2x eager (a backend's own speed and tracing: Backend.estimate_*).
 COMPILED_SPEED = 1.2
 # bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
 # native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated, a ResNet-50 step took
@@ -235,6 +233,12 @@ def _world(spec: Mapping) -> tuple[int, int]:
     return ranks, int(spec.get("threads") or 0)
 
 
+def _backend(spec: Mapping) -> backends.Backend:
+    """The spec's backend (eager's figures for a spec without a known one)."""
+    name = spec.get("backend")
+    return backends.get(name if name in backends.names() else "eager")
+
+
 def trial(spec: Mapping, machine: Machine) -> dict:
     """The predicted wall time of one attempt of this trial, with its parts: from its
     measured pre-flight where there is one (its wall time, plus the steps the whole
@@ -244,7 +248,8 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     ranks, threads = _world(spec)
     total_threads = (threads or max(1, machine.cpus // ranks)) * ranks
     rate = machine.fp32_rate(env, min(total_threads, machine.cpus)) * EFFICIENCY
-    rate *= BACKEND_SPEED.get(spec.get("backend"), 1.0)
+    backend = _backend(spec)
+    rate *= backend.estimate_speed
     compiled = spec.get("compile") not in (None, "none")
     if compiled:
         rate *= COMPILED_SPEED
@@ -292,8 +297,7 @@ def trial(spec: Mapping, machine: Machine) -> dict:
         "warmup": untimed * step,
         "timed": timed_steps * step,
     }
-    if spec.get("backend") == "xla":  # traces and compiles its graph in the first steps
-        parts["compile"] += 10.0
+    parts["compile"] += backend.estimate_trace_s  # its graph, traced in the first steps
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
     if serving:
         parts["serve"] = _serve_s(spec, step, flops, batch, rate)

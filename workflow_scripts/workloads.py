@@ -46,6 +46,11 @@ class Workload:
     hf_config: Mapping[str, Any] | None = None
     #: vision: FLOPs of one forward pass at 224 x 224 (None: computed by ``_cnn_flops``)
     forward_flops_224: float | None = None
+    #: vision: the smallest image size it takes (0: any), and the size at or below
+    #: which its last feature maps are 1x1, where batch norm has one value per channel
+    #: at batch 1 and cannot train (0: no batch norm)
+    min_image_size: int = 0
+    batch_norm_1x1_at: int = 0
 
     @property
     def text(self) -> bool:
@@ -138,10 +143,12 @@ WORKLOADS: dict[str, Workload] = {
             "resnet50", "vision", "image-classification",
             "torchvision ResNet-50 from scratch (1000-way head, labels index % 10)",
             1000, (600.0, 110.0), 75.0, forward_flops_224=2 * 4.09e9,
+            min_image_size=32, batch_norm_1x1_at=32,
         ),
         Workload(
             "resnet18", "vision", "image-classification", "torchvision ResNet-18 from scratch",
             1000, (350.0, 40.0), 45.0, forward_flops_224=2 * 1.81e9,
+            min_image_size=32, batch_norm_1x1_at=32,
         ),
         Workload(
             "cnn", "vision", "image-classification",

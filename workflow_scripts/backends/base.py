@@ -55,6 +55,11 @@ class Backend:
     #: how the backend serves a model in INT8 (``precision: int8``, mode inference), in
     #: the record's words; None: it has no INT8 path
     int8: str | None = None
+    #: the study's estimate: its throughput relative to eager's at the same settings
+    #: (torch-xla on the CPU ran ResNet-50 at half the eager rate), and the seconds it
+    #: spends tracing and compiling its graph in the first steps, compiled or not
+    estimate_speed: float = 1.0
+    estimate_trace_s: float = 0.0
 
     # ------------------------------------------------------------------ plan time
 

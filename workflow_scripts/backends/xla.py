@@ -12,6 +12,8 @@ class Xla(Backend):
     imports = ("torch_xla",)
     versions = {"torch_xla": "torch_xla"}
     env_vars = {"PJRT_DEVICE": "CPU"}
+    estimate_speed = 0.5
+    estimate_trace_s = 10.0
     order = 3
     ddp = False  # its tensors live on the XLA device: no DDP over CPU process groups
     flops_after_setup = True  # torch_xla.device() before the first backward in a process

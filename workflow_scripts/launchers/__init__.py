@@ -14,6 +14,7 @@ __all__ = [
     "all_launchers",
     "get",
     "harness_args",
+    "layout_launcher",
     "names",
     "nodes",
     "rank_path",
@@ -35,6 +36,20 @@ def all_launchers() -> list[Launcher]:
 
 def names() -> list[str]:
     return list(_registry())
+
+
+def layout_launcher() -> Launcher:
+    """The launcher of the data-parallel layouts and the allreduce benchmark (the one
+    with ``layouts``)."""
+    found = [launcher for launcher in all_launchers() if launcher.layouts]
+    if len(found) != 1:
+        raise RuntimeError(f"one launcher must have layouts; found {[f.name for f in found]}")
+    return found[0]
+
+
+def layout_names() -> set[str]:
+    """The ``launcher`` values whose runs are data-parallel layouts."""
+    return {launcher.name for launcher in all_launchers() if launcher.layouts}
 
 
 def get(name: str) -> Launcher:

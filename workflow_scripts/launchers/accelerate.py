@@ -48,6 +48,7 @@ class Accelerate(Torchrun):
         "accelerate_ipex": False,
     }
     trains_with_accelerate = True
+    layouts = False  # its runs are the transformer tables' (report/families.py)
 
     def check(self, spec: dict) -> list[str]:
         problems = []

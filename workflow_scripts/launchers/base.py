@@ -36,6 +36,9 @@ class Launcher:
     distributed: bool = False
     #: its ranks train through Hugging Face Accelerate's ``Accelerator``
     trains_with_accelerate: bool = False
+    #: it starts any rank script (the allreduce benchmark's too), and its multi-rank runs
+    #: are the data-parallel layouts the report's distributed section compares
+    layouts: bool = False
     #: environments only this launcher's runs use (besides the backends' own)
     envs: set[str] = set()
     #: images only this launcher's runs use: name -> (parent image, the lock it installs)

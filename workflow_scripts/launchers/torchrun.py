@@ -34,6 +34,7 @@ class Torchrun(Launcher):
     name = "torchrun"
     order = 20
     distributed = True
+    layouts = True
     owns = {
         "ranks": 1,
         "nodes": 1,

@@ -14,7 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .. import workloads
+from .. import launchers, workloads
 from ..collectives import loop_latency_s
 from ..study import fields
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
@@ -374,7 +374,8 @@ def plot_collectives(frame: pd.DataFrame, path: Path) -> str:
 def distributed_section(
     stats_sp: pd.DataFrame, collectives: Sequence[Mapping], plots_dir: Path
 ) -> tuple[str, str, str]:
-    ddp = stats_sp[stats_sp["launcher"] == "torchrun"] if "launcher" in stats_sp else stats_sp[:0]
+    layouts = launchers.layout_names()
+    ddp = stats_sp[stats_sp["launcher"].isin(layouts)] if "launcher" in stats_sp else stats_sp[:0]
     if "epochs" in ddp:  # the accuracy experiments have their own table
         ddp = ddp[pd.to_numeric(ddp["epochs"], errors="coerce").fillna(0) <= 0]
     parts = [
@@ -387,7 +388,8 @@ def distributed_section(
     if len(ddp):
         parts.append(table_html(ddp_display(ddp)))
     else:
-        parts.append('<p class="empty">No data-parallel (torchrun) throughput experiments.</p>')
+        names = ", ".join(sorted(layouts))
+        parts.append(f'<p class="empty">No data-parallel ({names}) throughput experiments.</p>')
     parts += accuracy_part(stats_sp)
     frame = collectives_frame(collectives)
     svg = plot_collectives(frame, Path(plots_dir) / "collectives.svg")

@@ -24,7 +24,8 @@ CONTROLLED_ENV = {
     "GOMP_CPU_AFFINITY": "use cpus",
     "OMP_PROC_BIND": "use cpus",
     "OMP_PLACES": "use cpus",
-    "PJRT_DEVICE": "set by backend xla",
+    # and what a backend sets for every run of its own (Backend.env_vars)
+    **{var: f"set by backend {b.name}" for b in backends.all_backends() for var in b.env_vars},
     "VIRTUAL_ENV": "the backend's environment",
     "PYTHONPATH": "the workflow's sources",
     "PATH": "the backend's environment",
@@ -278,20 +279,23 @@ def check_spec(spec: dict) -> list[str]:
         problems.append(
             f"data_dir {spec['data_dir']!r} needs data 'image_folder' (got data {spec['data']!r})"
         )
+    workload = workloads.WORKLOADS.get(spec["model"])
     if (
-        spec["model"].startswith("resnet")
+        workload
+        and workload.batch_norm_1x1_at
         and spec["mode"] == "train"  # in eval mode batch norm uses its running statistics
         and spec["batch_size"] == 1
-        and spec["image_size"] <= 32
+        and spec["image_size"] <= workload.batch_norm_1x1_at
     ):
         problems.append(
             f"model {spec['model']!r} at batch_size 1 with image_size {spec['image_size']} "
             "ends in 1x1 feature maps, where batch norm has one value per channel and cannot "
-            "train; use batch_size >= 2 or image_size >= 64"
+            f"train; use batch_size >= 2 or image_size >= {2 * workload.batch_norm_1x1_at}"
         )
-    if spec["model"].startswith("resnet") and spec["image_size"] < 32:
+    if workload and workload.min_image_size and spec["image_size"] < workload.min_image_size:
         problems.append(
-            f"model {spec['model']!r} needs image_size >= 32 (got image_size {spec['image_size']})"
+            f"model {spec['model']!r} needs image_size >= {workload.min_image_size} "
+            f"(got image_size {spec['image_size']})"
         )
     if spec["cpus"] is not None:
         try:
