@@ -297,3 +297,70 @@ def test_the_report_compares_by_the_registry(tmp_path):
     ])  # fmt: skip
     assert view["order"] == ["eager", "toy", "toy + toy.fast"], view
     assert {v for _, v, _ in view["rows"]} == {"eager", "toy", "toy + toy.fast"}
+
+
+FIGURE = """        Result(
+            "data_wait_s",
+            "number",
+            m,
+            "s",
+            "time the steps waited for their batches",
+            ("metrics", "data_wait_s"),
+            stat="median",
+            label="data wait",
+        ),
+"""
+
+
+def add_figure(wd: Path) -> Path:
+    """A measured figure's one declaration, at the end of the measurement columns."""
+    path = wd / "workflow_scripts/results.py"
+    text = path.read_text()
+    anchor = '        Result("recompiles", "integer", m, help="recompiles after the first step"),\n'
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, anchor + FIGURE))
+    return wd
+
+
+def test_a_result_figure_is_one_declaration(tmp_path):
+    """A figure declared once in results.py is a typed column of summary.csv (after the
+    measurement columns it joins), a median over the used trials in the report's
+    experiment tables with its label and unit, and a column of the full summary."""
+    from tests.test_report import make, write
+
+    wd = copy_workflow(tmp_path / "wf")
+    before = snapshot(wd)
+    add_figure(wd)
+    assert changed_files(wd, before) == {"workflow_scripts/results.py"}
+    records = []
+    for trial, (sps, wait) in enumerate([(10.0, 0.25), (11.0, 0.75), (10.5, 0.5)]):
+        r = make("waits", trial, sps, group="data-loading")
+        r["metrics"]["data_wait_s"] = wait
+        records.append(r)
+    records.append(make("no-wait", 0, 12.0, group="data-loading"))  # an older record
+    paths = write(tmp_path / "run", records)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "workflow_scripts.report", "--records", *map(str, paths)]
+    cmd += ["--summary", str(out / "summary.csv"), "--html", str(out / "index.html")]
+    cmd += ["--plots-dir", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(wd)}
+    proc = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    import pandas as pd
+
+    summary = pd.read_csv(out / "summary.csv")
+    columns = list(summary.columns)
+    assert columns.index("data_wait_s") == columns.index("recompiles") + 1
+    assert summary["data_wait_s"].tolist()[:3] == [0.25, 0.75, 0.5]
+    assert pd.isna(summary["data_wait_s"].iloc[3]) and summary["data_wait_s"].dtype == float
+    # the report: the group's experiment table has it (the median of 3 trials: 0.50),
+    # in the row of its experiment; the full summary has the column, every trial's value
+    from tests.test_report import html_tables
+
+    tables = html_tables((out / "index.html").read_text())
+    (group,) = [t for t in tables if "data wait (s)" in t.columns]
+    medians = dict(zip(group["experiment"], group["data wait (s)"], strict=True))
+    assert medians == {"waits": "0.50", "no-wait": ""}
+    (full,) = [t for t in tables if "data_wait_s" in t.columns]
+    assert full["data_wait_s"].tolist() == ["0.25", "0.75", "0.5", ""]

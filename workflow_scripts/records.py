@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import backends, sysinfo
+from . import results
 from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
@@ -41,132 +41,34 @@ OK = "ok"
 STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")
 UNREADABLE = "UnreadableRecord"
 
-MAIN_COLUMNS = [
-    "experiment",
-    "trial",
-    "backend",
-    "status",
-    "samples_per_s",
-    "step_time_median_s",
-    "step_time_p90_s",
-    "step_time_p95_s",
-    "step_time_p99_s",
-    "step_time_stdev_s",
-    "step_time_mean_s",
-    "time_to_first_step_s",
-    "setup_s",
-    "peak_rss_mb",
-    "final_loss",
-    "threads",
-    "precision",
-]
+# The columns (results.py declares each result and provenance column once, with its
+# kind, unit and help; study/fields.py the knobs'), in the order of their sections.
+MAIN_COLUMNS = results.of("main")
 # The accuracy experiments (epochs > 0): time to train, held-out accuracy and loss, and
 # the training time until the accuracy first reached the spec's target_accuracy.
-ACCURACY_COLUMNS = ["train_time_s", "test_accuracy", "test_loss", "time_to_accuracy_s"]
+ACCURACY_COLUMNS = results.of("accuracy")
 # The trial's noise probe, its noise verdict, the trial policy's reruns and the roofline.
-MEASUREMENT_COLUMNS = [
-    "noisy",
-    "probe_fp32_gflops",
-    "probe_bf16_gflops",
-    "probe_fp32_median_gflops",
-    "probe_bf16_median_gflops",
-    "probe_size",
-    "probe_threads",
-    "load_avg_1m",
-    "compile_pool_wait_s",
-    "attempts",
-    "discarded_attempts",
-    "flops_per_sample",
-    "tokens_per_s",
-    "achieved_gflops",
-    "ceiling_gflops",
-    "ceiling_dtype",
-    "pct_of_peak",
-    "measurement_error",
-    "steps_timed",
-    "time_budget_hit",
-    "step_time_cv",
-    "probe_after_fp32_gflops",
-    "other_work_share",
-    "noise_signal",
-    "probe_s",
-    "trial_wall_s",
-    "estimate_s",
-    "tokens_per_sample",
-    "compile_s",
-    "recompiles",
-]
+MEASUREMENT_COLUMNS = results.of("measurement")
 # The gradient check (rank/gradcheck.py): its verdict (ok: compared with the eager
 # references; received: plain fp32 eager, its gradients present; incorrect), the
 # parameter tensors that got a usable gradient of all, the largest relative error of a
 # parameter's first-step gradient against fp64 eager and eager's own at the run's
 # precision (their median), and the check's seconds (outside the timed steps).
-GRADIENT_COLUMNS = [
-    "grad_check",
-    "grad_params_trained",
-    "grad_params",
-    "grad_max_rel_error",
-    "grad_eager_rel_error",
-    "grad_check_s",
-]
-_TEXT_MEASUREMENT_COLUMNS = (
-    "noisy", "ceiling_dtype", "measurement_error", "time_budget_hit", "noise_signal",
-)  # fmt: skip
-_TEXT_GRADIENT_COLUMNS = ("grad_check",)
+GRADIENT_COLUMNS = results.of("gradient")
 # Inference (rank/inference.py): the served model against the fp32 eager model it came
 # from (its logits on the run's first batch: their cosine, their largest difference over
 # the largest fp32 logit, the share of equal arg-maxes; with epochs, the held-out accuracy of the
 # same trained weights: reference_accuracy, and test_accuracy - reference_accuracy),
 # the share of oneDNN's multiply-add kernels that ran in INT8 and the CPU feature they
 # ran on, and the seconds the backend took to make the served model (quantize, trace).
-SERVING_COLUMNS = [
-    "reference_accuracy",
-    "accuracy_change",
-    "logits_cosine",
-    "logits_rel_diff",
-    "top1_agreement",
-    "int8_share",
-    "int8_isa",
-    "serve_s",
-]
-_TEXT_SERVING_COLUMNS = ("int8_isa",)
+SERVING_COLUMNS = results.of("serving")
 # The spec's fields that have a column (declared in study/fields.py), then what the
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
 # Versions: Python, torch and torchvision, then each backend's own library.
-VERSION_KEYS = [
-    "python",
-    "torch",
-    *sysinfo.LIBRARIES.values(),
-    *backends.version_modules().values(),
-]
-PROVENANCE_COLUMNS = [
-    "torch_num_threads",
-    "affinity",
-    "omp_num_threads",
-    "kmp_affinity",
-    "ld_preload",
-    "openmp_runtime",
-    "cpu_model",
-    "cpu_flags",
-    "logical_cpus",
-    "physical_cores",
-    "numa_nodes",
-    *(f"{key}_version" for key in VERSION_KEYS),
-    "env_lock_sha256",
-    "image",
-    "image_id",
-    "image_digest",
-    "compile_cache_fresh",
-    "runtime",
-    "git_revision",
-    "git_dirty",
-    "hostname",
-    "node_type",
-    "slurm_job_id",
-    "started_at",
-]
-ERROR_COLUMNS = ["error_type", "error"]
+VERSION_KEYS = results.VERSION_KEYS
+PROVENANCE_COLUMNS = results.of("provenance")
+ERROR_COLUMNS = results.of("error")
 COLUMNS = (
     MAIN_COLUMNS
     + ACCURACY_COLUMNS
@@ -177,41 +79,24 @@ COLUMNS = (
     + PROVENANCE_COLUMNS
     + ERROR_COLUMNS
 )
+_COLUMN_SET = set(COLUMNS)
+_SHARED = set(SPEC_COLUMNS) & set(results.RESULTS)
+if _SHARED:
+    raise ValueError(f"columns declared as a field and as a result: {sorted(_SHARED)}")
 
 # Spec columns that hold numbers, from the fields' schemas.
 _NUMBER_FIELDS = [n for n in COLUMN_FIELDS if FIELDS[n].numeric]
 # Columns that hold numbers (NaN when missing); the rest hold text/bools (None).
-_TEXT_MAIN_COLUMNS = ("experiment", "trial", "backend", "status", "precision")
 NUMERIC_COLUMNS = {
-    *(c for c in MAIN_COLUMNS if c not in _TEXT_MAIN_COLUMNS),
-    *ACCURACY_COLUMNS,
-    *(c for c in MEASUREMENT_COLUMNS if c not in _TEXT_MEASUREMENT_COLUMNS),
-    *(c for c in GRADIENT_COLUMNS if c not in _TEXT_GRADIENT_COLUMNS),
-    *(c for c in SERVING_COLUMNS if c not in _TEXT_SERVING_COLUMNS),
+    *(name for name, r in results.RESULTS.items() if r.numeric and name != "trial"),
     *_NUMBER_FIELDS,
-    "torch_num_threads",
-    "logical_cpus",
-    "physical_cores",
-    "numa_nodes",
 }
-
 INTEGER_COLUMNS = {
-    "trial",
-    "threads",
-    "probe_size",
-    "probe_threads",
-    "attempts",
-    "discarded_attempts",
-    "steps_timed",
-    "recompiles",
-    "grad_params_trained",
-    "grad_params",
+    *(name for name, r in results.RESULTS.items() if r.integer),
     *(name for name in _NUMBER_FIELDS if FIELDS[name].integer),
-    "torch_num_threads",
-    "logical_cpus",
-    "physical_cores",
-    "numa_nodes",
 }
+# The plain figures: read from where they sit in the record, as their kind.
+SOURCED = {name: r for name, r in results.RESULTS.items() if r.source}
 
 _STEP_TIME_KEYS = ("median", "p90", "p95", "p99", "stdev", "mean")
 _TRIAL_RE = re.compile(r"trial[_-]?(\d+)", re.IGNORECASE)
@@ -328,6 +213,7 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row["trial"] = _int_or_nan(record.get("trial"))
     status = record.get("status")
     row["status"] = _text(status) if status else "crashed"
+    row.update(_sourced_columns(record))
     row.update(_measured_columns(record, spec, prov))
     row.update(_noise_columns(record))
     row.update(_gradient_columns(record))
@@ -335,7 +221,31 @@ def flatten(record: Mapping[str, Any]) -> dict:
     row.update(_spec_columns(spec, prov))
     row.update(_provenance_columns(prov))
     row.update(_error_columns(record.get("error")))
+    undeclared = row.keys() - _COLUMN_SET
+    if undeclared:  # a figure computed here, declared nowhere (results.py)
+        raise ValueError(f"summary columns not declared in results.py: {sorted(undeclared)}")
     return {col: row[col] for col in COLUMNS}
+
+
+def _sourced_columns(record: dict) -> dict:
+    """The plain figures (results.py's with a ``source``), each read as its kind."""
+    row: dict[str, Any] = {}
+    for name, result in SOURCED.items():
+        value: Any = record
+        for key in result.source:
+            value = _as_dict(value).get(key)
+        row[name] = _as_kind(value, result.kind)
+    return row
+
+
+def _as_kind(value: Any, kind: str) -> Any:
+    if kind == "integer":
+        return _int_or_nan(value)
+    if kind == "number":
+        return _num(value)
+    if kind == "flag":
+        return value if isinstance(value, bool) else None
+    return _text(value)
 
 
 def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
@@ -354,20 +264,14 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     row["recompiles"] = _int_or_nan(compiled.get("recompiles_after_first_step"))
     for key in _STEP_TIME_KEYS:
         row[f"step_time_{key}_s"] = _num(step.get(key))
-    row["time_to_first_step_s"] = _num(metrics.get("time_to_first_step_s"))
-    row["setup_s"] = _num(metrics.get("setup_s"))
-    row["peak_rss_mb"] = _num(metrics.get("peak_rss_mb"))
-    row["final_loss"] = _num(metrics.get("final_loss"))
     for key in ACCURACY_COLUMNS:
         row[key] = _num(metrics.get(key)) if spec.get("epochs") else math.nan
-    row["compile_pool_wait_s"] = _num(metrics.get("compile_pool_wait_s"))
     row.update(_roofline(metrics, row["samples_per_s"]))
     row["steps_timed"] = _int_or_nan(metrics.get("steps_timed"))
     hit = metrics.get("time_budget_hit")
     row["time_budget_hit"] = hit if isinstance(hit, bool) else None
     mean, stdev = _num(step.get("mean")), _num(step.get("stdev"))
     row["step_time_cv"] = stdev / mean if mean > 0 else math.nan
-    row["trial_wall_s"] = _num(record.get("trial_wall_s"))
     row["estimate_s"] = _num(_as_dict(record.get("estimate")).get("seconds"))
     row["attempts"] = _int_or_nan(record.get("attempts"))
     discarded = record.get("discarded_attempts")

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
+from ..study import fields
 from .formatting import fmt_num
 from .stats import SWEEPS
 from .values import isnan
@@ -28,19 +29,8 @@ NOT_RUN = "not run in this preset"
 # Figure widths in inches: the page is about 1150 px wide, so are the wide figures.
 WIDE = 11.5
 # Settings that may differ between the experiments of one sweep; those that do
-# split the sweep into several lines.
-SERIES_KEYS = (
-    "backend",
-    "model",
-    "precision",
-    "channels_last",
-    "compile",
-    "launcher",
-    "allocator",
-    "batch_size",
-    "num_workers",
-    "threads",
-)
+# split the sweep into several lines (study/fields.py: a field's ``series``).
+SERIES_KEYS = fields.series_keys()
 
 STYLE = {
     "font.size": 11,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import results
 from ..study.fields import labels
 from .compare import config_text
 from .figures import inline_svg
@@ -120,9 +121,20 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
                 "first step (s)": fmt_num(r["time_to_first_step_s"], 2),
                 "peak RSS (MB)": fmt_num(r["peak_rss_mb"], 0),
+                **declared_cells(r),
             }
         )
     return pd.DataFrame(rows)
+
+
+def declared_cells(r: pd.Series) -> dict[str, str]:
+    """The figures results.py gives a report label: their statistic, with its unit."""
+    cells = {}
+    for result in results.labelled():
+        value = r.get(result.name)
+        unit = f" ({result.unit})" if result.unit else ""
+        cells[result.label + unit] = fmt_text(value) if result.text else fmt_num(value)
+    return cells
 
 
 def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:

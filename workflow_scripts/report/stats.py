@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts import backends
-from workflow_scripts.records import OK, SERVING_COLUMNS, VERSION_KEYS
+from workflow_scripts import backends, results
+from workflow_scripts.records import OK, SPEC_COLUMNS
 from workflow_scripts.study import fields
 
 from .compare import same_workload
@@ -25,13 +25,15 @@ SWEEPS = {
     "threads": ("threads", "intra-op threads", "Threads"),
 }
 BACKEND_ORDER = tuple(backends.names())
-# Text columns of summary.csv that records.py may or may not have yet (issue 13): a
-# trial's measurement error (e.g. a % of the ceiling above 100) and which signals
-# marked it noisy. Absent columns read as empty.
-OPTIONAL_TEXT = ("measurement_error", "noise_signal")
-#: what an inference run's served model computed (records.SERVING_COLUMNS): medians over
-#: its ok trials (noise does not change them); the ISA its INT8 kernels ran on apart
-SERVING_COLS = [c for c in SERVING_COLUMNS if c != "int8_isa"]
+# How each figure is taken over an experiment's trials: declared with the figure
+# (workflow_scripts/results.py, ``stat``). Absent columns (older summaries) read as empty.
+#: texts: the distinct ones of every trial (a measurement error, the noise signals)
+OPTIONAL_TEXT = tuple(results.with_stat("distinct"))
+#: ... of its ok trials (the ISA an inference run's INT8 kernels ran on)
+OK_TEXT = tuple(results.with_stat("distinct_ok"))
+#: what an inference run's served model computed: medians over its ok trials (noise
+#: does not change them)
+SERVING_COLS = results.with_stat("median_ok")
 # Percentiles and the fewest timed steps that make them mean something: a pXX needs
 # at least 100 / (100 - XX) samples beyond it (p90: 10, p95: 20, p99: 100).
 PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
@@ -53,48 +55,22 @@ def spread_stats(values: pd.Series) -> dict[str, float]:
     return {"median": float(v.median()), "min": float(v.min()), "max": float(v.max()), "cv": cv}
 
 
-#: per-step timing and memory: the median over the used trials
-TIMING_COLS = [
-    "step_time_median_s",
-    "step_time_p90_s",
-    "step_time_p95_s",
-    "step_time_p99_s",
-    "step_time_cv",
-    "time_to_first_step_s",
-    "setup_s",
-    "peak_rss_mb",
-    "final_loss",
-]
-#: FLOPs, the probes and the ceiling: the median over the used trials
-GRADIENT_COLS = ["grad_params_trained", "grad_params", "grad_max_rel_error"]
-ROOFLINE_COLS = [
-    "tokens_per_sample",
-    *GRADIENT_COLS,
-    "flops_per_sample",
-    "achieved_gflops",
-    "pct_of_peak",
-    "probe_fp32_gflops",
-    "probe_bf16_gflops",
-    "ceiling_gflops",
-]
+#: per-step timing and memory, FLOPs, the probes and the ceiling: the median over the
+#: used trials; the gradient check's: of a run without usable trials too
+GRADIENT_COLS = results.with_stat("median_any")
+MEDIAN_COLS = results.with_stat("median", "median_any")
 
 
 def setting_columns() -> list[str]:
-    """What an experiment is (its settings, versions and provenance): the first
-    columns, each the value of the used trials (of any trial where they have none)."""
-    cols = [
-        "group", "node_type", "backend", "env", "model", "data", "precision",
-        "channels_last", "compile", "compile_mode", "ipex_optimize", "launcher",
-        "allocator", "openmp", "ranks", "dist_backend", "ccl_impl", "ccl_transport",
-        "ccl_worker_offload", "batch_size", "num_workers", "threads", "epochs",
-        "claim_speedup", *(f"{key}_version" for key in VERSION_KEYS if key != "python"),
-    ]  # fmt: skip
-    cols += ["image_size", "steps", "warmup_steps", "seed", "lr", "time_budget_s"]
-    cols += ["target_accuracy"]
-    cols += ["env_lock_sha256", "preset", "ceiling_dtype"]
+    """What an experiment is: the first columns, each the value of the used trials (of
+    any trial where they have none): the results declared ``stat="first"`` (its
+    backend, threads, precision, node type, versions, ...), every knob's column and
+    what the loader derives (records.SPEC_COLUMNS), and the spec's ``time_budget_s``
+    (read from the records by :func:`enrich`)."""
+    cols = [*results.with_stat("first"), *SPEC_COLUMNS, "time_budget_s"]
     # every field the report compares by (the registry's), added or not
     registry = [*fields.compare_keys(*fields.COMPARE_ROLES), *fields.trajectory_keys()]
-    return cols + [k for k in dict.fromkeys(registry) if k not in cols]
+    return list(dict.fromkeys([*cols, *registry]))
 
 
 def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +90,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
-    columns += [*TIMING_COLS, *ROOFLINE_COLS]
+    columns += MEDIAN_COLS
     columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
     columns += [
         "time_to_accuracy_s",
@@ -125,7 +101,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         "n_budget_hit",
         *OPTIONAL_TEXT,
         *SERVING_COLS,
-        "int8_isa",
+        *OK_TEXT,
     ]
     return pd.DataFrame(rows, columns=columns)
 
@@ -141,8 +117,8 @@ def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFr
     frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
     extra = ["steps_timed", "time_to_accuracy_s", *SERVING_COLS]
-    text = (*OPTIONAL_TEXT, "int8_isa")
-    for col in [*first_cols, *TIMING_COLS, *ROOFLINE_COLS, *text, *extra]:
+    text = (*OPTIONAL_TEXT, *OK_TEXT)
+    for col in [*first_cols, *MEDIAN_COLS, *text, *extra]:
         if col not in frame:
             frame[col] = None if col in text else math.nan
     if "time_budget_hit" not in frame:
@@ -170,7 +146,7 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     spread = spread_stats(used["_sps"])
     for key in ("median", "min", "max", "cv"):
         row[f"sps_{key}"] = spread[key]
-    for col in TIMING_COLS + ROOFLINE_COLS:
+    for col in MEDIAN_COLS:
         # the gradient check's figures also of a run with no usable trial (incorrect)
         of = pick if col in GRADIENT_COLS else used
         values = pd.to_numeric(of[col], errors="coerce").astype("float64")
@@ -196,7 +172,8 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     for col in SERVING_COLS:
         values = pd.to_numeric(ok[col], errors="coerce").dropna()
         row[col] = values.median() if len(values) else math.nan
-    row["int8_isa"] = "; ".join(_distinct(ok["int8_isa"]))
+    for col in OK_TEXT:
+        row[col] = "; ".join(_distinct(ok[col]))
     return row
 
 

@@ -106,6 +106,9 @@ class Field:
     #: runs that differ in it train differently step by step: their loss curves are
     #: never compared (None for a field with a summary column means True)
     trajectory: bool | None = None
+    #: its place among the settings that split a sweep's plot into several lines where
+    #: its runs differ in them (None: it never does)
+    series: int | None = None
 
     @property
     def role(self) -> str | None:
@@ -198,6 +201,7 @@ FIELDS: dict[str, Field] = {
             compare_pos=0,
             reference="eager",
             trajectory=False,
+            series=1,
         ),
         Field(
             "model",
@@ -211,6 +215,7 @@ FIELDS: dict[str, Field] = {
             column=True,
             label="model",
             compare="workload",
+            series=2,
         ),
         Field(
             "mode",
@@ -235,6 +240,7 @@ FIELDS: dict[str, Field] = {
             column=True,
             label="batch",
             compare_pos=14,
+            series=8,
         ),
         Field(
             "image_size",
@@ -334,6 +340,7 @@ FIELDS: dict[str, Field] = {
             column=True,
             label="workers",
             compare_pos=16,
+            series=9,
         ),
         Field(
             "precision",
@@ -349,6 +356,7 @@ FIELDS: dict[str, Field] = {
             compare_pos=2,
             reference="fp32",
             trajectory=False,
+            series=3,
         ),
         Field(
             "channels_last",
@@ -362,6 +370,7 @@ FIELDS: dict[str, Field] = {
             compare_pos=3,
             reference=False,
             trajectory=False,
+            series=4,
         ),
         Field(
             "compile",
@@ -378,6 +387,7 @@ FIELDS: dict[str, Field] = {
             missing="none",
             reference="none",
             trajectory=False,
+            series=5,
         ),
         Field(
             "compile_mode",
@@ -451,6 +461,7 @@ FIELDS: dict[str, Field] = {
             label="launcher",
             compare_pos=7,
             trajectory=False,
+            series=6,
         ),
         Field(
             "ranks",
@@ -573,6 +584,7 @@ FIELDS: dict[str, Field] = {
             label="allocator",
             compare_pos=8,
             trajectory=False,
+            series=7,
         ),
         Field(
             "openmp",
@@ -674,6 +686,7 @@ FIELDS: dict[str, Field] = {
             compare="setting",
             compare_pos=17,
             trajectory=False,
+            series=10,
         ),
         Field(
             "optimizer",
@@ -849,6 +862,14 @@ FIELDS: dict[str, Field] = {
 
 #: the field names, in declaration order
 NAMES = list(FIELDS)
+
+
+def series_keys() -> tuple[str, ...]:
+    """The fields that split a sweep's plot into lines, in their order."""
+    ordered = sorted((f.series, n) for n, f in FIELDS.items() if f.series is not None)
+    return tuple(n for _, n in ordered)
+
+
 BUILTIN_DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}
 PER_EXPERIMENT = tuple(n for n, f in FIELDS.items() if f.per_experiment)
 NOT_SWEPT = ("name", *(n for n, f in FIELDS.items() if not f.sweepable))
