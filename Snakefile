@@ -1,17 +1,21 @@
 # A reproducible study of PyTorch training performance on CPUs.
 # The experiments are listed in config.yaml; the code behind the rules lives in
-# workflow_scripts/. Run: snakemake --cores all   (see README.md)
+# workflow_scripts/. Run from the repository root: snakemake --cores all   (README.md)
+import os
 import sys
 
 from snakemake.utils import min_version
 
 min_version("9.0")
 
-sys.path.insert(0, workflow.basedir)
-from workflow_scripts.study import check_config_files, load_for_snakemake
+# The workflow's code, in the working directory (where Snakemake reads config.yaml).
+sys.path.insert(0, os.getcwd())
+from workflow_scripts.study import command_line_config, load_for_snakemake
 
-# The config files' YAML syntax, with line and column, before Snakemake reads them.
-check_config_files(workflow, "config.yaml")
+# What the command line set (--configfile files, then --config): Snakemake's `config`
+# holds it until the configfile statement below merges config.yaml under it. It wins
+# over a preset, as over config.yaml. (Also: config.yaml's YAML syntax, with its line.)
+COMMAND_LINE = command_line_config(config, "config.yaml")
 
 
 configfile: "config.yaml"
@@ -19,8 +23,8 @@ configfile: "config.yaml"
 
 # One validation pass, by the study's own loader: every error at once, each naming the
 # field, the value and what is allowed (the schema is derived from workflow_scripts/study),
-# then the checks that need this machine (CPUs, memory, files); --config wins over a preset.
-STUDY = load_for_snakemake(workflow, config)
+# then the checks that need this machine (CPUs, memory, files).
+STUDY = load_for_snakemake(config, COMMAND_LINE)
 
 
 include: "rules/common.smk"

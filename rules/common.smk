@@ -193,15 +193,11 @@ def prices_json():
 
 # ---- what each job asks for (workflow_scripts/cluster.py) ----
 # On a cluster (snakemake --profile profiles/slurm) the resources become sbatch options:
-# measured jobs take whole nodes, with their CPUs, memory and time limit. Locally they
-# limit nothing, and a measured job's threads are every core Snakemake was given: a
-# lock, so that no two measurements ever overlap (overlapping runs on a small machine
-# skewed timings up to 10x).
-def on_cluster():
-    """Jobs go to a cluster (or run there): not the local executor of this machine."""
-    return workflow.non_local_exec or workflow.remote_exec
-
-
+# measured jobs take whole nodes, with their CPUs (cpus_per_task), memory and time
+# limit. Locally they limit nothing, and a measured job's threads are every core
+# Snakemake was given (workflow.cores): a lock, so that no two measurements ever
+# overlap (overlapping runs on a small machine skewed timings up to 10x). A job's
+# threads reach no command line: on a cluster they are only Snakemake's bookkeeping.
 def experiment_resources(wildcards):
     return cluster.experiment(STUDY.by_id[wildcards.experiment], SETTINGS)
 
@@ -224,16 +220,10 @@ def job_attempt(wildcards, attempt):
     return attempt
 
 
-def experiment_threads(wildcards):
-    if on_cluster():
-        return experiment_resources(wildcards)["cpus_per_task"]
+def measured_threads(wildcards):
+    """A measured job's threads (a trial, a calibration, the allreduce benchmark): every
+    core Snakemake was given."""
     return workflow.cores
-
-
-def machine_threads(wildcards):
-    """A calibration's or the allreduce benchmark's threads: the node's CPUs on a
-    cluster, every core Snakemake was given here (the lock, as for trials)."""
-    return cluster.node_cpus() if on_cluster() else workflow.cores
 
 
 # The partition, account and node features of the measured jobs (the cluster setting's;

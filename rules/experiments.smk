@@ -25,7 +25,7 @@ rule calibrate:
     log:
         "logs/calibration/{env}.log",
     priority: SETUP_PRIORITY
-    threads: machine_threads
+    threads: measured_threads
     resources:
         **PLACEMENT,
         cpus_per_task=CALIBRATION_RESOURCES["cpus_per_task"],
@@ -57,7 +57,7 @@ rule run_experiment:
     log:
         f"{LOGS}/experiments/{{experiment}}/trial{{trial}}.log",
     priority: trial_priority
-    threads: experiment_threads
+    threads: measured_threads
     resources:
         **PLACEMENT,
         cpus_per_task=experiment_resource("cpus_per_task"),
@@ -96,7 +96,7 @@ rule collectives:
         result=f"{RESULTS}/collectives/{{variant}}.json",
     log:
         f"{LOGS}/collectives/{{variant}}.log",
-    threads: machine_threads
+    threads: measured_threads
     resources:
         **PLACEMENT,
         cpus_per_task=COLLECTIVES_RESOURCES["cpus_per_task"],

@@ -93,6 +93,15 @@ def test_whole_number_floats_and_nested_overrides(wd):
     # the command line wins over the preset
     n = len(study.load_study(config).experiments)
     assert jobs(dry_run(wd, "preset=quick", "trials=3")) == 3 * n
+    # ... also where it says what config.yaml says (trials 2), which the preset changes
+    assert study.read_config(wd / "config.yaml")["trials"] == 2
+    assert jobs(dry_run(wd, "preset=quick", "trials=2")) == 2 * n
+    # ... and a --configfile wins over it as well, under --config
+    proc = dry_run(wd, "preset=quick", study={"trials": 2, "experiments": [{"id": "a"}]})
+    assert jobs(proc) == 2
+    # nested strings the schema takes stay strings: an id of digits, a CPU list
+    proc = dry_run(wd, "experiments=[{id: '007', cpus: '0', steps: 2}]", "sweeps=[]")
+    assert jobs(proc) == 2 and "results/records/007/trial1.json" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ still a cycle."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import workflow_scripts
@@ -157,3 +158,85 @@ def test_every_import_of_the_projects_code_resolves():
         if target not in MODULES or (name and name != "*" and name not in top_level_names(target))
     ]
     assert broken == []
+
+
+# ---------------------------------------------------------------------------
+# Snakemake's public surface (issue 37): the workflow reads only the attributes of the
+# `workflow` object that Snakemake's documentation describes (docs/snakefiles/rules.rst:
+# `workflow.cores`, "the number of given cores ... globally available in the Snakefile";
+# `workflow.source_path`, a file relative to the current Snakefile), and hands the object
+# itself to no code of its own (where its attributes would be read out of sight).
+DOCUMENTED_WORKFLOW_ATTRIBUTES = {"cores", "source_path"}
+REPO = ROOT.parent
+_ATTRIBUTE = re.compile(r"\bworkflow\.([A-Za-z_]\w*)")
+_GETATTR = re.compile(r"getattr\(\s*workflow\s*,\s*[\"'](\w+)")
+_PASSED = re.compile(r"[(,]\s*workflow\s*[,)=]")
+
+
+def workflow_reads(text: str, python: bool) -> list[tuple[int, str]]:
+    """(line, what) for each read of a ``workflow`` attribute and each call that hands
+    ``workflow`` over; Python files through their syntax tree (names, not prose)."""
+    found = []
+    if python:
+        for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "workflow"
+            ):
+                found.append((node.lineno, node.attr))
+            elif isinstance(node, ast.Call):
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if any(isinstance(a, ast.Name) and a.id == "workflow" for a in args):
+                    name = getattr(node.func, "id", None) or getattr(node.func, "attr", "?")
+                    if name == "getattr" and isinstance(node.args[1], ast.Constant):
+                        found.append((node.lineno, str(node.args[1].value)))
+                    else:
+                        found.append((node.lineno, f"handed to {name}()"))
+        return sorted(found)
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        found += [(number, m) for m in _ATTRIBUTE.findall(code)]
+        found += [(number, m) for m in _GETATTR.findall(code)]
+        found += [(number, "handed over") for _ in _PASSED.findall(_GETATTR.sub("", code))]
+    return found
+
+
+def undocumented(reads: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    return [(n, what) for n, what in reads if what not in DOCUMENTED_WORKFLOW_ATTRIBUTES]
+
+
+def test_the_workflow_attribute_detector_finds_undocumented_reads():
+    snakefile = (
+        "threads: workflow.cores  # workflow.basedir in a comment is prose\n"
+        "x = workflow.non_local_exec\n"
+        "y = getattr(workflow, 'remote_exec', False)\n"
+        "STUDY = load(workflow, config)\n"
+    )
+    assert undocumented(workflow_reads(snakefile, python=False)) == [
+        (2, "non_local_exec"), (3, "remote_exec"), (4, "handed over"),
+    ]  # fmt: skip
+    code = (
+        "def f(workflow):\n"
+        "    a = workflow.cores\n"
+        "    b = workflow.config_settings.overwrite_config\n"
+        "    c = getattr(workflow, 'is_main_process', True)\n"
+        "    return g(workflow)\n"
+    )
+    assert undocumented(workflow_reads(code, python=True)) == [
+        (3, "config_settings"), (4, "is_main_process"), (5, "handed to g()"),
+    ]  # fmt: skip
+
+
+def test_the_workflow_reads_only_documented_workflow_attributes():
+    files = [REPO / "Snakefile", *REPO.glob("profiles/*/Snakefile"), *REPO.glob("rules/*.smk")]
+    found = {}
+    for path in files:
+        bad = undocumented(workflow_reads(path.read_text(), python=False))
+        if bad:
+            found[str(path.relative_to(REPO))] = bad
+    for path in ROOT.rglob("*.py"):
+        bad = undocumented(workflow_reads(path.read_text(), python=True))
+        if bad:
+            found[str(path.relative_to(REPO))] = bad
+    assert not found, f"undocumented workflow attributes read (or the object handed over): {found}"

@@ -393,7 +393,8 @@ def test_jobs_lost_whole_become_records(slurm, tmp_path):
     assert gone["status"] == "failed" and f"job {killed} " in gone["error"]["message"]
     for record in (over, gone):  # written by the next attempt, in a job of its own
         assert record["error"]["message"].startswith("the trial's earlier job was lost whole")
-        assert record["provenance"]["slurm"]["job_id"] not in record["error"]["message"]
+        own = record["provenance"]["slurm"]["job_id"]  # the retry's job: not the lost one
+        assert not re.search(rf"\bjob {own}\b", record["error"]["message"]), own
     assert not list(wd.glob("results/records/*/*.attempt"))
     # the environment was built in a job on a node, not on this (submit) host
     assert re.search(r"^rule build_env:", out, flags=re.MULTILINE), out[-5000:]

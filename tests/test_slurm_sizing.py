@@ -13,7 +13,6 @@ from workflow_scripts.collectives import rank_counts, variant_spec
 from workflow_scripts.launchers.torchrun import LAUNCHER as TORCHRUN
 from workflow_scripts.launchers.torchrun import interface_address
 from workflow_scripts.study import StudyConfigError, load_study
-from workflow_scripts.study.entry import cli_executor
 from workflow_scripts.study.machine import estimated_memory_mb
 from workflow_scripts.study.settings import SETTING_DEFAULTS
 
@@ -188,18 +187,6 @@ def test_several_node_ranks_talk_over_the_interface_set(make_spec, monkeypatch):
     assert interface_address("no-such-if0") is None
 
 
-def test_the_executor_of_the_command_line(tmp_path, monkeypatch):
-    """While the Snakefile is parsed Snakemake has not chosen its executor: the study
-    reads it from the command line, with the profiles it names, as Snakemake does."""
-    profile = tmp_path / "p"
-    profile.mkdir()
-    (profile / "config.yaml").write_text("executor: slurm\njobs: 4\n")
-    monkeypatch.chdir(tmp_path)
-    assert cli_executor(["snakemake", "--profile", str(profile)]) == "slurm"
-    assert cli_executor(["snakemake", "--cores", "2"]) is None
-    assert cli_executor(["python", "-c", "x"]) is None  # not snakemake's command line
-
-
 def test_builds_on_compute_nodes_need_the_local_runtime():
     assert cluster.builds_local(settings()) is True
     compute = settings(build_on="compute")
@@ -267,3 +254,24 @@ def test_the_next_attempt_of_a_lost_trial_job(tmp_path):
     said = log.read_text()
     assert "the trial's earlier job 31 ended without its record" in said
     assert "accounting storage is disabled" in said and "running the trial again" in said
+
+
+def test_a_job_slurm_runs_elsewhere_than_its_plan_stops(monkeypatch):
+    """A study planned for this host whose job SLURM runs on another (submitted with
+    --executor slurm, without the profile or cluster.scheduler) stops before measuring;
+    one planned for the nodes, or run inside an allocation on its own host, goes on."""
+    import socket
+
+    from workflow_scripts.study.entry import check_job_host
+
+    here = socket.gethostname()
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    check_job_host("host login-7")  # not in a SLURM job: a local run's subprocess
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    check_job_host(f"host {here}")  # in an allocation on the host it was planned on
+    check_job_host("nodes partition 'cpu': 2 node(s) of 4 CPUs and 8000 MB (sinfo)")
+    with pytest.raises(StudyConfigError) as caught:
+        check_job_host("host login-7")
+    message = str(caught.value)
+    assert message.startswith("config error at cluster.scheduler: this job runs in SLURM job 42")
+    assert "planned for the host login-7" in message and "--profile profiles/slurm" in message

@@ -16,7 +16,7 @@ expands to (``--schema`` prints the schema).
 from ..sysinfo import parse_cpu_list as parse_cpus
 from .checks import check_spec
 from .config import Study, StudyConfigError, derive_id, load_study
-from .entry import check_config_files, load_for_snakemake, main, read_config
+from .entry import command_line_config, load_for_snakemake, main, read_config
 from .fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
 from .schema import build_schema
 from .settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS
@@ -25,7 +25,7 @@ FIELD_NAMES = NAMES  # the field names, in declaration order (the fields: fields
 
 __all__ = [
     "BUILTIN_DEFAULTS", "FIELD_NAMES", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
-    "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "check_config_files",
+    "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "command_line_config",
     "check_spec", "derive_id",
     "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config",
 ]  # fmt: skip

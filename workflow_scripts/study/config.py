@@ -51,7 +51,14 @@ from .fields import (
     PER_EXPERIMENT,
     id_reference,
 )
-from .schema import build_schema, err, path_key, schema_message, validate_schema
+from .schema import (
+    build_schema,
+    coerce_strings,
+    err,
+    path_key,
+    schema_message,
+    validate_schema,
+)
 from .settings import SETTING_DEFAULTS, SETTINGS
 
 # Settings that are never strings: a string value from `--config` is read as YAML.
@@ -421,12 +428,14 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     """Validate ``config`` and expand it into a Study (raises StudyConfigError).
 
     ``cli``: what the command line set (Snakemake's ``--configfile`` and ``--config``);
-    it wins over the selected preset, as it wins over config.yaml."""
+    it wins over the selected preset, as it wins over config.yaml. Its nested strings
+    where the schema wants a number, a flag or null are read as YAML
+    (:func:`~.schema.coerce_strings`)."""
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
-    cli = _coerce_overrides(copy.deepcopy(dict(cli or {})))
+    cli = coerce_strings(_coerce_overrides(copy.deepcopy(dict(cli or {}))))
     config = _coerce_overrides(copy.deepcopy(dict(config)))
     merge_config(config, cli)
     errors = validate_schema(config)

@@ -1,5 +1,5 @@
-"""The ways into the study loader: Snakemake's config (``load_for_snakemake``, with the
-YAML syntax check before Snakemake reads the files), and the command line
+"""The ways into the study loader: Snakemake's config (``command_line_config`` before the
+Snakefile's configfile statement, then ``load_for_snakemake``), and the command line
 ``python -m workflow_scripts.study`` (``main``)."""
 
 from __future__ import annotations
@@ -8,34 +8,18 @@ import argparse
 import copy
 import json
 import os
+import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
-from .config import Study, StudyConfigError, load_study, merge_config, resolve_spec
+from .config import Study, StudyConfigError, load_study, resolve_spec
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from .machine import check_machine
 from .schema import build_schema
-
-
-def reparse_nested(value: Any, depth: int = 0) -> Any:
-    """Snakemake reads the values nested in a ``--config key={...}`` override with
-    YAML's base loader, as strings ('32', 'true'): read such leaves as YAML again."""
-    if isinstance(value, dict):
-        return {k: reparse_nested(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [reparse_nested(v, depth + 1) for v in value]
-    if isinstance(value, str) and depth > 0:
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
-    return value
 
 
 def check_yaml(path: Path | str) -> None:
@@ -54,41 +38,53 @@ def check_yaml(path: Path | str) -> None:
         ) from None
 
 
-def check_config_files(workflow, configfile: str = "config.yaml") -> None:
-    """Before Snakemake reads them: the config files' YAML syntax, with line and column."""
+def command_line_config(config: dict, configfile: str = "config.yaml") -> dict:
+    """For the Snakefile, before its ``configfile`` statement: what the command line set
+    (the ``--configfile`` files, then ``--config``), with which Snakemake fills ``config``
+    before that statement merges the workflow's own file under it. The study's loader
+    lets it win over the selected preset, as Snakemake lets it win over config.yaml.
+    Also checks the workflow's config file's YAML syntax (with line and column) before
+    Snakemake reads it (Snakemake itself reads the command line's files first)."""
     from snakemake.exceptions import WorkflowError
 
-    try:
-        for path in [Path(workflow.basedir) / configfile, *workflow.overwrite_configfiles]:
-            check_yaml(path)
-    except StudyConfigError as exc:
-        raise WorkflowError(str(exc)) from None
+    if Path(configfile).exists():
+        try:
+            check_yaml(configfile)
+        except StudyConfigError as exc:
+            raise WorkflowError(str(exc)) from None
+    return copy.deepcopy(dict(config))
 
 
-def load_for_snakemake(workflow, config: dict) -> Study:
-    """:func:`load_study` for the Snakefile, with the command line's ``--config`` winning
-    over the preset, and the checks that need this machine (CPUs, memory, files). A
-    configuration error stops Snakemake with the loader's message alone (a
-    WorkflowError, no traceback); warnings are printed."""
+def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
+    """:func:`load_study` for the Snakefile (run from the repository root, where
+    Snakemake reads config.yaml), with ``command_line`` (:func:`command_line_config`)
+    winning over the preset, and the checks that need this machine (CPUs, memory,
+    files). A configuration error stops Snakemake with the loader's message alone (a
+    WorkflowError, no traceback); warnings are printed.
+
+    The first process that loads the study (Snakemake's own) plans it: for this
+    machine, or for the nodes of the cluster (``cluster.scheduler: slurm``, which
+    profiles/slurm sets), and hands the plan to every job's process through the
+    environment (:data:`PLANNED_FOR_VAR`, the CPUs and memory); a job's process loads
+    the same study from it, without the checks and messages."""
     from snakemake.exceptions import WorkflowError
 
-    # the CPUs the study is planned on, for every job's process (see sysinfo.plan_cpus)
-    os.environ.setdefault(PLAN_CPUS_VAR, cpu_list_str(allowed_cpus()))
+    base_dir = Path.cwd()
+    cli = copy.deepcopy(dict(command_line or {}))
+    main_process = PLANNED_FOR_VAR not in os.environ
     try:
-        settings = workflow.config_settings
-        cli = copy.deepcopy(dict(getattr(settings, "overwrite_config", None) or {}))
-        merge_config(cli, reparse_nested(dict(getattr(settings, "config", None) or {})))
-        study = load_study(config, workflow.basedir, cli=cli)
-        # Once per invocation: each job's process parses the workflow again, and must
-        # neither scan the image folders again nor repeat the warnings.
-        main_process = getattr(workflow, "is_main_process", True)
+        if main_process:
+            # the CPUs the study is planned on, for every job's process (sysinfo.plan_cpus)
+            os.environ.setdefault(PLAN_CPUS_VAR, cpu_list_str(allowed_cpus()))
+        study = load_study(config, base_dir, cli=cli)
         node = None
-        if main_process and submits_to_slurm(workflow):
+        if main_process and study.settings["cluster"]["scheduler"] == "slurm":
             # planned for the cluster's nodes, not this (submit) host: every job's
             # process inherits what they have (PLAN_CPUS_VAR, NODE_MEM_VAR)
-            node = plan_for_nodes(study.settings, workflow)
-            study = load_study(config, workflow.basedir, cli=cli)
+            node = plan_for_nodes(study.settings)
+            study = load_study(config, base_dir, cli=cli)
         if main_process:
+            os.environ[PLANNED_FOR_VAR] = planned_for(node)
             try:
                 check_machine(study, memory_mb=node.mem_mb if node else None)
             except StudyConfigError as exc:
@@ -100,6 +96,8 @@ def load_for_snakemake(workflow, config: dict) -> Study:
                 ) from None
             if node is None:
                 need_cluster(study)
+        else:
+            check_job_host(os.environ[PLANNED_FOR_VAR])
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
     iface = study.settings["cluster"]["network_interface"]
@@ -112,6 +110,30 @@ def load_for_snakemake(workflow, config: dict) -> Study:
             print(line, file=sys.stderr)
         print_estimate(study)
     return study
+
+
+#: what the study was planned for, set by Snakemake's own process for its jobs':
+#: ``host <name>`` (this machine) or ``nodes <description>`` (a SLURM partition's)
+PLANNED_FOR_VAR = "STUDY_PLANNED_FOR"
+
+
+def planned_for(node) -> str:
+    return f"nodes {node.describe()}" if node is not None else f"host {socket.gethostname()}"
+
+
+def check_job_host(planned: str) -> None:
+    """A job that SLURM runs on another host than the one its study was planned for
+    (a study submitted without ``cluster.scheduler: slurm``) stops before it measures:
+    its CPUs, memory and thread counts would be the submit host's."""
+    job = os.environ.get("SLURM_JOB_ID")
+    kind, _, host = planned.partition(" ")
+    if job and kind == "host" and host != socket.gethostname():
+        raise StudyConfigError(
+            f"config error at cluster.scheduler: this job runs in SLURM job {job} on "
+            f"{socket.gethostname()}, but the study was planned for the host {host} "
+            "(its CPUs and memory); submit it with --profile profiles/slurm, or set "
+            "cluster: {scheduler: slurm} in your config file"
+        )
 
 
 def need_cluster(study: Study) -> None:
@@ -130,59 +152,15 @@ def need_cluster(study: Study) -> None:
         )
 
 
-def submits_to_slurm(workflow) -> bool:
-    """This Snakemake submits its jobs to SLURM (the slurm executor plugin). While the
-    Snakefile is parsed, Snakemake has not chosen its executor yet: the command line it
-    runs from tells (read by its own parser, with the profiles it names)."""
-    if workflow.remote_exec:
-        return False
-    name = getattr(getattr(workflow, "executor_plugin", None), "name", None)
-    return (name or cli_executor()) == "slurm"
-
-
-def cli_executor(argv: list[str] | None = None) -> str | None:
-    """The executor of the ``snakemake`` command line this process runs (None: not run
-    from that command line, or no executor named)."""
-    import contextlib
-    import io
-
-    argv = sys.argv if argv is None else argv
-    if not argv or "snakemake" not in str(argv[0]):
-        return None
-    try:
-        from snakemake.cli import parse_args
-
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            _, args = parse_args(list(argv[1:]))
-    except (Exception, SystemExit):  # noqa: BLE001 - not a command line it can read
-        return None
-    return getattr(args, "executor", None)
-
-
-def default_resource(workflow, name: str):
-    """A value of ``--default-resources`` (a profile's or the command line's), or None."""
-    try:
-        value = workflow.resource_settings.default_resources.get(name)
-    except AttributeError:
-        return None
-    value = getattr(value, "value", value)
-    return value.strip("'\"") or None if isinstance(value, str) else value
-
-
-def plan_for_nodes(settings: dict, workflow=None):
+def plan_for_nodes(settings: dict):
     """Plan on the nodes of the study's partition (the ``cluster`` setting's, else
-    ``--default-resources slurm_partition=...``, else SLURM's default one): their CPUs
-    (as CPUs 0..n-1) and memory go to every job's process through the environment; a
-    cluster that cannot be asked, or whose partition mixes node types, is a
-    configuration error."""
+    SLURM's default one): their CPUs (as CPUs 0..n-1) and memory go to every job's
+    process through the environment; a cluster that cannot be asked, or whose partition
+    mixes node types, is a configuration error."""
     from .. import slurm
 
-    c = dict(settings["cluster"])
-    if workflow is not None:
-        c["partition"] = c["partition"] or default_resource(workflow, "slurm_partition")
-        c["constraint"] = c["constraint"] or default_resource(workflow, "constraint")
     try:
-        node = slurm.planned_node({**settings, "cluster": c})
+        node = slurm.planned_node(settings)
     except slurm.ClusterError as exc:
         raise StudyConfigError(f"config error at cluster: {exc}") from None
     os.environ[PLAN_CPUS_VAR] = cpu_list_str(range(node.cpus))

@@ -266,3 +266,54 @@ def validate_schema(config: dict) -> list[str]:
                 if line not in lines:
                     lines.append(line)
     return lines
+
+
+def _error_paths(config: Any) -> set[tuple]:
+    """The paths of every schema error of a config, through anyOf/oneOf branches."""
+    paths: set[tuple] = set()
+
+    def walk(error: jsonschema.ValidationError) -> None:
+        paths.add(tuple(error.absolute_path))
+        for sub in error.context or ():
+            walk(sub)
+
+    for error in validator().iter_errors(config):
+        walk(error)
+    return paths
+
+
+def _string_leaves(value: Any, path: tuple = ()) -> list[tuple[tuple, str]]:
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _string_leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in _string_leaves(v, (*path, i))]
+    return [(path, value)] if isinstance(value, str) and path else []
+
+
+def _put(config: Any, path: tuple, value: Any) -> None:
+    for key in path[:-1]:
+        config = config[key]
+    config[path[-1]] = value
+
+
+def coerce_strings(config: dict) -> dict:
+    """Strings where the schema wants a number, a flag or null, read as YAML when that
+    gives one: Snakemake reads the values nested in ``--config key={...}`` as strings
+    ('32', 'true', 'null'). A string the schema accepts stays a string (an id '007', a
+    CPU list '3', a report name '2024'). Changes ``config`` in place and returns it."""
+    import yaml
+
+    bad = _error_paths(config)
+    for path, text in _string_leaves(config):
+        if path not in bad:
+            continue
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(parsed, (dict, list, str)):
+            continue
+        _put(config, path, parsed)
+        if path in _error_paths(config):  # no better: keep what was given
+            _put(config, path, text)
+    return config

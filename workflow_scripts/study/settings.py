@@ -181,6 +181,12 @@ CLUSTER = {
             "description": "the network interface the ranks of a several-node trial talk "
             "over (Gloo, oneCCL and the rendezvous), e.g. ib0 or eth0",
         },
+        "scheduler": {
+            "enum": [None, "slurm"],
+            "description": "where the measured jobs run: null on this machine (the study is "
+            "planned for it), slurm submitted to SLURM (planned for the nodes of the "
+            "partition, asked of sinfo; --profile profiles/slurm sets it)",
+        },
         "build_on": {
             "enum": ["login", "compute"],
             "description": "where the environment (and image) builds run on a cluster: login "
@@ -317,6 +323,7 @@ SETTINGS: dict[str, Setting] = {
                 "node_cpus": None,
                 "node_mem_mb": None,
                 "network_interface": None,
+                "scheduler": None,
                 "build_on": "login",
             },
             "on a SLURM cluster (--profile profiles/slurm): the partition, account and node "
