@@ -18,7 +18,7 @@ rule wheelhouse:
         mem_mb=WHEELHOUSE_RESOURCES["mem_mb"],
         runtime=WHEELHOUSE_RESOURCES["runtime"],
     run:
-        jobs.run("workflow_scripts.images:wheelhouse_argv", input, output, params, wildcards, log)
+        jobs.run("workflow_scripts.images:WHEELHOUSE", input, output, params, wildcards, log)
 
 
 rule build_image:
@@ -40,7 +40,7 @@ rule build_image:
         base=base_image_json(),
     run:
         jobs.run(
-            "workflow_scripts.images:build_argv",
+            "workflow_scripts.images:BUILD",
             input,
             output,
             params,
@@ -68,4 +68,4 @@ if ARCHIVES:
             mem_mb=BUILD_IMAGE_RESOURCES["mem_mb"],
             runtime=BUILD_IMAGE_RESOURCES["runtime"],
         run:
-            jobs.run("workflow_scripts.images:archive_argv", input, output, params, wildcards, log)
+            jobs.run("workflow_scripts.images:ARCHIVE", input, output, params, wildcards, log)

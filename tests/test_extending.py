@@ -364,3 +364,38 @@ def test_a_result_figure_is_one_declaration(tmp_path):
     assert medians == {"waits": "0.50", "no-wait": ""}
     (full,) = [t for t in tables if "data_wait_s" in t.columns]
     assert full["data_wait_s"].tolist() == ["0.25", "0.75", "0.5", ""]
+
+
+TRIAL_OPTION = """        Arg("warm_start", "params.warm_start", default="", help="a checkpoint to start from"),
+"""
+
+
+def test_a_trial_option_is_one_declaration(tmp_path):
+    """A new trial option is one Arg in the trial's COMMAND (plus the rule's param it
+    names): the rule's command line (jobs.run) carries it, the entry point's parser reads
+    it, with its help; nothing else changes."""
+    wd = copy_workflow(tmp_path / "wf")
+    before = snapshot(wd)
+    entry = wd / "workflow_scripts/trial/entry.py"
+    text = entry.read_text()
+    anchor = '        Arg("trial", "wildcards.trial", type=int, default=0),\n'
+    assert text.count(anchor) == 1
+    entry.write_text(text.replace(anchor, anchor + TRIAL_OPTION))
+    assert changed_files(wd, before) == {"workflow_scripts/trial/entry.py"}
+    out = python(
+        wd,
+        "import json\n"
+        "from types import SimpleNamespace as NS\n"
+        "from workflow_scripts.trial import COMMAND\n"
+        "job = ({'env': 'e.json'}, NS(record='r.json'), NS(spec='{}', data_path='', "
+        "warm_start='ckpt.pt'), NS(trial=1), ['t.log'])\n"
+        "settings = {'containers': {'shm_size': '2g'}, 'noise_retries': 1, "
+        "'noise_threshold': 0.8}\n"
+        "argv = COMMAND.argv(*job, settings=settings)\n"
+        "args = COMMAND.parse(argv)\n"
+        "print(json.dumps({'argv': argv, 'warm_start': args.warm_start, 'trial': args.trial,\n"
+        "  'help': COMMAND.parser().format_help()}))",
+    )
+    got = json.loads(out)
+    assert "--warm-start=ckpt.pt" in got["argv"] and got["warm_start"] == "ckpt.pt"
+    assert got["trial"] == 1 and "a checkpoint to start from" in got["help"]

@@ -93,7 +93,7 @@ def job(**params):
 def test_every_measured_job_gets_the_container_limits(module, params, extra):
     settings = {"containers": {"shm_size": "3g", "memory": "5g", "archive": "/shared/img"},
                 **extra}  # fmt: skip
-    argv = module.rule_argv(*job(**params), settings=settings)
+    argv = module.COMMAND.argv(*job(**params), settings=settings)
     assert "--shm-size=3g" in argv and "--memory=5g" in argv
     assert "--image-archives=/shared/img" in argv  # where a cluster node loads images
     ap = argparse.ArgumentParser()
@@ -102,7 +102,7 @@ def test_every_measured_job_gets_the_container_limits(module, params, extra):
     info = measured.with_limits({"name": "e"}, args)
     assert info == {"name": "e", "shm_size": "3g", "memory": "5g", "image_archives": "/shared/img"}
     settings["containers"]["memory"] = None  # no limit: the option stays, empty
-    assert "--memory=" in module.rule_argv(*job(**params), settings=settings)
+    assert "--memory=" in module.COMMAND.argv(*job(**params), settings=settings)
 
 
 def test_the_collectives_ranks_are_a_job_of_one_task_each():

@@ -11,15 +11,15 @@ count (the best of the ``--ceiling-sizes``: what a run's % of peak divides by).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
 
 from . import backends, runtimes, sysinfo
+from .cli import Arg, Command
 from .rank import probe
-from .runtimes.measured import add_limit_args, limit_argv, run_measured, with_limits
+from .runtimes.measured import ENV_JSON, LIMIT_ARGS, run_measured, with_limits
 from .util import int_list, tail, write_json_atomic
 
 TIMEOUT_S = 1800
@@ -83,26 +83,29 @@ def calibrate(
     return result
 
 
+#: The calibrate rule's entry point. The probe sizes and the container limits come in
+#: the settings, not in params: editing an experiment must not rerun the calibration.
+COMMAND = Command(
+    "Measure the reference noise probe.",
+    (
+        ENV_JSON,
+        Arg("out", "output.probe", type=Path),
+        Arg("log", "log", type=Path),
+        Arg("sizes", lambda job: ",".join(map(str, job.settings["probe_sizes"])),
+            default=str(probe.DEFAULT_SIZE), help="comma list of probe sizes"),
+        Arg("threads", "params.threads", default="auto",
+            help="auto (1, 2, 4, ... all CPUs) or a comma list (0 = all)"),
+        Arg("repeats", "params.repeats", type=int, default=3),
+        Arg("ceiling_sizes", "params.ceiling_sizes",
+            default=",".join(map(str, probe.CEILING_SIZES)),
+            help="comma list of matmul sizes for the ceiling (the best of them)"),
+        *LIMIT_ARGS,
+    ),
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.calibration",
-        description="Measure the reference noise probe.",
-    )
-    ap.add_argument("--env-json", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--log", required=True, type=Path)
-    ap.add_argument("--sizes", default=str(probe.DEFAULT_SIZE), help="comma list of probe sizes")
-    ap.add_argument(
-        "--threads", default="auto", help="auto (1, 2, 4, ... all CPUs) or a comma list (0 = all)"
-    )
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--ceiling-sizes",
-        default=",".join(map(str, probe.CEILING_SIZES)),
-        help="comma list of matmul sizes for the ceiling (the best of them)",
-    )
-    add_limit_args(ap)
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv, prog="python -m workflow_scripts.calibration")
     env_info = with_limits(json.loads(args.env_json.read_text()), args)
     sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
     try:
@@ -140,18 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     return 0
-
-
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The calibrate rule's command line (workflow_scripts.jobs), from Snakemake's
-    objects. The probe sizes and the container limits come in the settings, not in
-    params: editing an experiment must not rerun the calibration."""
-    env_json = inputs.get("image") or inputs.get("env")
-    sizes = settings["probe_sizes"]
-    return [f"--env-json={env_json}", f"--out={output.probe}", f"--log={log[0]}",
-         f"--sizes={','.join(map(str, sizes))}", f"--threads={params.threads}",
-         f"--repeats={params.repeats}", f"--ceiling-sizes={params.ceiling_sizes}",
-         *limit_argv(settings["containers"])]  # fmt: skip
 
 
 if __name__ == "__main__":

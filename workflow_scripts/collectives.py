@@ -14,14 +14,14 @@ Runs in the workflow's environment (standard library only). Always writes its JS
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
 from . import backends, launchers, runtimes, sysinfo
-from .runtimes.measured import Ran, add_limit_args, limit_argv, run_measured, with_limits
+from .cli import Arg, Command
+from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, run_measured, with_limits
 from .trial.environment import environment
 from .util import tail, write_json_atomic
 
@@ -231,20 +231,41 @@ def summary_line(record: dict) -> str:
     return f"{head} " + ", ".join(parts)
 
 
+def _benchmark(job) -> dict:
+    return json.loads(job.params.settings)
+
+
+def _rank_counts(job) -> str:
+    c = _benchmark(job)
+    counts = rank_counts(c["ranks"], len(sysinfo.plan_cpus()), c.get("nodes") or 1)
+    return ",".join(map(str, counts))
+
+
+#: The collectives rule's entry point (the benchmark's settings are a param: editing
+#: them reruns it; the container limits come in the study settings, as a trial's).
+COMMAND = Command(
+    __doc__.splitlines()[0],
+    (
+        Arg("variant", "wildcards.variant"),
+        ENV_JSON,
+        Arg("out", "output.result", type=Path),
+        Arg("log", "log", type=Path),
+        Arg("ranks", _rank_counts, default="2", help="rank counts, comma-separated (e.g. 2,4)"),
+        Arg("sizes_kb", lambda job: ",".join(f"{kb:g}" for kb in _benchmark(job)["sizes_kb"]),
+            default="1,1024,102400"),
+        Arg("dtypes", lambda job: ",".join(_benchmark(job)["dtypes"]),
+            default="float32,bfloat16"),
+        Arg("iterations", lambda job: _benchmark(job)["iterations"], type=int, default=20),
+        Arg("nodes", lambda job: _benchmark(job).get("nodes") or 1, type=int, default=1,
+            help="nodes the ranks span"),
+        Arg("timeout", type=int, default=TIMEOUT_S),
+        *LIMIT_ARGS,
+    ),
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variant", required=True)
-    ap.add_argument("--env-json", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--log", required=True, type=Path)
-    ap.add_argument("--ranks", default="2", help="rank counts, comma-separated (e.g. 2,4)")
-    ap.add_argument("--sizes-kb", default="1,1024,102400")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--nodes", type=int, default=1, help="nodes the ranks span")
-    ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
-    add_limit_args(ap)
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     env_info = with_limits(json.loads(args.env_json.read_text()), args)
     try:
         record = run(
@@ -258,21 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     print(summary_line(record), flush=True)
     return 0
-
-
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The collectives rule's command line (workflow_scripts.jobs), from Snakemake's
-    objects (the benchmark's settings are a param: editing them reruns it; the
-    container limits come in the study settings, as a trial's)."""
-    env_json = inputs.get("image") or inputs.get("env")
-    c = json.loads(params.settings)
-    nodes = c.get("nodes") or 1
-    counts = rank_counts(c["ranks"], len(sysinfo.plan_cpus()), nodes)
-    return [f"--variant={wildcards.variant}", f"--env-json={env_json}", f"--out={output.result}",
-         f"--log={log[0]}", f"--ranks={','.join(map(str, counts))}", f"--nodes={nodes}",
-         f"--sizes-kb={','.join(f'{kb:g}' for kb in c['sizes_kb'])}",
-         f"--dtypes={','.join(c['dtypes'])}", f"--iterations={c['iterations']}",
-         *limit_argv(settings["containers"])]  # fmt: skip
 
 
 if __name__ == "__main__":

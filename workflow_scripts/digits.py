@@ -14,12 +14,11 @@ read the exported ``digits.npz`` (``workflow_scripts.rank.data``).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 from pathlib import Path
 
-from .cli import announce
+from .cli import Arg, Command, announce
 from .util import write_json_atomic
 
 TEST_FRACTION = 0.2
@@ -66,16 +65,18 @@ def export(out: str | Path, test_fraction: float = TEST_FRACTION, seed: int = SP
     return source
 
 
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The digits rule's command line (workflow_scripts.jobs)."""
-    return [f"--out={output[0]}", f"--log={log[0]}"]
+#: The digits rule's entry point.
+COMMAND = Command(
+    __doc__.split("\n\n")[0],
+    (
+        Arg("out", lambda job: job.output[0], type=Path),
+        Arg("log", "log", type=Path, default=None, help="also append the result line here"),
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--log", type=Path, default=None, help="also append the result line here")
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     s = export(args.out)
     announce(
         f"digits {args.out / FILE}: {s['train']} training and {s['test']} test images "

@@ -16,7 +16,6 @@ looks for (it searches only the environment's ``lib`` folder).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import fcntl
@@ -29,6 +28,7 @@ import sys
 from pathlib import Path
 
 from . import backends, launchers
+from .cli import Arg, Command
 
 COMPLETE_MARKER = ".complete.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -300,23 +300,23 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
         return info
 
 
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The build_env rule's command line (workflow_scripts.jobs)."""
-    return [f"--name={wildcards.env}", f"--requirements={inputs.requirements}",
-            f"--root={params.root}", f"--installer={params.installer}",
-            f"--python={params.python}", f"--out={output.env}", f"--log={log[0]}"]  # fmt: skip
+#: The build_env rule's entry point.
+COMMAND = Command(
+    __doc__.splitlines()[0],
+    (
+        Arg("name", "wildcards.env"),
+        Arg("requirements", "input.requirements", type=Path),
+        Arg("root", "params.root", type=Path),
+        Arg("python", "params.python", default=sys.executable),
+        Arg("installer", "params.installer", default="uv", choices=["uv", "pip"]),
+        Arg("out", "output.env", type=Path, help="JSON file describing the environment"),
+        Arg("log", "log", type=Path, default=None, help="installer output (default: stderr)"),
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--requirements", required=True, type=Path)
-    ap.add_argument("--root", required=True, type=Path)
-    ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--installer", default="uv", choices=["uv", "pip"])
-    ap.add_argument("--out", required=True, type=Path, help="JSON file describing the environment")
-    ap.add_argument("--log", type=Path, default=None, help="installer output (default: stderr)")
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     if args.log:
         args.log.parent.mkdir(parents=True, exist_ok=True)
     with open(args.log, "a") if args.log else contextlib.nullcontext(sys.stderr) as log:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from pathlib import Path
 
-from .cli import announce
+from .cli import Arg, Command, announce
 
 
 def make_image_folder(root: str | Path, classes: int, per_class: int, size: int, seed: int = 0):
@@ -37,22 +36,22 @@ def make_image_folder(root: str | Path, classes: int, per_class: int, size: int,
     return root
 
 
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The image_folder rule's command line (workflow_scripts.jobs)."""
-    return [f"--out={output[0]}", f"--classes={params.classes}",
-            f"--per-class={params.per_class}", f"--size={params.size}",
-            f"--log={log[0]}"]  # fmt: skip
+#: The image_folder rule's entry point.
+COMMAND = Command(
+    __doc__,
+    (
+        Arg("out", lambda job: job.output[0], type=Path),
+        Arg("classes", "params.classes", type=int, default=10),
+        Arg("per_class", "params.per_class", type=int, default=32),
+        Arg("size", "params.size", type=int, default=256),
+        Arg("seed", type=int, default=0),
+        Arg("log", "log", type=Path, default=None, help="also append the result line here"),
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--per-class", type=int, default=32)
-    ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--log", type=Path, default=None, help="also append the result line here")
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     make_image_folder(args.out, args.classes, args.per_class, args.size, args.seed)
     n = sum(1 for _ in args.out.rglob("*.jpg"))
     line = f"image folder {args.out}: {args.classes} classes, {n} images of {args.size}px"

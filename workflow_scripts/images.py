@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from . import backends, launchers
+from .cli import Arg, Command
 from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
 from .runtimes.container import image_exists
 
@@ -334,34 +335,6 @@ def save_archive(image_json: Path, out: Path, log: Path) -> dict:
 # ---------------------------------------------------------------- rules
 
 
-def wheelhouse_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The wheelhouse rule's command line (workflow_scripts.jobs): the wheelhouse is the
-    folder above the copied lock's."""
-    lock_copy = Path(output.lock)
-    return ["wheelhouse", f"--lock={inputs.lock}", f"--wheelhouse={lock_copy.parent.parent}",
-            f"--out={lock_copy}", f"--log={log[0]}"]  # fmt: skip
-
-
-def build_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The build_image rule's command line. The engine's containers.conf is a host
-    setting, not an input of the image: read from the settings, so changing it rebuilds
-    nothing."""
-    parent = inputs.get("parent")
-    lock = inputs.get("lock")
-    return ["build", f"--image={wildcards.image}", f"--engine={params.engine}",
-            f"--out={output.image}", f"--log={log[0]}", f"--prefix={params.prefix}",
-            f"--parent-json={parent or ''}",
-            f"--wheelhouse={Path(lock).parent.parent if lock else ''}",  # <wh>/locks/<lock>.txt
-            f"--base-json={params.base}",
-            f"--engine-conf={settings.get('container_engine_conf') or ''}"]  # fmt: skip
-
-
-def archive_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The image_archive rule's command line."""
-    return ["archive", f"--image-json={inputs.image}", f"--out={output.archive}",
-            f"--log={log[0]}"]  # fmt: skip
-
-
 def build_line(rec: dict) -> str:
     return (
         f"[image] {rec['image']}: {rec['image_id'][:19]} "
@@ -380,28 +353,57 @@ def _str_or_none(text: str) -> str | None:
     return text or None
 
 
+def _wheelhouse_of(lock: str | None) -> Path | None:
+    """The wheelhouse a lock's copy is in: ``<wheelhouse>/locks/<lock>.txt``."""
+    return Path(lock).parent.parent if lock else None
+
+
+#: The image rules' entry points, subcommands of this module's command line. The
+#: engine's containers.conf is a host setting, not an input of the image: read from the
+#: settings, so changing it rebuilds nothing.
+WHEELHOUSE = Command(
+    "download a lock's wheels into the wheelhouse",
+    (
+        Arg("lock", "input.lock", type=Path),
+        Arg("wheelhouse", lambda job: _wheelhouse_of(job.output.lock), type=Path),
+        Arg("out", "output.lock", type=Path),
+        Arg("log", "log", type=Path),
+    ),
+    sub="wheelhouse",
+)
+BUILD = Command(
+    "build one image",
+    (
+        Arg("image", "wildcards.image", choices=list(IMAGES)),
+        Arg("engine", "params.engine", choices=ENGINES),
+        Arg("out", "output.image", type=Path),
+        Arg("log", "log", type=Path),
+        Arg("prefix", "params.prefix", default="localhost/cpu-train-study"),
+        Arg("parent_json", "input.parent", type=_path_or_none, default=None),
+        Arg("wheelhouse", lambda job: _wheelhouse_of(job.input.get("lock")),
+            type=_path_or_none, default=None),
+        Arg("base_json", "params.base", default='{"source": "mmdebstrap", "suite": "bookworm"}'),
+        Arg("engine_conf", lambda job: job.settings.get("container_engine_conf") or None,
+            type=_str_or_none, default=None),
+    ),
+    sub="build",
+)  # fmt: skip
+ARCHIVE = Command(
+    "save a built image into an archive (for other nodes)",
+    (
+        Arg("image_json", "input.image", type=Path),
+        Arg("out", "output.archive", type=Path),
+        Arg("log", "log", type=Path),
+    ),
+    sub="archive",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    w = sub.add_parser("wheelhouse", help="download a lock's wheels into the wheelhouse")
-    w.add_argument("--lock", required=True, type=Path)
-    w.add_argument("--wheelhouse", required=True, type=Path)
-    w.add_argument("--out", required=True, type=Path)
-    w.add_argument("--log", required=True, type=Path)
-    b = sub.add_parser("build", help="build one image")
-    b.add_argument("--image", required=True, choices=list(IMAGES))
-    b.add_argument("--engine", required=True, choices=ENGINES)
-    b.add_argument("--out", required=True, type=Path)
-    b.add_argument("--log", required=True, type=Path)
-    b.add_argument("--prefix", default="localhost/cpu-train-study")
-    b.add_argument("--parent-json", type=_path_or_none)
-    b.add_argument("--wheelhouse", type=_path_or_none)
-    b.add_argument("--base-json", default='{"source": "mmdebstrap", "suite": "bookworm"}')
-    b.add_argument("--engine-conf", type=_str_or_none)
-    a = sub.add_parser("archive", help="save a built image into an archive (for other nodes)")
-    a.add_argument("--image-json", required=True, type=Path)
-    a.add_argument("--out", required=True, type=Path)
-    a.add_argument("--log", required=True, type=Path)
+    for command in (WHEELHOUSE, BUILD, ARCHIVE):
+        command.add_arguments(sub.add_parser(command.sub, help=command.description))
     r = sub.add_parser("resolve", help="which runtime `auto` gives here")
     r.add_argument("runtime", choices=RUNTIMES)
     r.add_argument("--engine-conf", type=_str_or_none)

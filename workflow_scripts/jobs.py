@@ -1,9 +1,11 @@
 """The one way every rule enters the project's code.
 
 A rule's ``run:`` block calls :func:`run` with the module that does its work. The
-module turns Snakemake's objects into its command line (its ``rule_argv``), and its
-``main`` then runs as ``python -m workflow_scripts.jobs <module> <argv>``, in a
-process of its own:
+module declares its entry point's parameters once (its ``COMMAND``, a
+:class:`~workflow_scripts.cli.Command`: each :class:`~workflow_scripts.cli.Arg` names
+its option and where the rule's job has its value), which turns Snakemake's objects
+into its command line, and its ``main`` (parsing with the same declaration) then runs
+as ``python -m workflow_scripts.jobs <module> <argv>``, in a process of its own:
 
 - any failure of the entry point (an exception, ``SystemExit`` from ``argparse`` or
   ``sys.exit``, a non-zero return) ends that process with a non-zero exit, and the
@@ -45,15 +47,15 @@ class JobFailed(RuntimeError):
 
 
 def run(target: str, *job, settings: dict | None = None) -> None:
-    """For a rule's ``run:`` block. ``target`` is ``module`` or ``module:builder``:
-    ``module.builder(*job, settings=...)`` (default ``rule_argv``; ``job`` is Snakemake's
-    input, output, params, wildcards and log) gives the command line, and
+    """For a rule's ``run:`` block. ``target`` is ``module`` or ``module:NAME``: the
+    module's ``COMMAND`` (or ``NAME``, a subcommand's) gives the command line from
+    ``job`` (Snakemake's input, output, params, wildcards and log) and ``settings``, and
     ``module.main`` runs with it in a process of its own. Raises :class:`JobFailed`
     with the entry point's message when it fails."""
-    module, _, builder = target.partition(":")
+    module, _, name = target.partition(":")
     try:
-        build = getattr(importlib.import_module(module), builder or "rule_argv")
-        argv = build(*job, settings=settings or {})
+        command = getattr(importlib.import_module(module), name or "COMMAND")
+        argv = command.argv(*job, settings=settings or {})
     except BaseException as exc:  # noqa: BLE001 - a SystemExit here would hang the job
         raise JobFailed(f"{module}: {describe(exc)}") from None
     run_entry(module, [str(a) for a in argv])

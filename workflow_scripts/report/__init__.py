@@ -19,13 +19,12 @@ data gets a figure that says "no successful trials in this group".
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.cli import announce
+from workflow_scripts.cli import Arg, Command, announce
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
@@ -149,7 +148,6 @@ __all__ = [
     "provenance_html",
     "roofline_display",
     "roofline_frame",
-    "rule_argv",
     "samples_per_dollar",
     "spread_stats",
     "with_group_speedup",
@@ -248,57 +246,41 @@ def build_report(
     return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
 
 
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The report rule's command line (workflow_scripts.jobs): plots go next to the
-    HTML file."""
-    return ["--records", *map(str, inputs.records), "--collectives", *map(str, inputs.collectives),
-            f"--summary={output.summary}", f"--html={output.html}",
-            f"--plots-dir={Path(output.html).parent}", f"--prices-json={params.prices}",
-            f"--log={log[0]}", f"--noise-threshold={params.noise_threshold}",
-            f"--machines-json={params.machines}",
-            *([f"--name={params.name}"] if params.name else [])]  # fmt: skip
+#: The report rule's entry point (the plots go next to the HTML file).
+COMMAND = Command(
+    __doc__.splitlines()[0],
+    (
+        Arg("records", "input.records", many=True, help="trial record JSON files"),
+        Arg("collectives", "input.collectives", many=True,
+            help="collectives microbenchmark JSON files"),
+        Arg("summary", "output.summary", type=Path, help="summary CSV to write"),
+        Arg("html", "output.html", type=Path, help="HTML report to write"),
+        Arg("plots_dir", lambda job: Path(job.output.html).parent, type=Path,
+            help="folder for the SVG plots"),
+        Arg("prices_json", "params.prices", default="[]",
+            help="JSON list of {name, usd_per_hour, note, throughput: measured|article}"),
+        Arg("machines_json", "params.machines", default="[]",
+            help="JSON list of other result sets to compare: {name, results, usd_per_hour, "
+            "note}"),
+        Arg("machine", default=[], extra={"nargs": 3, "action": "append",
+                                          "metavar": ("NAME", "RESULTS", "USD_PER_HOUR")},
+            help="another result set (a results folder, records folder or summary.csv) and "
+            "its hourly price ('-' for none); repeat for several. Without --records, the "
+            "first one is the report's own run"),
+        Arg("name", lambda job: job.params.name or None, default=None,
+            help="this run's name beside other machines"),
+        Arg("noise_threshold", "params.noise_threshold", type=float,
+            default=DEFAULT_NOISE_THRESHOLD,
+            help="a trial is noisy when its probe is below this fraction of comparable "
+            "trials' median"),
+        Arg("title", default=DEFAULT_TITLE),
+        Arg("log", "log", type=Path, default=None, help="also append the result line here"),
+    ),
+)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.report", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--records", nargs="*", default=[], help="trial record JSON files")
-    parser.add_argument(
-        "--collectives", nargs="*", default=[], help="collectives microbenchmark JSON files"
-    )
-    parser.add_argument("--summary", required=True, type=Path, help="summary CSV to write")
-    parser.add_argument("--html", required=True, type=Path, help="HTML report to write")
-    parser.add_argument("--plots-dir", required=True, type=Path, help="folder for the SVG plots")
-    parser.add_argument(
-        "--prices-json",
-        default="[]",
-        help="JSON list of {name, usd_per_hour, note, throughput: measured|article}",
-    )
-    parser.add_argument(
-        "--machines-json",
-        default="[]",
-        help="JSON list of other result sets to compare: {name, results, usd_per_hour, note}",
-    )
-    parser.add_argument(
-        "--machine",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("NAME", "RESULTS", "USD_PER_HOUR"),
-        help="another result set (a results folder, records folder or summary.csv) and "
-        "its hourly price ('-' for none); repeat for several. Without --records, the first "
-        "one is the report's own run",
-    )
-    parser.add_argument("--name", default=None, help="this run's name beside other machines")
-    parser.add_argument(
-        "--noise-threshold",
-        type=float,
-        default=DEFAULT_NOISE_THRESHOLD,
-        help="a trial is noisy when its probe is below this fraction of comparable trials' median",
-    )
-    parser.add_argument("--title", default=DEFAULT_TITLE)
-    parser.add_argument("--log", type=Path, default=None, help="also append the result line here")
+    parser = COMMAND.parser(prog="python -m workflow_scripts.report")
     args = parser.parse_args(argv)
     try:
         prices = parse_prices(args.prices_json)

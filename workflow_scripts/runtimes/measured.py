@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import shm
+from ..cli import Arg
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
 
@@ -98,18 +99,37 @@ def interrupted(finished: Finished, container: bool) -> None:
         raise Interrupted(f"the run was interrupted by {signal_name(sig)}", sig)
 
 
+def _containers(job) -> dict:
+    return job.settings.get("containers") or {}
+
+
+#: The options of a container run's limits (every measured job's), from the study's
+#: ``containers`` settings: each rule hands them over with the settings (an empty
+#: option: no limit).
+LIMIT_ARGS = (
+    Arg("shm_size", lambda job: _containers(job)["shm_size"], default="2g",
+        help="/dev/shm of a container run"),
+    Arg("memory", lambda job: _containers(job).get("memory") or "", default="",
+        help="memory limit of a container run (e.g. 8g)"),
+    Arg("image_archives", lambda job: _containers(job).get("archive") or "", default="",
+        help="folder of saved images, loaded where the engine lacks one"),
+)  # fmt: skip
+
+
+#: The record of the image a measured job runs in (runtime podman or docker), or of
+#: its environment (local).
+ENV_JSON = Arg(
+    "env_json",
+    lambda job: job.input.get("image") or job.input.get("env"),
+    type=Path,
+    help="the record of its image, or of its environment",
+)
+
+
 def add_limit_args(ap: argparse.ArgumentParser) -> None:
-    """The command-line options of a container run's limits (every measured job's)."""
-    ap.add_argument("--shm-size", default="2g", help="/dev/shm of a container run")
-    ap.add_argument("--memory", default="", help="memory limit of a container run (e.g. 8g)")
-    ap.add_argument("--image-archives", default="",
-                    help="folder of saved images, loaded where the engine lacks one")  # fmt: skip
-
-
-def limit_argv(containers: dict) -> list[str]:
-    """Those options from the study's ``containers`` settings (for a rule's command line)."""
-    return [f"--shm-size={containers['shm_size']}", f"--memory={containers.get('memory') or ''}",
-            f"--image-archives={containers.get('archive') or ''}"]  # fmt: skip
+    """The command-line options of a container run's limits (:data:`LIMIT_ARGS`)."""
+    for arg in LIMIT_ARGS:
+        arg.add_to(ap)
 
 
 def with_limits(env_info: dict, args: argparse.Namespace) -> dict:

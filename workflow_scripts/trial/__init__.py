@@ -44,7 +44,7 @@ instead. Which one was used: ``provenance.compile_cache``.
 from __future__ import annotations
 
 from .attempt import attempt_once, cannot_start
-from .entry import main, progress_line, rule_argv
+from .entry import COMMAND, main, progress_line
 from .environment import compile_cache, default_inductor_cache_dir, environment, run_mounts
 from .noise import (
     OTHER_WORK,
@@ -61,9 +61,10 @@ from .policy import RETRY_DELAY_S, run
 from .reference import measured_on, node_reference, read_reference
 
 __all__ = [
-    "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "assemble", "attempt_once",
+    "COMMAND", "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "assemble",
+    "attempt_once",
     "cannot_start", "compile_cache", "default_inductor_cache_dir", "environment", "failure",
     "main", "measured_on", "node_reference",
     "noise_check", "noise_reason", "outcome", "probe_signal", "progress_line", "read_reference",
-    "rule_argv", "run", "run_mounts", "with_ceiling", "work_signal",
+    "run", "run_mounts", "with_ceiling", "work_signal",
 ]  # fmt: skip

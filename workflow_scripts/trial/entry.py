@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from .. import runtimes
-from ..runtimes.measured import add_limit_args, limit_argv, with_limits
+from ..cli import Arg, Command
+from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import finite
@@ -48,35 +48,33 @@ def progress_line(record: dict) -> str:
     return f"{head} {record['status']} {err.get('type', '')}: {err.get('message', '')}"[:400]
 
 
-def rule_argv(inputs, output, params, wildcards, log, settings: dict) -> list[str]:
-    """The run_experiment rule's command line (workflow_scripts.jobs), from Snakemake's
-    objects. The noise settings come from the study settings, not from params: changing
-    them reruns no experiment."""
-    env_json = inputs.get("image") or inputs.get("env")
-    return [f"--spec-json={params.spec}", f"--env-json={env_json}", f"--out={output.record}",
-         f"--log={log[0]}", f"--trial={wildcards.trial}", f"--data-path={params.data_path}",
-         f"--reference-probe={inputs.get('reference_probe', '')}",
-         f"--max-retries={settings['noise_retries']}",
-         f"--noise-threshold={settings['noise_threshold']}",
-         f"--attempt={settings.get('job_attempt', 1)}",
-         *limit_argv(settings["containers"])]  # fmt: skip
+#: The run_experiment rule's entry point: each parameter once, with where the rule has
+#: it. The noise settings come from the study settings, not from params: changing them
+#: reruns no experiment.
+COMMAND = Command(
+    "Run one experiment trial; always write its record.",
+    (
+        Arg("spec_json", "params.spec", help="the resolved spec (JSON)"),
+        ENV_JSON,
+        Arg("out", "output.record", type=Path, help="the record to write"),
+        Arg("log", "log", type=Path, help="the trial's log"),
+        Arg("trial", "wildcards.trial", type=int, default=0),
+        Arg("data_path", "params.data_path", default=None),
+        Arg("reference_probe", "input.reference_probe", default="",
+            help="reference probe JSON; none: no reruns"),
+        Arg("max_retries", "settings.noise_retries", type=int, default=MAX_RETRIES,
+            help="noisy reruns at most"),
+        Arg("noise_threshold", "settings.noise_threshold", type=float, default=NOISE_THRESHOLD),
+        Arg("retry_delay", type=float, default=RETRY_DELAY_S, help="seconds"),
+        Arg("attempt", "settings.job_attempt", type=int, default=1,
+            help="the job's attempt (Snakemake's)"),
+        *LIMIT_ARGS,
+    ),
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Run one experiment trial; always write its record.")
-    ap.add_argument("--spec-json", required=True)
-    ap.add_argument("--env-json", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--log", required=True, type=Path)
-    ap.add_argument("--trial", type=int, default=0)
-    ap.add_argument("--data-path", default=None)
-    ap.add_argument("--reference-probe", default="", help="reference probe JSON; none: no reruns")
-    ap.add_argument("--max-retries", type=int, default=MAX_RETRIES, help="noisy reruns at most")
-    ap.add_argument("--noise-threshold", type=float, default=NOISE_THRESHOLD)
-    ap.add_argument("--retry-delay", type=float, default=RETRY_DELAY_S, help="seconds")
-    ap.add_argument("--attempt", type=int, default=1, help="the job's attempt (Snakemake's)")
-    add_limit_args(ap)
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     spec = json.loads(args.spec_json)
     env_info = with_limits(json.loads(args.env_json.read_text()), args)
     reference_path = Path(args.reference_probe) if args.reference_probe else None
