@@ -366,7 +366,8 @@ def test_a_result_figure_is_one_declaration(tmp_path):
     assert full["data_wait_s"].tolist() == ["0.25", "0.75", "0.5", ""]
 
 
-TRIAL_OPTION = """        Arg("warm_start", "params.warm_start", default="", help="a checkpoint to start from"),
+TRIAL_OPTION = """        Arg("warm_start", "params.warm_start", default="",
+            help="a checkpoint to start from"),
 """
 
 

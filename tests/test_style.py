@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent
     [
         [str(BIN / "ruff"), "check", "."],
         [str(BIN / "ruff"), "format", "--check", "."],
-        [str(BIN / "snakefmt"), "--check", "Snakefile", "rules"],
+        [str(BIN / "snakefmt"), "--check", "Snakefile", "rules", "profiles/slurm/Snakefile"],
         [sys.executable, "-m", "snakemake", "--lint"],
     ],
     ids=["ruff-check", "ruff-format", "snakefmt", "snakemake-lint"],
