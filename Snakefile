@@ -6,7 +6,9 @@ import sys
 
 from snakemake.utils import min_version
 
-min_version("9.0")
+# 9.17: a rule's priority may be a function (the trials' rounds, rules/common.smk);
+# 9.0.1 stops at "Priority values have to be numeric". Tested: 9.17.0 and 9.27.1.
+min_version("9.17")
 
 # The workflow's code, in the working directory (where Snakemake reads config.yaml).
 sys.path.insert(0, os.getcwd())
