@@ -97,7 +97,8 @@ def test_every_measured_job_gets_the_container_limits(module, params, extra):
     assert "--shm-size=3g" in argv and "--memory=5g" in argv
     assert "--image-archives=/shared/img" in argv  # where a cluster node loads images
     ap = argparse.ArgumentParser()
-    measured.add_limit_args(ap)
+    for arg in measured.LIMIT_ARGS:  # the options as the measured entry points declare them
+        arg.add_to(ap)
     args, _ = ap.parse_known_args(argv)
     info = measured.with_limits({"name": "e"}, args)
     assert info == {"name": "e", "shm_size": "3g", "memory": "5g", "image_archives": "/shared/img"}

@@ -126,12 +126,6 @@ ENV_JSON = Arg(
 )
 
 
-def add_limit_args(ap: argparse.ArgumentParser) -> None:
-    """The command-line options of a container run's limits (:data:`LIMIT_ARGS`)."""
-    for arg in LIMIT_ARGS:
-        arg.add_to(ap)
-
-
 def with_limits(env_info: dict, args: argparse.Namespace) -> dict:
     """The environment (or image) record with the run's container limits."""
     return {**env_info, "shm_size": args.shm_size, "memory": args.memory or None,

@@ -21,6 +21,10 @@ from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from .machine import check_machine
 from .schema import build_schema
 
+#: what the study was planned for, set by Snakemake's own process for its jobs':
+#: ``host <name>`` (this machine) or ``nodes <description>`` (a SLURM partition's)
+PLANNED_FOR_VAR = "STUDY_PLANNED_FOR"
+
 
 def check_yaml(path: Path | str) -> None:
     """A YAML file's syntax error as the user's message, with its line and column."""
@@ -110,11 +114,6 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
             print(line, file=sys.stderr)
         print_estimate(study)
     return study
-
-
-#: what the study was planned for, set by Snakemake's own process for its jobs':
-#: ``host <name>`` (this machine) or ``nodes <description>`` (a SLURM partition's)
-PLANNED_FOR_VAR = "STUDY_PLANNED_FOR"
 
 
 def planned_for(node) -> str:
