@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -371,6 +372,43 @@ def test_only_a_runs_own_gone_processes_lose_their_shm_segments(tmp_path):
     assert not os.path.exists(folder)
     shm.register()  # outside a run: nothing to do
     assert shm.cleanup(None, root) == []
+
+
+def test_each_host_removes_its_own_part_of_a_runs_segments(tmp_path):
+    """A pid means something only on its host: registrations go under the host's name,
+    a host's cleanup takes only its own part, and the folder goes with the last part.
+    Another node runs its part as a script (what the job's cleanup step runs there)."""
+    from workflow_scripts import shm
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folder = Path(shm.make_folder())
+    os.environ[shm.PIDS_VAR] = str(folder)
+    try:
+        shm.register(dead.pid)
+    finally:
+        del os.environ[shm.PIDS_VAR]
+    assert (folder / shm.host() / str(dead.pid)).exists()
+    # another node's registration of the same pid number (its own process, its own shm)
+    (folder / "another-node").mkdir()
+    (folder / "another-node" / str(dead.pid)).touch()
+    segment = shm.SHM / f"{dead.pid}:0:0"
+    segment.write_bytes(b"")
+    try:
+        part = [sys.executable, str(REPO_ROOT / "workflow_scripts" / "shm.py"), str(folder)]
+        script = subprocess.run(part, capture_output=True, text=True, timeout=60)
+    finally:
+        leftover = segment.exists()
+        segment.unlink(missing_ok=True)
+    assert script.returncode == 0, script.stderr
+    assert script.stdout.split() == [shm.host(), segment.name] and not leftover
+    # this host's part is gone, the other node's is not, nor the folder that holds it
+    assert sorted(p.name for p in folder.iterdir()) == ["another-node"]
+    assert shm.job_nodes({"SLURM_JOB_NUM_NODES": "2"}) == 2 and shm.job_nodes({}) == 1
+    assert shm.spread_command(folder, 2)[:5] == [
+        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--overlap"]  # fmt: skip
+    shutil.rmtree(folder / "another-node")
+    assert shm.cleanup(folder) == [] and not folder.exists()  # the last part: the folder too
 
 
 def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_path, monkeypatch):

@@ -8,11 +8,16 @@ stay in RAM until reboot, and a stale name can break a later start.
 
 So each process that loads oneCCL registers its pid in the run's folder
 (:data:`PIDS_VAR`, made by the measured runtime for a local run, :func:`register`),
-and when the run has ended (or its watchdog has stopped it), :func:`cleanup` removes
-the segments of those pids, and only of those, and only of the ones that are gone (a
-pid the system has since given to another process is left alone). A container run
-has its own /dev/shm, which goes with the container. Shared by both sides (the ranks
-register, the host removes); standard library only: the watchdog imports it too.
+under its host's name (``<folder>/<host>/<pid>``: a pid means something only on its own
+host), and when the run has ended (or its watchdog has stopped it), :func:`cleanup`
+removes the segments of those pids, and only of those, and only of the ones that are
+gone (a pid the system has since given to another process is left alone). The ranks
+of a several-node trial on the other nodes of its SLURM job register in a folder of the
+same path on their node (its own ``/tmp``); :func:`cleanup` then runs itself on every
+node of the job too (an ``srun`` step: ``python shm.py <folder>``), each node removing
+what its own processes left. A container run has its own /dev/shm, which goes with the
+container. Shared by both sides (the ranks register, the host removes); standard
+library only: the watchdog imports it too.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,21 +44,31 @@ def make_folder() -> str:
     return tempfile.mkdtemp(prefix="study-run-pids-")
 
 
+def host() -> str:
+    """The name this host's registrations go under (a node of a test cluster, with a
+    host name of its own but the machine's /tmp, has a folder of its own too)."""
+    return socket.gethostname() or "localhost"
+
+
 def register(pid: int | None = None) -> None:
-    """This process (or ``pid``) may create segments: note it in the run's folder (no
-    folder, e.g. outside a measured run or in a container: nothing to do)."""
+    """This process (or ``pid``) may create segments: note it in the run's folder, under
+    this host (no folder, e.g. outside a measured run or in a container: nothing to do;
+    on another node of the run's SLURM job the folder is made there)."""
     folder = os.environ.get(PIDS_VAR)
     if not folder:
         return
     try:
-        Path(folder, str(pid or os.getpid())).touch()
+        mine = Path(folder, host())
+        mine.mkdir(parents=True, exist_ok=True)
+        (mine / str(pid or os.getpid())).touch()
     except OSError:
         pass  # (a folder that is gone or not ours: the run goes on)
 
 
 def registered(folder: str | os.PathLike) -> set[int]:
+    """The pids registered in ``folder`` by processes of this host."""
     try:
-        return {int(p.name) for p in Path(folder).iterdir() if p.name.isdigit()}
+        return {int(p.name) for p in Path(folder, host()).iterdir() if p.name.isdigit()}
     except OSError:
         return set()
 
@@ -87,10 +105,74 @@ def remove(pids: Iterable[int], root: Path = SHM) -> list[str]:
     return removed
 
 
+def cleanup_here(folder: str | os.PathLike, root: Path = SHM) -> list[str]:
+    """On this host: remove what its registered processes left, then its part of the
+    folder (and the folder, once no host has a part left in it)."""
+    removed = remove(registered(folder), root)
+    shutil.rmtree(Path(folder, host()), ignore_errors=True)
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass  # another host's part is still there (a filesystem the nodes share)
+    return removed
+
+
+#: how long the cleanup step on a job's other nodes may take
+SPREAD_TIMEOUT_S = 120
+
+
+def job_nodes(environ=None) -> int:
+    """The nodes of the SLURM job this process runs in (1 outside one)."""
+    env = os.environ if environ is None else environ
+    try:
+        return int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    except ValueError:
+        return 1
+
+
+def spread_command(folder: str | os.PathLike, nodes: int) -> list[str]:
+    """The ``srun`` step that runs the cleanup on every node of this job, once a node
+    (``--overlap``: beside whatever still holds the job's CPUs; ``--mpi=none``: it
+    needs no MPI plugin of the site's)."""
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            "--overlap", "--mpi=none", "--cpu-bind=none", "--kill-on-bad-exit=0",
+            sys.executable, os.path.abspath(__file__), str(folder)]  # fmt: skip
+
+
 def cleanup(folder: str | os.PathLike | None, root: Path = SHM) -> list[str]:
-    """After a run: remove what its registered processes left, then the folder."""
+    """After a run: remove what its registered processes left; their segments' names
+    (another node's as ``<name> on <host>``). In a SLURM job of several nodes, every
+    node does its own part (:func:`spread_command`); a step that cannot run is said in
+    the list too, so that the run's log has it."""
     if not folder:
         return []
-    removed = remove(registered(folder), root)
-    shutil.rmtree(folder, ignore_errors=True)
-    return removed
+    removed = []
+    nodes = job_nodes()
+    if nodes > 1 and root == SHM:
+        try:
+            step = subprocess.run(spread_command(folder, nodes), capture_output=True,
+                                  text=True, timeout=SPREAD_TIMEOUT_S, check=False)  # fmt: skip
+            for line in step.stdout.splitlines():  # (this node's part too: its task ran)
+                where, _, names = line.partition(" ")
+                on = "" if where == host() else f" on {where}"
+                removed += [f"{n}{on}" for n in names.split()]
+            if step.returncode != 0:
+                removed.append(f"(the cleanup step on the job's other nodes failed: "
+                               f"{step.stderr.strip()[-300:]})")  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            removed.append(f"(the cleanup step on the job's other nodes did not run: {exc})")
+    return cleanup_here(folder, root) + removed
+
+
+def main(argv: list[str]) -> int:
+    """``python shm.py <folder>``: this host's part of a run's cleanup (one task of the
+    step :func:`spread_command` starts); prints ``<host> <name> ...``."""
+    if len(argv) != 1:
+        print("usage: python shm.py <run folder>", file=sys.stderr)
+        return 2
+    print(host(), *cleanup_here(argv[0]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
