@@ -51,6 +51,10 @@ install_packages() {
     local missing=()
     local pkgs=(slurmctld slurmd slurm-client munge iproute2 util-linux)
     [ "$ACCOUNTING" = 1 ] && pkgs+=(slurmdbd mariadb-server)
+    # srun --mpi=pmix, whatever MpiDefault: Debian's mpi_pmix plugin opens the
+    # unversioned libpmix.so, which only the -dev package has ("pmi/pmix: can not load
+    # PMIx library" without it)
+    pkgs+=(libpmix-dev)
     for pkg in "${pkgs[@]}"; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
@@ -147,6 +151,10 @@ ReturnToService=2
 SchedulerType=sched/backfill
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool-%n
+# each node's temporary filesystem (the nodes share this machine's /tmp): pmix makes its
+# step folders there (spmix_appdir_<uid>_<job>.<step>), which two nodes of one step
+# would otherwise both create in /tmp ("File exists")
+TmpFS=$DIR/tmp-%n
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
@@ -254,7 +262,7 @@ start() {
     local i name
     for i in $(seq "$NODES"); do
         name=$(node_name "$i")
-        $SUDO mkdir -p "$DIR/spool-$name"
+        $SUDO mkdir -p "$DIR/spool-$name" "$DIR/tmp-$name"
         # its own hostname (a new UTS namespace) and network, on its own CPUs (nsenter,
         # not `ip netns exec`, which mounts a /sys without the cgroup tree slurmd needs)
         $SUDO nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts -- \
