@@ -81,3 +81,62 @@ def test_the_worker_affinity_lists_every_local_ranks_worker():
     # the worker off, or Gloo: nothing to place
     assert ranks.worker_affinity({**spec, "ccl_worker_offload": False}, 4, allowed, {}) is None
     assert ranks.worker_affinity({**spec, "dist_backend": "gloo"}, 4, allowed, {}) is None
+
+
+#: rank 0's output at the start of a 2-rank process group, oneCCL 2021.14 at log level
+#: info (recorded here: CCL_ATL_SHM=1, and CCL_ATL_SHM=0 with FI_PROVIDER=tcp), cut
+SHM_START = """\
+2026:11:26-06:42:27:(32681) |CCL_WARN| value of CCL_LOG_LEVEL changed to be info (default:warn)
+2026:11:26-06:42:27:(32681) |CCL_WARN| value of CCL_WORKER_OFFLOAD changed to be 0 (default:1)
+2026:11:26-06:42:27:(32681) |CCL_INFO| process launcher: none, local_proc_idx: 0
+2026:11:26-06:42:28:(32681) |CCL_INFO| libfabric version: 1.21.0-impi
+2026:11:26-06:42:28:(32681) |CCL_INFO| provider: shm
+2026:11:26-06:42:28:(32681) |CCL_INFO|   nic: { name shm:shm, no link attr }
+2026:11:26-06:42:28:(32681) |CCL_INFO|   mr_mode: 0
+a line of someone else's
+2026:11:26-06:42:28:(32681) |CCL_INFO| provider: shm
+2026:11:26-06:42:28:(32681) |CCL_INFO|   nic: { name shm:shm, no link attr }
+2026:11:26-06:42:28:(32681) |CCL_INFO| atl-ofi:
+{
+  prov_count: 2
+  nw_prov_count: 1
+  nw_prov_first_idx: 1
+}
+2026:11:26-06:42:28:(32681) |CCL_WARN| could not open the library: libmpi.so.12
+2026:11:26-06:42:37:(32713) |CCL_INFO| FI_PROVIDER: <not specified>
+"""
+TCP_START = """\
+2026:11:26-06:42:53:(  767) |CCL_INFO| provider: tcp
+2026:11:26-06:42:53:(  767) |CCL_INFO|   nic: { name tcp:lo, state unknown }
+2026:11:26-06:42:53:(  767) |CCL_INFO| atl-ofi:
+{
+  prov_count: 1
+  nw_prov_count: 1
+  nw_prov_first_idx: 0
+}
+"""
+
+
+def test_the_providers_oneccl_opened_are_read_from_its_log():
+    assert ccl.read_providers(SHM_START) == {
+        "providers": ["shm", "shm"], "nics": ["shm:shm", "shm:shm"],
+        "libfabric": "1.21.0-impi", "network_first": 1}  # fmt: skip
+    assert ccl.read_providers(TCP_START) == {
+        "providers": ["tcp"], "nics": ["tcp:lo"], "network_first": 0}  # fmt: skip
+    # the other ranks (and a level that hides them) name none
+    assert ccl.read_providers("2026:11:26-06:42:27:(1) |CCL_WARN| could not open\n") is None
+
+
+def test_only_the_lines_the_study_asked_for_are_kept_from_the_log(monkeypatch):
+    """The study's own log level (info) adds oneCCL's info lines and their multi-line
+    values: they go, its warnings and everyone else's lines stay. A level the user set
+    is theirs: all of it stays."""
+    monkeypatch.setattr(ccl, "_raised_level", True)
+    assert ccl.passed_on(SHM_START).splitlines() == [
+        "2026:11:26-06:42:27:(32681) |CCL_WARN| value of CCL_WORKER_OFFLOAD changed to be 0 "
+        "(default:1)",
+        "a line of someone else's",
+        "2026:11:26-06:42:28:(32681) |CCL_WARN| could not open the library: libmpi.so.12",
+    ]
+    monkeypatch.setattr(ccl, "_raised_level", False)
+    assert ccl.passed_on(SHM_START) == SHM_START

@@ -92,6 +92,12 @@ def test_two_ccl_ranks_train_one_ddp_model(oneccl_env, make_spec, tmp_path):
     assert config["CCL_PROCESS_LAUNCHER"] == "none" and config["CCL_LOCAL_SIZE"] == "2"
     assert config["CCL_LOCAL_RANK"] == "0" and config["CCL_WORKER_OFFLOAD"] == "0"
     assert config["study_ccl_wait"]["mode"] == "backoff"
+    # the libfabric providers oneCCL opened (rank 0's log says them): shm between the
+    # ranks of one host; and oneCCL's info lines, read for it, are not in the log (its
+    # warnings are)
+    assert config["ofi"]["providers"][0] == "shm" and config["ofi"]["libfabric"], config
+    log = (tmp_path / "logs" / f"{spec['id']}.log").read_text()
+    assert "|CCL_INFO| provider:" not in log and "|CCL_WARN|" in log
 
 
 @needs_two

@@ -701,10 +701,12 @@ def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):
                                         {"ranks": 4, "status": "ok"}]},
         {"variant": "ccl-shm", "status": "failed", "ranks": [2, 4], "results": rows(2, 5e-7),
          "by_ranks": [{"ranks": 2, "status": "ok"}, {"ranks": 4, "status": "failed"}],
-         "error": {"message": "4 ranks: rank 0: 4 ranks need 4 CPUs, but the trial has 2"}},
+         "error": {"message": "4 ranks: rank 0: 4 ranks need 4 CPUs, but the trial has 2"},
+         "group": {"ccl_config": {"ofi": {"providers": ["shm", "shm"]}}}},
         # a record of one count, as written before counts were swept
         {"variant": "ccl-tcp", "status": "ok", "ranks": 2, "results": [
-            {k: v for k, v in r.items() if k != "ranks"} for r in rows(2, 3e-6)]},
+            {k: v for k, v in r.items() if k != "ranks"} for r in rows(2, 3e-6)],
+         "group": {"ccl_config": {"ofi": {"providers": ["tcp"]}}}},
     ]  # fmt: skip
     html_path = tmp_path / "report" / "index.html"
     records = [make("baseline", 0, 10.0)]
@@ -717,5 +719,8 @@ def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):
     table = html_tables(section)[0]
     got = list(zip(table["variant"], table["ranks"].astype(str), strict=True))
     assert got == [("gloo", "2"), ("gloo", "4"), ("ccl-shm", "2"), ("ccl-tcp", "2")]
+    # the libfabric providers oneCCL opened, as its records say (Gloo: none)
+    assert list(table["libfabric"]) == ["—", "—", "shm", "tcp"]
+    assert "libfabric: the providers oneCCL opened" in section
     assert table.iloc[1]["1 KiB"] == "2.05 ms · 5e+05 GB/s"  # 2e-6 s/B x 1024 B; 1 / 2e-6
     assert "collectives ccl-shm failed: 4 ranks: rank 0: 4 ranks need 4 CPUs" in section

@@ -7,8 +7,9 @@ environments, a text model), DDP on one node against two over both process group
 the allreduce microbenchmark across the two nodes, and a trial that SLURM kills for
 its memory. The nodes have 1 CPU each and this (submit) host 2: the study is planned
 for the nodes, or sbatch would refuse every whole-node job. The cluster runs
-MpiDefault=pmi2 and accounting (slurmdbd over its own MariaDB), as many sites do; two
-trial jobs lost whole (one over its own time limit, one killed) become records. (The
+MpiDefault=pmix and accounting (slurmdbd over its own MariaDB), as many sites do; two
+trial jobs lost whole (one over its own time limit, one killed) become records, and the
+ranks of a two-node ccl trial killed mid-run leave nothing in /dev/shm on either node. (The
 whole quick preset runs locally in test_workflow and in images in test_containers.)"""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -39,8 +41,9 @@ HARD_LIMIT_S = 2700
 #: the test cluster: its nodes, and each node's memory (MB), which SLURM enforces
 NODES = ("study-node1", "study-node2")
 NODE_MEM_MB = 4096
-#: its MpiDefault, as many sites set it: srun adds PMI variables to every task
-MPI = "pmi2"
+#: its MpiDefault, as many sites set it: srun adds PMIx variables to every task (and
+#: srun --mpi=pmi2 is there too)
+MPI = "pmix"
 #: what of the quick preset runs through SLURM: its experiments by name
 EXPERIMENTS = ("baseline", "ipex-optimize-fp32", "bert-tiny")
 #: DDP on one node against two, over both process groups (1 rank of 1 thread a node)
@@ -225,12 +228,19 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
         assert all(a.get("GLOO_SOCKET_IFNAME") == "eth0" for a in addresses), addresses
         one = records[f"ddp-{pg}-1n"]
         assert len(one["checks"]["rank_hosts"]) == 1
-    # on a pmi2 site, srun's tasks carry PMI variables: the study's ranks are still no
+    # on a pmix site, srun's tasks carry PMIx variables: the study's ranks are still no
     # MPI launch to oneCCL, and the record says how they were started
     config = records["ddp-ccl-2n"]["checks"]["ccl_config"]
     assert config["launch"]["STUDY_RANKS_FROM"] == "slurm", config
-    assert config["launch"]["SLURM_MPI_TYPE"] == MPI and "PMI_RANK" in config["launch"], config
+    assert config["launch"]["SLURM_MPI_TYPE"] == MPI and "PMIX_RANK" in config["launch"], config
     assert config["CCL_PROCESS_LAUNCHER"] == "none" and config["CCL_LOCAL_SIZE"] == "1"
+    # and which libfabric providers oneCCL opened (its shm transport: shm for the ranks
+    # of a node, and between the nodes cluster.fabric_provider's, tcp, on their
+    # interface: left to itself, libfabric offered shm here too, which crosses no
+    # machine's boundary on a real cluster)
+    assert config["FI_PROVIDER"] == "tcp", config
+    assert config["ofi"]["providers"] == ["shm", "tcp"], config["ofi"]
+    assert config["ofi"]["nics"] == ["shm:shm", "tcp:eth0"], config["ofi"]
     html = (wd / "results/report/index.html").read_text()
     assert "<th>nodes</th>" in html and "ddp-gloo-2n" in html
 
@@ -241,6 +251,10 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
         assert bench["command"][0] == "srun" and "--nodes=2" in bench["command"]
         assert sorted(bench["rank_hosts"]) == list(NODES)
         assert all(r["nodes"] == 2 and r["ranks"] == 1 for r in bench["results"])
+    # oneCCL's tcp transport across the nodes: libfabric's tcp provider on their interface
+    tcp = json.loads((wd / "results/collectives/ccl-tcp.json").read_text())
+    ofi = tcp["group"]["ccl_config"]["ofi"]
+    assert ofi["providers"] == ["tcp"] and ofi["nics"] == ["tcp:eth0"], ofi
     assert "1 rank on each of 2 nodes" in html
 
     # rerunning submits only what changed: nothing
@@ -316,14 +330,13 @@ print(json.dumps({**{k: config.get(k) for k in ("CCL_PROCESS_LAUNCHER", "CCL_LOC
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mpi", ["pmi2"])
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
 def test_ranks_under_each_mpi_plugin_sites_run(slurm, mpi):
     """srun with a site's MPI plugin (what MpiDefault or --mpi sets) gives its tasks that
     plugin's rank variables; the study's ranks, one on each node, still take their places
-    from SLURM, tell oneCCL it has no MPI launcher, and record the plugin. (pmix is not
-    here: Debian's mpi_pmix loads only with libpmix-dev, and then this cluster's nodes,
-    which share one /tmp, collide on its client folder: "Cannot create client cli tmpdir:
-    /tmp/spmix_appdir_0_2.0: File exists".)"""
+    from SLURM, tell oneCCL it has no MPI launcher, and record the plugin. (pmix needs
+    libpmix-dev, which Debian's mpi_pmix opens, and a TmpFS of each node's own: the
+    cluster script sees to both.)"""
     env = {**os.environ, "STUDY_RANKS_FROM": "slurm", "PYTHONPATH": str(REPO)}
     cmd = ["srun", f"--mpi={mpi}", "--partition=study", "--nodes=2", "--ntasks=2",
            "--ntasks-per-node=1", sys.executable, "-c", RANK_START]  # fmt: skip
@@ -407,6 +420,64 @@ def test_jobs_lost_whole_become_records(slurm, tmp_path):
     states = dict(line.split("|", 1) for line in listed.splitlines() if "|" in line)
     assert states.get(killed, "").startswith(("CANCELLED", "FAILED"))
     assert "TIMEOUT" in states.values() and "COMPLETED" in states.values()
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_ranks_killed_on_two_nodes_leave_nothing_in_dev_shm(slurm, oneccl_env, tmp_path):
+    """oneCCL's shm transport leaves its segments in each node's /dev/shm after a kill:
+    the ranks of a two-node ccl trial (its batch script on the first node, as the
+    profile's jobs run) are SIGKILLed mid-run, and the run removes every one of their
+    segments, each node its own (the second node's by a cleanup step there: the nodes
+    here share this machine's /dev/shm and /tmp, but not their host names, under which
+    each node's ranks register), and says so in its log."""
+    from tests.conftest import spec_of
+    from tests.test_distributed import rank_pids
+    from workflow_scripts import shm
+
+    spec = spec_of(id=f"shm-2n-{os.getpid()}", launcher="torchrun", ranks=1, threads=1,
+                   nodes=2, dist_backend="ccl", steps=100_000, timeout_s=300)  # fmt: skip
+    assert spec["ccl_transport"] == "shm"
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "env.json").write_text(json.dumps(oneccl_env))
+    log = tmp_path / "trial.log"
+    trial = (
+        "import json, pathlib; from workflow_scripts.trial import policy; "
+        f"p = pathlib.Path({str(tmp_path)!r}); "
+        "policy.run(json.loads((p / 'spec.json').read_text()), "
+        "json.loads((p / 'env.json').read_text()), p / 'rec.json', p / 'trial.log')"
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nexport STUDY_NETWORK_INTERFACE=eth0\ncd {REPO}\n"
+                      f"exec {sys.executable} -c {shlex.quote(trial)}\n")  # fmt: skip
+    job = subprocess.Popen(
+        ["sbatch", "--wait", "--partition=study", "--nodes=2", f"--output={tmp_path}/job.out",
+         str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (log.exists() and "step 5/" in log.read_text(errors="replace")):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0]
+            time.sleep(0.5)
+        pids = rank_pids(spec["id"])
+        assert len(pids) == 2, pids
+        made = shm.segments(pids)
+        assert made, "the ranks made no shm segment: nothing to test"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        out, _ = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            subprocess.run(["scancel", "--partition=study"], capture_output=True, timeout=60)
+            job.kill()
+    assert shm.segments(pids) == [], "the killed ranks' segments are still there"
+    record = json.loads((tmp_path / "rec.json").read_text())
+    assert record["status"] != "ok"
+    text = log.read_text()
+    assert "shared-memory segment(s) the run's processes left" in text, text[-3000:]
+    # each node removed its own rank's: the second node's are named with it
+    assert "on study-node2" in text and "step on the job's other nodes" not in text, text[-3000:]
+    assert all(p.name in text for p in made), (made, text[-3000:])
 
 
 def set_of(fields: dict) -> set[str]:

@@ -187,6 +187,34 @@ def test_several_node_ranks_talk_over_the_interface_set(make_spec, monkeypatch):
     assert interface_address("no-such-if0") is None
 
 
+def test_several_node_ccl_ranks_name_the_provider_between_their_nodes(make_spec, monkeypatch):
+    """oneCCL's shm transport on several nodes: shm within a node, and between the nodes
+    the provider of cluster.fabric_provider (tcp unless set; empty: libfabric's own first
+    choice, which was shm itself on a TCP-only network); on one node, none is named."""
+    spec = make_spec(launcher="torchrun", ranks=1, nodes=2, threads=1, batch_size=8,
+                     dist_backend="ccl")  # fmt: skip
+    assert spec["ccl_transport"] == "shm"
+    monkeypatch.delenv("STUDY_FABRIC_PROVIDER", raising=False)
+    env = TORCHRUN.environment(spec, starter="srun")
+    assert env["CCL_ATL_SHM"] == "1" and env["FI_PROVIDER"] == "tcp"
+    monkeypatch.setenv("STUDY_FABRIC_PROVIDER", "verbs")
+    assert TORCHRUN.environment(spec, starter="srun")["FI_PROVIDER"] == "verbs"
+    monkeypatch.setenv("STUDY_FABRIC_PROVIDER", "")
+    assert "FI_PROVIDER" not in TORCHRUN.environment(spec, starter="srun")
+    one = make_spec(launcher="torchrun", ranks=2, threads=1, dist_backend="ccl")
+    assert "FI_PROVIDER" not in TORCHRUN.environment(one)
+    tcp = make_spec(launcher="torchrun", ranks=2, threads=1, dist_backend="ccl",
+                    ccl_transport="tcp")  # fmt: skip
+    assert TORCHRUN.environment(tcp)["FI_PROVIDER"] == "tcp"
+    # the setting: tcp by default, a provider's name, or null; nothing else
+    assert load_study({}, cli={"experiments": [{"id": "x"}]}).settings["cluster"][
+        "fabric_provider"] == "tcp"  # fmt: skip
+    chosen = {"experiments": [{"id": "x"}], "cluster": {"fabric_provider": None}}
+    assert load_study({}, cli=chosen).settings["cluster"]["fabric_provider"] is None
+    with pytest.raises(StudyConfigError, match="cluster.fabric_provider"):
+        load_study({}, cli={"experiments": [{"id": "x"}], "cluster": {"fabric_provider": "a b"}})
+
+
 def test_builds_on_compute_nodes_need_the_local_runtime():
     assert cluster.builds_local(settings()) is True
     compute = settings(build_on="compute")

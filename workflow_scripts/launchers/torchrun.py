@@ -177,6 +177,13 @@ class Torchrun(Launcher):
                 env["CCL_KVS_IFACE"] = "lo"
             if spec["ccl_transport"] == "shm":
                 env["CCL_ATL_SHM"] = "1"
+                # shm between the ranks of a node, and between the nodes the provider
+                # the study names: libfabric's own first choice can be shm itself
+                # (oneCCL 2021.14 took it on a TCP-only network), which cannot reach
+                # another machine; oneCCL adds shm to FI_PROVIDER for the node's ranks
+                provider = os.environ.get(FABRIC_PROVIDER_VAR, DEFAULT_FABRIC_PROVIDER)
+                if not one_host and provider:
+                    env["FI_PROVIDER"] = provider
             else:
                 env["CCL_ATL_SHM"] = "0"
                 env["FI_PROVIDER"] = "tcp"
@@ -204,6 +211,10 @@ class Torchrun(Launcher):
 #: the network interface several-node ranks talk over (the ``cluster`` setting's
 #: ``network_interface``, set by the study's loader for every job's process)
 NETWORK_INTERFACE_VAR = "STUDY_NETWORK_INTERFACE"
+#: the libfabric provider oneCCL's several-node ranks use between their nodes (the
+#: ``cluster`` setting's ``fabric_provider``, set likewise; empty: libfabric's choice)
+FABRIC_PROVIDER_VAR = "STUDY_FABRIC_PROVIDER"
+DEFAULT_FABRIC_PROVIDER = "tcp"
 
 
 def srun_rendezvous(spec: dict) -> dict[str, str]:

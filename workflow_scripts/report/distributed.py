@@ -301,6 +301,7 @@ def collectives_frame(results: Sequence[Mapping]) -> pd.DataFrame:
             rows.append(
                 {
                     "variant": res.get("variant"),
+                    "fabric": fabric(res),
                     "ranks": r.get("ranks", res.get("ranks")),
                     "nodes": r.get("nodes", res.get("nodes")) or 1,
                     "dtype": r["dtype"],
@@ -310,8 +311,21 @@ def collectives_frame(results: Sequence[Mapping]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(
-        rows, columns=["variant", "ranks", "nodes", "dtype", "bytes", "latency_s", "busbw_GBps"]
-    )
+        rows,
+        columns=["variant", "fabric", "ranks", "nodes", "dtype", "bytes", "latency_s",
+                 "busbw_GBps"],
+    )  # fmt: skip
+
+
+def fabric(res: Mapping) -> str:
+    """The libfabric providers oneCCL opened in a collectives run, as its rank 0 recorded
+    them (``shm``, ``tcp``, ``shm + tcp``: the node's and the network's); empty for Gloo
+    and for records from before they were recorded."""
+    group = res.get("group") if isinstance(res.get("group"), Mapping) else {}
+    config = group.get("ccl_config") if isinstance(group.get("ccl_config"), Mapping) else {}
+    ofi = config.get("ofi") if isinstance(config.get("ofi"), Mapping) else {}
+    providers = [str(p) for p in ofi.get("providers") or []]
+    return " + ".join(dict.fromkeys(providers))
 
 
 def _placement(ranks: Any, nodes: Any) -> str:
@@ -329,11 +343,16 @@ def _size(n: float) -> str:
 def collectives_display(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     nodes = several_nodes(frame)
+    providers = frame["fabric"].astype(bool).any()
     keys = ["variant", "nodes", "ranks", "dtype"]
     for (variant, n, ranks, dtype), sub in frame.groupby(keys, sort=False):
-        row = {"variant": variant, "ranks": fmt_int(ranks), "dtype": dtype}
+        row = {"variant": variant}
+        if providers:  # what oneCCL's transport was, as libfabric providers
+            row["libfabric"] = sub["fabric"].iloc[0] or "—"
         if nodes:
-            row = {"variant": variant, "nodes × ranks": _placement(ranks, n), "dtype": dtype}
+            row.update({"nodes × ranks": _placement(ranks, n), "dtype": dtype})
+        else:
+            row.update({"ranks": fmt_int(ranks), "dtype": dtype})
         for _, r in sub.sort_values("bytes").iterrows():
             row[_size(r["bytes"])] = f"{r['latency_s'] * 1e3:.3g} ms · {r['busbw_GBps']:.3g} GB/s"
         rows.append(row)
@@ -410,7 +429,13 @@ def distributed_section(
             f'<p class="note">allreduce (sum) between {where} (each count a run of its '
             "own): latency per call of a timed loop "
             "after warm-up, and bus bandwidth (nccl-tests' definition: bytes / time x "
-            "2(n-1)/n) per message size.</p>"
+            "2(n-1)/n) per message size."
+            + (
+                " libfabric: the providers oneCCL opened, as it said when its group "
+                "started (within a node, then between nodes).</p>"
+                if frame["fabric"].astype(bool).any()
+                else "</p>"
+            )
         )
         parts.append(table_html(collectives_display(frame)))
         parts.append(f'<figure id="fig-collectives">{inline_svg(svg, "collectives")}</figure>')

@@ -104,11 +104,13 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
             check_job_host(os.environ[PLANNED_FOR_VAR])
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
-    iface = study.settings["cluster"]["network_interface"]
-    if iface:  # for several-node trials, in every job's process (launchers.torchrun)
-        from ..launchers.torchrun import NETWORK_INTERFACE_VAR
+    from ..launchers.torchrun import FABRIC_PROVIDER_VAR, NETWORK_INTERFACE_VAR
 
+    # for several-node trials, in every job's process (launchers.torchrun)
+    iface = study.settings["cluster"]["network_interface"]
+    if iface:
         os.environ[NETWORK_INTERFACE_VAR] = iface
+    os.environ[FABRIC_PROVIDER_VAR] = study.settings["cluster"]["fabric_provider"] or ""
     if main_process:
         for line in study.warnings:
             print(line, file=sys.stderr)

@@ -181,6 +181,14 @@ CLUSTER = {
             "description": "the network interface the ranks of a several-node trial talk "
             "over (Gloo, oneCCL and the rendezvous), e.g. ib0 or eth0",
         },
+        "fabric_provider": {
+            "type": ["string", "null"],
+            "pattern": "^[A-Za-z0-9_;.-]{1,64}$",
+            "description": "the libfabric provider oneCCL's ranks of a several-node trial use "
+            "between their nodes (FI_PROVIDER; shm still joins the ranks of a node), e.g. "
+            "tcp, verbs or psm3; null: libfabric's own first choice, which on a TCP-only "
+            "network can be shm, which reaches no other node",
+        },
         "scheduler": {
             "enum": [None, "slurm"],
             "description": "where the measured jobs run: null on this machine (the study is "
@@ -323,12 +331,13 @@ SETTINGS: dict[str, Setting] = {
                 "node_cpus": None,
                 "node_mem_mb": None,
                 "network_interface": None,
+                "fabric_provider": "tcp",
                 "scheduler": None,
                 "build_on": "login",
             },
             "on a SLURM cluster (--profile profiles/slurm): the partition, account and node "
             "features of the measured jobs, the nodes' CPUs and memory (null: asked of "
-            "sinfo), and the network interface of several-node trials",
+            "sinfo), and the network interface and fabric provider of several-node trials",
             structured=True,
         ),
         Setting(

@@ -20,7 +20,12 @@ memory between ranks on one host, the fastest transport measured) where they are
 For a launch without an MPI process manager it sets oneCCL's launcher variables
 (:func:`launcher_environment`). All of this must happen before oneCCL is loaded, which
 is why registration, not the environment, owns it. :func:`effective_config` is what a
-trial records. ``STUDY_CCL_DEBUG=1`` makes the backend log every collective.
+trial records, with the libfabric providers oneCCL opened: oneCCL names them only in
+its log, at level info, so registration sets ``CCL_LOG_LEVEL=info`` where it is unset
+and the process group starts inside :func:`ccl_output`, which reads them
+(:func:`read_providers`) and passes every other line on to stdout (oneCCL logs at info
+only then, 173 lines, none per collective, and 2 when it ends, which the log keeps).
+``STUDY_CCL_DEBUG=1`` makes the backend log every collective.
 
 Standard library only at import time (torch is imported inside :func:`register`).
 
@@ -30,11 +35,14 @@ Standard library only at import time (torch is imported inside :func:`register`)
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 MODULE = "study_ccl"
@@ -42,10 +50,14 @@ BACKEND = "ccl"
 DIR_ENV = "STUDY_CCL_DIR"
 # Defaults for oneCCL, applied only where the variable is unset (see the docstring).
 CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_SHM": "1"}
+#: oneCCL's log level that names the providers it opens (set where unset: its lines are
+#: then the study's to read, not the log's)
+PROVIDER_LOG_LEVEL = "info"
 IMPLS = ("study", "intel")
 BUILD_HINT = "python containers/oneccl/build_ccl.py --out DIR"
 
 _registered: str | None = None  # what register() registered in this process
+_raised_level = False  # register() set CCL_LOG_LEVEL (to read the providers)
 
 
 class CCLUnavailable(ImportError):
@@ -159,6 +171,72 @@ def effective_config(env=None) -> dict:
     return config
 
 
+#: a line of oneCCL's log: ``2026:11:26-06:42:28:(32681) |CCL_INFO| provider: shm``
+_CCL_LINE = re.compile(r"^\S+:\(\s*\d+\) \|CCL_(\w+)\| (.*)$")
+
+
+def read_providers(text: str) -> dict | None:
+    """What oneCCL's log at info says of its transport (rank 0 says it): the libfabric
+    providers it opened, in its order (the first ``network_first`` of them for ranks on
+    this node, shm; the rest for the network; with ``CCL_ATL_SHM=0`` one provider for
+    both), their NICs, and libfabric's version. None: no provider line (another rank,
+    or a log level that hides them)."""
+    found = {"providers": [], "nics": []}
+    for line in text.splitlines():
+        m = _CCL_LINE.match(line.strip())
+        body = m.group(2).strip() if m and m.group(1) == "INFO" else line.strip()
+        if body.startswith("provider: "):
+            found["providers"].append(body.removeprefix("provider: ").strip())
+        elif body.startswith("nic: { name "):
+            found["nics"].append(body.removeprefix("nic: { name ").split(",")[0].strip())
+        elif body.startswith("libfabric version: "):
+            found["libfabric"] = body.removeprefix("libfabric version: ").strip()
+        elif body.startswith("nw_prov_first_idx: "):
+            found["network_first"] = int(body.removeprefix("nw_prov_first_idx: "))
+    return found if found["providers"] else None
+
+
+def passed_on(text: str) -> str:
+    """oneCCL's output less what the study's own log level added: its info lines (and
+    the lines of their multi-line values) and its note that the level changed. With a
+    level the user set, all of it."""
+    if not _raised_level:
+        return text
+    kept, in_info = [], False
+    for line in text.splitlines(keepends=True):
+        m = _CCL_LINE.match(line.strip())
+        if m:
+            in_info = m.group(1) == "INFO" or m.group(2).startswith("value of CCL_LOG_LEVEL")
+            value = in_info
+        else:  # an info line's value: braces and indented lines after it
+            value = in_info and (line.strip() in ("{", "}", "") or line[:1].isspace())
+        if not value:
+            kept.append(line)
+    return "".join(kept)
+
+
+@contextlib.contextmanager
+def ccl_output():
+    """Capture this process's stdout (oneCCL writes its log there) while oneCCL starts;
+    yields a dict that holds ``text`` afterwards. What the study did not ask
+    for is written on to stdout, also when the block raised."""
+    captured: dict = {}
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield captured
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            captured["text"] = tmp.read().decode(errors="replace")
+            sys.stdout.write(passed_on(captured["text"]))
+            sys.stdout.flush()
+
+
 def _load_study_module(path: Path):
     if MODULE in sys.modules:
         return sys.modules[MODULE]
@@ -177,12 +255,15 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     ``oneccl_bindings_for_pytorch``). Calling it again is harmless. Raises
     :class:`CCLUnavailable` (an ImportError) when the implementation is missing.
     """
-    global _registered
+    global _registered, _raised_level
     from ... import shm
 
     shm.register()  # oneCCL's shm transport leaves segments after a kill: the run removes them
     if impl not in IMPLS:
         raise ValueError(f"unknown ccl implementation {impl!r} (choose from {', '.join(IMPLS)})")
+    if "CCL_LOG_LEVEL" not in os.environ:  # (before oneCCL loads: it reads it once)
+        os.environ["CCL_LOG_LEVEL"] = PROVIDER_LOG_LEVEL
+        _raised_level = True
     if _registered is not None:
         if not _registered.startswith(impl):
             raise RuntimeError(f"the ccl backend is already registered here as: {_registered}")

@@ -240,19 +240,24 @@ def init_process_group(spec: dict) -> dict:
     first); return what was set up, for the record's checks."""
     import torch.distributed as dist
 
-    how = None
+    how = config = None
+    timeout = datetime.timedelta(seconds=pg_timeout_s(spec))
     if spec["dist_backend"] == "ccl":
         from . import ccl
 
         how = ccl.register(spec["ccl_impl"])
-    timeout = datetime.timedelta(seconds=pg_timeout_s(spec))
-    dist.init_process_group(backend=spec["dist_backend"], timeout=timeout)
+        # oneCCL opens its transports here and names the providers only in its log
+        with ccl.ccl_output() as output:
+            dist.init_process_group(backend="ccl", timeout=timeout)
+        config = {**ccl.effective_config(), "ofi": ccl.read_providers(output["text"])}
+    else:
+        dist.init_process_group(backend=spec["dist_backend"], timeout=timeout)
     return {
         "dist_backend": dist.get_backend(),
         "world_size": dist.get_world_size(),
         "pg_timeout_s": timeout.total_seconds(),
         "ccl": how,
-        "ccl_config": ccl.effective_config() if how else None,
+        "ccl_config": config,
         "address": bound_address(),
     }
 
