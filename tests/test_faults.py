@@ -411,6 +411,38 @@ def test_each_host_removes_its_own_part_of_a_runs_segments(tmp_path):
     assert shm.cleanup(folder) == [] and not folder.exists()  # the last part: the folder too
 
 
+def test_a_cleanup_step_that_fails_is_said_and_this_nodes_part_is_still_done(tmp_path, monkeypatch):
+    """In a job of several nodes the cleanup runs as an srun step; when that step fails
+    (a stand-in srun that refuses, as srun does in a job SLURM is ending), the run's log
+    gets the reason, and this node's own part is done all the same."""
+    from workflow_scripts import shm
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        "#!/bin/sh\necho 'srun: error: job 7 is completing' >&2\nexit 1\n"
+    )
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folder = Path(shm.make_folder())
+    (folder / shm.host()).mkdir()
+    (folder / shm.host() / str(dead.pid)).touch()
+    root = tmp_path / "shm"
+    root.mkdir()
+    (root / f"{dead.pid}:0:0").write_text("")
+    problems: list[str] = []
+    assert shm.cleanup(folder, root, problems) == [f"{dead.pid}:0:0"]
+    assert not folder.exists() and not list(root.iterdir())
+    assert problems == []  # (another /dev/shm than the node's: no step for it)
+    folder = Path(shm.make_folder())
+    assert shm.cleanup(folder, problems=problems) == [] and not folder.exists()
+    assert problems == ["the cleanup step on the job's 2 nodes failed (1): srun: error: job 7 "
+                        "is completing"]  # fmt: skip
+
+
 def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_path, monkeypatch):
     """In a SLURM job, a marker of another job left beside the record means that job was
     lost whole: the next attempt writes the record from the accounting (here a stand-in

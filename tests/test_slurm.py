@@ -476,7 +476,7 @@ def test_ranks_killed_on_two_nodes_leave_nothing_in_dev_shm(slurm, oneccl_env, t
     text = log.read_text()
     assert "shared-memory segment(s) the run's processes left" in text, text[-3000:]
     # each node removed its own rank's: the second node's are named with it
-    assert "on study-node2" in text and "step on the job's other nodes" not in text, text[-3000:]
+    assert "on study-node2" in text and "the cleanup step" not in text, text[-3000:]
     assert all(p.name in text for p in made), (made, text[-3000:])
 
 

@@ -139,16 +139,19 @@ def spread_command(folder: str | os.PathLike, nodes: int) -> list[str]:
             sys.executable, os.path.abspath(__file__), str(folder)]  # fmt: skip
 
 
-def cleanup(folder: str | os.PathLike | None, root: Path = SHM) -> list[str]:
+def cleanup(
+    folder: str | os.PathLike | None, root: Path = SHM, problems: list[str] | None = None
+) -> list[str]:
     """After a run: remove what its registered processes left; their segments' names
     (another node's as ``<name> on <host>``). In a SLURM job of several nodes, every
-    node does its own part (:func:`spread_command`); a step that cannot run is said in
-    the list too, so that the run's log has it."""
+    node does its own part (:func:`spread_command`); a step that could not run is added
+    to ``problems``, for the run's log."""
     if not folder:
         return []
     removed = []
     nodes = job_nodes()
     if nodes > 1 and root == SHM:
+        why = None
         try:
             step = subprocess.run(spread_command(folder, nodes), capture_output=True,
                                   text=True, timeout=SPREAD_TIMEOUT_S, check=False)  # fmt: skip
@@ -157,10 +160,11 @@ def cleanup(folder: str | os.PathLike | None, root: Path = SHM) -> list[str]:
                 on = "" if where == host() else f" on {where}"
                 removed += [f"{n}{on}" for n in names.split()]
             if step.returncode != 0:
-                removed.append(f"(the cleanup step on the job's other nodes failed: "
-                               f"{step.stderr.strip()[-300:]})")  # fmt: skip
+                why = f"failed ({step.returncode}): {step.stderr.strip()[-300:]}"
         except (OSError, subprocess.TimeoutExpired) as exc:
-            removed.append(f"(the cleanup step on the job's other nodes did not run: {exc})")
+            why = f"did not run: {exc}"
+        if why and problems is not None:
+            problems.append(f"the cleanup step on the job's {nodes} nodes {why}")
     return cleanup_here(folder, root) + removed
 
 

@@ -166,11 +166,15 @@ def run_measured(
         raise
     finally:
         runtime.cleanup(wrapped)
-        left = shm.cleanup(pids)
-        if left:
+        problems: list[str] = []
+        left = shm.cleanup(pids, problems=problems)
+        if left or problems:
             with open(log, "a") as fh:
-                fh.write(f"[shm] removed {len(left)} shared-memory segment(s) the run's "
-                         f"processes left in {shm.SHM}: {', '.join(left)}\n")  # fmt: skip
+                if left:
+                    fh.write(f"[shm] removed {len(left)} shared-memory segment(s) the run's "
+                             f"processes left in {shm.SHM}: {', '.join(left)}\n")  # fmt: skip
+                for problem in problems:
+                    fh.write(f"[shm] {problem}\n")
     found: list[dict | None] = []
     unreadable = None
     for path in results:
