@@ -140,3 +140,49 @@ def test_only_the_lines_the_study_asked_for_are_kept_from_the_log(monkeypatch):
     ]
     monkeypatch.setattr(ccl, "_raised_level", False)
     assert ccl.passed_on(SHM_START) == SHM_START
+
+
+#: a rank whose group start writes oneCCL's lines, then hangs until it is killed
+HANGS_IN_START = """
+import os, signal, time
+from workflow_scripts.rank.distributed import ccl
+ccl._raised_level = True
+print("before the start", flush=True)
+with ccl.ccl_output() as out:
+    os.write(1, b"2026:11:26-06:42:27:(1) |CCL_WARN| could not connect: retrying\\n"
+                b"2026:11:26-06:42:28:(1) |CCL_INFO| provider: shm\\n")
+    print("torch's own line", flush=True)
+    time.sleep(1)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+CLEAN_START = """
+import os
+from workflow_scripts.rank.distributed import ccl
+ccl._raised_level = True
+with ccl.ccl_output() as out:
+    os.write(1, b"2026:11:26-06:42:28:(1) |CCL_INFO| provider: tcp\\n")
+print("after:", ccl.read_providers(out["text"])["providers"], flush=True)
+"""
+
+
+def test_a_group_start_killed_midway_keeps_oneccls_warnings_in_the_log():
+    """The start's output goes on to the log as it comes: a start that hangs until its
+    rank is killed (SIGKILL: no cleanup runs) leaves oneCCL's warnings (and any other
+    line) in the log, and only the info lines read for the record are held back."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    killed = subprocess.run([sys.executable, "-c", HANGS_IN_START], cwd=REPO, timeout=60,
+                            capture_output=True, text=True)  # fmt: skip
+    assert killed.returncode == -9
+    assert killed.stdout.splitlines() == [
+        "before the start",
+        "2026:11:26-06:42:27:(1) |CCL_WARN| could not connect: retrying",
+        "torch's own line",
+    ]
+    clean = subprocess.run([sys.executable, "-c", CLEAN_START], cwd=REPO, timeout=60,
+                           capture_output=True, text=True)  # fmt: skip
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout.splitlines() == ["after: ['tcp']"]

@@ -23,8 +23,9 @@ is why registration, not the environment, owns it. :func:`effective_config` is w
 trial records, with the libfabric providers oneCCL opened: oneCCL names them only in
 its log, at level info, so registration sets ``CCL_LOG_LEVEL=info`` where it is unset
 and the process group starts inside :func:`ccl_output`, which reads them
-(:func:`read_providers`) and passes every other line on to stdout (oneCCL logs at info
-only then, 173 lines, none per collective, and 2 when it ends, which the log keeps).
+(:func:`read_providers`) and passes every other line on to stdout as it comes (oneCCL
+logs at info only then, 173 lines, none per collective, and 2 when it ends, which the
+log keeps).
 ``STUDY_CCL_DEBUG=1`` makes the backend log every collective.
 
 Standard library only at import time (torch is imported inside :func:`register`).
@@ -42,7 +43,7 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
+import threading
 from pathlib import Path
 
 MODULE = "study_ccl"
@@ -196,45 +197,64 @@ def read_providers(text: str) -> dict | None:
     return found if found["providers"] else None
 
 
-def passed_on(text: str) -> str:
-    """oneCCL's output less what the study's own log level added: its info lines (and
-    the lines of their multi-line values) and its note that the level changed. With a
-    level the user set, all of it."""
-    if not _raised_level:
-        return text
-    kept, in_info = [], False
-    for line in text.splitlines(keepends=True):
+class _Passed:
+    """Which lines of oneCCL's output go on to the log, one line at a time: with the
+    study's own log level, not its info lines (nor the lines of their multi-line values:
+    braces and indented lines after one) nor its note that the level changed; with a
+    level the user set, every line."""
+
+    def __init__(self) -> None:
+        self.in_info = False
+
+    def keep(self, line: str) -> bool:
+        if not _raised_level:
+            return True
         m = _CCL_LINE.match(line.strip())
         if m:
-            in_info = m.group(1) == "INFO" or m.group(2).startswith("value of CCL_LOG_LEVEL")
-            value = in_info
-        else:  # an info line's value: braces and indented lines after it
-            value = in_info and (line.strip() in ("{", "}", "") or line[:1].isspace())
-        if not value:
-            kept.append(line)
-    return "".join(kept)
+            self.in_info = m.group(1) == "INFO" or m.group(2).startswith("value of CCL_LOG_LEVEL")
+            return not self.in_info
+        return not (self.in_info and (line.strip() in ("{", "}", "") or line[:1].isspace()))
+
+
+def passed_on(text: str) -> str:
+    """oneCCL's output less what the study's own log level added (see :class:`_Passed`)."""
+    passed = _Passed()
+    return "".join(line for line in text.splitlines(keepends=True) if passed.keep(line))
 
 
 @contextlib.contextmanager
 def ccl_output():
-    """Capture this process's stdout (oneCCL writes its log there) while oneCCL starts;
-    yields a dict that holds ``text`` afterwards. What the study did not ask
-    for is written on to stdout, also when the block raised."""
+    """Read this process's stdout (oneCCL writes its log there) while oneCCL starts:
+    yields a dict that holds the ``text`` afterwards. What the study did not ask for
+    goes on to stdout as it comes, line by line (a start that hangs until the process
+    is killed keeps its warnings in the log)."""
     captured: dict = {}
+    lines: list[str] = []
     sys.stdout.flush()
     saved = os.dup(1)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 1)
-        try:
-            yield captured
-        finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-            tmp.seek(0)
-            captured["text"] = tmp.read().decode(errors="replace")
-            sys.stdout.write(passed_on(captured["text"]))
-            sys.stdout.flush()
+    read_end, write_end = os.pipe()
+
+    def forward() -> None:
+        passed = _Passed()
+        with os.fdopen(read_end, "rb") as pipe:
+            for raw in pipe:
+                line = raw.decode(errors="replace")
+                lines.append(line)
+                if passed.keep(line):
+                    os.write(saved, raw)
+
+    reader = threading.Thread(target=forward, name="ccl-output", daemon=True)
+    reader.start()
+    os.dup2(write_end, 1)
+    os.close(write_end)
+    try:
+        yield captured
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)  # (the pipe's last write end closes: the reader sees its end)
+        reader.join(timeout=10)
+        os.close(saved)
+        captured["text"] = "".join(lines)
 
 
 def _load_study_module(path: Path):
