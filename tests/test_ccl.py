@@ -572,9 +572,13 @@ def test_register_explains_what_is_missing(tmp_path):
     # torch needed to find that out).
     from workflow_scripts.rank.distributed import ccl
 
+    before = dict(os.environ)
     with pytest.raises(ccl.CCLUnavailable, match=r"not built: .*build_ccl\.py --out DIR"):
         ccl.register("study", lib_dir=str(tmp_path))
     with pytest.raises(ImportError, match="oneccl_bindings_for_pytorch.* not installed"):
         ccl.register("intel")
     with pytest.raises(ValueError, match="unknown ccl implementation"):
         ccl.register("mpi")
+    # a registration that fails sets nothing for oneCCL (the test process's later
+    # children inherit its environment: a log level set here was taken for the user's)
+    assert dict(os.environ) == before

@@ -186,3 +186,17 @@ def test_a_group_start_killed_midway_keeps_oneccls_warnings_in_the_log():
                            capture_output=True, text=True)  # fmt: skip
     assert clean.returncode == 0, clean.stderr
     assert clean.stdout.splitlines() == ["after: ['tcp']"]
+
+
+def test_the_studys_log_level_is_told_from_the_users():
+    """The level that names oneCCL's providers is set where none is, and again where a
+    parent process of the study set it (its ranks inherit it); a level of the user's is
+    left as it is (and then all of oneCCL's lines go on to the log)."""
+    env = {}
+    assert ccl.raise_log_level(env) is True
+    assert env == {"CCL_LOG_LEVEL": "info", ccl.RAISED_VAR: "1"}
+    inherited = dict(env)
+    assert ccl.raise_log_level(inherited) is True
+    users = {"CCL_LOG_LEVEL": "debug"}
+    assert ccl.raise_log_level(users) is False and users == {"CCL_LOG_LEVEL": "debug"}
+    assert ccl.raise_log_level({"CCL_LOG_LEVEL": "info"}) is False

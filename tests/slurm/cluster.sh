@@ -8,7 +8,7 @@
 # the bridge. The filesystem is the machine's: shared by every node, as on a cluster.
 #   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the nodes
 #   bash tests/slurm/cluster.sh stop    cancel its jobs, stop what it started, remove what it made
-#   bash tests/slurm/cluster.sh status  exit 0 when every node is up
+#   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job)
 # Settings (environment):
 #   STUDY_SLURM_DIR     state, logs, pid files, and jobcomp.log (one line per finished
 #                       job: start, end, nodes, state) (default /tmp/study-slurm)
@@ -348,6 +348,6 @@ stop() {
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-status) [ "$(node_states | grep -cE ' (idle|mixed|allocated)')" = "$NODES" ] ;;
+status) [ "$(node_states | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] ;;
 *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -54,6 +54,9 @@ CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_SHM": "1"}
 #: oneCCL's log level that names the providers it opens (set where unset: its lines are
 #: then the study's to read, not the log's)
 PROVIDER_LOG_LEVEL = "info"
+#: says that ``CCL_LOG_LEVEL`` is the study's, not the user's (a process that inherits
+#: both from one that registered ccl filters oneCCL's info lines too)
+RAISED_VAR = "STUDY_CCL_LOG_LEVEL_RAISED"
 IMPLS = ("study", "intel")
 BUILD_HINT = "python containers/oneccl/build_ccl.py --out DIR"
 
@@ -172,6 +175,17 @@ def effective_config(env=None) -> dict:
     return config
 
 
+def raise_log_level(env) -> bool:
+    """Set oneCCL's log level to the one that names its providers, where it is unset or
+    was set so by the study in the process this one inherited it from (``env``: before
+    oneCCL loads, which reads it once). False: a level of the user's, left as it is."""
+    if "CCL_LOG_LEVEL" in env and env.get(RAISED_VAR) != "1":
+        return False
+    env["CCL_LOG_LEVEL"] = PROVIDER_LOG_LEVEL
+    env[RAISED_VAR] = "1"
+    return True
+
+
 #: a line of oneCCL's log: ``2026:11:26-06:42:28:(32681) |CCL_INFO| provider: shm``
 _CCL_LINE = re.compile(r"^\S+:\(\s*\d+\) \|CCL_(\w+)\| (.*)$")
 
@@ -281,9 +295,6 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     shm.register()  # oneCCL's shm transport leaves segments after a kill: the run removes them
     if impl not in IMPLS:
         raise ValueError(f"unknown ccl implementation {impl!r} (choose from {', '.join(IMPLS)})")
-    if "CCL_LOG_LEVEL" not in os.environ:  # (before oneCCL loads: it reads it once)
-        os.environ["CCL_LOG_LEVEL"] = PROVIDER_LOG_LEVEL
-        _raised_level = True
     if _registered is not None:
         if not _registered.startswith(impl):
             raise RuntimeError(f"the ccl backend is already registered here as: {_registered}")
@@ -291,6 +302,8 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
 
     if impl == "intel":
         try:
+            if importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None:
+                _raised_level = raise_log_level(os.environ)
             import oneccl_bindings_for_pytorch  # noqa: F401  (registers "ccl" on import)
         except ImportError as exc:
             raise CCLUnavailable(
@@ -315,6 +328,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
         )
     for name, value in CCL_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    _raised_level = raise_log_level(os.environ)
     launcher_environment(os.environ)
     prepare_libfabric(ccl_prefix(folder))
 
