@@ -267,7 +267,8 @@ def ccl_output():
         sys.stdout.flush()
         os.dup2(saved, 1)  # (the pipe's last write end closes: the reader sees its end)
         reader.join(timeout=10)
-        os.close(saved)
+        if not reader.is_alive():  # (else a child holds the pipe: the reader keeps its fd)
+            os.close(saved)
         captured["text"] = "".join(lines)
 
 
