@@ -131,14 +131,14 @@ def test_only_the_lines_the_study_asked_for_are_kept_from_the_log(monkeypatch):
     """The study's own log level (info) adds oneCCL's info lines and their multi-line
     values: they go, its warnings and everyone else's lines stay. A level the user set
     is theirs: all of it stays."""
-    monkeypatch.setattr(ccl, "_raised_level", True)
+    monkeypatch.setenv(ccl.RAISED_VAR, "1")
     assert ccl.passed_on(SHM_START).splitlines() == [
         "2026:11:26-06:42:27:(32681) |CCL_WARN| value of CCL_WORKER_OFFLOAD changed to be 0 "
         "(default:1)",
         "a line of someone else's",
         "2026:11:26-06:42:28:(32681) |CCL_WARN| could not open the library: libmpi.so.12",
     ]
-    monkeypatch.setattr(ccl, "_raised_level", False)
+    monkeypatch.delenv(ccl.RAISED_VAR)
     assert ccl.passed_on(SHM_START) == SHM_START
 
 
@@ -146,7 +146,7 @@ def test_only_the_lines_the_study_asked_for_are_kept_from_the_log(monkeypatch):
 HANGS_IN_START = """
 import os, signal, time
 from workflow_scripts.rank.distributed import ccl
-ccl._raised_level = True
+os.environ[ccl.RAISED_VAR] = "1"
 print("before the start", flush=True)
 with ccl.ccl_output() as out:
     os.write(1, b"2026:11:26-06:42:27:(1) |CCL_WARN| could not connect: retrying\\n"
@@ -158,7 +158,7 @@ with ccl.ccl_output() as out:
 CLEAN_START = """
 import os
 from workflow_scripts.rank.distributed import ccl
-ccl._raised_level = True
+os.environ[ccl.RAISED_VAR] = "1"
 with ccl.ccl_output() as out:
     os.write(1, b"2026:11:26-06:42:28:(1) |CCL_INFO| provider: tcp\\n")
 print("after:", ccl.read_providers(out["text"])["providers"], flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..launchers.torchrun import DEFAULT_FABRIC_PROVIDER
 from ..runtimes import RUNTIMES
 
 PRESET_NAME = {
@@ -331,7 +332,7 @@ SETTINGS: dict[str, Setting] = {
                 "node_cpus": None,
                 "node_mem_mb": None,
                 "network_interface": None,
-                "fabric_provider": "tcp",
+                "fabric_provider": DEFAULT_FABRIC_PROVIDER,
                 "scheduler": None,
                 "build_on": "login",
             },

@@ -61,7 +61,6 @@ IMPLS = ("study", "intel")
 BUILD_HINT = "python containers/oneccl/build_ccl.py --out DIR"
 
 _registered: str | None = None  # what register() registered in this process
-_raised_level = False  # register() set CCL_LOG_LEVEL (to read the providers)
 
 
 class CCLUnavailable(ImportError):
@@ -221,7 +220,7 @@ class _Passed:
         self.in_info = False
 
     def keep(self, line: str) -> bool:
-        if not _raised_level:
+        if os.environ.get(RAISED_VAR) != "1":  # a level of the user's: all of it
             return True
         m = _CCL_LINE.match(line.strip())
         if m:
@@ -290,7 +289,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     ``oneccl_bindings_for_pytorch``). Calling it again is harmless. Raises
     :class:`CCLUnavailable` (an ImportError) when the implementation is missing.
     """
-    global _registered, _raised_level
+    global _registered
     from ... import shm
 
     shm.register()  # oneCCL's shm transport leaves segments after a kill: the run removes them
@@ -304,7 +303,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
     if impl == "intel":
         try:
             if importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None:
-                _raised_level = raise_log_level(os.environ)
+                raise_log_level(os.environ)
             import oneccl_bindings_for_pytorch  # noqa: F401  (registers "ccl" on import)
         except ImportError as exc:
             raise CCLUnavailable(
@@ -329,7 +328,7 @@ def register(impl: str = "study", lib_dir: str | None = None) -> str:
         )
     for name, value in CCL_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    _raised_level = raise_log_level(os.environ)
+    raise_log_level(os.environ)
     launcher_environment(os.environ)
     prepare_libfabric(ccl_prefix(folder))
 
