@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import components, runs
+from tests.runs import REPO
 from workflow_scripts import envs, study
 
-REPO = Path(__file__).resolve().parents[1]
 # Backend environments are content-addressed, so every test (and every temporary
 # copy of the workflow) can share one root; set STUDY_ENVS_ROOT to move it.
 ENVS_ROOT = Path(os.environ.get("STUDY_ENVS_ROOT", REPO / ".venvs")).absolute()
@@ -42,6 +44,85 @@ def ipex_env(tmp_path_factory) -> dict:
 def oneccl_env(tmp_path_factory) -> dict:
     """upstream + oneCCL, with the study's ccl backend compiled into it."""
     return build_env("oneccl", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def podman() -> str:
+    """podman, runc and mmdebstrap (the images' base), installed when missing."""
+    return components.program("podman", "podman")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed when missing: its path."""
+    return components.program("browser", "chromium", "chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def allocators() -> None:
+    """Debian's jemalloc and tcmalloc (run_cpu's allocators), installed when missing."""
+    components.install("allocators")
+
+
+@pytest.fixture(scope="session")
+def quick_study(tmp_path_factory, podman) -> runs.QuickStudy:
+    """The quick preset, run once a session in the podman images the workflow builds."""
+    return runs.QuickStudy.run(runs.copy_workflow(tmp_path_factory.mktemp("quick") / "wf"))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A running two-node SLURM cluster on this machine (tests/slurm/cluster.sh), for the
+    tests of one module; its state folder (logs, jobcomp.log)."""
+    state = tmp_path_factory.mktemp("slurm")
+    started = components.cluster("start", state)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield state
+    finally:
+        stopped = components.cluster("stop", state)
+        print(stopped.stdout, stopped.stderr)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        # what it made is gone: its namespaces, its bridge, its node names
+        assert not set(components.NODES) & set(Path("/etc/hosts").read_text().split())
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "studyslurm" not in netns
+
+
+#: what each component's fixture gives: the markers of the tests that use it
+FIXTURE_MARKERS = {
+    "upstream_env": ("torch",), "ipex_env": ("torch",), "oneccl_env": ("torch",),
+    "podman": ("podman",), "chromium": ("browser",), "slurm": ("slurm",),
+    "quick_study": ("podman", "torch"),
+}  # fmt: skip
+#: and what each marker gets: the fixture a test that carries it uses
+MARKER_FIXTURES = {"podman": "podman", "browser": "chromium", "slurm": "slurm"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses a component's fixture carries its marker, and every test that
+    needs a component (torch, podman, slurm, browser) is slow: `-m "not slow"` is the
+    fast path, with none of them; `-m podman` (etc.) selects by component."""
+    for item in items:
+        for fixture, markers in FIXTURE_MARKERS.items():
+            for marker in markers if fixture in item.fixturenames else ():
+                if not item.get_closest_marker(marker):
+                    item.add_marker(marker)
+        if any(item.get_closest_marker(m) for m in COMPONENTS) and not item.get_closest_marker(
+            "slow"
+        ):
+            item.add_marker("slow")
+
+
+COMPONENTS = ("torch", "podman", "slurm", "browser")
+
+
+@pytest.fixture(autouse=True)
+def _components_of_markers(request):
+    """A test marked with a component gets it, whatever order the tests run in."""
+    for marker, fixture in MARKER_FIXTURES.items():
+        if request.node.get_closest_marker(marker) and fixture not in request.fixturenames:
+            request.getfixturevalue(fixture)
 
 
 def spec_of(**fields) -> dict:

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.test_workflow import copy_workflow
+from tests.runs import copy_workflow
 from workflow_scripts import cluster, launchers, study, sysinfo, trial
 from workflow_scripts.rank.distributed import ranks
 from workflow_scripts.records import COLUMNS, noise_group_keys

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_workflow import copy_workflow
+from tests.runs import copy_workflow
 from workflow_scripts import study
 
 pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)

@@ -1,74 +1,33 @@
-"""Container runtime: image lineage, runtime resolution, and the quick preset run in
-podman images built by the workflow (tests/run.sh installs podman, runc, mmdebstrap).
-
-The quick preset's text-model runs that take the same image, mounts and launcher as
-another run of it (a tiny BERT or GPT-2 instead of the CNN) run locally in
-test_workflow, not again here: every image, launcher (Accelerate's mpirun included),
-data mount and process group still runs in a container."""
+"""Container runtime: image lineage, runtime resolution, and the quick preset in the
+podman images the workflow builds (its one run a session, tests.runs.QuickStudy: every
+image built by its rule, every experiment, launcher, data mount and process group in
+its backend's image); an edited Containerfile rebuilds its image alone, and a trial
+beyond its container's memory is oom. (tests/components.py installs podman, runc and
+mmdebstrap where they are missing.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from tests.test_workflow import copy_workflow, dry_run_jobs, experiments_run
+from tests.runs import (
+    ENGINE_CONF,
+    REPO,
+    container_config,
+    copy_workflow,
+    dry_run_jobs,
+    experiments_run,
+    read_folder,
+    snakemake_in_podman,
+)
 from workflow_scripts import images, runtimes, study
 from workflow_scripts.runtimes import container
 from workflow_scripts.runtimes.container import engine_env
-
-# Shared across test runs and workflow copies: the wheelhouse (8+ GB of wheels) and the
-# engine's storage (a rebuild of unchanged images is a layer-cache hit).
-WHEELHOUSE = os.environ.get(
-    "STUDY_WHEELHOUSE", os.path.expanduser("~/.cache/cpu-train-study/wheelhouse")
-)
-# This kind of CI host needs the opt-in containers.conf (runc, no default ulimits);
-# set STUDY_CONTAINERS_CONF= (empty) on a machine where podman's defaults work.
-ENGINE_CONF = os.environ.get(
-    "STUDY_CONTAINERS_CONF", str(REPO / "containers/engine/containers.conf")
-)
-PODMAN = shutil.which("podman") is not None
-#: quick-preset experiments whose container path another one already takes (the same
-#: image, launcher and data: a text model in place of the CNN)
-SAME_PATH = (
-    "bert-tiny", "gpt2-tiny-ipex", "infer-bert-tiny", "bert-tiny-accelerate", "acc-text",
-    "bert-tiny-ipex-compile", "bert-tiny-inductor-dynamic",
-)  # fmt: skip
-#: quick-preset sweeps likewise (the accuracy's weak-scaling arm: acc's image and launcher)
-SAME_PATH_SWEEPS = ("acc-weak",)
-
-
-def containers_study(wd) -> Path:
-    """The part of the quick preset this test runs in images, as a config file (which
-    wins over the preset's own experiments)."""
-    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
-    path = wd / "containers-study.yaml"
-    experiments = [e for e in quick["experiments"] if e["id"] not in SAME_PATH]
-    sweeps = [s for s in quick["sweeps"] if s.get("name") not in SAME_PATH_SWEEPS]
-    path.write_text(yaml.safe_dump({"experiments": experiments, "sweeps": sweeps}))
-    return path
-
-
-def container_config(*extra: str) -> list[str]:
-    config = [
-        # (noise reruns are the trial policy's, tested on their own: here they would only
-        # add minutes on a shared machine)
-        "preset=quick", "runtime=podman", "noise_retries=0",
-        # the default image names: the base image (reused by its settings' hash) and
-        # the layer cache are shared with the user's own runs
-        f"containers={{wheelhouse: {WHEELHOUSE}}}",
-    ]  # fmt: skip
-    if ENGINE_CONF:
-        config.append(f"container_engine_conf={ENGINE_CONF}")
-    return [*config, *extra]
 
 
 def test_lineage_and_locks():
@@ -143,7 +102,7 @@ def test_runtime_must_be_known():
         study.load_study({"runtime": "singularity", "experiments": [{"id": "a"}]})
 
 
-@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+@pytest.mark.podman
 def test_dry_run_builds_every_image_parents_first(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     jobs = dry_run_jobs(wd, *container_config())
@@ -155,27 +114,8 @@ def test_dry_run_builds_every_image_parents_first(tmp_path):
         assert "results/images/" in job["input"]
 
 
-def image_records(wd) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in (wd / "results/images").glob("*.json")}
-
-
-def snakemake(wd, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    cmd += ["--configfile", str(containers_study(wd)), "--config", *container_config()]
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=5400)
-    assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc
-
-
-@pytest.mark.slow
-@pytest.mark.torch
-@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
-def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
-    wd = copy_workflow(tmp_path / "wf")
-
-    # 1. every image is built, every experiment runs in its backend's image
-    first = snakemake(wd)
-    built = image_records(wd)
+def test_every_image_is_built_by_its_rule_on_its_parent(quick_study):
+    built = quick_study.images
     assert set(built) == set(images.IMAGES)
     for name, rec in built.items():
         assert rec["image_id"].startswith("sha256:") and rec["image_digest"].startswith("sha256:")
@@ -184,15 +124,16 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
             assert rec["parent"]["image_id"] == built[parent]["image_id"]
     # layers are shared where the pins are: inductor = eager + the toolchain (< 1 GB)
     assert built["inductor"]["size_bytes"] - built["eager"]["size_bytes"] < 1e9
-    summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
-    failed = summary[summary["status"] != "ok"]
-    assert failed.empty, failed[["status", "error"]].to_string()
+    assert built["xla"]["image_digest"] in quick_study.html
+
+
+def test_every_experiment_ran_in_its_backends_image(quick_study):
+    built = quick_study.images
+    summary = quick_study.summary.set_index("experiment")
     assert (summary["runtime"] == "podman").all()
     for _, row in summary.iterrows():
         rec = built[row["image"]]
         assert row["image_id"] == rec["image_id"] and row["image_digest"] == rec["image_digest"]
-    assert not set(SAME_PATH) & set(summary.index)
-    assert not summary.index.str.startswith(SAME_PATH_SWEEPS).any()
     assert summary.loc["inductor-fp32", "image"] == "inductor"
     # Accelerate in images: mpirun's two ranks in the oneccl image, 1.7.0 in the ipex one
     for pg in ("gloo", "ccl"):
@@ -206,51 +147,55 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert len(ccl) >= 2 and (ccl["image"] == "oneccl").all()
     n = len(os.sched_getaffinity(0))  # the most ranks that split the CPUs and batch 8
     assert ccl["ranks"].max() == max(r for r in range(1, n + 1) if n % r == 0 and 8 % r == 0)
-    # the accuracy experiments read the digits mounted read-only into the container
-    acc = summary[summary["epochs"] > 0]
-    assert len(acc) >= 2 and (acc["test_accuracy"] > 0.3).all()
-    command = json.loads((wd / f"results/records/{acc.index[0]}/trial0.json").read_text())[
-        "provenance"
-    ]["command"]
-    assert f"{wd / 'resources/digits'}:{wd / 'resources/digits'}:ro" in command
     for variant in ("gloo", "ccl-shm"):
-        result = json.loads((wd / f"results/collectives/{variant}.json").read_text())
-        assert result["status"] == "ok", result.get("error")
-        assert result["runtime"] == "podman"
+        assert quick_study.collectives[variant]["runtime"] == "podman"
     assert summary.loc["ipex-optimize-fp32", "ipex_version"].startswith("2.8")
     assert "tcmalloc" in summary.loc["runcpu-tcmalloc", "ld_preload"]
-    assert summary["compile_cache_fresh"].all()
-    record = json.loads((wd / "results/records/folder/trial0.json").read_text())
-    command = record["provenance"]["command"]
+
+
+def test_data_is_mounted_read_only_and_results_are_the_users(quick_study):
+    wd = quick_study.wd
+    # the accuracy experiments read the digits mounted read-only into the container
+    summary = quick_study.summary.set_index("experiment")
+    acc = summary[summary["epochs"] > 0]
+    assert len(acc) >= 2 and (acc["test_accuracy"] > 0.3).all()
+    command = quick_study.records[acc.index[0]]["provenance"]["command"]
+    assert f"{wd / 'resources/digits'}:{wd / 'resources/digits'}:ro" in command
+    command = quick_study.records["folder"]["provenance"]["command"]
     assert command[:2] == ["podman", "run"] and "--network" in command
     assert command[command.index("--network") + 1] == "none"
     assert f"{wd}:{wd}:ro" in command  # sources read-only, results writable
     # files written as the invoking user
     assert (wd / "results/records/folder/trial0.json").stat().st_uid == os.getuid()
-    html = (wd / "results/report/index.html").read_text()
-    assert built["xla"]["image_digest"] in html
-    # torch loads from the bytecode compiled into every image (the images set
-    # PYTHONDONTWRITEBYTECODE: without it each trial compiled torch's sources again)
+
+
+def test_torch_loads_from_the_bytecode_built_into_every_image(quick_study):
+    """The images set PYTHONDONTWRITEBYTECODE: without the bytecode compiled into them,
+    each trial compiled torch's sources again."""
     code = "import os, torch; print(os.path.isfile(torch.__cached__))"
     for name in ("eager", "ipex", "xla", "oneccl"):
-        cmd = ["podman", "run", "--rm", "--network", "none", built[name]["image_id"],
+        cmd = ["podman", "run", "--rm", "--network", "none", quick_study.images[name]["image_id"],
                "/opt/venv/bin/python", "-c", code]  # fmt: skip
         proc = subprocess.run(cmd, env=engine_env(ENGINE_CONF or None), capture_output=True,
                               text=True, timeout=300)  # fmt: skip
         assert proc.stdout.strip() == "True", (name, proc.stdout, proc.stderr[-2000:])
 
-    # 2. an unchanged tree rebuilds nothing
-    again = snakemake(wd)
-    assert "Nothing to be done" in again.stdout + again.stderr
-    assert image_records(wd) == built
 
-    # 3. one Containerfile edited: that image is rebuilt, only its experiments rerun
+def test_an_edited_containerfile_rebuilds_its_image_alone(quick_study):
+    wd = quick_study.wd
+    built = quick_study.images
+    # an unchanged tree rebuilds nothing
+    again = snakemake_in_podman(wd)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert read_folder(wd / "results/images") == built
+
+    # one Containerfile edited: that image is rebuilt, only its experiments rerun
     xla_file = wd / "containers/xla/Containerfile"
     xla_file.write_text(xla_file.read_text() + 'LABEL study.test="rebuilt"\n')
     records = wd / "results/records"
     before = {str(p): p.stat().st_mtime_ns for p in records.rglob("*.json")}
-    third = snakemake(wd)
-    after = image_records(wd)
+    third = snakemake_in_podman(wd)
+    after = read_folder(wd / "results/images")
     assert after["xla"]["image_id"] != built["xla"]["image_id"]
     assert {k: v["image_id"] for k, v in after.items() if k != "xla"} == {
         k: v["image_id"] for k, v in built.items() if k != "xla"
@@ -263,18 +208,20 @@ def test_quick_preset_in_podman_images_and_rebuild_only_what_changed(tmp_path):
     assert changed == {"xla-fp32"}
     summary = pd.read_csv(wd / "results/summary.csv").set_index("experiment")
     assert summary.loc["xla-fp32", "image_id"] == after["xla"]["image_id"]
-    assert experiments_run(first)  # the first run did run the study
 
-    # 4. a trial beyond its container's memory limit (containers.memory) is oom, not a
-    # crash: the engine cannot always tell (cgroup v1), the limit's own cgroup can
+
+def test_a_trial_beyond_its_containers_memory_is_oom(quick_study, tmp_path):
+    """containers.memory: oom, not a crash; the engine cannot always tell (cgroup v1),
+    the limit's own cgroup can."""
     config = {"experiments": [{"id": "big", "batch_size": 64, "probe_size": 0, "steps": 1}]}
     spec = study.load_study(config).spec_json("big")  # ResNet-50 at 224 px: several GB
     out = tmp_path / "oom" / "big" / "trial0.json"
-    args = [f"--spec-json={spec}", f"--env-json={wd / 'results/images/eager.json'}"]
+    eager = quick_study.wd / "results/images/eager.json"
+    args = [f"--spec-json={spec}", f"--env-json={eager}"]
     args += [f"--out={out}", f"--log={tmp_path / 'oom.log'}", "--memory=1g", "--max-retries=0"]
     proc = subprocess.run(
         [sys.executable, "-m", "workflow_scripts.trial", *args],
-        cwd=wd, capture_output=True, text=True, timeout=600,
+        cwd=quick_study.wd, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
@@ -320,7 +267,7 @@ def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
     assert runtimes.resolve("auto") == ("podman", None)
 
 
-@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+@pytest.mark.podman
 def test_a_node_without_the_image_loads_it_from_the_shared_archive(tmp_path):
     """containers.archive: the submit host saves a built image into the shared folder;
     a node whose engine storage lacks it loads it there before its run (a tiny image

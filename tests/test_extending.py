@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_workflow import copy_workflow
+from tests.runs import copy_workflow
 
 TOY_BACKEND = '''
 """A throwaway backend: eager PyTorch whose optimizer never moves (lr 0)."""

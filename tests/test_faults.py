@@ -443,21 +443,32 @@ def test_a_cleanup_step_that_fails_is_said_and_this_nodes_part_is_still_done(tmp
                         "is completing"]  # fmt: skip
 
 
+def slurm_job_here(tmp_path, monkeypatch, job_id: str) -> Path:
+    """This process as if in SLURM job job_id, on a machine without SLURM: in a SLURM job
+    a single-process run is a job step of its own, so a stand-in srun (first on PATH, in
+    the folder returned) runs the command after its options."""
+    monkeypatch.setenv("SLURM_JOB_ID", job_id)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\n'
+                                  'exec "$@"\n')  # fmt: skip
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir
+
+
 def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_path, monkeypatch):
     """In a SLURM job, a marker of another job left beside the record means that job was
     lost whole: the next attempt writes the record from the accounting (here a stand-in
     sacct on PATH; the real one in test_slurm) and does not run the trial."""
     from workflow_scripts.trial import lost
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir = slurm_job_here(tmp_path, monkeypatch, "40")
     sacct = bin_dir / "sacct"
     sacct.write_text(
         "#!/bin/sh\necho '31|NODE_FAIL|0:0|n7|00:03:10|01:00:00|2026-11-25T20:13:44'\n"
     )
     sacct.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_JOB_ID", "40")
     pids = tmp_path / "pids"
     env = fake_python(tmp_path, HANGING.format(pids=pids))
     out = tmp_path / "records" / "t" / "trial0.json"
@@ -486,15 +497,7 @@ def test_an_interrupted_trial_in_a_slurm_job_says_so_for_its_next_attempt(
     attempt records only SLURM's own ends from the accounting."""
     from workflow_scripts.trial import lost
 
-    monkeypatch.setenv("SLURM_JOB_ID", "77")
-    # in a SLURM job a single-process run is a job step of its own: a stand-in srun
-    # (no cluster here) runs the command after its options
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\n'
-                                  'exec "$@"\n')  # fmt: skip
-    (bin_dir / "srun").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    slurm_job_here(tmp_path, monkeypatch, "77")
     proc, run_pids = start_hanging_trial(make_spec, tmp_path)
     out = tmp_path / "records/t/trial0.json"
     assert json.loads(lost.marker(out).read_text()) == {"slurm_job_id": "77"}

@@ -1,8 +1,9 @@
 """The gradient check (workflow_scripts/rank/gradcheck.py): every training trial's step
 must train the whole model, as eager PyTorch does. Real torch in the real environments:
-the check's arithmetic on real gradients, IPEX's broken compile on BERT-Tiny and the
-minimal reproducer that says it is IPEX's, a user's model whose forward detaches a
-block, and the optimizer knob (AdamW, foreach, fused; ipex.optimize gets it)."""
+the check's arithmetic on real gradients, IPEX's broken compile on BERT-Tiny (its
+quick-preset run, tests.runs.QuickStudy) and the minimal reproducer that says it is
+IPEX's, a user's model whose forward detaches a block, and the optimizer knob (AdamW,
+foreach, fused; ipex.optimize gets it)."""
 
 from __future__ import annotations
 
@@ -129,14 +130,12 @@ def test_ipex_import_loses_layernorm_gradients_under_aot_autograd(ipex_env):
     assert lost == ["0.weight", "0.bias", "1.weight", "1.bias"]
 
 
-def test_ipex_compile_of_bert_is_recorded_incorrect(ipex_env, make_spec, tmp_path):
-    """Through the harness: BERT-Tiny compiled with backend="ipex" trains 4 of its 41
-    parameter tensors (eager attention), or fails (sdpa); never a throughput."""
-    spec = make_spec(
-        id="bert-ipex-compile", model="bert-tiny", backend="ipex", compile="ipex",
-        attention="eager",
-    )  # fmt: skip
-    rec = run(spec, ipex_env, tmp_path)
+def test_ipex_compile_of_bert_is_recorded_incorrect(quick_study, ipex_env, make_spec, tmp_path):
+    """BERT-Tiny compiled with backend="ipex" trains 4 of its 41 parameter tensors with
+    eager attention (the quick preset's run, through Snakemake), and fails with sdpa
+    (through the harness here); never a throughput."""
+    rec = quick_study.records["bert-tiny-ipex-compile"]
+    assert rec["spec"]["attention"] == "eager" and rec["spec"]["compile"] == "ipex"
     assert rec["status"] == "incorrect", rec.get("error")
     assert rec["error"]["type"] == "IncorrectStep"
     assert rec["error"]["message"].startswith(
@@ -147,7 +146,11 @@ def test_ipex_compile_of_bert_is_recorded_incorrect(ipex_env, make_spec, tmp_pat
     assert rec["unchecked_metrics"]["samples_per_s"] > 0  # measured, kept apart
     got = rec["gradient_check"]["received"]
     assert got["parameters"] == 41 and got["with_gradient"] == 4
-    sdpa = run({**spec, "id": "bert-ipex-compile-sdpa", "attention": "sdpa"}, ipex_env, tmp_path)
+    spec = make_spec(
+        id="bert-ipex-compile-sdpa", model="bert-tiny", backend="ipex", compile="ipex",
+        attention="sdpa",
+    )  # fmt: skip
+    sdpa = run(spec, ipex_env, tmp_path)
     assert sdpa["status"] == "failed"
     assert "_scaled_dot_product_flash_attention_for_cpu_backward" in sdpa["error"]["message"]
 
@@ -241,7 +244,7 @@ def test_a_model_that_detaches_a_block_is_incorrect(upstream_env, make_spec, tmp
     """A model added as the README says (one declaration, its constructor), whose forward
     detaches its features: plain fp32 eager is its own reference, and the step still
     does not count."""
-    from tests.test_extending import copy_workflow
+    from tests.runs import copy_workflow
 
     wd = copy_workflow(tmp_path / "wf")
     workloads = wd / "workflow_scripts/workloads.py"
@@ -280,16 +283,17 @@ print(json.dumps({"status": rec["status"], "error": rec["error"], "check": check
     shutil.rmtree(wd, ignore_errors=True)
 
 
-def test_dynamic_padding_counts_real_tokens_and_recompiles(upstream_env, make_spec, tmp_path):
-    spec = make_spec(
-        id="dyn", model="bert-tiny", padding="dynamic", backend="inductor", steps=6,
-        seq_len=64,
-    )  # fmt: skip
-    rec = assert_ok(run(spec, upstream_env, tmp_path))
-    m = rec["metrics"]
-    assert 0.2 * 64 < m["tokens_per_sample"] < m["padded_tokens_per_sample"] <= 64
-    fixed = make_spec(id="fixed", model="bert-tiny", seq_len=64, steps=1, warmup_steps=1)
-    # FLOPs at the lengths padded to: fewer than at 64 tokens, more than at the mean
+def test_dynamic_padding_counts_real_tokens_and_recompiles(quick_study, make_spec):
+    """BERT-Tiny on dynamically padded batches through inductor, with fused AdamW (the
+    quick preset's run): the tokens it trained on are counted, each new length
+    recompiles, and the step passes the gradient check."""
+    rec = assert_ok(quick_study.records["bert-tiny-inductor-dynamic"])
+    spec, m = rec["spec"], rec["metrics"]
+    assert spec["padding"] == "dynamic" and spec["compile"] == "inductor"
+    n = spec["seq_len"]
+    assert 0.2 * n < m["tokens_per_sample"] < m["padded_tokens_per_sample"] <= n
+    fixed = make_spec(id="fixed", model="bert-tiny", seq_len=n, steps=1, warmup_steps=1)
+    # FLOPs at the lengths padded to: fewer than at the full length, more than at the mean
     from workflow_scripts import estimate, workloads
 
     assert m["flops_per_sample"] < estimate.train_flops_per_sample(fixed)
@@ -299,7 +303,7 @@ def test_dynamic_padding_counts_real_tokens_and_recompiles(upstream_env, make_sp
     )
     compiled = rec["checks"]["compile"]
     assert compiled["recompiles_after_first_step"] >= 1 and compiled["compile_s"] > 0
-    assert rec["gradient_check"]["ok"]
+    assert rec["checks"]["compiled"] and rec["gradient_check"]["ok"]
     row_tokens = rec["metrics"]["samples_per_s"] * m["tokens_per_sample"]
     from workflow_scripts import records
 

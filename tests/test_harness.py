@@ -73,18 +73,16 @@ def test_bf16_autocast_and_channels_last(upstream_env, make_spec, tmp_path):
     assert rec["checks"]["input_channels_last"] and rec["checks"]["weights_channels_last"]
 
 
-def test_compile_inductor(upstream_env, make_spec, tmp_path):
-    spec = make_spec(backend="inductor")
-    assert spec["compile"] == "inductor"
-    rec = assert_ok(run(spec, upstream_env, tmp_path))
-    assert rec["checks"]["compiled"]
+def test_compile_inductor(quick_study):
+    """The quick preset's inductor run (through Snakemake, in its image)."""
+    rec = assert_ok(quick_study.records["inductor-fp32"])
+    assert rec["spec"]["compile"] == "inductor" and rec["checks"]["compiled"]
     # the first step pays for tracing and code generation
     assert rec["metrics"]["time_to_first_step_s"] > rec["metrics"]["step_time_s"]["median"]
-    # ... in a fresh compile cache of its own, removed afterwards
+    # ... in a fresh compile cache of its own: the container's (test_transformers compiles
+    # in one of the host's, removed afterwards)
     cache = rec["provenance"]["compile_cache"]
-    assert cache["fresh"] is True and cache["removed"] is True
-    assert rec["provenance"]["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache["dir"]
-    assert not os.path.exists(cache["dir"])
+    assert cache["fresh"] is True and cache["dir"].endswith("(in the container)")
 
 
 @pytest.fixture(scope="module")
@@ -175,33 +173,32 @@ def test_bf16_roofline_uses_the_faster_ceiling(upstream_env, make_spec, tmp_path
 
 def test_steps_slowed_by_a_competing_process_are_caught(upstream_env, make_spec, tmp_path):
     """Busy processes started in the middle of the timed steps, on the trial's CPUs (its
-    first attempt), then stopped: the attempt is discarded, caught by the other work
-    during its steps, though its probe before the steps was quiet."""
+    first attempt), and stopped ten steps later: the attempt is discarded, caught by the
+    other work during its steps, though its probe before the steps was quiet."""
     spec = make_spec(model="resnet18", image_size=64, batch_size=8, warmup_steps=1, steps=60)
     log = tmp_path / "logs" / f"{spec['id']}.log"
     busy: list[subprocess.Popen] = []
 
-    def compete():  # at timed step 10 of attempt 1: one busy process per CPU, for 60 s
+    def compete():  # timed steps 10 to 20 of attempt 1: a busy process per CPU
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not busy:
             if log.exists() and "step 10/61" in log.read_text():
-                cmd = [
-                    sys.executable,
-                    "-c",
-                    "import time\nt=time.time()+60\nwhile time.time()<t: pass",
-                ]
+                cmd = [sys.executable, "-c", "while True: pass"]
                 busy.extend(subprocess.Popen(cmd) for _ in os.sched_getaffinity(0))
-                return
             time.sleep(0.05)
+        while time.monotonic() < deadline and "step 20/61" not in log.read_text():
+            time.sleep(0.05)
+        for p in busy:
+            p.kill()
 
     starter = threading.Thread(target=compete, daemon=True)
     starter.start()
     try:
         rec = run(spec, upstream_env, tmp_path, reference=None, max_retries=1, retry_delay_s=0)
     finally:
-        starter.join(timeout=5)
         for p in busy:
             p.kill()
+        starter.join(timeout=5)
     assert busy, "the competing processes never started"
     assert rec["status"] == "ok" and rec["attempts"] == 2
     first = rec["discarded_attempts"][0]
@@ -287,7 +284,7 @@ def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path)
     assert rec["metrics"]["peak_rss_children_mb"] > 0  # the workers were real processes
 
 
-def test_run_cpu_with_tcmalloc(upstream_env, make_spec, tmp_path):
+def test_run_cpu_with_tcmalloc(upstream_env, allocators, make_spec, tmp_path):
     spec = make_spec(launcher="run_cpu", allocator="tcmalloc")
     rec = assert_ok(run(spec, upstream_env, tmp_path))
     prov = rec["provenance"]
@@ -297,7 +294,9 @@ def test_run_cpu_with_tcmalloc(upstream_env, make_spec, tmp_path):
     assert "torch.backends.xeon.run_cpu" in prov["command"]
 
 
-def test_run_cpu_with_jemalloc_intel_openmp_one_thread(upstream_env, make_spec, tmp_path):
+def test_run_cpu_with_jemalloc_intel_openmp_one_thread(
+    upstream_env, allocators, make_spec, tmp_path
+):
     spec = make_spec(launcher="run_cpu", allocator="jemalloc", openmp="intel", threads=1)
     rec = assert_ok(run(spec, upstream_env, tmp_path))
     prov = rec["provenance"]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ENVS_ROOT
-from tests.test_workflow import copy_workflow, dry_run_jobs
+from tests.runs import copy_workflow, dry_run_jobs
 from workflow_scripts import estimate, study
 from workflow_scripts.study import preflight
 

@@ -8,27 +8,24 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests import components
 from tests.test_report_decisions import PRICES, machine_a, machine_b, trial, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTH = 1250
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)"),
-]
+pytestmark = pytest.mark.browser  # Debian's chromium, installed when missing (conftest)
 
 
 def chromium(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    cmd = [components.program("browser", "chromium", "chromium-browser")]
+    cmd += ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
     cmd += ["--virtual-time-budget=2000", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 

@@ -15,8 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ENVS_ROOT
-from tests.test_containers import PODMAN, container_config
-from tests.test_workflow import copy_workflow
+from tests.runs import container_config, copy_workflow
 from workflow_scripts import jobs
 
 #: a run that hangs is killed here (and the test fails); a failing one ends in seconds
@@ -114,8 +113,7 @@ def test_every_rules_failure_ends_the_run_with_its_message(tmp_path):
     assert '<section id="startup">' in page and "no fp32 eager run of this workload" in page
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not PODMAN, reason="podman is installed by tests/run.sh")
+@pytest.mark.podman
 def test_the_image_rules_failure_ends_the_run_with_its_message(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     config = ["--config", *container_config()]

@@ -30,20 +30,14 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
-from tests.test_workflow import REQUIRED_COLUMNS, copy_workflow
+from tests.runs import REQUIRED_COLUMNS, copy_workflow
 from workflow_scripts import study
 
-CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 #: the whole run through SLURM must end within this (the plugin can wait forever when
 #: it cannot read job states; the test then fails instead of hanging CI)
 HARD_LIMIT_S = 2700
-#: the test cluster: its nodes, and each node's memory (MB), which SLURM enforces
-NODES = ("study-node1", "study-node2")
-NODE_MEM_MB = 4096
-#: its MpiDefault, as many sites set it: srun adds PMIx variables to every task (and
-#: srun --mpi=pmi2 is there too)
-MPI = "pmix"
 #: what of the quick preset runs through SLURM: its experiments by name
 EXPERIMENTS = ("baseline", "ipex-optimize-fp32", "bert-tiny")
 #: DDP on one node against two, over both process groups (1 rank of 1 thread a node)
@@ -73,33 +67,6 @@ def slurm_study(workdir: Path) -> dict:
         # the ranks of a several-node trial talk over the nodes' own interface
         "cluster": {"network_interface": "eth0"},
     }
-
-
-def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STUDY_SLURM_DIR": str(state), "STUDY_SLURM_NODES": str(len(NODES)),
-           "STUDY_SLURM_MEM_MB": str(NODE_MEM_MB), "STUDY_SLURM_MPI": MPI,
-           "STUDY_SLURM_ACCOUNTING": "1"}  # fmt: skip
-    return subprocess.run(
-        ["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=600, env=env
-    )
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A running two-node cluster; its state folder (logs, jobcomp.log)."""
-    state = tmp_path_factory.mktemp("slurm")
-    started = cluster("start", state)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield state
-    finally:
-        stopped = cluster("stop", state)
-        print(stopped.stdout, stopped.stderr)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        # what it made is gone: its namespaces, its bridge, its node names
-        assert not set(NODES) & set(Path("/etc/hosts").read_text().split())
-        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert "studyslurm" not in netns
 
 
 def node_cpus() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 
 import pytest
@@ -63,6 +64,11 @@ def test_bert_compiles_with_inductor(upstream_env, make_spec, tmp_path):
     spec = make_spec(id="bert-inductor", model="bert-tiny", backend="inductor", seq_len=64)
     rec = text_record(assert_ok(run(spec, upstream_env, tmp_path)))
     assert rec["checks"]["compiled"]
+    # in a fresh compile cache of its own, removed afterwards
+    cache = rec["provenance"]["compile_cache"]
+    assert cache["fresh"] is True and cache["removed"] is True
+    assert rec["provenance"]["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache["dir"]
+    assert not os.path.exists(cache["dir"])
 
 
 def test_gpt2_through_ipex_optimize(ipex_env, make_spec, tmp_path):

@@ -38,7 +38,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.test_workflow import copy_workflow  # noqa: E402
+from tests.runs import copy_workflow  # noqa: E402
 
 PLAIN = r"""
 import json, sys, time, contextlib

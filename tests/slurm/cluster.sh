@@ -48,23 +48,13 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 install_packages() {
-    local missing=()
     local pkgs=(slurmctld slurmd slurm-client munge iproute2 util-linux)
     [ "$ACCOUNTING" = 1 ] && pkgs+=(slurmdbd mariadb-server)
     # srun --mpi=pmix, whatever MpiDefault: Debian's mpi_pmix plugin opens the
     # unversioned libpmix.so, which only the -dev package has ("pmi/pmix: can not load
     # PMIx library" without it)
     pkgs+=(libpmix-dev)
-    for pkg in "${pkgs[@]}"; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-        command -v apt-get >/dev/null || { echo "cluster.sh: needs apt-get to install ${missing[*]}" >&2; exit 1; }
-        echo "cluster.sh: installing ${missing[*]}"
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null
-    fi
+    bash "$(dirname "${BASH_SOURCE[0]}")/../install.sh" --no-recommends "${pkgs[@]}"
 }
 
 made() { echo "$*" >>"$DIR/made"; }

@@ -1,0 +1,147 @@
+"""Snakemake runs the tests read: a copy of the workflow in a temporary folder, its dry
+runs, and the quick preset, run once a session through the real ``snakemake`` in the
+podman images the workflow builds (every image, experiment, launcher, data mount and
+process group, and the collectives). The end-to-end tests of test_workflow (what the
+study measured and reported) and test_containers (what ran in which image) read that
+one run, which each used to run on its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "containers"]
+REQUIRED_COLUMNS = [
+    "experiment", "trial", "backend", "status", "samples_per_s", "step_time_median_s",
+    "step_time_p90_s", "step_time_p95_s", "step_time_p99_s", "step_time_stdev_s",
+    "time_to_first_step_s", "peak_rss_mb", "final_loss", "threads", "precision",
+    "cpu_model", "cpu_flags", "logical_cpus", "numa_nodes", "affinity", "ld_preload",
+    "torch_version", "env_lock_sha256", "git_revision",
+]  # fmt: skip
+# Shared across test runs and workflow copies: the wheelhouse (8+ GB of wheels) and the
+# engine's storage (a rebuild of unchanged images is a layer-cache hit).
+WHEELHOUSE = os.environ.get(
+    "STUDY_WHEELHOUSE", os.path.expanduser("~/.cache/cpu-train-study/wheelhouse")
+)
+# This kind of CI host needs the opt-in containers.conf (runc, no default ulimits);
+# set STUDY_CONTAINERS_CONF= (empty) on a machine where podman's defaults work.
+ENGINE_CONF = os.environ.get(
+    "STUDY_CONTAINERS_CONF", str(REPO / "containers/engine/containers.conf")
+)
+#: a whole run's limit (the quick preset in images, builds included, on 2 AVX2 cores)
+RUN_LIMIT_S = 5400
+
+
+def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in WORKFLOW_FILES:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def experiments_run(proc: subprocess.CompletedProcess) -> list[str]:
+    """Experiments whose job ran, from the launcher's per-job progress lines."""
+    return re.findall(r"\[experiment\] (\S+) trial", proc.stdout + proc.stderr)
+
+
+def mtimes(workdir: Path) -> dict[str, float]:
+    """The study's records, environment records, summary and report: their mtimes."""
+    files = [*workdir.glob("results/records/*/trial*.json"), *workdir.glob("results/envs/*")]
+    files += [workdir / "results/summary.csv", workdir / "results/report/index.html"]
+    return {str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in files}
+
+
+def dry_run_jobs(workdir: Path, *config: str) -> list[dict]:
+    """The jobs of a dry run, each {rule, wildcards, priority, input}, in the listed order
+    (runtime local unless the config given says otherwise)."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", "runtime=local"]
+    cmd += config
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs: list[dict] = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("rule "):
+            jobs.append({"rule": line[5:].rstrip(":"), "wildcards": "", "priority": 0})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            if key in ("wildcards", "input"):
+                jobs[-1][key] = value
+            elif key == "priority":
+                jobs[-1]["priority"] = int(value)
+    return jobs
+
+
+def container_config(*extra: str) -> list[str]:
+    """--config values of a run in podman images."""
+    config = [
+        # (noise reruns are the trial policy's, tested on their own: here they would only
+        # add minutes on a shared machine)
+        "preset=quick", "runtime=podman", "noise_retries=0",
+        # the default image names: the base image (reused by its settings' hash) and
+        # the layer cache are shared with the user's own runs
+        f"containers={{wheelhouse: {WHEELHOUSE}}}",
+    ]  # fmt: skip
+    if ENGINE_CONF:
+        config.append(f"container_engine_conf={ENGINE_CONF}")
+    return [*config, *extra]
+
+
+def snakemake_in_podman(wd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The quick preset in podman images (what config files given in args change)."""
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    cmd += ["--config", *container_config()]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def read_folder(folder: Path) -> dict[str, dict]:
+    """Every JSON file of a folder, by its name without .json."""
+    return {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
+
+
+@dataclass(frozen=True)
+class QuickStudy:
+    """What the quick preset's run in images wrote, read as soon as it ended: tests that
+    change the workflow copy afterwards (a Containerfile edited) leave this as it was."""
+
+    wd: Path
+    proc: subprocess.CompletedProcess
+    summary: pd.DataFrame  # one row per experiment (one trial each)
+    records: dict[str, dict]  # experiment -> its trial's record
+    images: dict[str, dict]
+    calibrations: dict[str, dict]
+    collectives: dict[str, dict]
+    html: str
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+    @classmethod
+    def run(cls, wd: Path) -> QuickStudy:
+        return cls.read(wd, snakemake_in_podman(wd))
+
+    @classmethod
+    def read(cls, wd: Path, proc: subprocess.CompletedProcess) -> QuickStudy:
+        results = wd / "results"
+        records = {p.parent.name: json.loads(p.read_text())
+                   for p in results.glob("records/*/trial0.json")}  # fmt: skip
+        return cls(
+            wd, proc, pd.read_csv(results / "summary.csv"), records,
+            read_folder(results / "images"), read_folder(results / "calibration"),
+            read_folder(results / "collectives"), (results / "report/index.html").read_text(),
+        )  # fmt: skip
