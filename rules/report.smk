@@ -16,6 +16,11 @@ rule report:
             caption="../workflow_scripts/captions/summary.rst",
             category="Tables",
         ),
+        comparisons=report(
+            f"{RESULTS}/comparisons.csv",
+            caption="../workflow_scripts/captions/comparisons.rst",
+            category="Tables",
+        ),
         html=f"{RESULTS}/report/index.html",
         ladder=report(
             f"{RESULTS}/report/ladder.svg",

@@ -126,6 +126,7 @@ class QuickStudy:
     calibrations: dict[str, dict]
     collectives: dict[str, dict]
     html: str
+    comparisons: pd.DataFrame  # every comparison the report states (comparisons.csv)
 
     @property
     def output(self) -> str:
@@ -144,4 +145,5 @@ class QuickStudy:
             wd, proc, pd.read_csv(results / "summary.csv"), records,
             read_folder(results / "images"), read_folder(results / "calibration"),
             read_folder(results / "collectives"), (results / "report/index.html").read_text(),
+            pd.read_csv(results / "comparisons.csv"),
         )  # fmt: skip

@@ -13,6 +13,7 @@ import sys
 
 import pandas as pd
 import pytest
+import scipy.stats
 
 from tests.test_report import PROVENANCE, html_tables, make, write
 from workflow_scripts import records as rec
@@ -161,12 +162,18 @@ def test_the_ladder_compares_each_step_with_the_one_it_builds_on(page):
     table = html_tables(section(text, "ladder"))[0].set_index("experiment")
     step = "over the step it builds on"
     assert table.loc["baseline", step] == "—"
-    assert table.loc["bf16", step] == "2.00× over baseline: precision fp32→bf16"
-    assert table.loc["bf16-cl", step] == "1.50× over bf16: + channels_last"
-    assert table.loc["runcpu-tcmalloc", step] == (
-        "1.07× over bf16-cl: launcher none→run_cpu, allocator default→tcmalloc"
+    # each ratio with its 95 % interval (the spread of log throughput pooled over the
+    # run: here the baseline's two used trials alone, 1 degree of freedom) and a verdict
+    s = abs(math.log(12 / 10)) / math.sqrt(2)
+    half = scipy.stats.t.ppf(0.975, 1) * s * math.sqrt(1 / 2 + 1)
+    interval = f"[{2 * math.exp(-half):.2f}–{2 * math.exp(half):.2f}], undecided"
+    assert table.loc["bf16", step] == f"2.00× over baseline: precision fp32→bf16 ({interval})"
+    assert table.loc["bf16-cl", step].startswith("1.50× over bf16: + channels_last ([")
+    assert table.loc["runcpu-tcmalloc", step].startswith(
+        "1.07× over bf16-cl: launcher none→run_cpu, allocator default→tcmalloc (["
     )
-    assert table.loc["runcpu-tcmalloc", "speedup"] == "3.20×"
+    assert table.loc["runcpu-tcmalloc", "speedup"].startswith("3.20× ([")
+    assert table.loc["runcpu-tcmalloc", "speedup"].endswith("], undecided)")
     # percentiles from too few timed steps are not numbers
     assert table.loc["baseline", "step p90 (s)"] == "n/a (8 steps)"
     assert table.loc["baseline", "step p99 (s)"] == "n/a (8 steps)"
@@ -186,11 +193,13 @@ def test_backends_are_compared_at_the_same_configuration(page):
     assert len(fp32) == 1 and len(bf16) == 1
     row = table.loc[fp32[0]]
     assert row["eager (torch 2.14.1)"].startswith("11.0 (10.0–12.0) (baseline)")
-    assert row["ipex (torch 2.14.1)"] == "9.00 (ipex-baseline), 0.82× eager"
-    assert row["inductor (torch 2.14.1)"] == "12.1 (inductor-fp32), 1.10× eager"
+    assert row["ipex (torch 2.14.1)"].startswith("9.00 (ipex-baseline), 0.82× eager ([")
+    assert row["inductor (torch 2.14.1)"].startswith("12.1 (inductor-fp32), 1.10× eager ([")
+    assert row["inductor (torch 2.14.1)"].endswith("], undecided)")
     row = table.loc[bf16[0]]
     assert row["eager (torch 2.14.1)"] == "33.0 (bf16-cl)"
-    assert row["inductor (torch 2.14.1)"] == "40.0 (inductor-bf16-cl), 1.21× eager"
+    # one trial each and no spread pooled from these two: no interval
+    assert row["inductor (torch 2.14.1)"].startswith("40.0 (inductor-bf16-cl), 1.21× eager ([")
     assert row["ipex + ipex.optimize (torch 2.14.1)"] == "no ok trial (ipex-optimize-bf16-cl)"
     # nothing compares eager's best bf16 with another backend's fp32
     assert not any("bf16" in c and "fp32" in c for c in table.index)

@@ -22,6 +22,7 @@ import yaml
 from tests.conftest import ENVS_ROOT
 from tests.runs import REPO, REQUIRED_COLUMNS, copy_workflow, dry_run_jobs, experiments_run, mtimes
 from workflow_scripts import images, study
+from workflow_scripts.report import uncertainty
 
 LOCAL_STUDY = """
 runtime: local
@@ -221,6 +222,23 @@ def test_the_report_shows_every_section(quick_study):
     ):  # fmt: skip
         assert needle in quick_study.html, needle
     assert not re.search(r"(src|href)=[\"']https?://", quick_study.html)  # self-contained
+
+
+def test_the_quick_study_says_how_sure_each_comparison_is(quick_study):
+    """comparisons.csv has its columns and every kind of comparison; with one trial per
+    experiment there is no spread, so nothing is decided and nothing is crowned."""
+    table = quick_study.comparisons
+    assert list(table.columns) == uncertainty.COLUMNS
+    assert {"baseline", "step", "reference", "group", "backend", "compile"} <= set(table["kind"])
+    steps = table[table["kind"] == "step"].set_index("experiment")
+    assert steps.loc["bf16-cl", "baseline"] == "bf16"
+    assert steps.loc["bf16-cl", "change"] == "+ channels_last"
+    assert (table["n_baseline"] == 1).all() and (table["n_experiment"] == 1).all()
+    assert set(table["verdict"]) == {"undecided"} and table["ci_low"].isna().all()
+    best = re.search(r'<b id="hl-best">([^<]*)</b>', quick_study.html).group(1)
+    if best != "baseline":  # (on a machine where every rung is slower, the baseline)
+        assert "so no configuration is known to beat the baseline yet" in quick_study.html
+    assert '<section id="comparisons">' in quick_study.html
 
 
 def test_each_trial_is_estimated_and_no_two_measurements_overlap(quick_study):

@@ -28,6 +28,7 @@ from workflow_scripts.cli import Arg, Command, announce
 from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
+from .comparisons import comparisons_csv, comparisons_section, stated_comparisons
 from .distributed import distributed_section
 from .families import families_section, family_lines, inference_lines, inference_section
 from .figures import (
@@ -168,14 +169,18 @@ def build_report(
     collectives: Sequence[Mapping] = (),
     machines: Any = None,
     name: str | None = None,
+    comparisons_path: Path | None = None,
 ) -> dict:
     """Write the summary CSV, the plots (:data:`PLOT_NAMES`, the collectives', and the
     extra ones: losses, startup, machines), and the HTML page; return counts.
 
     ``machines``: other result sets to compare with this one (see
     :func:`machines.parse_machines`); ``name``: this run's name among them (default: its
-    CPU), priced at the first ``measured`` price."""
+    CPU), priced at the first ``measured`` price; ``comparisons_path``: where every
+    comparison the report states goes, with its interval and verdict (default:
+    ``comparisons.csv`` beside the summary)."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
+    comparisons_path = Path(comparisons_path or summary_path.with_name("comparisons.csv"))
     for folder in (summary_path.parent, html_path.parent, plots_dir):
         folder.mkdir(parents=True, exist_ok=True)
     records = list(records)
@@ -216,6 +221,9 @@ def build_report(
         section, machine_summary = machines_section([here, *others], plots_dir)
         machine_sections.append(section)
 
+    found = stated_comparisons(stats_sp, baseline, ladder, matrix, compiled)
+    comparisons = comparisons_csv(stats, found)
+    comparisons.to_csv(comparisons_path, index=False)
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [
         ladder_section(ladder, baseline, base, svgs["ladder"]),
@@ -230,6 +238,7 @@ def build_report(
         roofline_section(roof, svgs["roofline"]),
         distributed_section(stats_sp, collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
+        comparisons_section(comparisons, stats),
         timing_section(frame),
         other_section(stats_sp, baseline),
         failures_section(frame, records),
@@ -238,6 +247,7 @@ def build_report(
     headline = headline_html(
         rich, records, stats, baseline, costs, check, compiled, machine_summary,
         family_lines(stats_sp, baseline, diverging) + inference_lines(stats_sp, baseline),
+        comparisons,
     )  # fmt: skip
     provenance = provenance_html(frame, records)
     page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)
@@ -255,6 +265,8 @@ COMMAND = Command(
             help="collectives microbenchmark JSON files"),
         Arg("summary", "output.summary", type=Path, help="summary CSV to write"),
         Arg("html", "output.html", type=Path, help="HTML report to write"),
+        Arg("comparisons", "output.comparisons", type=Path, default=None,
+            help="comparisons CSV to write (default: comparisons.csv beside the summary)"),
         Arg("plots_dir", lambda job: Path(job.output.html).parent, type=Path,
             help="folder for the SVG plots"),
         Arg("prices_json", "params.prices", default="[]",
@@ -315,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = build_report(
             records, args.summary, args.html, args.plots_dir, prices, args.title,
             args.noise_threshold, load_records(args.collectives), machines, name,
+            args.comparisons,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .. import backends
 from ..study import fields
+from .uncertainty import between
 from .values import isnan
 
 # Every comparison below is read from the field registry (workflow_scripts/study/
@@ -127,9 +128,10 @@ def config_text(row: Mapping) -> str:
 def previous_steps(ladder: pd.DataFrame) -> pd.DataFrame:
     """Each ladder row against the earlier row it builds on: the one of the same
     workload it differs from in the fewest settings (the latest such on a tie).
-    Adds ``step_parent``, ``step_change`` (what differs) and ``step_speedup``."""
+    Adds ``step_parent``, ``step_change`` (what differs), ``step_speedup`` and
+    ``step_compared`` (its interval and verdict, :mod:`uncertainty`)."""
     out = ladder.copy()
-    parents, changes, speedups = [], [], []
+    parents, changes, speedups, compared = [], [], [], []
     rows = [r for _, r in ladder.iterrows()]
     for i, row in enumerate(rows):
         best: tuple[int, int] | None = None
@@ -144,14 +146,17 @@ def previous_steps(ladder: pd.DataFrame) -> pd.DataFrame:
             parents.append(None)
             changes.append("")
             speedups.append(math.nan)
+            compared.append(None)
             continue
         parent = rows[best[1]]
         parents.append(parent["experiment"])
         changes.append(", ".join(differences(parent, row)) or "nothing")
         speedups.append(_ratio(row["sps_median"], parent["sps_median"]))
+        compared.append(between(parent, row, "step", changes[-1]))
     out["step_parent"] = parents
     out["step_change"] = changes
     out["step_speedup"] = speedups
+    out["step_compared"] = compared
     return out
 
 
@@ -237,8 +242,8 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     :data:`CONTROLLED_KEYS`) that two backend variants or more ran, one column per
     variant with its median samples/s, plus the experiment ids. Returns the long frame
     (``config``, ``variant``, ``experiment``, ``sps_median``, ``sps_min``,
-    ``sps_max``, ``n_used``, ``torch_version``, ``vs_eager``) and the variants'
-    order."""
+    ``sps_max``, ``n_used``, ``torch_version``, ``vs_eager`` and ``compared``: its
+    interval and verdict, :mod:`uncertainty`) and the variants' order."""
     rows = []
     if not len(stats):
         return pd.DataFrame(columns=["config", "variant", "experiment"]), []
@@ -278,6 +283,9 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                     "vs_eager": _ratio(
                         r["sps_median"], None if eager is None else eager["sps_median"]
                     ),
+                    "compared": None
+                    if eager is None or v == "eager"
+                    else between(eager, r, "backend"),
                 }
             )
     first = [v for v in ("eager", "inductor") if v in order]
@@ -287,7 +295,8 @@ def backend_matrix(stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def compiled_pairs(stats: pd.DataFrame) -> pd.DataFrame:
     """Each compiled experiment against its eager twin (the same configuration and
-    environment, not compiled): ``experiment``, ``eager``, ``speedup``."""
+    environment, not compiled): ``experiment``, ``eager``, ``speedup``, ``compared``
+    (:class:`uncertainty.Comparison`)."""
     rows = []
     plain = stats[stats["compile"].fillna("none") == "none"]
     for _, r in stats[stats["compile"].fillna("none") != "none"].iterrows():
@@ -308,10 +317,11 @@ def compiled_pairs(stats: pd.DataFrame) -> pd.DataFrame:
                     "experiment": r["experiment"],
                     "eager": e["experiment"],
                     "speedup": _ratio(r["sps_median"], e["sps_median"]),
+                    "compared": between(e, r, "compile"),
                 }
             )
             break
-    return pd.DataFrame(rows, columns=["experiment", "eager", "speedup"])
+    return pd.DataFrame(rows, columns=["experiment", "eager", "speedup", "compared"])
 
 
 def geomean(values: Sequence[float]) -> float:

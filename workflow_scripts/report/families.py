@@ -13,8 +13,9 @@ import pandas as pd
 
 from .. import workloads
 from .compare import config_text, differences, is_reference, norm_setting, same_workload
-from .formatting import fmt_num, fmt_speedup, percentile_text
+from .formatting import fmt_num, percentile_text
 from .html import table_html
+from .uncertainty import Comparison, between
 from .values import isnan
 
 Section = tuple[str, str, str]
@@ -103,32 +104,43 @@ def plain_reference(
 
 def against_reference(
     stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, same_batch: bool = False
-):
-    """Per row: (its fp32 eager reference's id or None, the throughput ratio, what
-    differs from the reference beyond the workload). ``same_batch``: the reference
-    has the row's batch size too (inference: latency and throughput depend on it)."""
+) -> list[tuple[str | None, Comparison | None, list[str]]]:
+    """Per row: (its fp32 eager reference's id or None, the comparison with it (ratio,
+    interval, verdict; :mod:`uncertainty`), what differs from the reference beyond the
+    workload). ``same_batch``: the reference has the row's batch size too (inference:
+    latency and throughput depend on it)."""
     out = []
     for _, r in rows.iterrows():
         ref = plain_reference(stats, r, baseline, same_batch)
         if ref is None or isnan(ref.get("sps_median")) or isnan(r.get("sps_median")):
-            out.append((None if ref is None else ref["experiment"], float("nan"), []))
+            out.append((None if ref is None else ref["experiment"], None, []))
             continue
-        ratio = float(r["sps_median"]) / float(ref["sps_median"])
-        out.append((ref["experiment"], ratio, differences(ref, r)))
+        out.append((ref["experiment"], between(ref, r, "reference"), differences(ref, r)))
     return out
 
 
-def _vs_text(ref, ratio, diff) -> str:
+def reference_comparisons(stats: pd.DataFrame, baseline: str | None) -> list[Comparison]:
+    """Every training and inference run against its fp32 eager reference."""
+    found = [c for _, c, _ in against_reference(stats, baseline, training_rows(stats)) if c]
+    inference = against_reference(stats, baseline, inference_rows(stats), same_batch=True)
+    return found + [c for _, c, _ in inference if c]
+
+
+def _ratio(c: Comparison | None) -> float:
+    return float("nan") if c is None else c.ratio
+
+
+def _vs_text(ref, c: Comparison | None, diff) -> str:
     if ref is None:
         return "n/a (no fp32 eager run of this workload)"
-    if isnan(ratio):
+    if c is None or isnan(c.ratio):
         return f"n/a (vs {ref})"
-    return f"{fmt_speedup(ratio)} vs {ref}"
+    return f"{c.ratio:.2f}× vs {ref} ({c.qualifier()})"
 
 
 def family_table(stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, text: bool):
     cells = []
-    for (_, r), (ref, ratio, diff) in zip(
+    for (_, r), (ref, c, diff) in zip(
         rows.iterrows(), against_reference(stats, baseline, rows), strict=True
     ):
         row = {
@@ -141,7 +153,7 @@ def family_table(stats: pd.DataFrame, baseline: str | None, rows: pd.DataFrame, 
         if text:
             row["tokens/s"] = fmt_num(tokens_per_s(r))
         row["% of ceiling"] = fmt_num(r.get("pct_of_peak"), 1)
-        row["vs fp32 eager"] = _vs_text(ref, ratio, diff)
+        row["vs fp32 eager"] = _vs_text(ref, c, diff)
         cells.append(row)
     return pd.DataFrame(cells)
 
@@ -197,15 +209,15 @@ def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[
         rows = train[train.apply(family, axis=1) == fam] if len(train) else train
         rows = rows[~rows["experiment"].isin(list(diverging))] if len(rows) else rows
         scored = [
-            (ratio, r, ref)
-            for (_, r), (ref, ratio, _) in zip(
+            (c, r, ref)
+            for (_, r), (ref, c, _) in zip(
                 rows.iterrows(), against_reference(stats, baseline, rows), strict=True
             )
-            if not isnan(ratio)
+            if not isnan(_ratio(c))
         ]
         if not scored:
             continue
-        ratio, best, ref = max(scored, key=lambda s: s[0])
+        c, best, ref = max(scored, key=lambda s: s[0].ratio)
         tokens = tokens_per_s(best)
         rate = f"{fmt_num(best['sps_median'])} samples/s"
         if not isnan(tokens):
@@ -214,7 +226,8 @@ def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[
             f"{html.escape(FAMILY_TITLE[fam])}: the fastest training run is "
             f"<b>{html.escape(str(best['experiment']))}</b> "
             f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}) at {rate}, "
-            f"<b>{fmt_speedup(ratio)}</b> its fp32 eager run ({html.escape(str(ref))})."
+            f"<b>{c.ratio:.2f}×</b> its fp32 eager run ({html.escape(str(ref))}; "
+            f"{html.escape(c.qualifier())})."
         )
     return lines
 
@@ -232,7 +245,7 @@ def _ms(value) -> float:
 def inference_table(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     rows = inference_rows(stats)
     cells = []
-    for (_, r), (ref, ratio, _diff) in zip(
+    for (_, r), (ref, c, _diff) in zip(
         rows.iterrows(), against_reference(stats, baseline, rows, same_batch=True), strict=True
     ):
         batch1 = not isnan(r.get("batch_size")) and int(r["batch_size"]) == 1
@@ -256,7 +269,7 @@ def inference_table(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
                 "tokens/s": fmt_num(tokens_per_s(r)) if family(r) == "text" else "",
                 "% of ceiling": fmt_num(r.get("pct_of_peak"), 1),
                 "INT8 kernels": int8_text(r),
-                "vs fp32 eager": _vs_text(ref, ratio, _diff)
+                "vs fp32 eager": _vs_text(ref, c, _diff)
                 if ref is None or ref != r["experiment"]
                 else "reference",
             }
@@ -338,17 +351,17 @@ def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
         speed = mine[[not _accuracy(r) for _, r in mine.iterrows()]]
         mine = speed if len(speed) else mine  # the accuracy runs' models only where alone
         scored = [
-            (ratio, r, ref)
-            for (_, r), (ref, ratio, _) in zip(
+            (c, r, ref)
+            for (_, r), (ref, c, _) in zip(
                 mine.iterrows(), against_reference(stats, baseline, mine, True), strict=True
             )
-            if not isnan(ratio) and not isnan(r.get("batch_size"))
+            if not isnan(_ratio(c)) and not isnan(r.get("batch_size"))
         ]
         parts = []
         batches = sorted({int(r["batch_size"]) for _, r, _ in scored})
         for batch in dict.fromkeys([b for b in batches if b == 1] + batches[-1:]):
-            ratio, best, ref = max((s for s in scored if int(s[1]["batch_size"]) == batch),
-                                   key=lambda s: s[0])  # fmt: skip
+            c, best, ref = max((s for s in scored if int(s[1]["batch_size"]) == batch),
+                               key=lambda s: s[0].ratio)  # fmt: skip
             if batch == 1:
                 rate = f"p50 {fmt_num(_ms(best.get('step_time_median_s')))} ms"
             else:
@@ -360,7 +373,8 @@ def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
             parts.append(
                 f"at batch {batch} <b>{html.escape(str(best['experiment']))}</b> "
                 f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}), {rate}, "
-                f"<b>{fmt_speedup(ratio)}</b> its fp32 eager run ({html.escape(str(ref))}){extra}"
+                f"<b>{c.ratio:.2f}×</b> its fp32 eager run "
+                f"({html.escape(str(ref))}; {html.escape(c.qualifier())}){extra}"
             )
         if parts:
             lines.append(

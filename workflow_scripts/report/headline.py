@@ -14,6 +14,7 @@ from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
 from .stats import OK, baseline_sps, best_like_baseline
+from .uncertainty import MARGIN, between, counts
 from .values import isnan
 
 
@@ -49,9 +50,11 @@ def headline_html(
     compiled: pd.DataFrame,
     machines: Mapping | None = None,
     families: Sequence[str] = (),
+    comparisons: pd.DataFrame | None = None,
 ) -> str:
     """The headline box at the top of the page (``families``: a line per workload
-    family, see ``families.family_lines``)."""
+    family, see ``families.family_lines``; ``comparisons``: every comparison the report
+    states, :func:`uncertainty.comparisons_frame`)."""
     flags = cpu_flags(frame) if len(frame) else set()
     isa, meaning = isa_verdict(flags)
     cpu = cpu_description(frame, records) if len(frame) else "no trials"
@@ -74,11 +77,7 @@ def headline_html(
             f"{_b('sps', fmt_num(best['sps_median']))} samples/s"
         )
         if not isnan(base) and base > 0:
-            speedup = f"{best['sps_median'] / base:.2f}×"
-            lead.append(
-                f", {_b('speedup', speedup)} the fp32 eager "
-                f"baseline ({html.escape(str(baseline))}, {fmt_num(base)} samples/s)"
-            )
+            lead.append(_against_baseline(ref, best, baseline, base))
         measured = costs[costs["throughput"] == "measured"] if len(costs) else costs
         if len(measured):
             c = measured.iloc[0]
@@ -97,6 +96,7 @@ def headline_html(
                 "fp32 eager's: see Correctness.)"
             )
     items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
+    items.append(_decided(comparisons))
     if any(isinstance(r, Mapping) and (r.get("spec") or {}).get("preflight") for r in records):
         items.insert(0, PREFLIGHT)
     items.append(_correctness(check))
@@ -119,6 +119,45 @@ def headline_html(
         )
     lis = "".join(f"<li>{i}</li>" for i in items if i)
     return f'<div class="headline"><p class="lead">{"".join(lead)}</p><ul>{lis}</ul></div>'
+
+
+def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -> str:
+    """``, 3.20× [2.9–3.5] the fp32 eager baseline (...): faster``; a fastest run not
+    known to beat the baseline says so."""
+    c = between(ref, best, "baseline")
+    ratio = f"{best['sps_median'] / base:.2f}×"
+    ci = "" if isnan(c.ci_low) else f" [{c.ci_low:.2f}–{c.ci_high:.2f}]"
+    text = (
+        f", {_b('speedup', ratio)}{ci} the fp32 eager baseline ({html.escape(str(baseline))}, "
+        f"{fmt_num(base)} samples/s"
+    )
+    if best["experiment"] == baseline:
+        return text + ")"
+    if c.verdict == "faster":
+        return text + f"; {_b('verdict', 'faster')} at 95 % confidence)"
+    why = "no interval: one trial each" if isnan(c.ci_low) else "its interval does not clear"
+    why += "" if isnan(c.ci_low) else f" the ±{100 * MARGIN:g} % margin"
+    if c.verdict == "same":
+        why = f"the same within ±{100 * MARGIN:g} %"
+    return (
+        text + f"; {_b('verdict', c.verdict)}: {html.escape(why)}, so no configuration is "
+        "known to beat the baseline yet)"
+    )
+
+
+def _decided(comparisons: pd.DataFrame | None) -> str:
+    """How many of the report's comparisons are decided, and how."""
+    if comparisons is None or not len(comparisons):
+        return ""
+    n = counts(comparisons)
+    total = sum(n.values())
+    decided = total - n["undecided"]
+    return (
+        f"Comparisons: {_b('decided', str(decided))} of {total} decided at 95 % confidence "
+        f"({n['faster']} faster, {n['slower']} slower, {n['same']} the same within "
+        f"±{100 * MARGIN:g} %), {_b('undecided', str(n['undecided']))} undecided (see How "
+        "sure each comparison is; all of them in comparisons.csv)."
+    )
 
 
 def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:

@@ -27,6 +27,7 @@ from .formatting import (
     used_count,
 )
 from .stats import trial_counts
+from .uncertainty import Comparison
 from .values import isnan
 
 # The settings' column names are the fields' report labels (study/fields.py).
@@ -70,8 +71,20 @@ def _step_cell(r) -> str:
     parent = r.get("step_parent")
     if parent is None or isnan(parent):
         return "—"
+    compared = r.get("step_compared")
     speed = fmt_speedup(r.get("step_speedup")) or "n/a"
-    return f"{speed} over {parent}: {r.get('step_change')}"
+    text = f"{speed} over {parent}: {r.get('step_change')}"
+    if isinstance(compared, Comparison) and not isnan(compared.ratio):
+        text += f" ({compared.qualifier()})"
+    return text
+
+
+def _compared_cell(r) -> str:
+    """The speedup over the baseline with its interval and verdict (uncertainty.py)."""
+    compared = r.get("compared")
+    if isinstance(compared, Comparison) and not isnan(compared.ratio):
+        return compared.text()
+    return fmt_speedup(r.get("speedup"))
 
 
 def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
@@ -85,9 +98,7 @@ def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:
                 "in effect (checked)": fmt_text(r.get("in_effect")),
                 "ok trials": trials_text(r),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], used_count(r)),
-                "speedup": fmt_speedup(
-                    r["speedup"], r["speedup_min"], r["speedup_max"], used_count(r)
-                ),
+                "speedup": _compared_cell(r),
                 "over the step it builds on": _step_cell(r),
                 "article's claim": fmt_speedup(r["claim_speedup"]),
                 "CV over trials": fmt_cv(r["sps_cv"]) or "n/a (1 trial)",

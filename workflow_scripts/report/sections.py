@@ -35,6 +35,7 @@ from .html import (
 )
 from .machines import cpu_description, isa_verdict
 from .stats import SWEEPS
+from .uncertainty import Comparison, compared_text
 from .values import isnan
 
 Section = tuple[str, str, str]  # (id, heading, HTML content)
@@ -336,8 +337,10 @@ def _like_for_like(sub: pd.DataFrame, stats: pd.DataFrame, baseline: str | None)
     by_id = stats.set_index("experiment", drop=False)
     speed, group = [], []
     for _, r in sub.iterrows():
-        if base_row is None or same_workload(base_row, r):
+        if base_row is None:
             speed.append(fmt_speedup(r.get("speedup")))
+        elif same_workload(base_row, r):
+            speed.append(compared_text(base_row, r) or fmt_speedup(r.get("speedup")))
         else:
             speed.append("n/a (" + ", ".join(differences(base_row, r, WORKLOAD_KEYS)) + ")")
         head = by_id.loc[r["group_baseline"]] if r["group_baseline"] in by_id.index else None
@@ -349,7 +352,8 @@ def _like_for_like(sub: pd.DataFrame, stats: pd.DataFrame, baseline: str | None)
             group.append("n/a (" + ", ".join(differences(head, r, WORKLOAD_KEYS)) + ")")
         else:
             diff = ", ".join(differences(head, r))
-            group.append(fmt_speedup(r.get("group_speedup")) + (f" ({diff})" if diff else ""))
+            text = compared_text(head, r) or fmt_speedup(r.get("group_speedup"))
+            group.append(text + (f" ({diff})" if diff else ""))
     sub["speedup_text"] = speed
     sub["group_text"] = group
     return sub
@@ -422,20 +426,29 @@ def backends_section(
             text = f"{sps or 'no ok trial'} ({c['experiment']})"
             if v != "eager" and not isnan(c["vs_eager"]):
                 text += f", {c['vs_eager']:.2f}× eager"
+                compared = c.get("compared")
+                if isinstance(compared, Comparison):
+                    text += f" ({compared.qualifier()})"
             row[heads[v]] = text
         rows.append(row)
     body = note + table_html(pd.DataFrame(rows))
     if len(compiled):
         g = geomean(compiled["speedup"])
-        pairs = ", ".join(
-            f"{r['experiment']} {fmt_speedup(r['speedup']) or 'n/a'} over {r['eager']}"
-            for _, r in compiled.iterrows()
+        pairs = "; ".join(
+            f"{r['experiment']} {_pair_text(r)} over {r['eager']}" for _, r in compiled.iterrows()
         )
         body += (
             f'<p class="counts">torch.compile over its eager twin: geometric mean '
             f"<b>{fmt_speedup(g) or 'n/a'}</b> ({html.escape(pairs)}).</p>"
         )
     return ("backends", "Backend head-to-head", body + figure_html("backends", svg))
+
+
+def _pair_text(r: Mapping) -> str:
+    compared = r.get("compared")
+    if isinstance(compared, Comparison) and not isnan(compared.ratio):
+        return compared.text()
+    return fmt_speedup(r.get("speedup")) or "n/a"
 
 
 def roofline_section(roof: pd.DataFrame, svg: str) -> Section:

@@ -15,6 +15,7 @@ from workflow_scripts.records import OK, SPEC_COLUMNS
 from workflow_scripts.study import fields
 
 from .compare import same_workload
+from .uncertainty import between, with_spread
 from .values import isnan
 
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
@@ -89,7 +90,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         for experiment, sub in frame.groupby("experiment", sort=False)
     ]
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
-    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv"]
+    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv", "sps_used"]
     columns += MEDIAN_COLS
     columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
     columns += [
@@ -103,7 +104,8 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         *SERVING_COLS,
         *OK_TEXT,
     ]
-    return pd.DataFrame(rows, columns=columns)
+    # the run's pooled spread on every row: any two rows make a comparison (uncertainty.py)
+    return with_spread(pd.DataFrame(rows, columns=columns))
 
 
 def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFrame:
@@ -146,6 +148,8 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     spread = spread_stats(used["_sps"])
     for key in ("median", "min", "max", "cv"):
         row[f"sps_{key}"] = spread[key]
+    # each used trial's throughput: what a comparison's interval rests on (uncertainty.py)
+    row["sps_used"] = tuple(float(v) for v in used["_sps"].dropna())
     for col in MEDIAN_COLS:
         # the gradient check's figures also of a run with no usable trial (incorrect)
         of = pick if col in GRADIENT_COLS else used
@@ -252,8 +256,15 @@ def with_group_speedup(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def ladder_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
-    ladder = stats[stats["group"] == "ladder"]
-    return with_speedup(ladder, baseline_sps(stats, baseline)).reset_index(drop=True)
+    """The ladder's rows with their ``speedup`` over the baseline and ``compared``: that
+    comparison with its interval and verdict (None without a baseline)."""
+    ladder = with_speedup(stats[stats["group"] == "ladder"], baseline_sps(stats, baseline))
+    base = stats[stats["experiment"] == baseline]
+    ref = base.iloc[0] if baseline is not None and len(base) else None
+    ladder["compared"] = [
+        None if ref is None else between(ref, r, "baseline") for _, r in ladder.iterrows()
+    ]
+    return ladder.reset_index(drop=True)
 
 
 def backend_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:

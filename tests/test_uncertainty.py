@@ -1,0 +1,152 @@
+"""Every comparison with its interval and a verdict (workflow_scripts/report/uncertainty.py,
+comparisons.py): the pooled spread, the interval's arithmetic, the verdicts at their
+margins, comparisons.csv and what the headline says, from fixture records (no torch)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pandas as pd
+import pytest
+import scipy.stats
+
+from tests.test_report import make, write
+from workflow_scripts import records as rec
+from workflow_scripts import report
+from workflow_scripts.report import uncertainty
+from workflow_scripts.report.stats import experiment_stats
+from workflow_scripts.report.uncertainty import MARGIN, Spread, between, interval, verdict
+
+
+def stats_of(trials: dict[str, list[float]], **specs) -> pd.DataFrame:
+    records = [
+        make(exp, k, sps, **specs.get(exp, {}))
+        for exp, values in trials.items()
+        for k, sps in enumerate(values)
+    ]
+    frame = rec.summary_frame(records)
+    return experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+
+
+def test_the_spread_is_pooled_over_the_experiments_of_two_trials_or_more():
+    runs = [[10.0, 11.0, 12.0], [20.0, 19.0], [5.0], []]
+    spread = Spread.pooled(runs)
+    logs = [[math.log(v) for v in r] for r in runs if len(r) > 1]
+    ss = sum(statistics.variance(x) * (len(x) - 1) for x in logs)
+    assert spread.df == 2 + 1
+    assert spread.sd == pytest.approx(math.sqrt(ss / 3))
+    # one trial each: no spread, no interval
+    assert Spread.pooled([[1.0], [2.0]]).df == 0
+    ratio, lo, hi = interval([10.0], [20.0], Spread.pooled([[1.0], [2.0]]))
+    assert ratio == 2.0 and math.isnan(lo) and math.isnan(hi)
+
+
+def test_the_interval_is_students_t_on_the_log_ratio():
+    spread = Spread(0.05, 10)
+    ratio, lo, hi = interval([10.0, 10.0], [12.0, 12.0, 12.0], spread)
+    half = scipy.stats.t.ppf(0.975, 10) * 0.05 * math.sqrt(1 / 2 + 1 / 3)
+    assert ratio == pytest.approx(1.2)
+    assert (lo, hi) == pytest.approx((1.2 * math.exp(-half), 1.2 * math.exp(half)))
+    # the median of each side, as everywhere in the report
+    assert interval([9.0, 10.0, 30.0], [20.0], spread)[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "expected"),
+    [
+        (0.99, 1.01, "same"),
+        (1 / (1 + MARGIN), 1 + MARGIN, "same"),
+        (1.04, 1.10, "faster"),
+        (0.80, 0.95, "slower"),
+        (1.01, 1.05, "undecided"),  # beyond 1.0 but not clear of the margin
+        (0.95, 1.20, "undecided"),
+        (math.nan, math.nan, "undecided"),
+    ],
+)
+def test_verdicts_at_the_margin(lo, hi, expected):
+    assert verdict(lo, hi) == expected
+
+
+def test_identical_settings_come_out_the_same_and_a_real_difference_slower():
+    stats = stats_of(
+        {
+            "baseline": [100.0, 101.0, 99.0, 100.5],
+            "twin": [99.5, 100.5, 100.0, 101.0],
+            "one-thread": [55.0, 54.0, 56.0],
+        },
+        **{"one-thread": {"threads": 1}},
+    )
+    same = between(stats.loc["baseline"], stats.loc["twin"])
+    assert same.verdict == "same" and same.ci_low < 1.0 < same.ci_high
+    assert (same.n_baseline, same.n_experiment) == (4, 4)
+    slower = between(stats.loc["baseline"], stats.loc["one-thread"])
+    assert slower.verdict == "slower" and slower.ci_high < 1.0
+    assert slower.text().startswith("0.55× ([0.") and slower.text().endswith("], slower)")
+
+
+def test_noisy_trials_are_left_out_of_ratio_and_spread():
+    records = [make("baseline", k, v) for k, v in enumerate([100.0, 100.0, 40.0])]
+    records += [make("bf16", k, v, precision="bf16") for k, v in enumerate([150.0, 151.0])]
+    for r in records:
+        r["probe"] = {"fp32_gflops": 180.0, "bf16_gflops": 400.0, "size": 1024, "threads": 2}
+    records[2]["probe"]["fp32_gflops"] = 40.0  # disturbed: the peers' probes say so
+    frame = rec.summary_frame(records)
+    stats = experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+    assert stats.loc["baseline", "sps_used"] == (100.0, 100.0)
+    c = between(stats.loc["baseline"], stats.loc["bf16"])
+    assert c.ratio == pytest.approx(1.505) and c.verdict == "faster"
+
+
+def quick_like():
+    """The quick preset's shape: one trial each; a DataLoader run 1.07x the baseline."""
+    return [
+        make("baseline", 0, 10.0),
+        make("workers-nw0", 0, 10.7, group="num_workers", data="per_sample", num_workers=0),
+        make("bf16", 0, 25.0, precision="bf16"),
+    ]
+
+
+def test_one_trial_each_decides_nothing_and_the_headline_crowns_nobody(tmp_path):
+    records = rec.load_records(write(tmp_path, quick_like()))
+    report.build_report(records, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    text = (tmp_path / "r/index.html").read_text()
+    head = text[text.index('class="headline"') : text.index("<nav>")]
+    assert '<b id="hl-verdict">undecided</b>: no interval: one trial each' in head
+    assert "so no configuration is known to beat the baseline yet" in head
+    assert '<b id="hl-decided">0</b> of' in head
+    table = pd.read_csv(tmp_path / "comparisons.csv")
+    assert set(table["verdict"]) == {"undecided"}
+    assert table["ci_low"].isna().all()
+
+
+def test_comparisons_csv_lists_what_the_report_states(tmp_path):
+    records = [make("baseline", k, v) for k, v in enumerate([10.0, 10.05, 9.98])]
+    records += [make("bf16", k, v, precision="bf16") for k, v in enumerate([20.0, 20.1])]
+    records += [
+        make("bf16-cl", k, v, precision="bf16", channels_last=True)
+        for k, v in enumerate([20.05, 20.1])
+    ]
+    records += [make("resnet18", 0, 80.0, group="models", model="resnet18")]
+    records = rec.load_records(write(tmp_path, records))
+    report.build_report(records, tmp_path / "s.csv", tmp_path / "r/index.html", tmp_path / "r")
+    table = pd.read_csv(tmp_path / "comparisons.csv")
+    assert list(table.columns) == uncertainty.COLUMNS
+    for column in ("kind", "baseline", "experiment", "ratio", "ci_low", "ci_high"):
+        assert column in table
+    steps = table[table["kind"] == "step"].set_index("experiment")
+    assert steps.loc["bf16", "baseline"] == "baseline"
+    assert steps.loc["bf16", "verdict"] == "faster"
+    assert steps.loc["bf16-cl", "baseline"] == "bf16"
+    assert steps.loc["bf16-cl", "verdict"] == "same"
+    assert steps.loc["bf16-cl", "change"] == "+ channels_last"
+    assert (steps["n_baseline"] > 1).all() and (table["df"] == 2 + 1 + 1).all()
+    # another model is never divided by the baseline
+    assert not ((table["experiment"] == "resnet18") & (table["baseline"] == "baseline")).any()
+    text = (tmp_path / "r/index.html").read_text()
+    assert '<section id="comparisons">' in text
+    head = text[text.index('class="headline"') : text.index("<nav>")]
+    n = table.drop_duplicates(["baseline", "experiment"])
+    decided = int((n["verdict"] != "undecided").sum())
+    assert f'<b id="hl-decided">{decided}</b> of {len(n)} decided' in head
+    assert '<b id="hl-verdict">faster</b> at 95 % confidence' in head

@@ -1,0 +1,126 @@
+"""Every comparison the report states, gathered for ``comparisons.csv`` and the
+report's section "How sure each comparison is" (the method: :mod:`uncertainty`).
+
+Kinds: ``baseline`` (a run of the baseline's workload against the baseline),
+``step`` (a ladder rung against the rung it builds on), ``group`` (a run against its
+group's first, same workload), ``reference`` (a run against the plain fp32 eager run
+of its workload, by family; inference at the same batch), ``backend`` (a backend
+variant against eager at the same configuration) and ``compile`` (a compiled run
+against its eager twin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import pandas as pd
+
+from .compare import differences, same_workload
+from .families import reference_comparisons
+from .html import table_html
+from .uncertainty import (
+    Comparison,
+    Spread,
+    between,
+    comparisons_frame,
+    counts,
+    method_text,
+    spread_of,
+)
+from .values import isnan
+
+#: the table's kinds in the order they are listed
+KINDS = ("baseline", "step", "reference", "group", "backend", "compile")
+
+
+def _found(values: Iterable) -> list[Comparison]:
+    return [c for c in values if isinstance(c, Comparison)]
+
+
+def stated_comparisons(
+    stats: pd.DataFrame,
+    baseline: str | None,
+    ladder: pd.DataFrame,
+    matrix: pd.DataFrame,
+    compiled: pd.DataFrame,
+) -> list[Comparison]:
+    """What the report compares, each with its interval and verdict (``stats``: with
+    ``group_baseline``; ``ladder``: with ``step_compared``; ``matrix`` and
+    ``compiled``: with ``compared``)."""
+    found: list[Comparison] = []
+    by_id = {str(r["experiment"]): r for _, r in stats.iterrows()}
+    base = by_id.get(str(baseline)) if baseline is not None else None
+    if base is not None:
+        found += [between(base, r, "baseline") for r in by_id.values() if same_workload(base, r)]
+    for column in ("step_compared",):
+        if column in ladder:
+            found += _found(ladder[column])
+    found += reference_comparisons(stats, baseline)
+    for r in by_id.values():
+        head = by_id.get(str(r.get("group_baseline")))
+        if head is not None and same_workload(head, r):
+            found.append(between(head, r, "group"))
+    for frame in (matrix, compiled):
+        if "compared" in frame:
+            found += _found(frame["compared"])
+    found = [_with_change(c, by_id) for c in found]
+    return sorted(found, key=lambda c: KINDS.index(c.kind) if c.kind in KINDS else len(KINDS))
+
+
+def _with_change(c: Comparison, by_id: dict) -> Comparison:
+    """``c`` naming the settings its experiment changes over its baseline."""
+    if c.change or c.baseline not in by_id or c.experiment not in by_id:
+        return c
+    return replace(c, change=", ".join(differences(by_id[c.baseline], by_id[c.experiment])))
+
+
+def run_spread(stats: pd.DataFrame) -> Spread:
+    return spread_of(stats.iloc[0]) if len(stats) else Spread(float("nan"), 0)
+
+
+def comparisons_csv(stats: pd.DataFrame, found: Iterable[Comparison]) -> pd.DataFrame:
+    return comparisons_frame(found, run_spread(stats))
+
+
+def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple[str, str, str]:
+    """The method, the counts by verdict and every comparison, undecided ones first."""
+    title = "How sure each comparison is"
+    note = f'<p class="note">{method_text(run_spread(stats))}</p>'
+    if not len(comparisons):
+        return ("comparisons", title, note + '<p class="empty">No comparison to state.</p>')
+    n = counts(comparisons)
+    summary = (
+        f'<p class="counts">{sum(n.values())} pairs compared: {n["faster"]} faster, '
+        f"{n['slower']} slower, {n['same']} the same within the margin, "
+        f"<b>{n['undecided']} undecided</b>.</p>"
+    )
+    order = {"undecided": 0, "faster": 1, "slower": 2, "same": 3}
+    pairs = (
+        comparisons.groupby(["baseline", "experiment"], sort=False)
+        .agg({**{c: "first" for c in comparisons.columns}, "kind": ", ".join})
+        .reset_index(drop=True)
+    )
+    pairs["_o"] = pairs["verdict"].map(order)
+    rows = [
+        {
+            "experiment": r["experiment"],
+            "over": r["baseline"],
+            "ratio": f"{r['ratio']:.2f}×",
+            "95 % interval": "" if isnan(r["ci_low"]) else f"{r['ci_low']:.2f}–{r['ci_high']:.2f}",
+            "trials": f"{int(r['n_experiment'])} vs {int(r['n_baseline'])}",
+            "verdict": r["verdict"],
+            "what differs": r["change"],
+            "compared as": r["kind"],
+        }
+        for _, r in pairs.sort_values("_o", kind="stable").iterrows()
+    ]
+    return (
+        "comparisons",
+        title,
+        note
+        + summary
+        + f"<details><summary>All {len(rows)} pairs, undecided first (each comparison "
+        "also in comparisons.csv, one row per kind)</summary>"
+        + table_html(pd.DataFrame(rows))
+        + "</details>",
+    )

@@ -1,0 +1,245 @@
+"""How sure each comparison is: the ratio of two experiments' throughputs with its 95 %
+interval and a verdict (faster, slower, the same within a margin, or undecided).
+
+The method, stated once (the README's "How sure is a comparison" and the report's
+"Comparisons" section point here):
+
+* **Trials, not steps.** A figure is an experiment's trials' samples/s, one value per
+  trial (a separate process): the used trials of :func:`stats.experiment_stats` (ok,
+  with a throughput, the noisy ones left out unless all are). Timed steps within one
+  process share its placement, its caches and its neighbours: they are correlated and
+  make no interval on their own (as pyperf treats the values of one worker process).
+* **Log scale, one spread per machine.** Throughputs are compared as ratios, so on the
+  log scale. The ratio is of the medians over trials (as everywhere in the report).
+  The run-to-run spread ``s`` of a log throughput is pooled over every
+  experiment of the run with two used trials or more (``sum (n_i - 1) s_i^2 / sum (n_i
+  - 1)``, ``df = sum (n_i - 1)``): two trials of one experiment say little about its
+  spread, a few dozen experiments of one machine say much. With no experiment of two
+  trials there is no interval, and every verdict is ``undecided``.
+* **Interval.** ``ratio · exp(± t(0.975, df) · s · sqrt(1/n_a + 1/n_b))`` (Student's t,
+  from scipy; the median of two trials is their mean, and of more, a robust stand-in).
+* **Verdict**, against a margin ``m`` (3 %: differences smaller than this are not
+  worth a configuration change): ``same`` when the whole interval lies within
+  ``[1/(1+m), 1+m]``; ``faster`` when it lies above ``1+m``; ``slower`` when below
+  ``1/(1+m)``; else ``undecided`` (more trials would tell). Two experiments with
+  identical settings come out ``same`` or ``undecided``: ``faster`` would need their
+  interval to clear the margin, not merely 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from .values import isnan
+
+#: the interval's confidence
+CONFIDENCE = 0.95
+#: the margin within which two throughputs count as the same
+MARGIN = 0.03
+VERDICTS = ("faster", "slower", "same", "undecided")
+#: a verdict's words after a ratio ("1.12× [1.08–1.16], faster")
+VERDICT_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "same": "the same within ±{margin}",
+    "undecided": "undecided",
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One stated comparison: ``experiment`` over ``baseline`` (``ratio`` > 1: faster)."""
+
+    kind: str
+    baseline: str
+    experiment: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n_baseline: int
+    n_experiment: int
+    verdict: str
+    change: str = ""
+
+    def text(self) -> str:
+        """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
+        interval)``."""
+        n = min(self.n_baseline, self.n_experiment)
+        return ratio_text(self.ratio, self.ci_low, self.ci_high, self.verdict, MARGIN, n)
+
+    def qualifier(self) -> str:
+        """The interval and verdict alone: ``[1.08–1.16], faster``."""
+        n = min(self.n_baseline, self.n_experiment)
+        return qualifier(self.ci_low, self.ci_high, self.verdict, MARGIN, n)
+
+
+COLUMNS = [f.name for f in fields(Comparison)] + ["confidence", "margin", "df", "spread"]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The pooled run-to-run spread of log throughput: ``sd`` with ``df`` degrees of
+    freedom (NaN and 0 without an experiment of two used trials)."""
+
+    sd: float
+    df: int
+
+    @classmethod
+    def pooled(cls, samples: Iterable[Sequence[float]]) -> Spread:
+        ss, df = 0.0, 0
+        for values in samples:
+            logs = [math.log(v) for v in values if _positive(v)]
+            if len(logs) < 2:
+                continue
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+        return cls(math.sqrt(ss / df) if df else math.nan, df)
+
+
+def _positive(v: Any) -> bool:
+    return not isnan(v) and float(v) > 0
+
+
+def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
+    """``same``, ``faster``, ``slower`` or ``undecided`` for an interval of a ratio."""
+    if isnan(ci_low) or isnan(ci_high):
+        return "undecided"
+    top, bottom = 1.0 + margin, 1.0 / (1.0 + margin)
+    if ci_low >= bottom and ci_high <= top:
+        return "same"
+    if ci_low > top:
+        return "faster"
+    if ci_high < bottom:
+        return "slower"
+    return "undecided"
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def interval(
+    a: Sequence[float], b: Sequence[float], spread: Spread, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """The ratio of ``b``'s median over ``a``'s and its interval (NaN where a side has
+    no value, or no spread is known)."""
+    a = [float(v) for v in a if _positive(v)]
+    b = [float(v) for v in b if _positive(v)]
+    if not a or not b:
+        return math.nan, math.nan, math.nan
+    d = math.log(_median(b) / _median(a))
+    if not spread.df or isnan(spread.sd):
+        return math.exp(d), math.nan, math.nan
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, spread.df))
+    half *= spread.sd * math.sqrt(1 / len(a) + 1 / len(b))
+    return math.exp(d), math.exp(d - half), math.exp(d + half)
+
+
+def qualifier(lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 0) -> str:
+    """``[1.08–1.16], faster``; ``undecided: one trial each, no interval``."""
+    words = VERDICT_WORDS.get(verdict_, verdict_).format(margin=f"{100 * margin:g} %")
+    if isnan(lo) or isnan(hi):
+        return f"{words}: " + ("one trial each, no interval" if n <= 1 else "no interval")
+    return f"[{float(lo):.2f}–{float(hi):.2f}], {words}"
+
+
+def ratio_text(
+    ratio: Any, lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 0
+) -> str:
+    """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
+    interval)``."""
+    if isnan(ratio):
+        return ""
+    return f"{float(ratio):.2f}× ({qualifier(lo, hi, verdict_, margin, n)})"
+
+
+def with_spread(stats: pd.DataFrame) -> pd.DataFrame:
+    """``stats`` with the run's pooled spread on every row (``sps_spread``,
+    ``sps_spread_df``), so that any two rows make a comparison (:func:`between`)."""
+    out = stats.copy()
+    used = out["sps_used"] if "sps_used" in out else pd.Series([()] * len(out), dtype=object)
+    spread = Spread.pooled(v if isinstance(v, (tuple, list)) else () for v in used)
+    out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
+    return out
+
+
+def spread_of(row: Mapping) -> Spread:
+    sd, df = row.get("sps_spread"), row.get("sps_spread_df")
+    if isnan(sd) or isnan(df):
+        return Spread(math.nan, 0)
+    return Spread(float(sd), int(df))
+
+
+def _used(row: Mapping) -> list[float]:
+    values = row.get("sps_used")
+    if not isinstance(values, (tuple, list)):
+        # a row without its trials (an older frame): its median as one trial
+        values = () if isnan(row.get("sps_median")) else (row.get("sps_median"),)
+    return [float(v) for v in values if _positive(v)]
+
+
+def between(
+    base: Mapping, row: Mapping, kind: str = "", change: str = "", margin: float = MARGIN
+) -> Comparison:
+    """``row``'s throughput over ``base``'s, with its interval and verdict."""
+    a, b = _used(base), _used(row)
+    ratio, lo, hi = interval(a, b, spread_of(row))
+    return Comparison(
+        kind, str(base.get("experiment")), str(row.get("experiment")), ratio, lo, hi,
+        len(a), len(b), verdict(lo, hi, margin), change,
+    )  # fmt: skip
+
+
+def compared_text(base: Mapping | None, row: Mapping) -> str:
+    """``1.12× ([1.08–1.16], faster)`` for ``row`` over ``base`` ("" without both)."""
+    if base is None:
+        return ""
+    return between(base, row).text()
+
+
+def comparisons_frame(found: Iterable[Comparison], spread: Spread) -> pd.DataFrame:
+    """``comparisons.csv``: one row per distinct (kind, baseline, experiment)."""
+    rows, seen = [], set()
+    for c in found:
+        key = (c.kind, c.baseline, c.experiment)
+        if key in seen or c.baseline == c.experiment or isnan(c.ratio):
+            continue
+        seen.add(key)
+        rows.append(
+            {**asdict(c), "confidence": CONFIDENCE, "margin": MARGIN,
+             "df": spread.df, "spread": spread.sd}
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def counts(frame: pd.DataFrame) -> dict[str, int]:
+    """How many distinct pairs (baseline, experiment) came out each verdict."""
+    pairs = frame.drop_duplicates(["baseline", "experiment"]) if len(frame) else frame
+    return {v: int((pairs["verdict"] == v).sum()) if len(pairs) else 0 for v in VERDICTS}
+
+
+def method_text(spread: Spread) -> str:
+    """The method in one sentence, with this run's spread (HTML)."""
+    pooled = (
+        f"pooled over this run's experiments of two trials or more: {100 * spread.sd:.1f} % "
+        f"({spread.df} degrees of freedom)"
+        if spread.df
+        else "unknown: no experiment ran two usable trials, so no interval"
+    )
+    return (
+        "Each ratio is of medians over trials (separate processes; the steps "
+        f"within a trial are not independent), with its {100 * CONFIDENCE:g} % interval "
+        f"from Student's t and the run-to-run spread of log throughput ({pooled}); "
+        f"<i>the same</i>: the whole interval lies within ±{100 * MARGIN:g} %; "
+        "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
+        "<i>undecided</i>: anything else (more trials would tell)."
+    )
