@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import re
+import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import scipy.stats
 
 from workflow_scripts import records as rec
 from workflow_scripts import report
@@ -601,18 +603,21 @@ def test_accuracy_table_and_the_books_claims(tmp_path):
     table = tables[0].set_index("experiment")
     assert list(table.index) == ["acc-r1", "acc-gloo-r2", "acc-ccl-r2", "acc-ccl-bf16-r2"]
     assert table.loc["acc-r1", "test accuracy (%)"] == "95.5 (95.0–96.0)"  # median (min–max)
-    assert table.loc["acc-gloo-r2", "speedup"] == "1.25×"
-    assert table.loc["acc-ccl-r2", "speedup"] == "1.67×"
+    # with its interval and verdict (acc-r1's two trials took the same time: no spread)
+    assert table.loc["acc-gloo-r2", "speedup"] == "1.25× ([1.25–1.25], faster)"
+    assert table.loc["acc-ccl-r2", "speedup"] == "1.67× ([1.67–1.67], faster)"
     assert table.loc["acc-ccl-bf16-r2", "Δ accuracy (points)"] == "-5.5"
     assert table.loc["acc-ccl-r2", "ranks × threads"] == "2 × 1"
     assert table.loc["acc-ccl-r2", "process group"] == "ccl shm"
     claims = tables[1].set_index("claim")
     ours = claims.columns[-1]
     assert ours == "ours, against acc-r1"
-    assert claims.loc["Gloo, several ranks", ours].startswith("1.25× (acc-gloo-r2, 2 × 1, fp32)")
-    assert claims.loc["oneCCL, several ranks", ours].startswith("1.67× (acc-ccl-r2,")
+    assert claims.loc["Gloo, several ranks", ours].startswith(
+        "1.25× ([1.25–1.25], faster) (acc-gloo-r2, 2 × 1, fp32)"
+    )
+    assert claims.loc["oneCCL, several ranks", ours].startswith("1.67× ([1.67–1.67], faster) (acc")
     assert claims.loc["oneCCL, any setting", ours] == (
-        "2.00× (acc-ccl-bf16-r2, 2 × 1, bf16), accuracy -5.5 points"
+        "2.00× ([2.00–2.00], faster) (acc-ccl-bf16-r2, 2 × 1, bf16), accuracy -5.5 points"
     )
     assert claims.loc["Gloo, several ranks", "book (its machine)"].startswith("about 1.25×")
     # the throughput table holds the DDP runs without epochs only
@@ -665,7 +670,13 @@ def test_accuracy_over_seeds_and_the_weak_scaling_arm(tmp_path):
     assert r1["seeds"] == "0, 1, 2" and table.loc["acc-weak-r2-lr-seed0", "seeds"] == "0"
     assert r1["test accuracy (%)"] == "95.0 (93.0–97.0)"  # median over seeds (min–max)
     assert r1["time to train (s)"] == "11.00" and r2["time to train (s)"] == "5.50"
-    assert r2["speedup"] == "2.00×" and r2["Δ accuracy (points)"] == "-4.0"
+    # the time-to-train speedup's interval: the spread of log time pooled over the seeds
+    # of every configuration (2 + 2 degrees of freedom), Student's t
+    logs = [[math.log(t) for t in times] for times in ((10.0, 12.0, 11.0), (5.0, 6.0, 5.5))]
+    s = math.sqrt(sum(statistics.variance(x) * 2 for x in logs) / 4)
+    half = scipy.stats.t.ppf(0.975, 4) * s * math.sqrt(1 / 3 + 1 / 3)
+    assert r2["speedup"] == f"2.00× ([{2 * math.exp(-half):.2f}–{2 * math.exp(half):.2f}], faster)"
+    assert r2["Δ accuracy (points)"] == "-4.0"
     assert r2["global batch"] == "32 (weak: 16/rank)" and r1["global batch"] == "16"
     assert r1["time to target (s)"] == "7.00 (to 90 %)"
     assert r2["time to target (s)"] == "4.25 (to 90 %), 2 of 3 seeds"
@@ -682,9 +693,13 @@ def test_accuracy_over_seeds_and_the_weak_scaling_arm(tmp_path):
     claims = html_tables(page[page.index("Accuracy: time to train") :])[1].set_index("claim")
     assert list(claims.index) == ["Gloo, several ranks", "oneCCL, several ranks",
                                   "oneCCL, any setting"]  # fmt: skip
-    assert claims.loc["Gloo, several ranks", "ours, against acc-r1"].startswith("1.25× (acc-r2")
+    assert claims.loc["Gloo, several ranks", "ours, against acc-r1"].startswith("1.25× ([0.")
+    ours = claims.loc["Gloo, several ranks", "ours, against acc-r1"]
+    assert "], undecided) (acc-r2, 2 × 1, fp32)" in ours
     weak_col = claims.loc["Gloo, several ranks", "ours, against acc-weak-r1"]
-    assert weak_col == "2.20× (acc-weak-r2-lr-seed0, 2 × 1, fp32), accuracy -15.0 points"
+    assert weak_col.startswith("2.20× ([") and weak_col.endswith(
+        "], faster) (acc-weak-r2-lr-seed0, 2 × 1, fp32), accuracy -15.0 points"
+    )
 
 
 def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):

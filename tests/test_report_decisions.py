@@ -315,7 +315,12 @@ def test_two_machines_side_by_side(page):
     # only what both ran with the same settings: not bf16-cl (another batch), not xla
     assert list(side.index) == ["baseline", "bf16", "runcpu-tcmalloc"]
     assert side.loc["runcpu-tcmalloc", "avx2-box: samples/s"] == "5.20"
-    assert side.loc["runcpu-tcmalloc", "avx2-box: × own baseline"] == "0.65×"
+    # each machine's ratios with its own run's spread: one trial each there, no interval
+    assert side.loc["runcpu-tcmalloc", "avx2-box: × own baseline"] == (
+        "0.65× (undecided: one trial each, no interval)"
+    )
+    assert side.loc["runcpu-tcmalloc", "avx512-box: × own baseline"].startswith("3.20× ([")
+    assert side.loc["baseline", "avx512-box: × own baseline"] == "1.00×"
     assert side.loc["runcpu-tcmalloc", "avx2-box: $/M samples"] == (
         f"${PRICE_B / (5.2 * 3600) * 1e6:.2f}"
     )

@@ -6,7 +6,8 @@ Kinds: ``baseline`` (a run of the baseline's workload against the baseline),
 group's first, same workload), ``reference`` (a run against the plain fp32 eager run
 of its workload, by family; inference at the same batch), ``backend`` (a backend
 variant against eager at the same configuration) and ``compile`` (a compiled run
-against its eager twin)."""
+against its eager twin); and ``time``: an accuracy run's time to train against its
+group's first (its ratio a speedup in time: the first's time over its own)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import replace
 import pandas as pd
 
 from .compare import differences, same_workload
+from .distributed import accuracy_rows
 from .families import reference_comparisons
 from .html import table_html
 from .uncertainty import (
@@ -30,7 +32,7 @@ from .uncertainty import (
 from .values import isnan
 
 #: the table's kinds in the order they are listed
-KINDS = ("baseline", "step", "reference", "group", "backend", "compile")
+KINDS = ("baseline", "step", "reference", "group", "backend", "compile", "time")
 
 
 def _found(values: Iterable) -> list[Comparison]:
@@ -63,6 +65,9 @@ def stated_comparisons(
     for frame in (matrix, compiled):
         if "compared" in frame:
             found += _found(frame["compared"])
+    accuracy = accuracy_rows(stats)
+    if "time_compared" in accuracy:
+        found += _found(accuracy["time_compared"])
     found = [_with_change(c, by_id) for c in found]
     return sorted(found, key=lambda c: KINDS.index(c.kind) if c.kind in KINDS else len(KINDS))
 

@@ -20,6 +20,7 @@ from ..study import fields
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
 from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
 from .html import table_html
+from .uncertainty import Comparison, Spread, compared_text, interval, verdict
 from .values import isnan
 
 # The book chapter's claims (../shared/STUDY.md), measured on its own machine (a small
@@ -68,10 +69,14 @@ def several_nodes(frame: pd.DataFrame) -> bool:
     return "nodes" in frame and bool((frame["nodes"].map(_ranks) > 1).any())
 
 
-def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
+def ddp_display(stats: pd.DataFrame, every: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The data-parallel layouts; ``every``: all the run's rows, where each row's group
+    head is found (its "vs first in group" has its interval and verdict)."""
     rows = []
     nodes = several_nodes(stats)
+    heads = {str(r["experiment"]): r for _, r in (stats if every is None else every).iterrows()}
     for _, r in stats.iterrows():
+        head = heads.get(str(r.get("group_baseline")))
         rows.append(
             {
                 "experiment": r["experiment"],
@@ -84,7 +89,12 @@ def ddp_display(stats: pd.DataFrame) -> pd.DataFrame:
                 "global batch": fmt_int(r["batch_size"]),
                 "samples/s": fmt_spread(r["sps_median"], r["sps_min"], r["sps_max"], used_count(r)),
                 "step median (s)": fmt_num(r["step_time_median_s"], 3),
-                "vs first in group": fmt_speedup(r.get("group_speedup")),
+                "vs first in group": (
+                    compared_text(head, r)
+                    if head is not None and head["experiment"] != r["experiment"]
+                    else ""
+                )
+                or fmt_speedup(r.get("group_speedup")),
                 "claimed": fmt_speedup(r.get("claim_speedup")),
                 "peak RSS, all ranks (MB)": fmt_num(r["peak_rss_mb"], 0),
             }
@@ -139,6 +149,10 @@ def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
         for col, how in (("test_accuracy_min", "min"), ("test_accuracy_max", "max")):
             row[col] = getattr(pd.to_numeric(sub[col], errors="coerce"), how)()
         row["n_accuracy"] = pd.to_numeric(sub["n_accuracy"], errors="coerce").sum()
+        # every used trial's time to train, of every seed: its comparison's interval
+        row["train_time_used"] = tuple(
+            t for times in sub.get("train_time_used", ()) if isinstance(times, tuple) for t in times
+        )
         if "n_reached" in sub:  # seeds whose trials reached the target
             row["seeds_reached"] = int((pd.to_numeric(sub["n_reached"], errors="coerce") > 0).sum())
         rows.append(row)
@@ -148,7 +162,30 @@ def accuracy_rows(stats: pd.DataFrame) -> pd.DataFrame:
     base_acc = acc["group"].map(first["test_accuracy"])
     acc["time_speedup"] = base_time / acc["train_time_s"].where(acc["train_time_s"] > 0)
     acc["accuracy_change"] = acc["test_accuracy"] - base_acc
+    acc["time_compared"] = time_comparisons(acc)
     return acc
+
+
+def time_comparisons(acc: pd.DataFrame) -> list[Comparison | None]:
+    """Each configuration's time-to-train speedup over its group's first (the head's
+    time over its own), with its 95 % interval and verdict (uncertainty.py; the spread
+    of log time to train pooled over the configurations, seeds and trials)."""
+    times = [t if isinstance(t, tuple) else () for t in acc["train_time_used"]]
+    spread = Spread.pooled(times)
+    heads = acc.groupby("group", sort=False, dropna=False).head(1)
+    head_of = dict(zip(heads["group"], heads.index, strict=True))
+    out: list[Comparison | None] = []
+    for i, r in acc.iterrows():
+        h = head_of.get(r["group"])
+        if h is None or h == i or not times[h] or not times[i]:
+            out.append(None)
+            continue
+        ratio, lo, hi = interval(times[i], times[h], spread)
+        out.append(
+            Comparison("time", str(acc.at[h, "experiment"]), str(r["experiment"]), ratio, lo,
+                       hi, len(times[h]), len(times[i]), verdict(lo, hi))
+        )  # fmt: skip
+    return out
 
 
 def _points(delta: Any) -> str:
@@ -186,6 +223,11 @@ def _time_to_target(r: Mapping) -> str:
     return text
 
 
+def _time_text(r: Mapping) -> str:
+    c = r.get("time_compared")
+    return c.text() if isinstance(c, Comparison) else fmt_speedup(r["time_speedup"])
+
+
 def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in acc.iterrows():
@@ -200,7 +242,7 @@ def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:
                 "lr": fmt_num(r.get("lr"), 4),
                 "seeds": r.get("seeds") or "",
                 "time to train (s)": fmt_num(r["train_time_s"], 2),
-                "speedup": fmt_speedup(r["time_speedup"]),
+                "speedup": _time_text(r),
                 "time to target (s)": _time_to_target(r),
                 "test accuracy (%)": _pct_spread(r),
                 "Δ accuracy (points)": _points(r["accuracy_change"]),
@@ -237,7 +279,7 @@ def claims_display(acc: pd.DataFrame) -> pd.DataFrame:
             else:
                 best = pick.loc[pick["time_speedup"].idxmax()]
                 ours = (
-                    f"{fmt_speedup(best['time_speedup'])} ({best['experiment']}, "
+                    f"{_time_text(best)} ({best['experiment']}, "
                     f"{layout(best)}, {best['precision']}), accuracy "
                     f"{_points(best['accuracy_change'])} points"
                 )
@@ -405,7 +447,7 @@ def distributed_section(
         + "</p>"
     ]
     if len(ddp):
-        parts.append(table_html(ddp_display(ddp)))
+        parts.append(table_html(ddp_display(ddp, stats_sp)))
     else:
         names = ", ".join(sorted(layouts))
         parts.append(f'<p class="empty">No data-parallel ({names}) throughput experiments.</p>')

@@ -14,7 +14,7 @@ from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
 from .stats import OK, baseline_sps, best_like_baseline
-from .uncertainty import MARGIN, between, counts
+from .uncertainty import MARGIN, VERDICTS, Comparison, between, counts
 from .values import isnan
 
 
@@ -107,7 +107,8 @@ def headline_html(
             items.append(
                 f"torch.compile: {_b('compile', f'{g:.2f}×')} eager (geometric mean over "
                 f"{len(compiled)} like-for-like pair{'s' if len(compiled) > 1 else ''}: "
-                f"{html.escape(', '.join(compiled['experiment']))}); its compile cost is in "
+                f"{html.escape(', '.join(compiled['experiment']))}; "
+                f"{html.escape(_verdicts(compiled))}); its compile cost is in "
                 "Compile latency and memory."
             )
     if machines and machines.get("cheapest"):
@@ -143,6 +144,13 @@ def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -
         text + f"; {_b('verdict', c.verdict)}: {html.escape(why)}, so no configuration is "
         "known to beat the baseline yet)"
     )
+
+
+def _verdicts(pairs: pd.DataFrame) -> str:
+    """``2 faster, 1 undecided`` over the pairs' comparisons."""
+    found = [c.verdict for c in pairs.get("compared", ()) if isinstance(c, Comparison)]
+    n = {v: found.count(v) for v in VERDICTS if v in found}
+    return ", ".join(f"{k} {v}" for v, k in n.items()) or "no verdict"
 
 
 def _decided(comparisons: pd.DataFrame | None) -> str:

@@ -33,6 +33,7 @@ from .stats import (
     pick_baseline,
     usd_per_million,
 )
+from .uncertainty import compared_text
 from .values import isnan
 
 # What must be equal for two machines' runs of one experiment id to be compared: the
@@ -260,8 +261,9 @@ def comparison_frame(machines: Sequence[Machine], matched: Sequence[str]) -> pd.
     baseline, dollars per million samples at the machine's price."""
     rows = []
     for m in machines:
-        stats = m.stats.set_index("experiment")
+        stats = m.stats.set_index("experiment", drop=False)
         base = baseline_sps(m.stats, m.baseline)
+        ref = stats.loc[m.baseline] if m.baseline in stats.index else None
         for exp in matched:
             r = stats.loc[exp]
             sps = r["sps_median"]
@@ -273,11 +275,12 @@ def comparison_frame(machines: Sequence[Machine], matched: Sequence[str]) -> pd.
                     "sps": sps,
                     "speedup": sps / base if base and not isnan(base) else math.nan,
                     "usd_per_million": usd_per_million(sps, m.usd_per_hour),
+                    # over its own baseline with the interval of its own run's spread
+                    "compared": "" if ref is None or exp == m.baseline else compared_text(ref, r),
                 }
             )
-    return pd.DataFrame(
-        rows, columns=["machine", "experiment", "group", "sps", "speedup", "usd_per_million"]
-    )
+    columns = ["machine", "experiment", "group", "sps", "speedup", "usd_per_million", "compared"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def plot_machines(comp: pd.DataFrame, names: Sequence[str], path: Path) -> str:
@@ -388,7 +391,7 @@ def machines_section(
                 c = comp[(comp["machine"] == m.name) & (comp["experiment"] == exp)].iloc[0]
                 row[f"{m.name}: samples/s"] = fmt_num(c["sps"])
                 row[f"{m.name}: × own baseline"] = (
-                    "" if isnan(c["speedup"]) else f"{c['speedup']:.2f}×"
+                    "" if isnan(c["speedup"]) else c["compared"] or f"{c['speedup']:.2f}×"
                 )
                 row[f"{m.name}: $/M samples"] = fmt_usd(c["usd_per_million"])
             wide.append(row)

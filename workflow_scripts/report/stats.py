@@ -92,7 +92,8 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv", "sps_used"]
     columns += MEDIAN_COLS
-    columns += ["train_time_s", "test_accuracy", "test_accuracy_min", "test_accuracy_max"]
+    columns += ["train_time_s", "train_time_used", "test_accuracy", "test_accuracy_min"]
+    columns += ["test_accuracy_max"]
     columns += [
         "time_to_accuracy_s",
         "n_reached",
@@ -167,6 +168,7 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     row["n_reached"] = len(reached)
     train = pd.to_numeric(used["train_time_s"], errors="coerce")
     row["train_time_s"] = train.median() if len(used) else math.nan
+    row["train_time_used"] = tuple(float(v) for v in train.dropna())
     timed = pd.to_numeric(used["steps_timed"], errors="coerce").dropna()
     row["steps_timed"] = timed.min() if len(timed) else math.nan
     row["steps_timed_total"] = timed.sum() if len(timed) else math.nan
