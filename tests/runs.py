@@ -57,10 +57,15 @@ def experiments_run(proc: subprocess.CompletedProcess) -> list[str]:
     return re.findall(r"\[experiment\] (\S+) trial", proc.stdout + proc.stderr)
 
 
+#: what the report rule writes beside the records (results/...)
+REPORT_FILES = ("summary.csv", "comparisons.csv", "report/index.html")
+
+
 def mtimes(workdir: Path) -> dict[str, float]:
-    """The study's records, environment records, summary and report: their mtimes."""
+    """The study's records, environment records, summary, comparisons and report: their
+    mtimes."""
     files = [*workdir.glob("results/records/*/trial*.json"), *workdir.glob("results/envs/*")]
-    files += [workdir / "results/summary.csv", workdir / "results/report/index.html"]
+    files += [workdir / f"results/{name}" for name in REPORT_FILES]
     return {str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in files}
 
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 import scipy.stats
 
+from tests.conftest import ENVS_ROOT
+from tests.runs import copy_workflow
 from tests.test_report import make, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
@@ -150,3 +154,40 @@ def test_comparisons_csv_lists_what_the_report_states(tmp_path):
     decided = int((n["verdict"] != "undecided").sum())
     assert f'<b id="hl-decided">{decided}</b> of {len(n)} decided' in head
     assert '<b id="hl-verdict">faster</b> at 95 % confidence' in head
+
+
+#: two experiments of identical settings and one of half the threads, five trials each,
+#: through the real workflow (the quick preset's tiny CNN, at a batch that takes a while)
+AA_STUDY = """
+runtime: local
+trials: 5
+collectives: {variants: []}
+sweeps: []
+defaults: {batch_size: 64, warmup_steps: 3, steps: 30}
+experiments:
+  - {id: first, group: aa, threads: 2}
+  - {id: twin, group: aa, threads: 2}
+  - {id: one-thread, group: aa, threads: 1}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env, tmp_path):
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "aa.yaml").write_text(AA_STUDY)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "aa.yaml"]
+    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}", "noise_retries=0"]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = pd.read_csv(wd / "results/comparisons.csv")
+    pairs = table.drop_duplicates(["baseline", "experiment"]).set_index("experiment")
+    twin, one = pairs.loc["twin"], pairs.loc["one-thread"]
+    summary = pd.read_csv(wd / "results/summary.csv")
+    spread = summary.groupby("experiment")["samples_per_s"].agg(["median", "min", "max"])
+    why = f"{twin.to_dict()}\n{spread}"
+    assert twin["baseline"] == "first" and twin["verdict"] == "same", why
+    assert twin["ci_low"] < 1.0 < twin["ci_high"], why
+    assert one["baseline"] == "first" and one["verdict"] == "slower", one.to_dict()
+    assert one["ci_high"] < 1.0 and one["change"] == "threads 2→1"
+    assert twin["df"] >= 6 and twin["n_baseline"] >= 3  # noisy trials aside

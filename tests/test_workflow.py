@@ -20,7 +20,15 @@ import pytest
 import yaml
 
 from tests.conftest import ENVS_ROOT
-from tests.runs import REPO, REQUIRED_COLUMNS, copy_workflow, dry_run_jobs, experiments_run, mtimes
+from tests.runs import (
+    REPO,
+    REPORT_FILES,
+    REQUIRED_COLUMNS,
+    copy_workflow,
+    dry_run_jobs,
+    experiments_run,
+    mtimes,
+)
 from workflow_scripts import images, study
 from workflow_scripts.report import uncertainty
 
@@ -290,9 +298,8 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     assert experiments_run(third) == ["bf16-cl"]
     after = mtimes(wd)
     changed = {k for k in before if before[k] != after[k]}
-    assert changed == {
-        "results/records/bf16-cl/trial0.json", "results/summary.csv", "results/report/index.html",
-    }  # fmt: skip
+    report = {f"results/{name}" for name in REPORT_FILES}
+    assert changed == {"results/records/bf16-cl/trial0.json", *report}
     row = pd.read_csv(wd / "results/summary.csv").set_index("experiment").loc["bf16-cl"]
     assert row["batch_size"] == 4
 
@@ -308,8 +315,7 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
         final = mtimes(wd)
         changed = {k for k in after if after[k] != final[k]}
         assert changed == {
-            "results/envs/ipex.json", "results/records/ipex-optimize-fp32/trial0.json",
-            "results/summary.csv", "results/report/index.html",
+            "results/envs/ipex.json", "results/records/ipex-optimize-fp32/trial0.json", *report,
         }  # fmt: skip
     finally:  # the edited set's environment is of no further use: do not keep gigabytes
         prefix = json.loads((wd / "results/envs/ipex.json").read_text())["prefix"]
