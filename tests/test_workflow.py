@@ -367,7 +367,7 @@ def test_calibration_is_an_ancient_input(tmp_path):
         if wildcards.startswith("experiment="):
             exp = wildcards.split(",")[0].split("=")[1]
             outputs.append(wd / f"results/records/{exp}/trial0.json")
-    outputs += [wd / "results/summary.csv"]
+    outputs += [wd / "results/summary.csv", wd / "results/comparisons.csv"]
     outputs += [wd / f"results/report/{n}" for n in ("index.html", "ladder.svg", "batch_size.svg")]
     outputs += [wd / f"results/report/{n}.svg" for n in ("num_workers", "threads", "backends")]
     outputs += [wd / "results/report/roofline.svg"]
