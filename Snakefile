@@ -41,4 +41,5 @@ rule all:
     input:
         summary=f"{RESULTS}/summary.csv",
         report=f"{RESULTS}/report/index.html",
+        rounds=round_reports(),
         images=expand("results/images/{image}.json", image=IMAGES),

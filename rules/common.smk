@@ -55,6 +55,7 @@ wildcard_constraints:
     lock="|".join(LOCKS) or "none",
     experiment="|".join(STUDY.ids),
     trial=r"\d+",
+    round=r"\d+",
     variant="|".join(COLLECTIVES) or "none",
 
 
@@ -75,14 +76,43 @@ def trial_priority(wildcards):
     return len(TRIALS) - int(wildcards.trial)
 
 
-def all_records():
-    """Every trial record of the study, trial k of every experiment before trial k+1
-    (the order of the report's rows; the run order comes from trial_priority)."""
+def all_records(rounds=None):
+    """Every trial record of the study (of its first ``rounds`` trials), trial k of
+    every experiment before trial k+1 (the order of the report's rows; the run order
+    comes from trial_priority)."""
     return [
         f"{RESULTS}/records/{exp['id']}/trial{trial}.json"
-        for trial in TRIALS
+        for trial in TRIALS[:rounds]
         for exp in STUDY.experiments
     ]
+
+
+# The answer early: after each round but the last (trial k of every experiment), a
+# provisional report of the rounds so far, in results/rounds/<k>/; the last round's is
+# the report. Its priority is the round's: it runs as soon as the round ends, before
+# any trial of the next.
+ROUNDS = TRIALS[:-1]
+
+
+def round_records(wildcards):
+    return all_records(int(wildcards.round) + 1)
+
+
+def round_priority(wildcards):
+    """The priority of the round's trials (trial_priority)."""
+    return len(TRIALS) - int(wildcards.round)
+
+
+def round_title(wildcards):
+    k = int(wildcards.round) + 1
+    return (
+        f"Provisional report: the first {k} of {len(TRIALS)} trials of every experiment "
+        "(the study goes on; its report: results/report/index.html)"
+    )
+
+
+def round_reports():
+    return [f"{RESULTS}/rounds/{k}/report/index.html" for k in ROUNDS]
 
 
 def experiment_inputs(wildcards):
@@ -248,6 +278,7 @@ localrules:
     image_folder,
     digits,
     report,
+    round_report,
 
 
 BUILDS_LOCAL = cluster.builds_local(SETTINGS)

@@ -70,3 +70,28 @@ rule report:
         noise_threshold=SETTINGS["noise_threshold"],
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
+
+
+# After each round but the last, a provisional report of the rounds so far (ROUNDS,
+# rules/common.smk): the answer in minutes, refined round by round.
+rule round_report:
+    input:
+        records=round_records,
+    output:
+        summary=f"{RESULTS}/rounds/{{round}}/summary.csv",
+        comparisons=f"{RESULTS}/rounds/{{round}}/comparisons.csv",
+        html=f"{RESULTS}/rounds/{{round}}/report/index.html",
+    log:
+        f"{LOGS}/round_report/{{round}}.log",
+    priority: round_priority
+    resources:
+        cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
+        mem_mb=REPORT_RESOURCES["mem_mb"],
+        runtime=REPORT_RESOURCES["runtime"],
+    params:
+        prices=prices_json(),
+        name=SETTINGS["report"].get("name"),
+        noise_threshold=SETTINGS["noise_threshold"],
+        title=round_title,
+    run:
+        jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

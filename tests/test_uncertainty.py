@@ -191,3 +191,10 @@ def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env
     assert one["baseline"] == "first" and one["verdict"] == "slower", one.to_dict()
     assert one["ci_high"] < 1.0 and one["change"] == "threads 2→1"
     assert twin["df"] >= 6 and twin["n_baseline"] >= 3  # noisy trials aside
+    # the answer early: after each round but the last, a provisional report of the
+    # rounds so far
+    for k in range(4):
+        page = (wd / f"results/rounds/{k}/report/index.html").read_text()
+        assert f"Provisional report: the first {k + 1} of 5 trials" in page
+        assert len(pd.read_csv(wd / f"results/rounds/{k}/summary.csv")) == 3 * (k + 1)
+    assert not (wd / "results/rounds/4").exists()

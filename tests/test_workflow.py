@@ -349,6 +349,15 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
+    # after each round but the last, a provisional report of the rounds so far, as soon
+    # as the round ends (its priority: above every trial of the next round)
+    rounds = sorted((j for j in jobs if j["rule"] == "round_report"), key=lambda j: j["wildcards"])
+    assert [j["wildcards"] for j in rounds] == ["round=0", "round=1"]
+    for k, job in enumerate(rounds):
+        assert job["priority"] == 3 - k
+        trials = set(re.findall(r"results/records/[^ ,/]+/trial(\d+)\.json", job["input"]))
+        assert trials == {str(t) for t in range(k + 1)}
+        assert len(re.findall(r"results/records/", job["input"])) == (k + 1) * len(specs)
     setup_rules = {"build_env", "image_folder", "digits", "calibrate"}
     setup = [j for j in jobs if j["rule"] in setup_rules]
     assert {j["rule"] for j in setup} == setup_rules

@@ -285,7 +285,7 @@ COMMAND = Command(
             default=DEFAULT_NOISE_THRESHOLD,
             help="a trial is noisy when its probe is below this fraction of comparable "
             "trials' median"),
-        Arg("title", default=DEFAULT_TITLE),
+        Arg("title", "params.title", default=DEFAULT_TITLE),
         Arg("log", "log", type=Path, default=None, help="also append the result line here"),
     ),
 )  # fmt: skip
