@@ -12,6 +12,7 @@ import time
 import pytest
 
 from workflow_scripts import imagefolder, runtimes, trial
+from workflow_scripts.rank import metrics as rank_metrics
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -59,11 +60,27 @@ def test_fp32_eager_baseline(upstream_env, make_spec, tmp_path):
 def test_time_budget_stops_timing_early(upstream_env, make_spec, tmp_path):
     rec = assert_ok(run(make_spec(steps=500, time_budget_s=0.05), upstream_env, tmp_path))
     assert rec["metrics"]["time_budget_hit"]
+    assert rec["metrics"]["stop_reason"] == "time_budget"
     assert 2 <= rec["metrics"]["steps_timed"] < 500
     # it stops at the first step that finds the budget spent (but times 2 steps at least)
     times = rec["step_times_s"]
     assert sum(times) >= 0.05
     assert len(times) == 2 or sum(times[:-1]) < 0.05
+
+
+def test_a_trial_times_until_its_step_time_is_known(upstream_env, make_spec, tmp_path):
+    """step_precision: timing stops at the first look (from 3 timed steps on) that
+    finds the mean step time known within it, and the record says why."""
+    rec = assert_ok(run(make_spec(steps=500, step_precision=0.9), upstream_env, tmp_path))
+    m, times = rec["metrics"], rec["step_times_s"]
+    assert m["stop_reason"] == "precision" and not m["time_budget_hit"]
+    assert 3 <= m["steps_timed"] == len(times) < 500
+    assert rank_metrics.relative_half_width(times) <= 0.9
+    assert all(rank_metrics.relative_half_width(times[:k]) > 0.9 for k in range(3, len(times)))
+    assert m["step_time_half_width"] == pytest.approx(rank_metrics.relative_half_width(times))
+    # without it, every step asked for
+    rec = assert_ok(run(make_spec(steps=4), upstream_env, tmp_path / "all"))
+    assert rec["metrics"]["stop_reason"] == "steps" and rec["metrics"]["steps_timed"] == 4
 
 
 def test_bf16_autocast_and_channels_last(upstream_env, make_spec, tmp_path):

@@ -18,6 +18,7 @@ from tests.runs import copy_workflow
 from tests.test_report import make, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
+from workflow_scripts.rank import metrics as rank_metrics
 from workflow_scripts.report import uncertainty
 from workflow_scripts.report.stats import experiment_stats
 from workflow_scripts.report.uncertainty import MARGIN, Spread, between, interval, verdict
@@ -100,6 +101,23 @@ def test_noisy_trials_are_left_out_of_ratio_and_spread():
     assert stats.loc["baseline", "sps_used"] == (100.0, 100.0)
     c = between(stats.loc["baseline"], stats.loc["bf16"])
     assert c.ratio == pytest.approx(1.505) and c.verdict == "faster"
+
+
+def test_a_trial_knows_its_mean_step_time_within_students_t():
+    """The within-trial stopping rule (workflow_scripts/rank/metrics.py, no scipy there):
+    the 95 % interval's half-width of the mean step time over the mean."""
+    times = [1.00, 1.10, 0.95, 1.05, 0.98]
+    expected = scipy.stats.t.ppf(0.975, 4) * statistics.stdev(times) / math.sqrt(5)
+    assert rank_metrics.relative_half_width(times) == pytest.approx(
+        expected / statistics.fmean(times), rel=1e-3
+    )
+    for df in (1, 7, 30):  # the table against scipy
+        assert rank_metrics.T_975[df - 1] == pytest.approx(scipy.stats.t.ppf(0.975, df), abs=1e-3)
+    assert math.isnan(rank_metrics.relative_half_width([1.0]))
+    assert not rank_metrics.known_within([1.0, 1.0], 0.5)  # 3 timed steps at least
+    assert rank_metrics.known_within([1.0, 1.0, 1.0], 0.01)
+    assert not rank_metrics.known_within(times, 0.01) and rank_metrics.known_within(times, 0.1)
+    assert not rank_metrics.known_within(times, None)
 
 
 def quick_like():

@@ -208,6 +208,22 @@ def _measurement() -> list[Result]:
         Result("measurement_error", "text", m, help="why a figure is not one", stat="distinct"),
         Result("steps_timed", "integer", m, help="timed steps (fewer under a time budget)"),
         Result("time_budget_hit", "flag", m, help="the time budget ended the steps"),
+        Result(
+            "stop_reason",
+            "text",
+            m,
+            help="why the timed steps ended: steps (all asked), time_budget, precision "
+            "(step_precision reached) or epochs",
+            source=("metrics", "stop_reason"),
+            stat="distinct",
+        ),
+        Result(
+            "step_time_half_width",
+            "number",
+            m,
+            help="the 95 % half-width of the trial's mean step time, of the mean",
+            source=("metrics", "step_time_half_width"),
+        ),
         Result("step_time_cv", "number", m, help="the step times' CV", stat="median"),
         Result("probe_after_fp32_gflops", "number", m, "GFLOP/s", "the probe after the steps"),
         Result("other_work_share", "number", m, help="CPU time others took on its CPUs"),

@@ -598,6 +598,9 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     total = min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps)
     budget = None if epochs else spec.get("time_budget_s")
     budget_hit = False
+    precision = None if epochs else spec.get("step_precision")
+    # why the timed steps ended: all asked for, the time budget, or known well enough
+    stop_reason = "epochs" if epochs else "steps"
     window_start = None
     compiles_at_first_step = None
     # scoring during the training (time to accuracy) and the gradient check's work
@@ -616,6 +619,12 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
             # enough timed steps for the budget: stop early (all ranks together)
             if ranks.agree(sum(step_times) >= budget):
                 budget_hit = True
+                stop_reason = "time_budget"
+                break
+        if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
+            # the mean step time known well enough on every rank: stop (together)
+            if not ranks.agree(not metrics.known_within(step_times, precision)):
+                stop_reason = "precision"
                 break
         if check is not None and i in (0, spec["warmup_steps"]):
             trainer.inspect = functools.partial(check.inspect, trainer.net, i)
@@ -693,6 +702,8 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
         **text,
         "steps_timed": len(step_times),
         "time_budget_hit": budget_hit,
+        "stop_reason": stop_reason,
+        "step_time_half_width": metrics.relative_half_width(step_times),
         "step_time_s": metrics.distribution(step_times),
         "time_to_first_step_s": first_step_s,
         "train_time_s": train_time_s,

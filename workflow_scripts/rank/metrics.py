@@ -38,3 +38,38 @@ def throughput(samples_per_step: int, step_times: list[float]) -> float:
     """Samples per second over the timed steps (total samples / total time, as the article)."""
     total = sum(step_times)
     return samples_per_step * len(step_times) / total if total > 0 else math.nan
+
+
+#: the fewest timed steps a precision stop looks at (a spread needs a few)
+MIN_PRECISION_STEPS = 3
+#: Student's t at 97.5 % (a two-sided 95 % interval) for 1-30 degrees of freedom; beyond,
+#: the normal's 1.96 is within 2 % (standard library only: no scipy in a rank's process)
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def relative_half_width(values: list[float]) -> float:
+    """The half-width of the 95 % interval of the mean of ``values`` (Student's t), as a
+    fraction of the mean: how well one trial knows its own mean step time (NaN with
+    fewer than two values). It treats the steps as independent, which they are not
+    quite: it says when a trial has timed enough, never how sure a comparison is (that
+    comes from the trials: workflow_scripts/report/uncertainty.py)."""
+    if len(values) < 2:
+        return math.nan
+    mean = statistics.fmean(values)
+    if mean <= 0:
+        return math.nan
+    df = len(values) - 1
+    t = T_975[df - 1] if df <= len(T_975) else 1.96
+    return t * statistics.stdev(values) / math.sqrt(len(values)) / mean
+
+
+def known_within(values: list[float], precision: float | None) -> bool:
+    """Enough timed steps: at least :data:`MIN_PRECISION_STEPS`, their mean known within
+    ``precision`` (a fraction; None or 0: never)."""
+    if not precision or len(values) < MIN_PRECISION_STEPS:
+        return False
+    return relative_half_width(values) <= precision

@@ -83,6 +83,8 @@ def steps_text(row: Mapping) -> str:
     text = str(int(timed))
     if not isnan(steps) and timed < steps:
         why = "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
+        if str(row.get("stop_reason") or "") == "precision":
+            why = "step time known within step_precision"
         text += f" of {int(steps)} ({why})"
     return text
 

@@ -28,7 +28,10 @@ def truncated(stats: pd.DataFrame) -> pd.DataFrame:
     steps = pd.to_numeric(stats["steps"], errors="coerce")
     timed = pd.to_numeric(stats["steps_timed"], errors="coerce")
     epochs = pd.to_numeric(stats["epochs"], errors="coerce").fillna(0)
-    return stats[(epochs == 0) & steps.notna() & timed.notna() & (timed < steps)]
+    # (a run that stopped because its step time was known well enough is not cut short)
+    reason = stats["stop_reason"] if "stop_reason" in stats else pd.Series("", index=stats.index)
+    precise = reason.fillna("").astype(str) == "precision"
+    return stats[(epochs == 0) & steps.notna() & timed.notna() & (timed < steps) & ~precise]
 
 
 #: the first line of a pre-flight's headline

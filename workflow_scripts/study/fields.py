@@ -676,6 +676,20 @@ FIELDS: dict[str, Field] = {
             tag=lambda v: f"budget{v:g}" if v else "nobudget",
         ),
         Field(
+            "step_precision",
+            {
+                "anyOf": [
+                    {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                    {"type": "null"},
+                ]
+            },
+            None,
+            "stop timing once the trial's mean step time is known within this fraction "
+            "(the 95 % interval's half-width over the mean, from at least 3 timed steps), "
+            "before steps or the time budget; null: always all steps",
+            tag=lambda v: f"prec{v:g}" if v else "noprec",
+        ),  # fmt: skip
+        Field(
             "threads",
             {"type": ["integer", "null"], "minimum": 1},
             None,

@@ -33,6 +33,11 @@ def progress_line(record: dict) -> str:
         line += ")"
         if m.get("measurement_error"):
             line += f" [measurement error: {m['measurement_error']}]"
+        if m.get("stop_reason") == "precision":
+            line += (
+                f" [step time known within step_precision after {m.get('steps_timed')} of "
+                f"{record['spec']['steps']} timed steps]"
+            )
         if m.get("time_budget_hit"):
             line += (
                 f" [time budget: {m.get('steps_timed')} of {record['spec']['steps']} timed steps]"
