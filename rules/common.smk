@@ -118,7 +118,8 @@ def round_reports():
 def experiment_inputs(wildcards):
     """The environment an experiment runs in, the image folder if it reads one, the
     reference probe if it runs the noise probe (ancient(), so that a new calibration
-    reruns no experiment), and the record of the run whose trained weights it serves."""
+    reruns no experiment), the record of the run whose trained weights it serves, and a
+    later trial's first trial's record (ancient(): a rerun of trial 0 reruns no other)."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
         inputs = image_inputs_of(images.image_for(spec))
@@ -132,6 +133,8 @@ def experiment_inputs(wildcards):
         inputs["reference_probe"] = ancient(calibration(spec["env"]))
     if spec["weights_from"]:  # the served weights: those its first trial trained
         inputs["weights_from"] = f"{RESULTS}/records/{spec['weights_from']}/trial0.json"
+    if int(wildcards.trial) > 0:  # what a later trial carries from its first (carry.py)
+        inputs["first_trial"] = ancient(f"{RESULTS}/records/{spec['id']}/trial0.json")
     return inputs
 
 

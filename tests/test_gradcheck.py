@@ -219,6 +219,17 @@ def test_bf16_and_compiled_runs_are_compared_with_fp64_and_eager(upstream_env, m
     # plain eager bf16 is its own second reference: its distance from fp64 is recorded
     assert cmp["own_precision_reference"] == "the run itself (plain eager)"
     assert 0 < cmp["max_rel_error"] < 1 and cmp["compared"] == 10
+    # a later trial carries the first's comparison and FLOP count (trial/carry.py) and
+    # still checks its own step's gradients
+    later = assert_ok(run(make_spec(id="bf16", precision="bf16"), upstream_env, tmp_path / "t1",
+                          trial=1, first_trial=tmp_path / "records" / "bf16.json"))  # fmt: skip
+    check = later["gradient_check"]
+    assert later["carried"]["from"] == "trial 0" and "carried" not in later["spec"]
+    assert check["comparison"] == cmp and check["comparison_from"] == "trial 0"
+    assert check["ok"] and check["received"]["with_gradient"] == 10
+    assert check["check_s"] < bf16["gradient_check"]["check_s"]
+    m = later["metrics"]
+    assert m["flops_count_s"] == 0 and m["flops_per_sample"] == bf16["metrics"]["flops_per_sample"]
     spec = make_spec(id="ind-bf16", backend="inductor", precision="bf16", channels_last=True)
     rec = assert_ok(run(spec, upstream_env, tmp_path))
     check = rec["gradient_check"]

@@ -175,7 +175,11 @@ class GradientCheck:
         self.spec = spec
         self.rng_state = rng_state  # torch's CPU generator just before the model was built
         self.initial = checksum(model)
-        self.reference = needs_reference(spec)
+        # a later trial whose first trial's comparison passed carries it (trial/carry.py):
+        # its own step is still checked for gradients received, with the first's
+        # negligible parameters
+        self.carried = spec.get("carried") or {}
+        self.reference = needs_reference(spec) and "negligible" not in self.carried
         self.batch = None
         self.first_loss: float | None = None
         self.at_first_step: dict | None = None
@@ -233,17 +237,24 @@ class GradientCheck:
         out = {
             "received": got,
             "received_at_first_step": self.at_first_step,
-            "reference": "fp64 eager and eager at the run's precision"
-            if self.reference
-            else "none: plain fp32 eager is the reference",
+            "reference": self._reference_text(),
             "precision": self.spec["precision"],
             "comparison": compared,
-            "problem": problem(got, compared, self.spec["precision"]),
+            "problem": problem(
+                got, compared, self.spec["precision"], self.carried.get("negligible", ())
+            ),
         }
         out["ok"] = out["problem"] is None
         self.check_s += time.perf_counter() - t0
         out["check_s"] = self.check_s
         return out
+
+    def _reference_text(self) -> str:
+        if self.reference:
+            return "fp64 eager and eager at the run's precision"
+        if needs_reference(self.spec):
+            return f"fp64 eager and eager at the run's precision, {self.carried['from']}'s"
+        return "none: plain fp32 eager is the reference"
 
     def _received(self) -> dict:
         """What the first step and the first timed step received, lost names merged."""
@@ -434,12 +445,14 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def problem(got: dict, compared: dict | None, precision: str) -> str | None:
-    """Why the step does not count (None: it trained the whole model, as eager does)."""
+def problem(got: dict, compared: dict | None, precision: str, carried_negligible=()) -> str | None:
+    """Why the step does not count (None: it trained the whole model, as eager does).
+    ``carried_negligible``: without a comparison of its own, the negligible parameters
+    of the first trial's (trial/carry.py)."""
     usable = compared is not None and not compared.get("error")
     nonfinite = got.get("nonfinite_gradient", [])
     # a gradient that is noise in fp64 may come out as an exact zero elsewhere
-    negligible = set(compared["negligible"]) if usable else set()
+    negligible = set(compared["negligible"]) if usable else set(carried_negligible)
     lost = [
         n for key in LOST_KINDS for n in got.get(key, []) if n not in negligible or n in nonfinite
     ]

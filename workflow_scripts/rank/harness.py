@@ -584,7 +584,13 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
 
     import_s = time.perf_counter() - t0
     launchers.get(spec["launcher"]).verify(spec)
-    counted = None if backends.get(spec["backend"]).flops_after_setup else counted_flops(spec)
+    carried = (spec.get("carried") or {}).get("flops_per_sample")
+    if carried:  # the first trial's count (trial/carry.py)
+        counted = {"flops_per_sample": carried, "flops_error": None, "flops_count_s": 0.0}
+    elif backends.get(spec["backend"]).flops_after_setup:
+        counted = None
+    else:
+        counted = counted_flops(spec)
     t0 = time.perf_counter()
     trainer = Trainer(spec, data_path, out)
     setup_s = time.perf_counter() - t0

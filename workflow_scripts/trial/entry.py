@@ -65,6 +65,8 @@ COMMAND = Command(
         Arg("log", "log", type=Path, help="the trial's log"),
         Arg("trial", "wildcards.trial", type=int, default=0),
         Arg("data_path", "params.data_path", default=None),
+        Arg("first_trial", "input.first_trial", default="",
+            help="a later trial: its experiment's first trial's record (what it carries)"),
         Arg("reference_probe", "input.reference_probe", default="",
             help="reference probe JSON; none: no reruns"),
         Arg("max_retries", "settings.noise_retries", type=int, default=MAX_RETRIES,
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             spec, env_info, args.out, args.log, args.trial, args.data_path,
             reference=reference, noise_threshold=args.noise_threshold,
             max_retries=args.max_retries, retry_delay_s=args.retry_delay, attempt=args.attempt,
+            first_trial=Path(args.first_trial) if args.first_trial else None,
         )  # fmt: skip
     except runtimes.Interrupted as exc:
         print(f"[experiment] {spec['id']} trial {args.trial}: {exc}; the run was stopped and "

@@ -14,7 +14,7 @@ from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import write_json_atomic
-from . import lost
+from . import carry, lost
 from .attempt import attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure
@@ -34,11 +34,13 @@ def run(
     max_retries: int = MAX_RETRIES,
     retry_delay_s: float = RETRY_DELAY_S,
     attempt: int = 1,
+    first_trial: Path | None = None,
 ) -> dict:
     """Run the trial (again, while its probe says it was disturbed) and write its record.
     A machine that cannot give the spec its CPUs or its data (a cluster node other than
     the one the study was checked on) runs nothing: a failed record says why.
-    ``attempt``: its job's (Snakemake's retry: 2), for an earlier job lost whole."""
+    ``attempt``: its job's (Snakemake's retry: 2), for an earlier job lost whole;
+    ``first_trial``: a later trial's first trial's record, what it carries (carry.py)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
@@ -71,7 +73,7 @@ def run(
     lost.mark(out)
     try:
         record = _run(spec, env_info, out, log, trial, data_path, reference, noise_threshold,
-                      max_retries, retry_delay_s)  # fmt: skip
+                      max_retries, retry_delay_s, first_trial)  # fmt: skip
     except runtimes.Interrupted:
         # stopped from outside: by SLURM itself (its time limit signals first) or by the
         # user; the next attempt tells them apart from the accounting
@@ -95,8 +97,11 @@ def _run(
     noise_threshold: float,
     max_retries: int,
     retry_delay_s: float,
+    first_trial: Path | None = None,
 ) -> dict:
     memory = machine.memory_warning(spec, machine.total_memory_mb())
+    carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
+    rank_spec = {**spec, carry.SPEC_KEY: carried} if carried else spec
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
@@ -106,8 +111,9 @@ def _run(
     attempt = 1
     while True:
         record = with_ceiling(
-            attempt_once(spec, env_info, out, log, trial, data_path, attempt), reference
+            attempt_once(rank_spec, env_info, out, log, trial, data_path, attempt), reference
         )
+        record["spec"] = spec  # (what it carried: the record's own key)
         check = noise_check(record, reference, noise_threshold)
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > max_retries:
@@ -138,6 +144,7 @@ def _run(
     # what the study predicted before it ran (one attempt)
     record["trial_wall_s"] = round(time.monotonic() - started, 3)
     record["estimate"] = expected
+    carry.complete(record, carried, first)
     record["warnings"] = [memory] if memory else []
     write_json_atomic(out, record)
     return record

@@ -1,0 +1,69 @@
+"""One-off work once per configuration (workflow_scripts/trial/carry.py): what a later
+trial takes from its first trial's record, and what it never takes (no torch; the real
+trials: tests/test_gradcheck.py)."""
+
+from __future__ import annotations
+
+import json
+
+from workflow_scripts.rank import gradcheck
+from workflow_scripts.trial import carry
+
+COMPARISON = {"negligible": ["bias_k"], "missing": [], "over_limit": [], "max_rel_error": 0.1}
+
+
+def first(tmp_path, status="ok", ok=True, comparison=COMPARISON, flops=1e9, error=None):
+    record = {
+        "trial": 0,
+        "status": status,
+        "gradient_check": {"ok": ok, "comparison": comparison},
+        "metrics": {"flops_per_sample": flops, "flops_error": error},
+    }
+    path = tmp_path / "trial0.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_a_later_trial_carries_the_comparison_and_the_flop_count(tmp_path):
+    carried, record = carry.from_first_trial(first(tmp_path))
+    assert carried == {"from": "trial 0", "negligible": ["bias_k"], "flops_per_sample": 1e9}
+    later = {"gradient_check": {"ok": True, "comparison": None}, "spec": {"id": "x"}}
+    carry.complete(later, carried, record)
+    assert later["gradient_check"]["comparison"] == COMPARISON
+    assert later["gradient_check"]["comparison_from"] == "trial 0"
+    assert later["carried"] == carried
+
+
+def test_nothing_is_carried_from_a_first_trial_that_did_not_pass(tmp_path):
+    for bad in (
+        {"status": "failed"},
+        {"status": "incorrect", "ok": False},
+        {"ok": False},  # (an ok status with a failed check: never carried)
+    ):
+        carried, _ = carry.from_first_trial(first(tmp_path, flops=None, **bad))
+        assert carried is None, bad
+    # a comparison that could not be made: the later trial compares for itself
+    carried, _ = carry.from_first_trial(first(tmp_path, comparison={"error": "not kept"}))
+    assert carried == {"from": "trial 0", "flops_per_sample": 1e9}
+    carried, _ = carry.from_first_trial(first(tmp_path, comparison=None, flops=None))
+    assert carried is None
+    # a FLOP count that failed is counted again
+    carried, _ = carry.from_first_trial(first(tmp_path, flops=None, error="TypeError"))
+    assert "flops_per_sample" not in carried
+    # no record, an unreadable one, or not a record at all
+    assert carry.from_first_trial(None) == (None, None)
+    assert carry.from_first_trial(tmp_path / "missing.json") == (None, None)
+    (tmp_path / "bad.json").write_text("[1, 2")
+    assert carry.from_first_trial(tmp_path / "bad.json") == (None, None)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert carry.from_first_trial(tmp_path / "list.json") == (None, None)
+
+
+def test_a_carried_check_still_judges_its_own_gradients():
+    """The first trial's negligible parameters excuse their zero gradients; any other
+    parameter without a gradient still makes the step incorrect."""
+    got = {"parameters": 3, "zero_gradient": ["bias_k"], "without_gradient": []}
+    assert gradcheck.problem(got, None, "bf16") is not None  # alone: a lost gradient
+    assert gradcheck.problem(got, None, "bf16", ["bias_k"]) is None
+    got["without_gradient"] = ["weight"]
+    assert "trained 2 of 3" in gradcheck.problem(got, None, "bf16", ["bias_k"])

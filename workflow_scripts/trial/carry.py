@@ -1,0 +1,74 @@
+"""One-off work once per configuration: what a later trial takes from its experiment's
+first trial instead of doing it again.
+
+The comparison of the first step's gradients with fp64 eager's and eager's at the run's
+precision (``rank/gradcheck.py``: 13-30 s for a BERT-base or GPT-2 rung on AVX-512) and
+the FLOP count (1-2 s) depend on the configuration, not on the trial: the same model,
+built from the same seed, on the same batch, through the same code. Trial k > 0 of an
+experiment runs after its trial 0 (its record is an ``ancient`` input: a rerun of trial
+0 reruns nothing else) and, when trial 0 ended ok with a usable comparison, takes both
+from its record. Each trial still checks its own step: every parameter got a finite,
+non-zero gradient (the check's cheap half, at its first and first timed step); only the
+reference models are not rebuilt. A first trial that failed, or whose check was
+incorrect or had no usable comparison, carries nothing: the later trial checks in full.
+The record says what it carried and from where (``carried``, and the gradient check's
+``comparison_from``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: the spec key that hands the rank what it carries (stripped from the record's spec)
+SPEC_KEY = "carried"
+
+
+def _read(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
+    """What a later trial carries from the first trial's record at ``path`` (for the
+    rank: the fp64 gradient's negligible parameters, the FLOP count) and that record;
+    (None, None) when it carries nothing."""
+    first = _read(path)
+    if first is None or first.get("status") != "ok":
+        return None, None
+    carried: dict[str, Any] = {"from": f"trial {first.get('trial', 0)}"}
+    check = first.get("gradient_check")
+    comparison = check.get("comparison") if isinstance(check, dict) else None
+    if (
+        isinstance(check, dict)
+        and check.get("ok")
+        and isinstance(comparison, dict)
+        and not comparison.get("error")
+    ):
+        carried["negligible"] = list(comparison.get("negligible") or [])
+    metrics = first.get("metrics") if isinstance(first.get("metrics"), dict) else {}
+    flops = metrics.get("flops_per_sample")
+    if isinstance(flops, (int, float)) and flops > 0 and not metrics.get("flops_error"):
+        carried["flops_per_sample"] = flops
+    if len(carried) == 1:
+        return None, None
+    return carried, first
+
+
+def complete(record: dict, carried: dict | None, first: dict | None) -> dict:
+    """The later trial's record with what it carried: the first trial's gradient
+    comparison beside its own received gradients, and ``carried``."""
+    if not carried or first is None:
+        return record
+    record["carried"] = carried
+    check = record.get("gradient_check")
+    if "negligible" in carried and isinstance(check, dict):
+        check["comparison"] = first["gradient_check"]["comparison"]
+        check["comparison_from"] = carried["from"]
+    return record
