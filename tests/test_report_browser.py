@@ -72,8 +72,10 @@ def test_the_browser_renders_the_headline_and_every_section(page):
     assert "<body" in dom, res.stderr[-2000:]
     headline = re.search(r'<div class="headline">(.*?)</div>', dom, re.S).group(1)
     text = re.sub(r"<[^>]+>", "", headline)
-    assert "the fastest configuration of resnet50 at 224 px, batch 16" in text
-    assert "runcpu-tcmalloc" in text and "3.20× the fp32 eager baseline" in text
+    # one trial of the fastest against two of the baseline: not known to beat it
+    assert "the fastest measured configuration of resnet50 at 224 px, batch 16" in text
+    assert "runcpu-tcmalloc" in text and re.search(r"3\.20× \[[\d.]+–[\d.]+\] the fp32", text)
+    assert "so no configuration is known to beat the baseline yet" in text
     assert "$0.81 per million samples" in text
     sections = ("ladder", "machines", "cost", "backends", "correctness", "startup", "noise")
     for sid in (*sections, "study-time"):

@@ -134,7 +134,8 @@ def test_one_trial_each_decides_nothing_and_the_headline_crowns_nobody(tmp_path)
     report.build_report(records, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
     text = (tmp_path / "r/index.html").read_text()
     head = text[text.index('class="headline"') : text.index("<nav>")]
-    assert '<b id="hl-verdict">undecided</b>: no interval: one trial each' in head
+    assert '<b id="hl-verdict">undecided</b> (one trial each: no interval)' in head
+    assert "the fastest measured configuration of" in head
     assert "so no configuration is known to beat the baseline yet" in head
     assert '<b id="hl-decided">0</b> of' in head
     table = pd.read_csv(tmp_path / "comparisons.csv")

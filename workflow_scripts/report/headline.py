@@ -74,8 +74,11 @@ def headline_html(
         lead.append(": no configuration finished with a throughput (see Failures).")
     else:
         ref = stats[stats["experiment"] == baseline].iloc[0] if baseline is not None else best
+        # crowned only when known to beat the baseline (uncertainty.py), else "measured"
+        known = best["experiment"] == ref["experiment"] or between(ref, best).verdict == "faster"
         lead.append(
-            f", the fastest configuration of {html.escape(workload_text(ref))} is "
+            f", the fastest {'' if known else 'measured '}configuration of "
+            f"{html.escape(workload_text(ref))} is "
             f"{_b('best', str(best['experiment']))} ({html.escape(config_text(best))}) at "
             f"{_b('sps', fmt_num(best['sps_median']))} samples/s"
         )
@@ -139,12 +142,14 @@ def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -
         return text + ")"
     if c.verdict == "faster":
         return text + f"; {_b('verdict', 'faster')} at 95 % confidence)"
-    why = "no interval: one trial each" if isnan(c.ci_low) else "its interval does not clear"
-    why += "" if isnan(c.ci_low) else f" the ±{100 * MARGIN:g} % margin"
-    if c.verdict == "same":
-        why = f"the same within ±{100 * MARGIN:g} %"
+    if isnan(c.ci_low):
+        why = " (one trial each: no interval)"
+    elif c.verdict == "same":
+        why = f" (the same within ±{100 * MARGIN:g} %)"
+    else:
+        why = f" (its interval does not clear the ±{100 * MARGIN:g} % margin)"
     return (
-        text + f"; {_b('verdict', c.verdict)}: {html.escape(why)}, so no configuration is "
+        text + f"; {_b('verdict', c.verdict)}{html.escape(why)}, so no configuration is "
         "known to beat the baseline yet)"
     )
 
