@@ -59,9 +59,13 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="session")
-def allocators() -> None:
-    """Debian's jemalloc and tcmalloc (run_cpu's allocators), installed when missing."""
+def allocators(upstream_env) -> None:
+    """Debian's jemalloc and tcmalloc (run_cpu's allocators), installed when missing, and
+    linked into the upstream environment where run_cpu looks for them: an environment
+    built earlier in the session, before they were installed, has no link yet (its
+    next reuse links them, as here: envs.link_allocators)."""
     components.install("allocators")
+    envs.link_allocators(Path(upstream_env["prefix"]))
 
 
 @pytest.fixture(scope="session")
