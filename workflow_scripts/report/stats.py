@@ -264,7 +264,8 @@ def ladder_frame(stats: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     base = stats[stats["experiment"] == baseline]
     ref = base.iloc[0] if baseline is not None and len(base) else None
     ladder["compared"] = [
-        None if ref is None else between(ref, r, "baseline") for _, r in ladder.iterrows()
+        None if ref is None or r["experiment"] == baseline else between(ref, r, "baseline")
+        for _, r in ladder.iterrows()
     ]
     return ladder.reset_index(drop=True)
 
