@@ -20,7 +20,7 @@ from ..study import fields
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
 from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
 from .html import table_html
-from .uncertainty import Comparison, Spread, compared_text, interval, verdict
+from .uncertainty import Comparison, Spread, compared_cell, compared_text, interval, verdict
 from .values import isnan
 
 # The book chapter's claims (../shared/STUDY.md), measured on its own machine (a small
@@ -224,8 +224,7 @@ def _time_to_target(r: Mapping) -> str:
 
 
 def _time_text(r: Mapping) -> str:
-    c = r.get("time_compared")
-    return c.text() if isinstance(c, Comparison) else fmt_speedup(r["time_speedup"])
+    return compared_cell(r, "time_compared", "time_speedup")
 
 
 def accuracy_display(acc: pd.DataFrame) -> pd.DataFrame:

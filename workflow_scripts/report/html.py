@@ -27,7 +27,7 @@ from .formatting import (
     used_count,
 )
 from .stats import trial_counts
-from .uncertainty import Comparison
+from .uncertainty import Comparison, compared_cell
 from .values import isnan
 
 # The settings' column names are the fields' report labels (study/fields.py).
@@ -81,10 +81,7 @@ def _step_cell(r) -> str:
 
 def _compared_cell(r) -> str:
     """The speedup over the baseline with its interval and verdict (uncertainty.py)."""
-    compared = r.get("compared")
-    if isinstance(compared, Comparison) and not isnan(compared.ratio):
-        return compared.text()
-    return fmt_speedup(r.get("speedup"))
+    return compared_cell(r, "compared", "speedup")
 
 
 def ladder_display(ladder: pd.DataFrame) -> pd.DataFrame:

@@ -35,7 +35,7 @@ from .html import (
 )
 from .machines import cpu_description, isa_verdict
 from .stats import SWEEPS
-from .uncertainty import Comparison, compared_text
+from .uncertainty import Comparison, compared_cell, compared_text
 from .values import isnan
 
 Section = tuple[str, str, str]  # (id, heading, HTML content)
@@ -445,10 +445,7 @@ def backends_section(
 
 
 def _pair_text(r: Mapping) -> str:
-    compared = r.get("compared")
-    if isinstance(compared, Comparison) and not isnan(compared.ratio):
-        return compared.text()
-    return fmt_speedup(r.get("speedup")) or "n/a"
+    return compared_cell(r, "compared", "speedup") or "n/a"
 
 
 def roofline_section(roof: pd.DataFrame, svg: str) -> Section:

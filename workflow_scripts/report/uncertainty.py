@@ -162,6 +162,16 @@ def ratio_text(
     return f"{float(ratio):.2f}× ({qualifier(lo, hi, verdict_, margin, n)})"
 
 
+def compared_cell(row: Mapping, column: str, ratio_column: str) -> str:
+    """A table cell: ``row[column]``'s comparison with its interval and verdict, or the
+    bare ratio ``row[ratio_column]`` where there is none ("" without either)."""
+    c = row.get(column)
+    if isinstance(c, Comparison) and not isnan(c.ratio):
+        return c.text()
+    ratio = row.get(ratio_column)
+    return "" if isnan(ratio) else f"{float(ratio):.2f}×"
+
+
 def with_spread(stats: pd.DataFrame) -> pd.DataFrame:
     """``stats`` with the run's pooled spread on every row (``sps_spread``,
     ``sps_spread_df``), so that any two rows make a comparison (:func:`between`)."""
