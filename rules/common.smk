@@ -4,7 +4,8 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import cluster, collectives, envs, images, jobs, progress
+from workflow_scripts import cluster, collectives, envs, images, jobs, progress, rounds
+from workflow_scripts.trial import far
 
 SETTINGS = STUDY.settings
 # Where the records, collectives, summary and report go: results/, a pre-flight's apart.
@@ -14,7 +15,10 @@ LOGS = STUDY.logs
 progress.started_at()
 # The interpreter running Snakemake runs the workflow's own scripts.
 PYTHON = sys.executable
-TRIALS = list(range(SETTINGS["trials"]))
+# Every experiment runs `trials` trials; up to `max_trials` where a comparison is still
+# undecided (the adaptive rounds, round_experiments below).
+MIN_TRIALS = SETTINGS["trials"]
+TRIALS = list(range(rounds.cap(SETTINGS)))
 # The allreduce microbenchmark's process-group variants (gloo, ccl-shm, ...), each a job.
 COLLECTIVES = SETTINGS["collectives"]["variants"]
 ENVS = sorted({*STUDY.envs, *(collectives.env_of(v) for v in COLLECTIVES)})
@@ -76,21 +80,39 @@ def trial_priority(wildcards):
     return len(TRIALS) - int(wildcards.trial)
 
 
-def all_records(rounds=None):
-    """Every trial record of the study (of its first ``rounds`` trials), trial k of
-    every experiment before trial k+1 (the order of the report's rows; the run order
-    comes from trial_priority)."""
+def round_experiments(k):
+    """The experiments with a trial k: every one below the minimum (``trials``), then
+    those that a comparison still undecided after round k-1 names (that round's report
+    is a checkpoint; workflow_scripts/rounds.py)."""
+    if k < MIN_TRIALS:
+        return STUDY.ids
+    ran = round_experiments(k - 1)
+    if not ran:
+        return []
+    decided_by = checkpoints.round_report.get(round=k - 1).output.comparisons
+    return rounds.going_on(decided_by, ran)
+
+
+def all_records(last=None):
+    """Every trial record of the study (of its first ``last`` rounds), trial k of every
+    experiment before trial k+1 (the order of the report's rows; the run order comes
+    from trial_priority)."""
     return [
-        f"{RESULTS}/records/{exp['id']}/trial{trial}.json"
-        for trial in TRIALS[:rounds]
-        for exp in STUDY.experiments
+        f"{RESULTS}/records/{experiment}/trial{trial}.json"
+        for trial in TRIALS[:last]
+        for experiment in round_experiments(trial)
     ]
 
 
-# The answer early: after each round but the last (trial k of every experiment), a
-# provisional report of the rounds so far, in results/rounds/<k>/; the last round's is
-# the report. Its priority is the round's: it runs as soon as the round ends, before
-# any trial of the next.
+def report_records(wildcards):
+    return all_records()
+
+
+# The answer early: after each round but the last (trial k of every experiment it
+# runs), a provisional report of the rounds so far, in results/rounds/<k>/; the last
+# round's is the report. Its priority is the round's: it runs as soon as the round
+# ends, before any trial of the next. From round trials-1 on, its comparisons.csv
+# decides who runs the next round.
 ROUNDS = TRIALS[:-1]
 
 
@@ -105,21 +127,28 @@ def round_priority(wildcards):
 
 def round_title(wildcards):
     k = int(wildcards.round) + 1
+    if len(TRIALS) > MIN_TRIALS:
+        planned = f"{MIN_TRIALS} to {len(TRIALS)} trials (more where undecided)"
+    else:
+        planned = f"{len(TRIALS)} trials"
     return (
-        f"Provisional report: the first {k} of {len(TRIALS)} trials of every experiment "
+        f"Provisional report: the first {k} of {planned} of every experiment "
         "(the study goes on; its report: results/report/index.html)"
     )
 
 
 def round_reports():
-    return [f"{RESULTS}/rounds/{k}/report/index.html" for k in ROUNDS]
+    """The provisional reports of the rounds every experiment runs (but the last); the
+    adaptive rounds' reports come in as the checkpoints the report's records wait for."""
+    return [f"{RESULTS}/rounds/{k}/report/index.html" for k in ROUNDS[:MIN_TRIALS]]
 
 
 def experiment_inputs(wildcards):
     """The environment an experiment runs in, the image folder if it reads one, the
     reference probe if it runs the noise probe (ancient(), so that a new calibration
-    reruns no experiment), the record of the run whose trained weights it serves, and a
-    later trial's first trial's record (ancient(): a rerun of trial 0 reruns no other)."""
+    reruns no experiment), the record of the run whose trained weights it serves, a
+    later trial's first trial's record (ancient(): a rerun of trial 0 reruns no other)
+    and the first trial's record of the run it stops early against (far_stop)."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
         inputs = image_inputs_of(images.image_for(spec))
@@ -135,6 +164,9 @@ def experiment_inputs(wildcards):
         inputs["weights_from"] = f"{RESULTS}/records/{spec['weights_from']}/trial0.json"
     if int(wildcards.trial) > 0:  # what a later trial carries from its first (carry.py)
         inputs["first_trial"] = ancient(f"{RESULTS}/records/{spec['id']}/trial0.json")
+    far_baseline = far.baseline_of(spec, STUDY.experiments)
+    if far_baseline:  # far from it, a trial stops early (far.py)
+        inputs["far_baseline"] = ancient(f"{RESULTS}/records/{far_baseline}/trial0.json")
     return inputs
 
 

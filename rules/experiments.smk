@@ -3,7 +3,9 @@
 # timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
 # asks for"). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
-# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority.
+# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority;
+# after `trials`, only the experiments a comparison still undecided names run another
+# round, up to `max_trials` (round_experiments, rules/common.smk).
 # After each, a progress line: trials done of all, elapsed, the time left (progress.py).
 # A trial whose noise probe falls below noise_threshold x the reference probe is
 # run again (noise_retries times at most); these two settings are read in the run

@@ -7,7 +7,7 @@ from workflow_scripts.machine_results import machine_files
 
 rule report:
     input:
-        records=all_records(),
+        records=report_records,
         collectives=collectives_results(),
         machines=machine_files(SETTINGS["report"]),
     output:
@@ -73,8 +73,9 @@ rule report:
 
 
 # After each round but the last, a provisional report of the rounds so far (ROUNDS,
-# rules/common.smk): the answer in minutes, refined round by round.
-rule round_report:
+# rules/common.smk): the answer in minutes, refined round by round. A checkpoint: from
+# round trials-1 on, its comparisons.csv decides which experiments run the next round.
+checkpoint round_report:
     input:
         records=round_records,
     output:

@@ -38,7 +38,7 @@ def assert_ok(record: dict, torch: str = "2.14.") -> dict:
     assert (
         m["steps_timed"] == spec["steps"]
         or m["time_budget_hit"]
-        or (m["stop_reason"] == "precision")
+        or (m["stop_reason"] in ("precision", "far_from_baseline"))
     )
     assert len(record["losses"]) == spec["warmup_steps"] + m["steps_timed"]
     assert m["samples_per_s"] == pytest.approx(

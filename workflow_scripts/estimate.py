@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import backends, launchers, workloads
+from . import backends, launchers, rounds, workloads
 from .rank import gradcheck, probe
 from .util import finite
 
@@ -433,6 +433,15 @@ def format_estimate(est: Mapping, trials: int) -> str:
         f"{human(est['setup_s'])} of calibrations, collectives and report "
         "(environment and image builds not included)"
     ]
+    adaptive = est.get("adaptive")
+    if adaptive:
+        n = len(est["experiments"])
+        lines.append(
+            f"[estimate] adaptive rounds: {n * trials} to {n * adaptive['max_trials']} trials "
+            f"({trials} to {adaptive['max_trials']} per experiment: more only where a "
+            f"comparison is still undecided), so about {human(est['total_s'])} to "
+            f"{human(adaptive['total_s'])}"
+        )
     if est["remaining_trials_s"] < est["trials_s"]:
         lines.append(
             f"[estimate] trials without a record yet: about {human(est['remaining_trials_s'])}"
@@ -526,14 +535,24 @@ def for_study(study, results: Path | str = "results", measure: bool = True) -> d
     machine = study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
-    return total(
-        study.experiments,
-        trials,
-        machine,
-        envs=list(study.envs),
-        collectives=len(variants),
-        done=done_trials(preflight.under(results, settings), study.experiments, trials),
-    )
+    under = preflight.under(results, settings)
+
+    def of(n: int) -> dict:
+        return total(
+            study.experiments,
+            n,
+            machine,
+            envs=list(study.envs),
+            collectives=len(variants),
+            done=done_trials(under, study.experiments, n),
+        )
+
+    est = of(trials)
+    most = rounds.cap(settings)
+    if most > trials:  # the adaptive rounds: every experiment at the cap, at most
+        high = of(most)
+        est["adaptive"] = {"max_trials": most, "total_s": high["total_s"]}
+    return est
 
 
 def for_trial(spec: Mapping, reference: Mapping | None, container: bool) -> dict:

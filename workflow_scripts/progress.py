@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import estimate
+from . import estimate, rounds
 from .util import finite
 
 #: when this run started (seconds since the epoch), set once by the main process and
@@ -114,6 +114,12 @@ def line(
     text += "elapsed in this run"
     left = est["remaining_trials_s"]
     if len(done) >= total:
+        most = rounds.cap(study.settings)
+        if most > trials:
+            return text + (
+                f"; every experiment's {trials} are done: more (up to {most} each) only "
+                "where a comparison is still undecided"
+            )
         return text + "; every trial is done"
     missing = total - len(done)
     trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"

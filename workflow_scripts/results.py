@@ -213,7 +213,8 @@ def _measurement() -> list[Result]:
             "text",
             m,
             help="why the timed steps ended: steps (all asked), time_budget, precision "
-            "(step_precision reached) or epochs",
+            "(step_precision reached), far_from_baseline (beyond far_stop of its group's "
+            "first) or epochs",
             source=("metrics", "stop_reason"),
             stat="distinct",
         ),

@@ -605,6 +605,8 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     budget = None if epochs else spec.get("time_budget_s")
     budget_hit = False
     precision = None if epochs else spec.get("step_precision")
+    # far from its baseline already: more steps change no verdict (trial/far.py)
+    far_from = None if epochs else spec.get("far_from")
     # why the timed steps ended: all asked for, the time budget, or known well enough
     stop_reason = "epochs" if epochs else "steps"
     window_start = None
@@ -631,6 +633,11 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
             # the mean step time known well enough on every rank: stop (together)
             if not ranks.agree(not metrics.known_within(step_times, precision)):
                 stop_reason = "precision"
+                break
+        if far_from and len(step_times) >= metrics.MIN_PRECISION_STEPS:
+            # the speedup over its baseline already beyond far_stop, on every rank
+            if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
+                stop_reason = "far_from_baseline"
                 break
         if check is not None and i in (0, spec["warmup_steps"]):
             trainer.inspect = functools.partial(check.inspect, trainer.net, i)

@@ -73,3 +73,18 @@ def known_within(values: list[float], precision: float | None) -> bool:
     if not precision or len(values) < MIN_PRECISION_STEPS:
         return False
     return relative_half_width(values) <= precision
+
+
+def far_beyond(far: dict | None, step_times: list[float]) -> bool:
+    """Whether the 95 % interval of the mean of ``step_times`` (3 at least) puts the
+    speedup over ``far``'s baseline (``step_time_s``: its median step) wholly beyond
+    ``factor`` either way (``trial/far.py``)."""
+    if not far or len(step_times) < MIN_PRECISION_STEPS:
+        return False
+    mean, half = statistics.fmean(step_times), relative_half_width(step_times)
+    if not math.isfinite(half) or mean <= 0:
+        return False
+    ref, factor = float(far["step_time_s"]), float(far["factor"])
+    slowest = ref / (mean * (1 + half))
+    fastest = ref / (mean * (1 - half)) if half < 1 else math.inf
+    return slowest > factor or fastest < 1 / factor

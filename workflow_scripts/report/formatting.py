@@ -83,8 +83,11 @@ def steps_text(row: Mapping) -> str:
     text = str(int(timed))
     if not isnan(steps) and timed < steps:
         why = "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
-        if str(row.get("stop_reason") or "") == "precision":
+        reason = str(row.get("stop_reason") or "")
+        if reason == "precision":
             why = "step time known within step_precision"
+        elif reason == "far_from_baseline":
+            why = "already beyond far_stop of its group's first"
         text += f" of {int(steps)} ({why})"
     return text
 

@@ -368,15 +368,11 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
 
 def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
     """The top-level settings: the declared defaults, then the config, then the preset's
-    ``trials``, ``preflight``, ``image_folder`` and ``collectives``, then the command
-    line's (it wins over a preset); nested mappings merged key by key."""
+    ``trials``, ``max_trials``, ``preflight``, ``image_folder`` and ``collectives``, then
+    the command line's (it wins over a preset); nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
-    if "trials" in overlay:
-        settings["trials"] = overlay["trials"]
-    if "trials" in cli:
-        settings["trials"] = cli["trials"]
-    for key in ("preflight",):  # a preset may be a pre-flight (shapes)
+    for key in ("trials", "max_trials", "preflight"):  # a preset may be a pre-flight (shapes)
         if key in overlay:
             settings[key] = overlay[key]
         if key in cli:

@@ -690,6 +690,16 @@ FIELDS: dict[str, Field] = {
             tag=lambda v: f"prec{v:g}" if v else "noprec",
         ),  # fmt: skip
         Field(
+            "far_stop",
+            {"anyOf": [{"type": "number", "minimum": 1.1}, {"type": "null"}]},
+            None,
+            "stop timing once the trial's first timed steps (3 at least) put it beyond this "
+            "factor of its group's first experiment's speed, either way (the same work per "
+            "step; the 95 % interval of its mean step time wholly beyond): so far from its "
+            "baseline, more steps change no verdict; null: never",
+            tag=lambda v: f"far{v:g}" if v else "nofar",
+        ),
+        Field(
             "threads",
             {"type": ["integer", "null"], "minimum": 1},
             None,

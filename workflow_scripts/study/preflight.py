@@ -49,6 +49,7 @@ def settings(settings: dict) -> dict:
     """A pre-flight's settings: one trial, no noisy reruns, a short microbenchmark."""
     out = dict(settings)
     out["trials"] = 1
+    out["max_trials"] = None
     out["noise_retries"] = 0
     collectives = dict(out["collectives"])
     collectives["iterations"] = min(collectives["iterations"], COLLECTIVE_ITERATIONS)

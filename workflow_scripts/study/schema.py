@@ -23,7 +23,7 @@ import jsonschema
 from ..util import bare as _bare
 from ..util import show as _show
 from .fields import FIELDS, NOT_SWEPT, PER_EXPERIMENT
-from .settings import PRESET_NAME, SETTINGS, TRIALS
+from .settings import MAX_TRIALS, PRESET_NAME, SETTINGS, TRIALS
 
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 
@@ -35,7 +35,11 @@ def _ref(name: str) -> dict:
 @functools.cache
 def build_schema() -> dict:
     """The whole config schema, from the declarations."""
-    defs: dict[str, Any] = {"preset_name": PRESET_NAME, "trials": TRIALS}
+    defs: dict[str, Any] = {
+        "preset_name": PRESET_NAME,
+        "trials": TRIALS,
+        "max_trials": MAX_TRIALS,
+    }
     for name, field in FIELDS.items():
         defs[name] = field.value_schema()
     defs["defaults"] = {
@@ -77,12 +81,18 @@ def build_schema() -> dict:
             "defaults": _ref("defaults"),
             **runs,
             "trials": _ref("trials"),
+            "max_trials": _ref("max_trials"),
             "preflight": SETTINGS["preflight"].schema,
             "image_folder": SETTINGS["image_folder"].schema,
             "collectives": SETTINGS["collectives"].schema,
         },
     }
-    shared = {"preset": _ref("preset_name"), "trials": _ref("trials")}  # presets use them too
+    # presets use them too
+    shared = {
+        "preset": _ref("preset_name"),
+        "trials": _ref("trials"),
+        "max_trials": _ref("max_trials"),
+    }
     properties = {name: shared.get(name, s.schema) for name, s in SETTINGS.items()}
     properties["defaults"] = _ref("defaults")
     properties.update(runs)

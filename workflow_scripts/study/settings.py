@@ -16,6 +16,7 @@ PRESET_NAME = {
     "description": "a name of letters, digits, '.', '_' and '-'",
 }
 TRIALS = {"type": "integer", "minimum": 1}
+MAX_TRIALS = {"type": ["integer", "null"], "minimum": 1}
 IMAGE_FOLDER = {
     "type": "object",
     "additionalProperties": False,
@@ -272,6 +273,15 @@ SETTINGS: dict[str, Setting] = {
             structured=True,
         ),
         Setting("trials", TRIALS, 1, "runs of each experiment", structured=True),
+        Setting(
+            "max_trials",
+            MAX_TRIALS,
+            None,
+            "the cap of the adaptive rounds: after `trials`, another round runs each "
+            "experiment that a comparison still undecided names, up to this many trials "
+            "(null, or not above `trials`: no adaptive rounds)",
+            structured=True,
+        ),
         Setting(
             "noise_threshold",
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},

@@ -38,6 +38,12 @@ def progress_line(record: dict) -> str:
                 f" [step time known within step_precision after {m.get('steps_timed')} of "
                 f"{record['spec']['steps']} timed steps]"
             )
+        far_from = record.get("far_from") or {}
+        if m.get("stop_reason") == "far_from_baseline":
+            line += (
+                f" [beyond {far_from.get('factor')}x {far_from.get('baseline')}'s speed after "
+                f"{m.get('steps_timed')} of {record['spec']['steps']} timed steps]"
+            )
         if m.get("time_budget_hit"):
             line += (
                 f" [time budget: {m.get('steps_timed')} of {record['spec']['steps']} timed steps]"
@@ -67,6 +73,8 @@ COMMAND = Command(
         Arg("data_path", "params.data_path", default=None),
         Arg("first_trial", "input.first_trial", default="",
             help="a later trial: its experiment's first trial's record (what it carries)"),
+        Arg("far_baseline", "input.far_baseline", default="",
+            help="the first trial's record of the experiment it stops early against"),
         Arg("reference_probe", "input.reference_probe", default="",
             help="reference probe JSON; none: no reruns"),
         Arg("max_retries", "settings.noise_retries", type=int, default=MAX_RETRIES,
@@ -95,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             reference=reference, noise_threshold=args.noise_threshold,
             max_retries=args.max_retries, retry_delay_s=args.retry_delay, attempt=args.attempt,
             first_trial=Path(args.first_trial) if args.first_trial else None,
+            far_baseline=Path(args.far_baseline) if args.far_baseline else None,
         )  # fmt: skip
     except runtimes.Interrupted as exc:
         print(f"[experiment] {spec['id']} trial {args.trial}: {exc}; the run was stopped and "

@@ -14,7 +14,7 @@ from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import write_json_atomic
-from . import carry, lost
+from . import carry, far, lost
 from .attempt import attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure
@@ -35,12 +35,14 @@ def run(
     retry_delay_s: float = RETRY_DELAY_S,
     attempt: int = 1,
     first_trial: Path | None = None,
+    far_baseline: Path | None = None,
 ) -> dict:
     """Run the trial (again, while its probe says it was disturbed) and write its record.
     A machine that cannot give the spec its CPUs or its data (a cluster node other than
     the one the study was checked on) runs nothing: a failed record says why.
     ``attempt``: its job's (Snakemake's retry: 2), for an earlier job lost whole;
-    ``first_trial``: a later trial's first trial's record, what it carries (carry.py)."""
+    ``first_trial``: a later trial's first trial's record, what it carries (carry.py);
+    ``far_baseline``: the record it stops early against when far from it (far.py)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
@@ -73,7 +75,7 @@ def run(
     lost.mark(out)
     try:
         record = _run(spec, env_info, out, log, trial, data_path, reference, noise_threshold,
-                      max_retries, retry_delay_s, first_trial)  # fmt: skip
+                      max_retries, retry_delay_s, first_trial, far_baseline)  # fmt: skip
     except runtimes.Interrupted:
         # stopped from outside: by SLURM itself (its time limit signals first) or by the
         # user; the next attempt tells them apart from the accounting
@@ -98,10 +100,14 @@ def _run(
     max_retries: int,
     retry_delay_s: float,
     first_trial: Path | None = None,
+    far_baseline: Path | None = None,
 ) -> dict:
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
     rank_spec = {**spec, carry.SPEC_KEY: carried} if carried else spec
+    far_from = far.reference(far_baseline, spec)
+    if far_from:
+        rank_spec = {**rank_spec, far.SPEC_KEY: far_from}
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
@@ -145,6 +151,8 @@ def _run(
     record["trial_wall_s"] = round(time.monotonic() - started, 3)
     record["estimate"] = expected
     carry.complete(record, carried, first)
+    if far_from:
+        record[far.SPEC_KEY] = far_from
     record["warnings"] = [memory] if memory else []
     write_json_atomic(out, record)
     return record

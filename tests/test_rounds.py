@@ -1,0 +1,133 @@
+"""Measure until known, then stop (no torch): the adaptive rounds' plan
+(workflow_scripts/rounds.py), what a trial stops early against (trial/far.py) and the
+rank's far-from-baseline rule (rank/metrics.py), on the real config loader."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+
+import pytest
+
+from workflow_scripts import rounds
+from workflow_scripts.rank import metrics
+from workflow_scripts.report.uncertainty import COLUMNS
+from workflow_scripts.study import load_study, read_config
+from workflow_scripts.trial import far
+
+
+def study_of(**settings):
+    config = {
+        "defaults": {"model": "cnn", "image_size": 32, "batch_size": 8, "far_stop": 1.5},
+        "experiments": [
+            {"id": "base", "group": "ladder"},
+            {"id": "bf16", "group": "ladder", "precision": "bf16"},
+            {"id": "big", "group": "ladder", "batch_size": 16},
+            {"id": "acc", "group": "accuracy", "epochs": 1, "data": "digits"},
+            {
+                "id": "acc-bf16",
+                "group": "accuracy",
+                "epochs": 1,
+                "data": "digits",
+                "precision": "bf16",
+            },
+            {"id": "nofar", "group": "ladder", "far_stop": None},
+        ],
+        **settings,
+    }
+    return load_study(config)
+
+
+def test_the_cap_is_max_trials_above_trials():
+    assert rounds.cap({"trials": 2, "max_trials": 4}) == 4
+    assert rounds.cap({"trials": 2, "max_trials": None}) == 2
+    assert rounds.cap({"trials": 5, "max_trials": 4}) == 5  # not above: no rounds
+    assert rounds.adaptive({"trials": 2, "max_trials": 3})
+    assert not rounds.adaptive({"trials": 1, "max_trials": 1})
+    st = study_of(trials=2, max_trials=4)
+    assert (st.settings["trials"], st.settings["max_trials"]) == (2, 4)
+    assert rounds.trial_range(st.settings, len(st.experiments)) == (12, 24)
+
+
+def test_the_default_study_is_adaptive_and_its_quick_preset_and_preflight_are_not():
+    default = load_study(read_config("config.yaml"))
+    assert rounds.adaptive(default.settings)
+    quick = load_study(read_config("config.yaml", ["preset=quick"]))
+    assert rounds.cap(quick.settings) == quick.settings["trials"] == 1
+    preflight = load_study(read_config("config.yaml", ["preflight=true"]))
+    assert rounds.cap(preflight.settings) == 1
+
+
+def test_max_trials_is_checked_like_trials():
+    with pytest.raises(Exception, match="max_trials"):
+        study_of(max_trials=0)
+    with pytest.raises(Exception, match="max_trials"):
+        study_of(max_trials="four")
+
+
+def write_comparisons(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for baseline, experiment, verdict in rows:
+            w.writerow({"kind": "step", "baseline": baseline, "experiment": experiment,
+                        "verdict": verdict})  # fmt: skip
+    return path
+
+
+def test_another_round_runs_exactly_what_an_undecided_comparison_names(tmp_path):
+    table = write_comparisons(
+        tmp_path / "comparisons.csv",
+        [
+            ("base", "bf16", "faster"),
+            ("base", "twin", "undecided"),
+            ("bf16", "bf16-cl", "same"),
+            ("bf16-cl", "compiled", "undecided"),
+            ("base", "one-thread", "slower"),
+        ],
+    )
+    ran = ["base", "bf16", "bf16-cl", "compiled", "one-thread", "twin", "lonely"]
+    assert rounds.going_on(table, ran) == ["base", "bf16-cl", "compiled", "twin"]
+    # only those that ran the round just ended go on
+    assert rounds.going_on(table, ["bf16-cl", "twin"]) == ["bf16-cl", "twin"]
+    assert rounds.going_on(write_comparisons(tmp_path / "none.csv", []), ran) == []
+
+
+def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
+    st = study_of()
+    specs = st.experiments
+    by_id = st.by_id
+    assert far.baseline_of(by_id["bf16"], specs) == "base"
+    assert far.baseline_of(by_id["base"], specs) is None  # the group's first itself
+    assert far.baseline_of(by_id["big"], specs) is None  # another batch: other work
+    assert far.baseline_of(by_id["acc-bf16"], specs) is None  # epochs: never cut short
+    assert far.baseline_of(by_id["nofar"], specs) is None  # far_stop null
+
+
+def test_far_is_beyond_the_factor_either_way_with_the_whole_interval():
+    ref = {"step_time_s": 1.0, "factor": 1.5}
+    assert not metrics.far_beyond(ref, [3.0, 3.0])  # 3 timed steps at least
+    assert metrics.far_beyond(ref, [3.0, 3.1, 2.9])  # ~3x slower
+    assert metrics.far_beyond(ref, [0.5, 0.52, 0.49])  # ~2x faster
+    assert not metrics.far_beyond(ref, [1.2, 1.1, 1.3])  # near
+    # the mean is 1.8x slower, but its interval reaches below the factor: not yet
+    noisy = [0.9, 2.7, 1.8]
+    assert statistics.fmean(noisy) > 1.5 and not metrics.far_beyond(ref, noisy)
+    assert not metrics.far_beyond(None, [3.0, 3.0, 3.0])
+
+
+def test_the_reference_is_an_ok_first_trials_median_step(tmp_path):
+    spec = {"id": "bf16", "far_stop": 1.5}
+    ok = tmp_path / "ok.json"
+    ok.write_text(
+        '{"status": "ok", "trial": 0, "spec": {"id": "base"},'
+        ' "metrics": {"step_time_s": {"median": 0.25}}}'
+    )
+    assert far.reference(ok, spec) == {
+        "baseline": "base", "trial": 0, "step_time_s": 0.25, "factor": 1.5,
+    }  # fmt: skip
+    failed = tmp_path / "failed.json"
+    failed.write_text('{"status": "failed", "metrics": {}}')
+    assert far.reference(failed, spec) is None
+    assert far.reference(tmp_path / "missing.json", spec) is None
+    assert far.reference(ok, {"id": "bf16", "far_stop": None}) is None

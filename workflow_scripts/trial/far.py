@@ -1,0 +1,62 @@
+"""Far from its baseline: a trial that stops timing once its first timed steps put it
+beyond ``far_stop`` times its baseline's speed, either way.
+
+A rung 20x slower than the run it is compared with (bf16 where it is emulated) is as
+certain of that after three timed steps as after eight. Its baseline is its group's
+first experiment when both time the same work per step (same workload, batch, ranks
+and nodes; not an epochs run): that experiment's first trial's record is the trial's
+``ancient`` input (a rerun of it reruns nothing else). The rank (``rank/harness.py``)
+stops when the 95 % interval of its mean step time, from at least 3 timed steps, lies
+wholly beyond the factor; the record says so (``stop_reason: far_from_baseline``,
+``far_from``: the baseline, its trial and step time, the factor).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..study.fields import compare_keys
+
+#: the spec key that hands the rank its baseline's step time (the record's own key)
+SPEC_KEY = "far_from"
+#: what must match for two experiments' step times to be comparable
+SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes", "launcher")
+
+
+def baseline_of(spec: Mapping, specs: Iterable[Mapping]) -> str | None:
+    """The experiment whose first trial a trial of ``spec`` measures itself against:
+    its group's first, when it times the same work per step; None when ``far_stop``
+    is off, for an epochs run, or for the group's first itself."""
+    if not spec.get("far_stop") or spec.get("epochs"):
+        return None
+    first = next((s for s in specs if s.get("group") == spec.get("group")), None)
+    if first is None or first["id"] == spec["id"] or first.get("epochs"):
+        return None
+    if any(first.get(k) != spec.get(k) for k in SAME_WORK):
+        return None
+    return str(first["id"])
+
+
+def reference(path: Path | str | None, spec: Mapping) -> dict | None:
+    """What the rank compares its steps with: the baseline record's median step time
+    (an ok record with one; None otherwise: no early stop)."""
+    if not path or not spec.get("far_stop"):
+        return None
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("status") != "ok":
+        return None
+    step = ((record.get("metrics") or {}).get("step_time_s") or {}).get("median")
+    if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
+        return None
+    return {
+        "baseline": (record.get("spec") or {}).get("id"),
+        "trial": record.get("trial", 0),
+        "step_time_s": step,
+        "factor": float(spec["far_stop"]),
+    }
