@@ -212,3 +212,29 @@ def test_a_dry_run_prints_the_studys_expected_time(wd):
     assert any("models:" in x and "(3 trials)" in x for x in lines)
     # no calibration yet: a quick measurement and the CPU's flags
     assert "basis: quick measurement (fp32 matmul) and CPU flags" in lines[-1]
+
+
+def test_a_budget_caps_the_adaptive_rounds_and_says_what_it_buys(wd):
+    """--config budget=...: the rounds that fit in it, in the worst case, and the
+    precision they buy, before anything runs; a budget below the minimum says so."""
+    part = {
+        "trials": 2,
+        "max_trials": 5,
+        "experiments": [
+            {"id": "small", "group": "g", "model": "cnn", "image_size": 32},
+            {"id": "bf16", "group": "g", "model": "cnn", "image_size": 32, "precision": "bf16"},
+        ],
+    }
+    roomy = dry_run(wd, "budget=10000h", study=part)
+    assert jobs(roomy) == 4, roomy.stderr[-2000:]  # the rounds every experiment runs
+    lines = [x for x in roomy.stderr.splitlines() if x.startswith("[budget]")]
+    assert lines[0].startswith("[budget] 10000h: 2 to 5 trials per experiment fit"), lines
+    assert "with 2 trials each a comparison's 95 % interval is about ±" in lines[1], lines
+    assert "assumed: no run measured one yet" in lines[1]
+    assert lines[2].startswith("[budget] at most: with 5 trials each")
+    tight = dry_run(wd, "budget=1s", study=part)
+    assert jobs(tight) == 4
+    assert "[budget] 1s does not cover the 2 trials every experiment runs" in tight.stderr
+    for bad in ("1 hour", "-1h", "2d"):
+        out = failed(dry_run(wd, f"budget={bad}", study=part))
+        assert "config error at budget" in out, out[-2000:]

@@ -131,3 +131,38 @@ def test_the_reference_is_an_ok_first_trials_median_step(tmp_path):
     assert far.reference(failed, spec) is None
     assert far.reference(tmp_path / "missing.json", spec) is None
     assert far.reference(ok, {"id": "bf16", "far_stop": None}) is None
+
+
+def test_a_budget_reads_as_a_duration():
+    assert rounds.budget_seconds("1h") == 3600.0
+    assert rounds.budget_seconds("90min") == rounds.budget_seconds("90m") == 5400.0
+    assert rounds.budget_seconds("1.5h") == 5400.0 and rounds.budget_seconds("45s") == 45.0
+    for bad in ("1 h", "h", "-1h", "1h\n", "1d", ""):
+        with pytest.raises(ValueError, match="no duration"):
+            rounds.budget_seconds(bad)
+
+
+def test_the_rounds_that_fit_are_the_worst_cases():
+    # 10 min of setup, 20 min a round (every experiment once)
+    assert rounds.rounds_within(3600, 600, 1200, 2, 4) == 2
+    assert rounds.rounds_within(7200, 600, 1200, 2, 4) == 4  # 5 fit; the cap is 4
+    assert rounds.rounds_within(6000, 600, 1200, 2, 4) == 4
+    assert rounds.rounds_within(3000, 600, 1200, 2, 4) == 2
+    assert rounds.rounds_within(2900, 600, 1200, 2, 4) is None  # not even the minimum
+
+
+def test_what_a_number_of_trials_buys_is_students_t_over_the_pooled_spread():
+    import math
+
+    import scipy.stats
+
+    hw = rounds.half_width(3, 10, 0.05)
+    assert hw == pytest.approx(scipy.stats.t.ppf(0.975, 20) * 0.05 * math.sqrt(2 / 3))
+    assert math.isinf(rounds.half_width(1, 10, 0.05))
+    text = rounds.precision_text(2, 40, 0.05, "assumed")
+    expected = 100 * math.expm1(rounds.half_width(2, 40, 0.05))
+    assert text.startswith(
+        f"with 2 trials each a comparison's 95 % interval is about ±{expected:.0f} %"
+    )
+    assert "'the same' within ±3 % needs about" in text
+    assert "nothing is decided" in rounds.precision_text(1, 40, 0.05, "assumed")

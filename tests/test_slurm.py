@@ -33,7 +33,7 @@ import yaml
 from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
 from tests.runs import REQUIRED_COLUMNS, copy_workflow
-from workflow_scripts import study
+from workflow_scripts import rounds, study
 
 #: the whole run through SLURM must end within this (the plugin can wait forever when
 #: it cannot read job states; the test then fails instead of hanging CI)
@@ -102,8 +102,9 @@ def snakemake_cmd(workdir: Path, study_part: dict, *args: str) -> list[str]:
     return cmd + ["noise_retries=0"]
 
 
-def run_through_slurm(workdir: Path) -> subprocess.CompletedProcess:
-    cmd = snakemake_cmd(workdir, slurm_study(workdir))
+def run_through_slurm(workdir: Path, *config: str) -> subprocess.CompletedProcess:
+    """The study part through the profile (``config``: more --config values)."""
+    cmd = snakemake_cmd(workdir, slurm_study(workdir)) + list(config)
     proc = subprocess.Popen(
         cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
@@ -226,6 +227,29 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
 
     # rerunning submits only what changed: nothing
     again = run_through_slurm(wd)
+    assert again.returncode == 0, again.stdout[-5000:]
+    assert "submitted with SLURM jobid" not in again.stdout
+    assert "Nothing to be done" in again.stdout
+
+    # the adaptive rounds through the profile: with max_trials 2, round 0's report (a
+    # checkpoint, run here) decides, and only the experiments its undecided comparisons
+    # name run a second trial, each in a job of its own; then nothing is left to do
+    adaptive = run_through_slurm(wd, "max_trials=2")
+    assert adaptive.returncode == 0, adaptive.stdout[-8000:]
+    assert "localrule round_report" in adaptive.stdout
+    decided_by = wd / "results/rounds/0/comparisons.csv"
+    going_on = rounds.going_on(decided_by, sorted(records))
+    assert going_on and OOM["id"] not in going_on  # a failed run is in no comparison
+    second = {p.parent.name for p in (wd / "results/records").glob("*/trial1.json")}
+    assert second == set(going_on), (second, going_on)
+    jobs = jobcomp(slurm)
+    for experiment in going_on:
+        record = json.loads((wd / f"results/records/{experiment}/trial1.json").read_text())
+        job = int(record["provenance"]["slurm"]["job_id"])
+        assert job not in trial_jobs.values() and jobs[job]["JobState"] == "COMPLETED"
+    summary = pd.read_csv(wd / "results/summary.csv")
+    assert len(summary) == len(records) + len(going_on)
+    again = run_through_slurm(wd, "max_trials=2")
     assert again.returncode == 0, again.stdout[-5000:]
     assert "submitted with SLURM jobid" not in again.stdout
     assert "Nothing to be done" in again.stdout

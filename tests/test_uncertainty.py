@@ -185,7 +185,7 @@ trials: 2
 max_trials: 6
 collectives: {variants: []}
 sweeps: []
-defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.4}
+defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.4, step_precision: null}
 experiments:
   - {id: first, group: aa, threads: 2}
   - {id: twin, group: aa, threads: 2}

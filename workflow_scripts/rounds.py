@@ -18,6 +18,7 @@ from being declared on a wide interval.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -58,3 +59,81 @@ def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
 def trial_range(settings: Mapping, experiments: int) -> tuple[int, int]:
     """The fewest and the most trials the study may run."""
     return experiments * int(settings["trials"]), experiments * cap(settings)
+
+
+# ---- a budget the user can give (--config budget=1h) ----
+
+#: the spread of log throughput between trials assumed before a run has measured one
+#: (what trials of one configuration varied by on a shared 2-vCPU VM here)
+ASSUMED_SPREAD = 0.05
+#: the verdicts' margin (report/uncertainty.py's)
+MARGIN = 0.03
+_UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+BUDGET_PATTERN = r"^[0-9]{1,6}(\.[0-9]{1,3})?(s|m|min|h)$"
+
+
+def budget_seconds(text: str) -> float:
+    """``1h`` -> 3600.0; ``90min``, ``90m``, ``5400s``, ``1.5h`` (the schema's
+    :data:`BUDGET_PATTERN`)."""
+    import re
+
+    match = re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)(s|min|m|h)", str(text))
+    if not match:
+        raise ValueError(f"{text!r} is no duration such as 45min, 1h or 5400s")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def rounds_within(budget_s: float, setup_s: float, round_s: float, low: int, high: int):
+    """The most rounds in ``low``..``high`` whose worst case (every experiment in every
+    round) fits ``budget_s``; None when not even ``low`` does."""
+    if round_s <= 0:
+        return high
+    fits = int((budget_s - setup_s) // round_s)
+    if fits < low:
+        return None
+    return min(high, fits)
+
+
+def half_width(trials: int, experiments: int, spread: float) -> float:
+    """The 95 % interval's half-width (as a factor's log) of a comparison of ``trials``
+    each, the spread pooled over ``experiments`` of that many trials."""
+    import scipy.stats
+
+    df = experiments * (trials - 1)
+    if trials < 2 or df < 1:
+        return math.inf
+    return float(scipy.stats.t.ppf(0.975, df)) * spread * math.sqrt(2 / trials)
+
+
+def precision_text(trials: int, experiments: int, spread: float, source: str) -> str:
+    """What ``trials`` each buys: the interval, the differences it decides, and how many
+    trials "the same" within the margin would need."""
+    hw = half_width(trials, experiments, spread)
+    if not math.isfinite(hw):
+        return f"with {trials} trial each nothing is decided (no spread between trials)"
+    same = next(
+        (n for n in range(2, 1000) if half_width(n, experiments, spread) < math.log(1 + MARGIN)),
+        None,
+    )
+    text = (
+        f"with {trials} trials each a comparison's 95 % interval is about "
+        f"±{100 * math.expm1(hw):.0f} % (spread between trials {100 * spread:.1f} %, "
+        f"{source}), so differences beyond about {100 * ((1 + MARGIN) * math.exp(hw) - 1):.0f} "
+        "% come out faster or slower"
+    )
+    if same:
+        text += f"; 'the same' within ±{100 * MARGIN:.0f} % needs about {same} trials each"
+    return text
+
+
+def measured_spread(comparisons_csv: Path | str) -> float | None:
+    """The pooled spread an earlier run's comparisons.csv states, if any."""
+    try:
+        with open(comparisons_csv, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                value = float(row.get("spread") or "nan")
+                if math.isfinite(value) and value > 0:
+                    return value
+    except (OSError, ValueError):
+        return None
+    return None

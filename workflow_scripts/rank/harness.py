@@ -629,15 +629,15 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
                 budget_hit = True
                 stop_reason = "time_budget"
                 break
-        if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
-            # the mean step time known well enough on every rank: stop (together)
-            if not ranks.agree(not metrics.known_within(step_times, precision)):
-                stop_reason = "precision"
-                break
         if far_from and len(step_times) >= metrics.MIN_PRECISION_STEPS:
             # the speedup over its baseline already beyond far_stop, on every rank
             if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
                 stop_reason = "far_from_baseline"
+                break
+        if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
+            # the mean step time known well enough on every rank: stop (together)
+            if not ranks.agree(not metrics.known_within(step_times, precision)):
+                stop_reason = "precision"
                 break
         if check is not None and i in (0, spec["warmup_steps"]):
             trainer.inspect = functools.partial(check.inspect, trainer.net, i)

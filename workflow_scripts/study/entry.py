@@ -114,8 +114,65 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
     if main_process:
         for line in study.warnings:
             print(line, file=sys.stderr)
+        try:
+            plan_budget(study)
+        except StudyConfigError as exc:
+            raise WorkflowError(str(exc)) from None
         print_estimate(study)
+    elif os.environ.get(MAX_TRIALS_VAR):  # the main process's budget plan
+        study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
     return study
+
+
+#: the adaptive rounds' cap a budget allowed, for every job's process
+MAX_TRIALS_VAR = "STUDY_MAX_TRIALS"
+
+
+def plan_budget(study: Study, results: Path | str = "results") -> None:
+    """With ``budget`` set: cap the adaptive rounds at what fits in it, in the worst case
+    (every experiment in every round, as estimated on this machine), and say what
+    precision that buys. Not even the minimum (``trials``) fitting is said too; the
+    study then runs the minimum."""
+    from .. import estimate, rounds
+
+    settings = study.settings
+    if not settings.get("budget"):
+        return
+    try:
+        budget = rounds.budget_seconds(settings["budget"])
+    except ValueError as exc:
+        raise StudyConfigError(f"config error at budget: {exc}") from None
+    low, high = int(settings["trials"]), rounds.cap(settings)
+    try:
+        est = estimate.for_study(study, results)
+    except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
+        print(f"[budget] no estimate ({type(exc).__name__}: {exc}): max_trials alone caps "
+              "the rounds", file=sys.stderr)  # fmt: skip
+        return
+    round_s = est["trials_s"] / low
+    setup_s = est["total_s"] - est["trials_s"]
+    fits = rounds.rounds_within(budget, setup_s, round_s, low, high)
+    n = len(study.experiments)
+    measured = rounds.measured_spread(study.path(study.results) / "comparisons.csv")
+    spread = measured or rounds.ASSUMED_SPREAD
+    source = "as the last run measured" if measured else "assumed: no run measured one yet"
+    human = estimate.human
+    if fits is None:
+        print(f"[budget] {settings['budget']} does not cover the {low} trials every experiment "
+              f"runs (about {human(setup_s + low * round_s)} here): the study runs those, "
+              "with no adaptive rounds; lower trials, steps or the experiments to fit",
+              file=sys.stderr)  # fmt: skip
+        fits = low
+    else:
+        print(f"[budget] {settings['budget']}: {low} to {fits} trials per experiment fit "
+              f"(about {human(setup_s + fits * round_s)} if every experiment ran {fits})",
+              file=sys.stderr)  # fmt: skip
+    print(f"[budget] {rounds.precision_text(low, n, spread, source)}", file=sys.stderr)
+    if fits > low:
+        print(f"[budget] at most: {rounds.precision_text(fits, n, spread, source)}",
+              file=sys.stderr)  # fmt: skip
+    settings["max_trials"] = fits
+    os.environ[MAX_TRIALS_VAR] = str(fits)
 
 
 def planned_for(node) -> str:

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from ..launchers.torchrun import DEFAULT_FABRIC_PROVIDER
+from ..rounds import BUDGET_PATTERN
 from ..runtimes import RUNTIMES
 
 PRESET_NAME = {
@@ -281,6 +282,15 @@ SETTINGS: dict[str, Setting] = {
             "experiment that a comparison still undecided names, up to this many trials "
             "(null, or not above `trials`: no adaptive rounds)",
             structured=True,
+        ),
+        Setting(
+            "budget",
+            {"type": ["string", "null"], "pattern": BUDGET_PATTERN},
+            None,
+            "the wall time the study may take, e.g. 1h, 90min, 5400s: the adaptive rounds "
+            "are capped at what fits in it (every experiment in every round, as estimated "
+            "on this machine), and the estimate says what precision that buys; null: "
+            "max_trials alone",
         ),
         Setting(
             "noise_threshold",
