@@ -505,3 +505,30 @@ def test_an_interrupted_trial_in_a_slurm_job_says_so_for_its_next_attempt(
     proc.communicate(timeout=60)
     assert_nothing_left(tmp_path, run_pids)
     assert json.loads(lost.marker(out).read_text()) == {"slurm_job_id": "77", "interrupted": True}
+
+
+def test_an_exited_process_not_yet_reaped_is_gone_for_the_cleanup(tmp_path):
+    """A rank that has exited but that its parent (slurmstepd, here this test) has not
+    reaped yet is a zombie: its segments are removed like any gone process's, and a
+    cleanup waits a little for a registered process that is still exiting."""
+    import time
+
+    from workflow_scripts import shm
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    assert shm.alive(child.pid)
+    root = tmp_path / "shm"
+    root.mkdir()
+    (root / f"{child.pid}:0:0").write_text("")
+    folder = shm.make_folder()
+    os.environ[shm.PIDS_VAR] = folder
+    try:
+        shm.register(child.pid)
+    finally:
+        del os.environ[shm.PIDS_VAR]
+    started = time.monotonic()
+    # still running when the cleanup starts: it waits for the exit, then removes
+    assert shm.cleanup(folder, root) == [f"{child.pid}:0:0"]
+    assert time.monotonic() - started < shm.EXIT_WAIT_S
+    assert not shm.alive(child.pid)  # exited, not reaped: a zombie is gone
+    child.wait()

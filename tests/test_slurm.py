@@ -236,7 +236,7 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     # name run a second trial, each in a job of its own; then nothing is left to do
     adaptive = run_through_slurm(wd, "max_trials=2")
     assert adaptive.returncode == 0, adaptive.stdout[-8000:]
-    assert "localrule round_report" in adaptive.stdout
+    assert "localcheckpoint round_report" in adaptive.stdout
     decided_by = wd / "results/rounds/0/comparisons.csv"
     going_on = rounds.going_on(decided_by, sorted(records))
     assert going_on and OOM["id"] not in going_on  # a failed run is in no comparison

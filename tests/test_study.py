@@ -970,3 +970,25 @@ def test_the_shapes_preset_is_the_default_study_shortened(shipped):
     quick = load_study({**shipped, "preset": "quick"})
     pre_quick = load_study({**shipped, "preset": "quick", "preflight": True})
     assert pre_quick.ids == quick.ids and pre_quick.results == "results/preflight"
+
+
+def test_dropout_is_a_transformers_knob_on_in_the_default_study(shipped):
+    study = load_study(shipped)
+    text = [s for s in study.experiments if workloads.get(s["model"]).text]
+    vision = [s for s in study.experiments if not workloads.get(s["model"]).text]
+    assert text and all(s["dropout"] for s in text)
+    # an image model has none either way: its spec says so
+    assert vision and not any(s["dropout"] for s in vision)
+    quick = load_study({**shipped, "preset": "quick"})
+    assert not any(s["dropout"] for s in quick.experiments)
+    # the checked first step runs in eval mode: a compiled run compiles again at its
+    # second, which must be a warm-up step
+    base = {"id": "b", "model": "bert-tiny", "dropout": True, "backend": "inductor"}
+    message = error_of({"experiments": [{**base, "warmup_steps": 1}]})
+    assert "dropout with compile 'inductor' needs warmup_steps 2 at least (got 1)" in message
+    assert load_study({"experiments": [{**base, "warmup_steps": 2}]}).experiments
+    assert load_study({"experiments": [{**base, "warmup_steps": 1, "dropout": False}]})
+    # a sweep over it names its runs apart
+    sweep = {"name": "d", "model": "bert-tiny", "dropout": [True, False]}
+    names = ids({"experiments": [], "sweeps": [sweep]})
+    assert len(set(names)) == 2, names

@@ -71,6 +71,46 @@ def test_bert_compiles_with_inductor(upstream_env, make_spec, tmp_path):
     assert not os.path.exists(cache["dir"])
 
 
+def test_dropout_is_the_models_own_and_the_checked_step_runs_without_it(
+    upstream_env, make_spec, tmp_path
+):
+    """dropout: true builds the transformer with its config's own dropout (0.1); its
+    first step, the gradient check's, runs without it (eval mode) as its references do,
+    so the check still compares like with like, eager and compiled; from the second
+    step on it trains with it."""
+    own = env_python(
+        upstream_env,
+        "from workflow_scripts.rank import models\n"
+        "import torch\n"
+        "for flag in (False, True):\n"
+        "    m = models.build('bert-tiny', dropout=flag)\n"
+        "    ps = {d.p for d in m.modules() if isinstance(d, torch.nn.Dropout)}\n"
+        "    print(m.config.hidden_dropout_prob, m.config.attention_probs_dropout_prob, max(ps))\n",
+    )
+    assert own.split("\n")[:2] == ["0.0 0.0 0.0", "0.1 0.1 0.1"], own
+    common = {"model": "bert-tiny", "seq_len": 64, "warmup_steps": 2, "steps": 4}
+    off = assert_ok(run(make_spec(id="off", **common), upstream_env, tmp_path))
+    on = assert_ok(run(make_spec(id="on", dropout=True, **common), upstream_env, tmp_path))
+    assert on["spec"]["dropout"] is True and off["spec"]["dropout"] is False
+    # the same weights and batch; the checked first step without dropout: the same loss
+    assert on["losses"][0] == pytest.approx(off["losses"][0], rel=1e-5)
+    # then dropout: another trajectory
+    assert all(a != b for a, b in zip(on["losses"][1:], off["losses"][1:])), (on, off)
+    for rec in (on, off):
+        check = rec["gradient_check"]
+        assert check["ok"], check
+    spec = make_spec(id="on-inductor", dropout=True, backend="inductor", **common)
+    compiled = assert_ok(run(spec, upstream_env, tmp_path))
+    assert compiled["gradient_check"]["ok"], compiled["gradient_check"]
+    # its gradients compared with eager's without dropout: like with like
+    compared = compiled["gradient_check"]["comparison"]
+    assert compared["compared"] > 0 and not compared["over_limit"], compared
+    assert compared["loss_rel_error"] < compared["loss_tolerance"], compared
+    assert compiled["losses"][0] == pytest.approx(on["losses"][0], rel=1e-3)
+    # eval mode for the first step, train mode after: compiled once more
+    assert compiled["checks"]["compile"]["recompiles_after_first_step"] >= 1
+
+
 def test_gpt2_through_ipex_optimize(ipex_env, make_spec, tmp_path):
     spec = make_spec(id="gpt-ipex", model="gpt2-tiny", backend="ipex", ipex_optimize=True)
     rec = run(spec, ipex_env, tmp_path)

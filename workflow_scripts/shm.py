@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -74,13 +75,23 @@ def registered(folder: str | os.PathLike) -> set[int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
+    except (OSError, ValueError):
+        return True
+
+
+#: how long a cleanup waits for a registered process that is still exiting (a rank of
+#: another node whose step has ended, but that SLURM has not reaped yet)
+EXIT_WAIT_S = 5.0
 
 
 def segments(pids: Iterable[int], root: Path = SHM) -> list[Path]:
@@ -105,10 +116,23 @@ def remove(pids: Iterable[int], root: Path = SHM) -> list[str]:
     return removed
 
 
+def wait_gone(pids: Iterable[int], timeout_s: float = EXIT_WAIT_S) -> None:
+    """Wait up to ``timeout_s`` for those of ``pids`` that still run (and have segments)
+    to exit."""
+    deadline = time.monotonic() + timeout_s
+    waiting = [p for p in pids if alive(p)]
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.1)
+        waiting = [p for p in waiting if alive(p)]
+
+
 def cleanup_here(folder: str | os.PathLike, root: Path = SHM) -> list[str]:
-    """On this host: remove what its registered processes left, then its part of the
-    folder (and the folder, once no host has a part left in it)."""
-    removed = remove(registered(folder), root)
+    """On this host: remove what its registered processes left (once they have exited,
+    waiting a little for those still exiting), then its part of the folder (and the
+    folder, once no host has a part left in it)."""
+    pids = registered(folder)
+    wait_gone([int(m.group(1)) for p in segments(pids, root) if (m := SEGMENT.match(p.name))])
+    removed = remove(pids, root)
     shutil.rmtree(Path(folder, host()), ignore_errors=True)
     try:
         os.rmdir(folder)

@@ -100,14 +100,21 @@ def _transformer_flops(w: Workload, s: int) -> float:
     return float(s * layers * (8 * h * h + 4 * h * inner + 4 * s * h) + head)
 
 
-#: Dropout off in every transformer the study builds: with it, a compiled run (or any
-#: run that draws its random numbers otherwise) trains another trajectory from the same
-#: seed, and the report could not check its losses against fp32 eager's. Its cost, an
-#: elementwise mask per activation, is left out of the measurement.
+#: Dropout off in a transformer the study builds unless its spec says ``dropout: true``
+#: (the model's own, as users fine-tune): with it, a compiled run (or any run that draws
+#: its random numbers otherwise) trains another trajectory from the same seed, and its
+#: losses match eager's only within what dropout's noise allows. The gradient check's
+#: references are always built without it (their step runs without it too).
 NO_DROPOUT = {
     "bert": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
     "gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
 }
+
+
+def with_dropout(hf_config: dict) -> dict:
+    """A transformers config without the study's dropout overrides: the model's own."""
+    off = {k for family in NO_DROPOUT.values() for k in family}
+    return {k: v for k, v in hf_config.items() if k not in off}
 
 
 def _bert(name: str, help: str, memory_mb, compile_s, **config) -> Workload:

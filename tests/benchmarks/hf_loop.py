@@ -4,7 +4,8 @@ plain fine-tuning loop written out by hand, in the same environment, alternated.
 
 The plain loop is what Accelerate's nlp_example does per step, without Accelerate:
 ``BertForSequenceClassification`` built from the study's configuration of the model
-(random weights, dropout off as in the study), ``torch.optim.AdamW(lr=2e-5)``, a batch
+(random weights; with ``--dropout on``, the default, the model's own dropout, as users
+fine-tune and as the study's ``dropout: true`` trains), ``torch.optim.AdamW(lr=2e-5)``, a batch
 of token ids with its attention mask and labels, the model's own loss, ``backward``,
 ``optimizer.step()``, ``lr_scheduler.step()`` (the linear schedule with warm-up),
 ``optimizer.zero_grad()``, under CPU autocast for bf16; ``time.perf_counter`` around
@@ -48,7 +49,8 @@ cfg = json.loads(sys.argv[1])
 w = workloads.get(cfg["model"])
 torch.manual_seed(0)
 cls = getattr(transformers, w.hf_class)
-model = cls(cls.config_class(**w.hf_config, use_cache=False))
+given = workloads.with_dropout(w.hf_config) if cfg["dropout"] else w.hf_config
+model = cls(cls.config_class(**given, use_cache=False))
 model.train()
 if cfg["optimizer"] == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
@@ -116,23 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--envs-root", default=str(REPO / ".venvs"))
+    ap.add_argument(
+        "--dropout",
+        default="on",
+        choices=["on", "off"],
+        help="the model's own dropout (on, as users fine-tune) or none",
+    )
     ap.add_argument("--out", default=None, help="write the rounds as JSON here")
     args = ap.parse_args(argv)
+    dropout = args.dropout == "on"
     cfg = {
         "model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
         "precision": args.precision, "optimizer": args.optimizer, "warmup": args.warmup,
-        "steps": args.steps,
+        "steps": args.steps, "dropout": dropout,
     }  # fmt: skip
+    # every step asked for, on both sides (no early stop)
     experiment = {
         "id": "bench", "model": args.model, "batch_size": args.batch_size,
         "seq_len": args.seq_len, "precision": args.precision, "optimizer": args.optimizer,
         "warmup_steps": args.warmup, "steps": args.steps, "time_budget_s": None,
+        "step_precision": None, "far_stop": None, "dropout": dropout,
     }  # fmt: skip
     if args.optimizer == "sgd":
         experiment.update(lr=0.01, lr_schedule="linear", lr_warmup_steps=100)
     with tempfile.TemporaryDirectory() as tmp:
         wd = copy_workflow(Path(tmp) / "wf")
-        bench = {"preset": "default", "trials": 1, "experiments": [experiment], "sweeps": []}
+        bench = {"preset": "default", "trials": 1, "max_trials": None,
+                 "experiments": [experiment], "sweeps": []}  # fmt: skip
         (wd / "bench.yaml").write_text(yaml.safe_dump(bench))
         from workflow_scripts import envs
 
@@ -154,13 +166,20 @@ def main(argv: list[str] | None = None) -> int:
                 )
             rounds.append(got)
             print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s")
+    from workflow_scripts.report.uncertainty import Spread, interval, verdict
+
     study = statistics.median(r["study"] for r in rounds)
     plain = statistics.median(r["plain"] for r in rounds)
+    # the study's own method: the spread between processes, pooled over both sides
+    sides = [[r["study"] for r in rounds], [r["plain"] for r in rounds]]
+    ratio, low, high = interval(sides[1], sides[0], Spread.pooled(sides))
     result = {"config": cfg, "rounds": rounds, "study_median": study, "plain_median": plain,
-              "ratio_of_medians": study / plain}  # fmt: skip
+              "ratio_of_medians": ratio, "ci_low": low, "ci_high": high,
+              "verdict": verdict(low, high)}  # fmt: skip
     print(
         f"study {study:.3f} samples/s, plain loop {plain:.3f} samples/s: ratio of medians "
-        f"{study / plain:.3f} (study over plain; {args.rounds} rounds, ABBA)"
+        f"{ratio:.3f} [{low:.3f}-{high:.3f}] ({result['verdict']}; study over plain; "
+        f"{args.rounds} rounds, ABBA)"
     )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -69,8 +69,14 @@ class Trainer:
 
         self.inference = spec["mode"] == "inference"
         rng_state = torch.get_rng_state()  # what the gradient check rebuilds the model from
-        model = models.build(spec["model"], attention=spec.get("attention") or "sdpa")
+        dropout = bool(spec.get("dropout")) and self.workload.text
+        model = models.build(
+            spec["model"], attention=spec.get("attention") or "sdpa", dropout=dropout
+        )
         self.check = None if self.inference else gradcheck.GradientCheck(spec, model, rng_state)
+        # the checked step (the first) runs without dropout, as its references do (eval
+        # mode: a transformer has no batch norm, so only dropout differs)
+        self.checked_without_dropout = dropout and self.check is not None
         model.train(not self.inference)
         cl = torch.channels_last
         self.memory_format = cl if spec["channels_last"] else torch.contiguous_format
@@ -641,7 +647,12 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
                 break
         if check is not None and i in (0, spec["warmup_steps"]):
             trainer.inspect = functools.partial(check.inspect, trainer.net, i)
+        without_dropout = i == 0 and trainer.checked_without_dropout
+        if without_dropout:
+            trainer.model.eval()
         elapsed, value = timed_step(trainer, i, total, progress)
+        if without_dropout:
+            trainer.model.train()
         checking_s += trainer.untimed_s
         losses.append(value)
         if i == 0:

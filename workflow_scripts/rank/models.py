@@ -38,23 +38,26 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-def build_text(w: workloads.Workload, attention: str = "sdpa") -> nn.Module:
+def build_text(w: workloads.Workload, attention: str = "sdpa", dropout: bool = False) -> nn.Module:
     """The transformers model of ``w`` with random weights (torch's global RNG), called
     as Hugging Face's examples call it: ``model(input_ids=..., attention_mask=...,
     labels=...)``, its own loss in the output. ``attention``: transformers'
     implementation; ``sdpa`` (its default, what a user trains with) or ``eager`` (plain
-    matmuls, which ``FlopCounterMode`` counts)."""
+    matmuls, which ``FlopCounterMode`` counts). ``dropout``: the model's own (its
+    config class's defaults), else every dropout off (``workloads.NO_DROPOUT``); the
+    weights are the same either way (dropout has none, and draws nothing at build)."""
     import transformers
 
     cls = getattr(transformers, w.hf_class)
-    config = cls.config_class(**w.hf_config, use_cache=False, attn_implementation=attention)
+    given = workloads.with_dropout(w.hf_config) if dropout else w.hf_config
+    config = cls.config_class(**given, use_cache=False, attn_implementation=attention)
     return cls(config)
 
 
-def build(name: str, attention: str = "sdpa") -> nn.Module:
+def build(name: str, attention: str = "sdpa", dropout: bool = False) -> nn.Module:
     w = workloads.get(name)
     if w.text:
-        return build_text(w, attention)
+        return build_text(w, attention, dropout)
     if name == "cnn":
         return SmallCNN(num_classes=w.num_classes)
     import torchvision

@@ -110,6 +110,14 @@ def _workload_problems(spec: dict) -> list[str]:
             f"padding 'dynamic' needs data {' or '.join(repr(d) for d in DYNAMIC_PADDING_DATA)} "
             f"(got data {spec['data']!r}, whose sequences are all seq_len long)"
         )
+    compiled = spec["compile"] not in (None, "none")
+    timed_from_second = not spec["epochs"] and spec["mode"] == "train"
+    if spec["dropout"] and compiled and timed_from_second and spec["warmup_steps"] < 2:
+        problems.append(
+            f"dropout with compile {spec['compile']!r} needs warmup_steps 2 at least (got "
+            f"{spec['warmup_steps']}): the first step runs without dropout (the gradient "
+            "check's) and the second compiles again with it, before the timed steps"
+        )
     positions = w.hf_config.get("max_position_embeddings") or w.hf_config.get("n_positions")
     if positions and spec["seq_len"] > positions:
         problems.append(

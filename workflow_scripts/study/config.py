@@ -189,6 +189,9 @@ def resolve_spec(fields: dict, defaults: dict, preset: str) -> dict:
     )
     spec["preset"] = preset
     _input_size(spec, fields)
+    workload = workloads.WORKLOADS.get(spec["model"])
+    if workload is not None and not workload.text:
+        spec["dropout"] = False  # an image model has none either way
     _training(spec)
     _weak_scaling(spec)
     _normalize(spec)

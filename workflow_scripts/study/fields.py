@@ -288,6 +288,22 @@ FIELDS: dict[str, Field] = {
             trajectory=False,
         ),
         Field(
+            "dropout",
+            {"type": "boolean"},
+            False,
+            "a transformer's own dropout (Hugging Face's configs: 0.1, as users fine-tune); "
+            "false: every dropout off. The gradient check's step (the first) runs without "
+            "it, the model in eval mode, and so does its reference; a compiled run then "
+            "compiles again at its second step. Image models have none either way",
+            tag=_flag("drop", "nodrop"),
+            id_pos=14.7,
+            column=True,
+            label="dropout",
+            compare="setting",
+            compare_pos=14.6,
+            missing=False,
+        ),
+        Field(
             "padding",
             {"enum": ["fixed", "dynamic"]},
             "fixed",
