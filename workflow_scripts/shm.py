@@ -146,11 +146,24 @@ SPREAD_TIMEOUT_S = 120
 
 
 def job_nodes(environ=None) -> int:
-    """The nodes of the SLURM job this process runs in (1 outside one)."""
+    """The nodes of the SLURM job this process runs in (1 outside one). A job of the
+    Snakemake executor plugin runs in its inner ``srun``, which drops SLURM's variables
+    but the job's id: then SLURM is asked (``squeue``)."""
     env = os.environ if environ is None else environ
     try:
-        return int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+        given = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+        if given:
+            return int(given)
     except ValueError:
+        return 1
+    job = env.get("SLURM_JOB_ID")
+    if not job or not job.isdigit():
+        return 1
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%D"], capture_output=True,
+                             text=True, timeout=30, check=False).stdout.split()  # fmt: skip
+        return int(out[0]) if out and out[0].isdigit() else 1
+    except (OSError, subprocess.TimeoutExpired):
         return 1
 
 

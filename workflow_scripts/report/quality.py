@@ -189,7 +189,10 @@ def correctness_section(
         f"{100 * MATCH:g}%, <b>drifts</b> up to {100 * DRIFT:g}% (expected of bf16 over "
         "many steps), <b>diverges</b> beyond that or with a non-finite loss: a "
         "configuration (a precision, a compiler, an optimizer rewrite) that no longer "
-        "trains the same model.</p>"
+        "trains the same model. A transformer trained with dropout runs its first step "
+        "without it (the gradient check's); after that, a run that draws its random "
+        "numbers otherwise than eager (a compiled one) drops other activations, and its "
+        "curve may drift by dropout's own noise.</p>"
     )
     if check.empty:
         return ("correctness", "Correctness: losses against fp32 eager", note
