@@ -238,7 +238,7 @@ def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str])
             "--dpkgopt=path-exclude=/usr/share/doc/*",
             "--dpkgopt=path-exclude=/usr/share/locale/*",
             "--dpkgopt=path-include=/usr/share/locale/locale.alias",
-            base["suite"], str(tar), mirror,
+            "--", base["suite"], str(tar), mirror,  # (no value of the config is an option)
         ]  # fmt: skip
         _run_logged(cmd, log, env, "mmdebstrap of the base image")
         _run_logged(

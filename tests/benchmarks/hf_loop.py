@@ -84,7 +84,10 @@ print("RESULT " + json.dumps({"samples_per_s": cfg["batch_size"] * len(times) / 
 
 def study_side(wd: Path, cfg: dict, envs_root: str) -> float:
     """One trial of the experiment through snakemake (as a user runs it): its samples/s."""
-    shutil.rmtree(wd / "results", ignore_errors=True)
+    # the trial again (its calibration and environment record, made once, stay)
+    for path in (wd / "results").glob("*"):
+        if path.name not in ("calibration", "envs"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--configfile", "bench.yaml"]
     cmd += ["--config", "runtime=local", f"envs_root={envs_root}", "noise_retries=0"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=7200)
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         wd = copy_workflow(Path(tmp) / "wf")
         bench = {"preset": "default", "trials": 1, "max_trials": None,
-                 "experiments": [experiment], "sweeps": []}  # fmt: skip
+                 "experiments": [experiment], "sweeps": [],
+                 "collectives": {"variants": []}}  # fmt: skip
         (wd / "bench.yaml").write_text(yaml.safe_dump(bench))
         from workflow_scripts import envs
 
@@ -165,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                     else plain_side(python, cfg)
                 )
             rounds.append(got)
-            print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s")
+            print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s",
+                  flush=True)  # fmt: skip
     from workflow_scripts.report.uncertainty import Spread, interval, verdict
 
     study = statistics.median(r["study"] for r in rounds)

@@ -104,6 +104,7 @@ from .stats import (
     with_speedup,
 )
 from .timing import timing_section
+from .values import spreadsheet_safe
 
 __all__ = [
     "BACKEND_ORDER",
@@ -185,7 +186,7 @@ def build_report(
         folder.mkdir(parents=True, exist_ok=True)
     records = list(records)
     frame = summary_frame(records, noise_threshold)
-    frame.to_csv(summary_path, index=False)
+    spreadsheet_safe(frame).to_csv(summary_path, index=False)
     price_list = parse_prices(prices)
     rich = enrich(frame, records)
 

@@ -52,6 +52,7 @@ from .fields import (
     id_reference,
 )
 from .schema import (
+    StudyValidator,
     build_schema,
     coerce_strings,
     err,
@@ -354,7 +355,7 @@ def _resolved_validator() -> jsonschema.Draft202012Validator:
     envs |= {e for launcher in launchers.all_launchers() for e in launcher.envs}
     props["env"] = {"enum": sorted(envs)}
     props["preset"] = {"$ref": "#/$defs/preset_name"}
-    return jsonschema.Draft202012Validator(
+    return StudyValidator(
         {
             "$defs": schema["$defs"],
             "type": "object",

@@ -341,7 +341,13 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "data_dir",
-            {"type": ["string", "null"], "minLength": 1},
+            {
+                "type": ["string", "null"],
+                # mounted into a run's container (podman --volume <path>:...): no ':' or ','
+                "pattern": "^[^-:,\\x00-\\x1f][^:,\\x00-\\x1f]*$",
+                "description": "a folder's path, not starting with '-', without ':', ',' or "
+                "control characters",
+            },
             None,
             "the image folder for data image_folder (null: a generated one)",
             tag=_data_dir_tag,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from typing import Any
 
 import jsonschema
@@ -111,9 +112,26 @@ def build_schema() -> dict:
     }
 
 
+def _whole_pattern(validator, pattern: str, instance: Any, schema: dict):
+    """JSON Schema's ``pattern``, with an anchored end that means the end: Python's
+    ``$`` also matches before a trailing newline, so ``"a1\\n"`` would pass
+    ``^[a-z0-9]+$``; a value that ends in a newline never matches a pattern that
+    ends in ``$``."""
+    if not validator.is_type(instance, "string"):
+        return
+    if re.search(pattern, instance) is None or (pattern.endswith("$") and instance.endswith("\n")):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: draft 2020-12 with :func:`_whole_pattern` (every validation of a config goes through it)
+StudyValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _whole_pattern}
+)
+
+
 @functools.cache
 def validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(build_schema())
+    return StudyValidator(build_schema())
 
 
 def _path(parts) -> str:

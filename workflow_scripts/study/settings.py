@@ -17,6 +17,17 @@ PRESET_NAME = {
     "description": "a name of letters, digits, '.', '_' and '-'",
 }
 TRIALS = {"type": "integer", "minimum": 1}
+#: the kinds of value that reach another tool's command line or environment (never a
+#: shell): each refused at plan time unless it is of its kind, never starting with '-'
+#: (which a tool would read as an option) and never with a control character
+PATH = {
+    "pattern": "^[^-\\x00-\\x1f][^\\x00-\\x1f]*$",
+    "description": "a path, not starting with '-', without control characters",
+}
+NAME = {
+    "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$",
+    "description": "a name of letters, digits, '_', '.', '+' and '-', not starting with '-'",
+}
 MAX_TRIALS = {"type": ["integer", "null"], "minimum": 1}
 IMAGE_FOLDER = {
     "type": "object",
@@ -36,14 +47,22 @@ CONTAINERS = {
             "additionalProperties": False,
             "properties": {
                 "source": {"enum": ["mmdebstrap", "registry"]},
-                "suite": {"type": "string", "minLength": 1},
+                "suite": {
+                    "type": "string",
+                    "pattern": "^[a-z][a-z0-9.-]{0,31}$",
+                    "description": "a Debian suite name such as bookworm or stable",
+                },
                 # null: the Debian mirror of the host's own apt sources
-                "mirror": {"type": ["string", "null"], "minLength": 1},
+                "mirror": {
+                    "type": ["string", "null"],
+                    "pattern": "^(https?|file)://[^\\s\\x00-\\x1f]+$",
+                    "description": "a mirror's URL (http://, https:// or file://)",
+                },
                 "image": {
                     "anyOf": [
                         {
                             "type": "string",
-                            "pattern": "@sha256:[0-9a-f]{64}$",
+                            "pattern": "^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$",
                             "description": "an image reference pinned by digest "
                             "(...@sha256:<64 hex>)",
                         },
@@ -52,7 +71,7 @@ CONTAINERS = {
                 },
             },
         },
-        "wheelhouse": {"type": "string", "minLength": 1},
+        "wheelhouse": {"type": "string", **PATH},
         "prefix": {
             "type": "string",
             "pattern": "^[a-z0-9][a-z0-9._/-]*$",
@@ -75,7 +94,7 @@ CONTAINERS = {
         },
         "archive": {
             "type": ["string", "null"],
-            "minLength": 1,
+            **PATH,
             "description": "a folder on the filesystem a cluster's nodes share: each image "
             "is saved there once built, and a node whose engine lacks it loads it there "
             "(null: no archives)",
@@ -152,11 +171,8 @@ MACHINE = {
     "required": ["name", "results"],
     "properties": {
         "name": {"type": "string", "minLength": 1},
-        "results": {
-            "type": "string",
-            "minLength": 1,
-            "description": "another run's results folder, records folder or summary.csv",
-        },
+        # another run's results folder, records folder or summary.csv
+        "results": {"type": "string", **PATH},
         "usd_per_hour": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "note": {"type": "string"},
     },
@@ -165,28 +181,27 @@ CLUSTER = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "partition": {
-            "type": ["string", "null"],
-            "minLength": 1,
-            "description": "the partition of the measured jobs (null: SLURM's default one)",
-        },
-        "account": {"type": ["string", "null"], "minLength": 1},
+        # the partition of the measured jobs (null: SLURM's default one)
+        "partition": {"type": ["string", "null"], **NAME},
+        "account": {"type": ["string", "null"], **NAME},
+        # node features the measured jobs ask for (sbatch --constraint)
         "constraint": {
             "type": ["string", "null"],
-            "minLength": 1,
-            "description": "node features the measured jobs ask for (sbatch --constraint)",
+            "pattern": "^[A-Za-z0-9_(\\[][A-Za-z0-9_.&|*,:()\\[\\]-]{0,255}$",
+            "description": "SLURM node features such as avx512&bf16 (letters, digits and "
+            "& | * , : ( ) [ ]), not starting with '-'",
         },
         "node_cpus": {"type": ["integer", "null"], "minimum": 1},
         "node_mem_mb": {"type": ["integer", "null"], "minimum": 256},
         "network_interface": {
             "type": ["string", "null"],
-            "pattern": "^[A-Za-z0-9._:-]{1,15}$",
+            "pattern": "^[A-Za-z0-9_][A-Za-z0-9._:-]{0,14}$",
             "description": "the network interface the ranks of a several-node trial talk "
             "over (Gloo, oneCCL and the rendezvous), e.g. ib0 or eth0",
         },
         "fabric_provider": {
             "type": ["string", "null"],
-            "pattern": "^[A-Za-z0-9_;.-]{1,64}$",
+            "pattern": "^[A-Za-z0-9_][A-Za-z0-9_;.-]{0,63}$",
             "description": "the libfabric provider oneCCL's ranks of a several-node trial use "
             "between their nodes (FI_PROVIDER; shm still joins the ranks of a node), e.g. "
             "tcp, verbs or psm3; null: libfabric's own first choice, which on a TCP-only "
@@ -239,7 +254,7 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "container_engine_conf",
-            {"type": ["string", "null"], "minLength": 1},
+            {"type": ["string", "null"], **PATH},
             None,
             "a containers.conf passed to podman as CONTAINERS_CONF (host-specific, opt-in)",
         ),
@@ -309,14 +324,14 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "envs_root",
-            {"type": "string", "minLength": 1},
+            {"type": "string", **PATH},
             ".venvs",
             "where the backend environments are built",
         ),
         Setting("installer", {"enum": ["uv", "pip"]}, "uv", "what installs the environments"),
         Setting(
             "python",
-            {"type": ["string", "null"], "minLength": 1},
+            {"type": ["string", "null"], **PATH},
             None,
             "the interpreter of the backend environments (null: the one running Snakemake)",
         ),

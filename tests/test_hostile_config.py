@@ -1,0 +1,131 @@
+"""Values that reach another tool (issue: a site's review): every one is of its kind,
+checked at plan time, never an option of the tool it reaches; every schema pattern
+means its whole value (no trailing newline slips past a ``$``)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.test_config_errors import dry_run, failed, jobs, wd  # noqa: F401  (fixture)
+from workflow_scripts.study import StudyConfigError, load_study
+from workflow_scripts.study.schema import StudyValidator, build_schema
+
+#: a value each schema pattern accepts (a new pattern needs its sample here)
+SAMPLES = {
+    "^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$": "quick",
+    "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$": "bf16-cl",
+    "^[a-z][a-z0-9.-]{0,31}$": "bookworm",
+    "^(https?|file)://[^\\s\\x00-\\x1f]+$": "http://deb.debian.org/debian",
+    "^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$": "debian@sha256:" + "0" * 64,
+    "^[^-\\x00-\\x1f][^\\x00-\\x1f]*$": "/srv/study wheels",
+    "^[a-z0-9][a-z0-9._/-]*$": "localhost/cpu-train-study",
+    "^[0-9]+[bkmg]?$": "2g",
+    "^[0-9]+[kmg]?$": "512m",
+    "^[0-9]{1,6}(\\.[0-9]{1,3})?(s|m|min|h)$": "1.5h",
+    "^(gloo|ccl-(shm|tcp)(-offload)?)$": "ccl-shm",
+    "^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$": "cpu_long",
+    "^[A-Za-z0-9_(\\[][A-Za-z0-9_.&|*,:()\\[\\]-]{0,255}$": "avx512&bf16",
+    "^[A-Za-z0-9_][A-Za-z0-9._:-]{0,14}$": "eth0",
+    "^[A-Za-z0-9_][A-Za-z0-9_;.-]{0,63}$": "tcp",
+    "^[^-:,\\x00-\\x1f][^:,\\x00-\\x1f]*$": "/data/images",
+    "^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$": "0-3,6",
+    "^[A-Za-z_][A-Za-z0-9_]*$": "OMP_NUM_THREADS",
+}
+
+
+def patterns(node) -> set[str]:
+    found = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            found.add(node["pattern"])
+        for value in node.values():
+            found |= patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= patterns(value)
+    return found
+
+
+def test_every_schema_pattern_means_the_whole_value():
+    schema = build_schema()
+    found = patterns(schema)
+    assert found <= set(SAMPLES), f"patterns without a sample: {found - set(SAMPLES)}"
+    for pattern in found:
+        check = StudyValidator({"type": "string", "pattern": pattern})
+        sample = SAMPLES[pattern]
+        assert check.is_valid(sample), (pattern, sample)
+        # Python's $ matches before a final newline; the study's validator does not
+        assert re.search(pattern, sample + "\n")  # (what the plain keyword would let in)
+        assert not check.is_valid(sample + "\n"), pattern
+        assert not check.is_valid(sample + "\nmore"), pattern
+        # and no value that starts with '-' is one a tool could read as an option
+        assert not check.is_valid("-" + sample) or pattern.startswith("^[0-9]"), pattern
+
+
+#: hostile values, each of the setting's kind in form only: (override, where)
+HOSTILE = [
+    ({"containers": {"base": {"mirror": "--customize-hook=touch /tmp/owned"}}},
+     "containers.base.mirror"),
+    ({"containers": {"base": {"suite": "--setup-hook=id"}}}, "containers.base.suite"),
+    ({"containers": {"base": {"suite": "bookworm\n"}}}, "containers.base.suite"),
+    ({"containers": {"base": {"source": "registry", "image": "--help@sha256:" + "0" * 64}}},
+     "containers.base.image"),
+    ({"containers": {"wheelhouse": "--index-url=http://evil"}}, "containers.wheelhouse"),
+    ({"containers": {"archive": "-o/etc/passwd"}}, "containers.archive"),
+    ({"cluster": {"partition": "--wrap=id"}}, "cluster.partition"),
+    ({"cluster": {"account": "a b"}}, "cluster.account"),
+    ({"cluster": {"constraint": "-x"}}, "cluster.constraint"),
+    ({"cluster": {"network_interface": "-i"}}, "cluster.network_interface"),
+    ({"cluster": {"fabric_provider": "--x"}}, "cluster.fabric_provider"),
+    ({"envs_root": "--target=/"}, "envs_root"),
+    ({"python": "-c"}, "python"),
+    ({"container_engine_conf": "-x"}, "container_engine_conf"),
+    ({"experiments": [{"id": "a", "data": "image_folder", "data_dir": "/srv:/etc"}]},
+     "experiments[0].data_dir"),
+    ({"experiments": [{"id": "a\n"}]}, "experiments[0].id"),
+    ({"experiments": [{"id": "a", "cpus": "0-1\n"}]}, "experiments[0].cpus"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("override", "where"), HOSTILE, ids=[w for _, w in HOSTILE])
+def test_a_value_that_a_tool_could_read_as_an_option_is_refused(override, where):
+    config = {"experiments": [{"id": "a"}], **override}
+    with pytest.raises(StudyConfigError) as info:
+        load_study(config)
+    assert f"config error at {where}: " in str(info.value), str(info.value)
+    assert "is not allowed; allowed:" in str(info.value)
+
+
+def test_through_snakemake_a_hostile_mirror_is_refused_before_any_job(wd):  # noqa: F811
+    proc = dry_run(wd, "containers={base: {mirror: '--customize-hook=touch /tmp/owned'}}")
+    out = failed(proc)
+    expected = (
+        "config error at containers.base.mirror: '--customize-hook=touch /tmp/owned' is "
+        "not allowed; allowed: a mirror's URL"
+    )
+    assert expected in out, out[-2000:]
+    ok = dry_run(wd, "containers={base: {mirror: 'http://deb.debian.org/debian'}}",
+                 study={"experiments": [{"id": "a"}]})  # fmt: skip
+    assert jobs(ok) == 2, json.dumps(ok.stderr[-2000:])
+
+
+def test_summary_csv_never_holds_a_formula(tmp_path):
+    """Free text (a group, an error) that a spreadsheet would run as a formula is
+    written quoted; numbers (negative ones too) stay numbers."""
+    import pandas as pd
+
+    from tests.test_report import make, write
+    from workflow_scripts import records as rec
+    from workflow_scripts import report
+
+    hostile = '=HYPERLINK("http://evil","x")'
+    records = [make("baseline", k, 10.0 + k, group=hostile) for k in range(2)]
+    records += [make("bf16", 0, 20.0, group="@SUM(1+1)", precision="bf16")]
+    loaded = rec.load_records(write(tmp_path, records))
+    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert set(summary["group"]) == {"'" + hostile, "'@SUM(1+1)"}
+    assert (summary["samples_per_s"] > 0).all()  # numbers as they were
