@@ -78,8 +78,9 @@ def dry_run_jobs(workdir: Path, *config: str) -> list[dict]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs: list[dict] = []
     for line in proc.stdout.splitlines():
-        if line.startswith("rule "):
-            jobs.append({"rule": line[5:].rstrip(":"), "wildcards": "", "priority": 0})
+        if line.startswith(("rule ", "checkpoint ", "localrule ", "localcheckpoint ")):
+            name = line.split(" ", 1)[1].rstrip(":")
+            jobs.append({"rule": name, "wildcards": "", "priority": 0})
         elif jobs and line.startswith("    ") and ": " in line:
             key, value = line.strip().split(": ", 1)
             if key in ("wildcards", "input"):

@@ -44,6 +44,8 @@ def test_the_cap_is_max_trials_above_trials():
     assert rounds.cap({"trials": 5, "max_trials": 4}) == 5  # not above: no rounds
     assert rounds.adaptive({"trials": 2, "max_trials": 3})
     assert not rounds.adaptive({"trials": 1, "max_trials": 1})
+    # one trial each decides nothing: trials 1 means one trial, whatever the cap
+    assert rounds.cap({"trials": 1, "max_trials": 4}) == 1
     st = study_of(trials=2, max_trials=4)
     assert (st.settings["trials"], st.settings["max_trials"]) == (2, 4)
     assert rounds.trial_range(st.settings, len(st.experiments)) == (12, 24)
@@ -99,9 +101,14 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
     by_id = st.by_id
     assert far.baseline_of(by_id["bf16"], specs) == "base"
     assert far.baseline_of(by_id["base"], specs) is None  # the group's first itself
-    assert far.baseline_of(by_id["big"], specs) is None  # another batch: other work
     assert far.baseline_of(by_id["acc-bf16"], specs) is None  # epochs: never cut short
     assert far.baseline_of(by_id["nofar"], specs) is None  # far_stop null
+    # another batch is other work: the trial tells (its inputs stay the same whatever
+    # the group's first becomes, so that editing it reruns no other experiment)
+    assert far.baseline_of(by_id["big"], specs) == "base"
+    assert far.same_work(by_id["bf16"], by_id["base"])
+    assert not far.same_work(by_id["big"], by_id["base"])
+    assert not far.same_work(by_id["acc"], by_id["acc-bf16"])
 
 
 def test_far_is_beyond_the_factor_either_way_with_the_whole_interval():
@@ -131,6 +138,7 @@ def test_the_reference_is_an_ok_first_trials_median_step(tmp_path):
     assert far.reference(failed, spec) is None
     assert far.reference(tmp_path / "missing.json", spec) is None
     assert far.reference(ok, {"id": "bf16", "far_stop": None}) is None
+    assert far.reference(ok, {"id": "big", "far_stop": 1.5, "batch_size": 16}) is None
 
 
 def test_a_budget_reads_as_a_duration():

@@ -31,6 +31,7 @@ from tests.runs import (
 )
 from workflow_scripts import images, study
 from workflow_scripts.report import uncertainty
+from workflow_scripts.trial import far
 
 LOCAL_STUDY = """
 runtime: local
@@ -333,9 +334,10 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     """Trial k of every experiment before trial k+1 of any: priorities, not dependencies
     (Snakemake's dry run does not select jobs, so the order itself shows only in a run)."""
     wd = copy_workflow(tmp_path / "wf")
-    jobs = dry_run_jobs(wd, "trials=3")
+    jobs = dry_run_jobs(wd, "trials=3", "max_trials=null")  # (no adaptive rounds)
     runs = [j for j in jobs if j["rule"] == "run_experiment"]
-    specs = study.load_study(study.read_config(wd / "config.yaml")).by_id
+    loaded = study.load_study(study.read_config(wd / "config.yaml"))
+    specs = loaded.by_id
     assert len(runs) == 3 * len(specs)
     for job in runs:
         trial = int(job["wildcards"].rsplit("trial=", 1)[1])
@@ -343,11 +345,14 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         assert job["priority"] == 3 - trial
         # no trial waits for another experiment's files, but a served model for the first
         # trial of the run that trains its weights; a later trial for its own first
-        # (what it carries from it: workflow_scripts/trial/carry.py)
+        # (what it carries from it: workflow_scripts/trial/carry.py); and a trial that
+        # stops early far from its group's first for that one's first (trial/far.py)
         source = specs[experiment]["weights_from"]
         records_in = re.findall(r"results/records/[^ ,]+", job["input"])
         expected = [f"results/records/{source}/trial0.json"] if source else []
         expected += [f"results/records/{experiment}/trial0.json"] if trial else []
+        first = far.baseline_of(specs[experiment], loaded.experiments)
+        expected += [f"results/records/{first}/trial0.json"] if first else []
         assert sorted(records_in) == sorted(expected)
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
@@ -432,7 +437,7 @@ runtime: local
 trials: 1
 collectives: {variants: []}
 defaults: {model: cnn, image_size: 32, batch_size: 8, warmup_steps: 1, probe_size: 0,
-           time_budget_s: null, timeout_s: 900}
+           time_budget_s: null, step_precision: null, far_stop: null, timeout_s: 900}
 experiments:
   - {id: fast, steps: 2}
   - {id: slow, steps: 1000000}

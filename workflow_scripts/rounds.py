@@ -28,10 +28,14 @@ UNDECIDED = "undecided"
 
 def cap(settings: Mapping) -> int:
     """How many trials an experiment may run: ``max_trials`` when it is above
-    ``trials``, else ``trials`` (no adaptive rounds)."""
+    ``trials``, else ``trials`` (no adaptive rounds). One trial each decides nothing
+    (no spread between trials), so ``trials: 1`` means one trial: no adaptive rounds
+    either (``--config trials=1`` on the default study halves it, as it always did)."""
     low = int(settings["trials"])
     high = settings.get("max_trials")
-    return max(low, int(high)) if high is not None else low
+    if high is None or low < 2:
+        return low
+    return max(low, int(high))
 
 
 def adaptive(settings: Mapping) -> bool:

@@ -293,9 +293,10 @@ SETTINGS: dict[str, Setting] = {
             "max_trials",
             MAX_TRIALS,
             None,
-            "the cap of the adaptive rounds: after `trials`, another round runs each "
-            "experiment that a comparison still undecided names, up to this many trials "
-            "(null, or not above `trials`: no adaptive rounds)",
+            "the cap of the adaptive rounds: after `trials` (2 at least: one trial each "
+            "decides nothing), another round runs each experiment that a comparison still "
+            "undecided names, up to this many trials (null, or not above `trials`: no "
+            "adaptive rounds)",
             structured=True,
         ),
         Setting(

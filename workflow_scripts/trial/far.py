@@ -27,22 +27,29 @@ SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes", "launche
 
 
 def baseline_of(spec: Mapping, specs: Iterable[Mapping]) -> str | None:
-    """The experiment whose first trial a trial of ``spec`` measures itself against:
-    its group's first, when it times the same work per step; None when ``far_stop``
-    is off, for an epochs run, or for the group's first itself."""
+    """The experiment whose first trial a trial of ``spec`` may measure itself against:
+    its group's first; None when ``far_stop`` is off, for an epochs run, or for the
+    group's first itself. Whether the two time the same work per step is the trial's
+    to tell (:func:`reference`), so that editing the group's first reruns no other
+    experiment (the set of a trial's inputs stays the same)."""
     if not spec.get("far_stop") or spec.get("epochs"):
         return None
     first = next((s for s in specs if s.get("group") == spec.get("group")), None)
-    if first is None or first["id"] == spec["id"] or first.get("epochs"):
-        return None
-    if any(first.get(k) != spec.get(k) for k in SAME_WORK):
+    if first is None or first["id"] == spec["id"]:
         return None
     return str(first["id"])
 
 
+def same_work(a: Mapping, b: Mapping) -> bool:
+    """Whether two specs time the same work per step (not an epochs run)."""
+    if a.get("epochs") or b.get("epochs"):
+        return False
+    return all(a.get(k) == b.get(k) for k in SAME_WORK)
+
+
 def reference(path: Path | str | None, spec: Mapping) -> dict | None:
     """What the rank compares its steps with: the baseline record's median step time
-    (an ok record with one; None otherwise: no early stop)."""
+    (an ok record of the same work per step with one; None otherwise: no early stop)."""
     if not path or not spec.get("far_stop"):
         return None
     try:
@@ -50,6 +57,8 @@ def reference(path: Path | str | None, spec: Mapping) -> dict | None:
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("status") != "ok":
+        return None
+    if not isinstance(record.get("spec"), dict) or not same_work(record["spec"], spec):
         return None
     step = ((record.get("metrics") or {}).get("step_time_s") or {}).get("median")
     if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
