@@ -10,6 +10,7 @@ import re
 import pytest
 
 from tests.test_config_errors import dry_run, failed, jobs, wd  # noqa: F401  (fixture)
+from workflow_scripts.rounds import BUDGET_PATTERN
 from workflow_scripts.study import StudyConfigError, load_study
 from workflow_scripts.study.schema import StudyValidator, build_schema
 
@@ -24,7 +25,7 @@ SAMPLES = {
     "^[a-z0-9][a-z0-9._/-]*$": "localhost/cpu-train-study",
     "^[0-9]+[bkmg]?$": "2g",
     "^[0-9]+[kmg]?$": "512m",
-    "^[0-9]{1,6}(\\.[0-9]{1,3})?(s|m|min|h)$": "1.5h",
+    BUDGET_PATTERN: "1.5h",
     "^(gloo|ccl-(shm|tcp)(-offload)?)$": "ccl-shm",
     "^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$": "cpu_long",
     "^[A-Za-z0-9_(\\[][A-Za-z0-9_.&|*,:()\\[\\]-]{0,255}$": "avx512&bf16",

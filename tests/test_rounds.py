@@ -48,7 +48,8 @@ def test_the_cap_is_max_trials_above_trials():
     assert rounds.cap({"trials": 1, "max_trials": 4}) == 1
     st = study_of(trials=2, max_trials=4)
     assert (st.settings["trials"], st.settings["max_trials"]) == (2, 4)
-    assert rounds.trial_range(st.settings, len(st.experiments)) == (12, 24)
+    n = len(st.experiments)
+    assert (n * st.settings["trials"], n * rounds.cap(st.settings)) == (12, 24)
 
 
 def test_the_default_study_is_adaptive_and_its_quick_preset_and_preflight_are_not():

@@ -535,23 +535,24 @@ def for_study(study, results: Path | str = "results", measure: bool = True) -> d
     machine = study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
-    under = preflight.under(results, settings)
+    est = total(
+        study.experiments,
+        trials,
+        machine,
+        envs=list(study.envs),
+        collectives=len(variants),
+        done=done_trials(preflight.under(results, settings), study.experiments, trials),
+    )
+    return with_rounds(est, trials, rounds.cap(settings))
 
-    def of(n: int) -> dict:
-        return total(
-            study.experiments,
-            n,
-            machine,
-            envs=list(study.envs),
-            collectives=len(variants),
-            done=done_trials(under, study.experiments, n),
-        )
 
-    est = of(trials)
-    most = rounds.cap(settings)
-    if most > trials:  # the adaptive rounds: every experiment at the cap, at most
-        high = of(most)
-        est["adaptive"] = {"max_trials": most, "total_s": high["total_s"]}
+def with_rounds(est: dict, trials: int, most: int) -> dict:
+    """``est`` (of ``trials`` each) with what the adaptive rounds may add at most: every
+    experiment at ``most`` (its trials cost the same each round)."""
+    est.pop("adaptive", None)
+    if most > trials:
+        more = est["trials_s"] / trials * (most - trials)
+        est["adaptive"] = {"max_trials": most, "total_s": est["total_s"] + more}
     return est
 
 

@@ -60,28 +60,22 @@ def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
     return [e for e in ran if e in named]
 
 
-def trial_range(settings: Mapping, experiments: int) -> tuple[int, int]:
-    """The fewest and the most trials the study may run."""
-    return experiments * int(settings["trials"]), experiments * cap(settings)
-
-
 # ---- a budget the user can give (--config budget=1h) ----
 
 #: the spread of log throughput between trials assumed before a run has measured one
 #: (what trials of one configuration varied by on a shared 2-vCPU VM here)
 ASSUMED_SPREAD = 0.05
-#: the verdicts' margin (report/uncertainty.py's)
-MARGIN = 0.03
 _UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
-BUDGET_PATTERN = r"^[0-9]{1,6}(\.[0-9]{1,3})?(s|m|min|h)$"
+_DURATION = r"([0-9]{1,6}(?:\.[0-9]{1,3})?)(s|min|m|h)"
+#: the schema's pattern of a budget (what :func:`budget_seconds` reads)
+BUDGET_PATTERN = f"^{_DURATION}$"
 
 
 def budget_seconds(text: str) -> float:
-    """``1h`` -> 3600.0; ``90min``, ``90m``, ``5400s``, ``1.5h`` (the schema's
-    :data:`BUDGET_PATTERN`)."""
+    """``1h`` -> 3600.0; ``90min``, ``90m``, ``5400s``, ``1.5h``."""
     import re
 
-    match = re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)(s|min|m|h)", str(text))
+    match = re.fullmatch(_DURATION, str(text))
     if not match:
         raise ValueError(f"{text!r} is no duration such as 45min, 1h or 5400s")
     return float(match.group(1)) * _UNITS[match.group(2)]
@@ -111,7 +105,9 @@ def half_width(trials: int, experiments: int, spread: float) -> float:
 
 def precision_text(trials: int, experiments: int, spread: float, source: str) -> str:
     """What ``trials`` each buys: the interval, the differences it decides, and how many
-    trials "the same" within the margin would need."""
+    trials "the same" within the verdicts' margin would need."""
+    from .report.uncertainty import MARGIN
+
     hw = half_width(trials, experiments, spread)
     if not math.isfinite(hw):
         return f"with {trials} trial each nothing is decided (no spread between trials)"

@@ -115,10 +115,10 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
         for line in study.warnings:
             print(line, file=sys.stderr)
         try:
-            plan_budget(study)
+            est = plan_budget(study)
         except StudyConfigError as exc:
             raise WorkflowError(str(exc)) from None
-        print_estimate(study)
+        print_estimate(study, est)
     elif os.environ.get(MAX_TRIALS_VAR):  # the main process's budget plan
         study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
     return study
@@ -128,16 +128,17 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
 MAX_TRIALS_VAR = "STUDY_MAX_TRIALS"
 
 
-def plan_budget(study: Study, results: Path | str = "results") -> None:
+def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     """With ``budget`` set: cap the adaptive rounds at what fits in it, in the worst case
     (every experiment in every round, as estimated on this machine), and say what
     precision that buys. Not even the minimum (``trials``) fitting is said too; the
-    study then runs the minimum."""
+    study then runs the minimum. The estimate it planned with (None: none made), for
+    :func:`print_estimate`."""
     from .. import estimate, rounds
 
     settings = study.settings
     if not settings.get("budget"):
-        return
+        return None
     try:
         budget = rounds.budget_seconds(settings["budget"])
     except ValueError as exc:
@@ -148,7 +149,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> None:
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[budget] no estimate ({type(exc).__name__}: {exc}): max_trials alone caps "
               "the rounds", file=sys.stderr)  # fmt: skip
-        return
+        return None
     round_s = est["trials_s"] / low
     setup_s = est["total_s"] - est["trials_s"]
     fits = rounds.rounds_within(budget, setup_s, round_s, low, high)
@@ -173,6 +174,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> None:
               file=sys.stderr)  # fmt: skip
     settings["max_trials"] = fits
     os.environ[MAX_TRIALS_VAR] = str(fits)
+    return estimate.with_rounds(est, low, rounds.cap(settings))
 
 
 def planned_for(node) -> str:
@@ -227,13 +229,14 @@ def plan_for_nodes(settings: dict):
     return node
 
 
-def print_estimate(study: Study) -> None:
-    """The study's expected wall time on this machine, before anything runs (a dry run
-    too). An estimate that cannot be made never stops the workflow."""
+def print_estimate(study: Study, est: dict | None = None) -> None:
+    """The study's expected wall time on this machine (``est``: one already made), before
+    anything runs (a dry run too). An estimate that cannot be made never stops the
+    workflow."""
     from .. import estimate
 
     try:
-        est = estimate.for_study(study, "results")
+        est = est or estimate.for_study(study, "results")
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[estimate] no estimate: {type(exc).__name__}: {exc}", file=sys.stderr)
         return
