@@ -11,7 +11,6 @@ count (the best of the ``--ceiling-sizes``: what a run's % of peak divides by).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from . import backends, runtimes, sysinfo
 from .cli import Arg, Command
 from .rank import probe
 from .runtimes.measured import ENV_JSON, LIMIT_ARGS, run_measured, with_limits
-from .util import int_list, tail, write_json_atomic
+from .util import int_list, read_json, tail, write_json_atomic
 
 TIMEOUT_S = 1800
 
@@ -106,7 +105,7 @@ COMMAND = Command(
 
 def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv, prog="python -m workflow_scripts.calibration")
-    env_info = with_limits(json.loads(args.env_json.read_text()), args)
+    env_info = with_limits(read_json(args.env_json, want=None), args)
     sizes = int_list(args.sizes) or [probe.DEFAULT_SIZE]
     try:
         result = calibrate(

@@ -23,7 +23,7 @@ from . import backends, launchers, runtimes, sysinfo
 from .cli import Arg, Command
 from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, run_measured, with_limits
 from .trial.environment import environment
-from .util import tail, write_json_atomic
+from .util import read_json, tail, write_json_atomic
 
 PROGRAM = Path(__file__).resolve().parent / "rank" / "distributed" / "allreduce_bench.py"
 VARIANT = re.compile(r"^(gloo|ccl-(shm|tcp))(-offload)?$")
@@ -266,7 +266,7 @@ COMMAND = Command(
 
 def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv)
-    env_info = with_limits(json.loads(args.env_json.read_text()), args)
+    env_info = with_limits(read_json(args.env_json, want=None), args)
     try:
         record = run(
             args.variant, env_info, args.out, args.log,

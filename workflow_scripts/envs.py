@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import backends, launchers
 from .cli import Arg, Command
+from .util import read_json
 
 COMPLETE_MARKER = ".complete.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +240,7 @@ def build_extensions(prefix: Path, requirements: Path, log) -> dict[str, dict]:
         else:
             print(f"extension {name}: {out} is up to date", file=log, flush=True)
         try:
-            record = json.loads((out / "BUILD.json").read_text())
+            record = read_json((out / "BUILD.json"), want=None)
         except (OSError, ValueError):
             record = {"status": "failed", "error": f"{script} wrote no BUILD.json (see the log)"}
         built[name] = {"dir": str(out), "sources_sha256": digest, **record}
@@ -264,7 +265,7 @@ def build(name: str, requirements: Path, root: Path, python: str, installer: str
     marker = prefix / COMPLETE_MARKER
     with locked(root / f".{name}-{digest[:12]}.lock"):
         if marker.exists():
-            info = json.loads(marker.read_text())
+            info = read_json(marker, want=None)
             if not info.get("bytecode"):  # an environment built before byte-compiling
                 info["bytecode"] = compile_bytecode(prefix, log)
                 marker.write_text(json.dumps(info, indent=2) + "\n")

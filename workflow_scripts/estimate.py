@@ -26,7 +26,6 @@ Host side, standard library only (numpy, if present, for the quick measurement).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from . import backends, launchers, rounds, workloads
 from .rank import gradcheck, probe
-from .util import finite
+from .util import finite, read_json
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
 # measured 56-81 % on an AVX-512 machine; small models reach less, which the per-step
@@ -459,7 +458,7 @@ def read_calibrations(results: Path, envs: Iterable[str]) -> dict[str, dict | No
     out: dict[str, dict | None] = {}
     for env in envs:
         try:
-            data = json.loads((results / "calibration" / f"{env}.json").read_text())
+            data = read_json((results / "calibration" / f"{env}.json"), want=None)
             out[env] = data if isinstance(data, dict) else None
         except (OSError, ValueError):
             out[env] = None
@@ -484,7 +483,7 @@ def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, d
     out: dict[str, dict] = {}
     for spec in experiments:
         try:
-            record = json.loads((records / spec["id"] / "trial0.json").read_text())
+            record = read_json((records / spec["id"] / "trial0.json"), want=None)
         except (OSError, ValueError):
             continue
         if not isinstance(record, dict) or record.get("status") != "ok":

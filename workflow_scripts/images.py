@@ -48,6 +48,7 @@ from . import backends, launchers
 from .cli import Arg, Command
 from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
 from .runtimes.container import image_exists
+from .util import read_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO_ROOT / "containers"
@@ -263,7 +264,7 @@ def build(
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     name = f"{prefix}-{image}:latest"
-    parent = json.loads(parent_json.read_text()) if parent_json else None
+    parent = read_json(parent_json, want=None) if parent_json else None
     t0 = time.perf_counter()
     try:
         if image == "os":
@@ -314,7 +315,7 @@ def save_archive(image_json: Path, out: Path, log: Path) -> dict:
     nodes share, for a node whose engine storage lacks it (``runtimes.container``
     loads it there before the node's first run in it). Written under another name and
     renamed: a half-written archive is never there to load."""
-    rec = json.loads(Path(image_json).read_text())
+    rec = read_json(Path(image_json), want=None)
     env = engine_env(rec.get("engine_conf"))
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")

@@ -15,14 +15,13 @@ path and modification time), so a line costs milliseconds in a long run.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from . import estimate, rounds
-from .util import finite
+from .util import finite, read_json
 
 #: when this run started (seconds since the epoch), set once by the main process and
 #: inherited by every job's process (a cluster job's too)
@@ -58,7 +57,7 @@ def _wall(path: Path):
     if hit and hit[0] == mtime:
         return hit[1]
     try:
-        record = json.loads(path.read_text())
+        record = read_json(path, want=None)
     except (OSError, ValueError):
         return None
     wall = record.get("trial_wall_s") if isinstance(record, dict) else None

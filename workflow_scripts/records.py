@@ -23,7 +23,6 @@ spec's ``time_budget_s`` stopped them before ``steps``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -32,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import results
+from . import results, util
 from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from .sysinfo import node_type
@@ -182,15 +181,16 @@ def load_records(paths: Iterable[str | Path]) -> list[dict]:
         path = Path(p)
         raw: str | None = None
         try:
-            raw = path.read_text(encoding="utf-8", errors="replace")
-            data = json.loads(raw)
-        except (OSError, ValueError) as exc:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                raw = f.read(util.JSON_MAX_BYTES + 1)
+            if len(raw) > util.JSON_MAX_BYTES:
+                raise util.UnreadableFile(f"more than {util.JSON_MAX_BYTES} characters")
+            data = util.parse_json(raw, "its content")
+        except OSError as exc:
             records.append(_unreadable(path, f"{type(exc).__name__}: {exc}", raw))
             continue
-        if not isinstance(data, dict):
-            records.append(
-                _unreadable(path, f"expected a JSON object, got {type(data).__name__}", raw)
-            )
+        except util.UnreadableFile as exc:
+            records.append(_unreadable(path, str(exc), raw))
             continue
         experiment, trial = _path_identity(path)
         spec = _as_dict(data.get("spec"))

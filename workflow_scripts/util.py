@@ -67,17 +67,102 @@ def lookup(registry: dict[str, Any], name: str, what: str) -> Any:
         raise KeyError(f"unknown {what} {name!r}; known: {', '.join(registry)}") from None
 
 
+#: how much of a value a message quotes (a config's value, a file's content)
+EXCERPT_CHARS = 120
+
+
+def _excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def bare(value: Any) -> str:
-    """A value as YAML shows it: null, true/false, numbers and strings as they are."""
+    """A value as YAML shows it: null, true/false, numbers and strings as they are;
+    at most :data:`EXCERPT_CHARS` of it (a message never spells out a huge value, nor
+    one that YAML aliases nest into itself)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, str)):
-        return str(value)
-    return json.dumps(value, default=str)
+        return _excerpt(str(value))
+    if shape_problem(value, max_nodes=64, max_depth=8) is None:
+        return _excerpt(json.dumps(value, default=str))
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring = 3, 4, 4, 40
+    return _excerpt(short.repr(value))
 
 
 def show(value: Any) -> str:
     """A value as the user wrote it in YAML, strings quoted (for messages)."""
-    return repr(value) if isinstance(value, str) else bare(value)
+    return _excerpt(repr(value)) if isinstance(value, str) else bare(value)
+
+
+def shape_problem(value: Any, max_nodes: int, max_depth: int) -> str | None:
+    """Why ``value`` (parsed JSON or YAML) is too big to handle, or None: more than
+    ``max_nodes`` values counted as a reader walks them (a YAML alias counted each time
+    it is used), or lists and mappings nested deeper than ``max_depth``. The walk stops
+    at the limit, so its cost is bounded whatever the value."""
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            return f"more than {max_nodes} values (YAML aliases count each time they are used)"
+        if isinstance(item, dict):
+            children = list(item.keys()) + list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        if depth + 1 > max_depth and children:
+            return f"lists or mappings nested deeper than {max_depth} levels"
+        stack.extend((c, depth + 1) for c in children[: max_nodes - nodes + 1])
+    return None
+
+
+#: the limits on a JSON file the workflow reads (a record, a calibration, a build's
+#: marker, another machine's results): far beyond any file it writes itself
+JSON_MAX_BYTES = 64 * 1024 * 1024
+JSON_MAX_DEPTH = 64
+JSON_MAX_NODES = 5_000_000
+
+
+class UnreadableFile(ValueError):
+    """A file that cannot be used: its message names the file and why, in one line."""
+
+
+def read_json(path: str | os.PathLike, *, want: type | None = dict) -> Any:
+    """A JSON file's content, or :class:`UnreadableFile` naming the file and why: it
+    cannot be read, is larger than :data:`JSON_MAX_BYTES`, is not JSON (truncated,
+    corrupt), nests deeper than :data:`JSON_MAX_DEPTH` or is not a ``want`` (a JSON
+    object by default). Never a traceback for what a file holds."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > JSON_MAX_BYTES:
+            raise UnreadableFile(f"{path}: {size} bytes, more than {JSON_MAX_BYTES}")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            raw = f.read(JSON_MAX_BYTES + 1)
+    except OSError as exc:
+        raise UnreadableFile(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return parse_json(raw, str(path), want=want)
+
+
+def parse_json(raw: str, name: str, *, want: type | None = dict) -> Any:
+    """:func:`read_json` for text already read (``name`` says where it came from)."""
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise UnreadableFile(f"{name}: nested too deeply to parse") from None
+    except ValueError as exc:
+        raise UnreadableFile(f"{name}: not valid JSON ({_excerpt(str(exc))})") from None
+    problem = shape_problem(data, JSON_MAX_NODES, JSON_MAX_DEPTH)
+    if problem:
+        raise UnreadableFile(f"{name}: {problem}")
+    if want is not None and not isinstance(data, want):
+        kind = {dict: "a JSON object", list: "a JSON list"}.get(want, want.__name__)
+        raise UnreadableFile(f"{name}: expected {kind}, got {type(data).__name__}")
+    return data

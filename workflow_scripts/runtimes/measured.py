@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from .. import shm
 from ..cli import Arg
+from ..util import read_json
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
 
@@ -179,7 +179,7 @@ def run_measured(
     unreadable = None
     for path in results:
         try:
-            found.append(json.loads(path.read_text()) if path.exists() else None)
+            found.append(read_json(path, want=None) if path.exists() else None)
         except (OSError, ValueError) as exc:
             found.append(None)
             unreadable = unreadable or f"{path.name}: {exc}"

@@ -17,9 +17,10 @@ The record says what it carried and from where (``carried``, and the gradient ch
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from ..util import read_json
 
 #: the spec key that hands the rank what it carries (stripped from the record's spec)
 SPEC_KEY = "carried"
@@ -29,7 +30,7 @@ def _read(path: Path | None) -> dict | None:
     if path is None:
         return None
     try:
-        record = json.loads(Path(path).read_text())
+        record = read_json(Path(path), want=None)
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None

@@ -11,7 +11,7 @@ from ..cli import Arg, Command
 from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
-from ..util import finite
+from ..util import finite, read_json
 from .policy import RETRY_DELAY_S, run
 from .reference import node_reference, read_reference
 
@@ -91,7 +91,7 @@ COMMAND = Command(
 def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv)
     spec = json.loads(args.spec_json)
-    env_info = with_limits(json.loads(args.env_json.read_text()), args)
+    env_info = with_limits(read_json(args.env_json, want=None), args)
     reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:
         reference = node_reference(

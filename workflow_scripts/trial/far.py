@@ -13,12 +13,12 @@ wholly beyond the factor; the record says so (``stop_reason: far_from_baseline``
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..study.fields import compare_keys
+from ..util import read_json
 
 #: the spec key that hands the rank its baseline's step time (the record's own key)
 SPEC_KEY = "far_from"
@@ -53,7 +53,7 @@ def reference(path: Path | str | None, spec: Mapping) -> dict | None:
     if not path or not spec.get("far_stop"):
         return None
     try:
-        record = json.loads(Path(path).read_text())
+        record = read_json(Path(path), want=None)
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("status") != "ok":

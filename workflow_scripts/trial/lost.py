@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 
 from .. import slurm, sysinfo
+from ..util import read_json
 
 
 def marker(out: Path) -> Path:
@@ -40,7 +41,7 @@ def earlier_loss(
     when there was none, it is unknown (no accounting: said in ``log``), it has not
     ended, or Snakemake's own stop interrupted it (``attempt`` 1: a resumed study)."""
     try:
-        left = json.loads(marker(out).read_text())
+        left = read_json(marker(out), want=None)
         earlier, interrupted = left.get("slurm_job_id"), bool(left.get("interrupted"))
     except (OSError, ValueError, AttributeError):
         return None

@@ -3,10 +3,10 @@ by the calibrate rule on the node type the study measures."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .. import sysinfo
+from ..util import read_json
 
 
 def measured_on(reference: dict) -> str | None:
@@ -45,7 +45,7 @@ def read_reference(path: Path | None, log: Path | None = None) -> dict | None:
     if not path:
         return None
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(Path(path), want=None)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data

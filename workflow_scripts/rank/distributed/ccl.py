@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import sys
 import sysconfig
 import threading
 from pathlib import Path
+
+from ...util import read_json
 
 MODULE = "study_ccl"
 BACKEND = "ccl"
@@ -89,7 +90,7 @@ def module_path(folder: Path) -> Path:
 def ccl_prefix(folder: Path) -> Path:
     """The prefix oneCCL was built against (from BUILD.json), else this environment's."""
     try:
-        return Path(json.loads((folder / "BUILD.json").read_text())["ccl_prefix"])
+        return Path(read_json((folder / "BUILD.json"), want=None)["ccl_prefix"])
     except (OSError, ValueError, KeyError):
         return Path(sys.prefix)
 
@@ -97,7 +98,7 @@ def ccl_prefix(folder: Path) -> Path:
 def build_failure(folder: Path) -> str | None:
     """Why the module in ``folder`` could not be built (its BUILD.json), else None."""
     try:
-        info = json.loads((folder / "BUILD.json").read_text())
+        info = read_json((folder / "BUILD.json"), want=None)
     except (OSError, ValueError):
         return None
     return info.get("error") if info.get("status") == "failed" else None
