@@ -130,3 +130,130 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert set(summary["group"]) == {"'" + hostile, "'@SUM(1+1)"}
     assert (summary["samples_per_s"] > 0).all()  # numbers as they were
+
+
+# --------------------------------------------------------------------------- plan-time limits
+
+#: what a refused config may cost: seconds, and this much address space for Snakemake
+REFUSE_WITHIN_S = 60
+REFUSE_WITHIN_BYTES = 4 * 2**30
+
+
+def limited_dry_run(where, *config: str, study: dict | None = None):
+    """:func:`dry_run` with an address-space limit on Snakemake, timed."""
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (REFUSE_WITHIN_BYTES, REFUSE_WITHIN_BYTES))
+
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    if study is not None:
+        (where / "study.yaml").write_text(yaml.safe_dump({"sweeps": [], **study}))
+        cmd += ["--configfile", str(where / "study.yaml")]
+    cmd += ["--config", "runtime=local", *config]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=where, capture_output=True, text=True, timeout=300, preexec_fn=limit
+    )
+    took = time.monotonic() - t0
+    assert not (where / "results").exists()
+    return proc, took
+
+
+def alias_bomb(levels: int = 30) -> str:
+    """YAML whose aliases nest 2**levels values into a few lines."""
+    lines = ["bomb0: &b0 [lol, lol]"]
+    lines += [f"bomb{i}: &b{i} [*b{i - 1}, *b{i - 1}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_through_snakemake_an_alias_bomb_in_config_yaml_is_refused_in_seconds(wd):  # noqa: F811
+    original = (wd / "config.yaml").read_text()
+    try:
+        (wd / "config.yaml").write_text(original + "\n" + alias_bomb())
+        proc, took = limited_dry_run(wd)
+    finally:
+        (wd / "config.yaml").write_text(original)
+    out = failed(proc)
+    assert "config.yaml has more than 200000 values (YAML aliases count each time" in out, out[
+        -2000:
+    ]
+    assert took < REFUSE_WITHIN_S and len(out) < 20_000
+
+
+@pytest.mark.parametrize(
+    ("study", "expected"),
+    [
+        (  # 99 x 99 experiments from one sweep: counted, never expanded
+            {
+                "experiments": [],
+                "sweeps": [
+                    {"name": "s", "batch_size": list(range(1, 100)), "seed": list(range(99))}
+                ],
+            },
+            "config error at limits.experiments: the study asks for 9801 experiments",
+        ),
+        (
+            {"experiments": [{"id": "a"}], "trials": 2, "max_trials": 10**9},
+            "config error at limits.trials: 1 experiments x up to 1000000000 trials",
+        ),
+        (
+            {"experiments": [{"id": "a", "cpus": "0-99999"}]},
+            "is not a CPU list (CPU 99999 is beyond any machine's",
+        ),
+        (
+            {"experiments": [{"id": "a", "seed": 1, "env_vars": {"X": "y" * 10**6}}]},
+            "characters) is longer than allowed: at most 4096 characters",
+        ),
+        (
+            {"experiments": [{"id": "big", "model": "bert-base", "batch_size": 65536}]},
+            "it would be killed for memory; refused (limits: {over_memory: true} runs it",
+        ),
+    ],
+    ids=["sweep", "trials", "cpus", "long-value", "memory"],
+)
+def test_through_snakemake_what_a_config_asks_beyond_limits_is_refused(wd, study, expected):  # noqa: F811
+    proc, took = limited_dry_run(wd, study=study)
+    out = failed(proc)
+    assert expected in out, out[-2000:]
+    assert took < REFUSE_WITHIN_S and len(out) < 20_000
+
+
+def test_the_limits_are_raised_on_purpose(wd):  # noqa: F811
+    study = {"trials": 1, "experiments": [], "sweeps": [{"name": "s", "seed": list(range(30))}]}
+    proc, _ = limited_dry_run(wd, "limits={experiments: 10}", study=study)
+    assert "more than the limit of 10" in failed(proc)
+    proc, _ = limited_dry_run(wd, "limits={experiments: 30}", study=study)
+    assert jobs(proc) == 30, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(tmp_path):
+    """Records left by anything (a crash, a hand, another version) are read: a deeply
+    nested, truncated or huge one is a crashed record naming the file, and the summary
+    and report are still built."""
+    from tests.test_report import make, write
+    from workflow_scripts import records as rec
+    from workflow_scripts import report
+
+    paths = write(tmp_path, [make("baseline", k, 10.0 + k) for k in range(2)])
+    deep = tmp_path / "records" / "deep" / "trial0.json"
+    deep.parent.mkdir(parents=True)
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    nested = tmp_path / "records" / "nested" / "trial0.json"
+    nested.parent.mkdir(parents=True)
+    nested.write_text(
+        json.dumps({"spec": {"id": "nested"}, "x": [[[[[[[[[[[[[]] * 1]]]]]]]]]]] * 10}).replace(
+            "[]", "[" * 70 + "]" * 70
+        )
+    )
+    loaded = rec.load_records([*paths, deep, nested])
+    bad = {r["experiment"]: r["error"]["message"] for r in loaded if r["status"] == "crashed"}
+    assert "nested too deeply to parse" in bad["deep"], bad
+    assert "nested deeper than 64 levels" in bad["nested"], bad
+    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    assert (tmp_path / "r" / "index.html").stat().st_size > 0

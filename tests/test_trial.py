@@ -220,6 +220,43 @@ def test_unreadable_reference_means_no_reruns(tmp_path):
     assert trial.read_reference(None) is None
 
 
+#: a calibration's fields with the wrong types (by hand, a bad merge, another version)
+WRONG_TYPES = [
+    {"entries": "abc"},
+    {"entries": [1, "x", None]},
+    {"entries": [{"size": "1024", "threads": "2", "fp32_gflops": "fast"}]},
+    {"fp32_gflops": "x", "bf16_gflops": [1]},
+    {"threads": {}, "size": "big"},
+    {"ceiling": 5},
+    {"ceiling": ["a", {"size": "x", "fp32_gflops": {}}]},
+    {"provenance": []},
+    {"provenance": {"cpu_model": 5, "flags": 3}},
+    {"train_proxy": "x"},
+]
+
+
+@pytest.mark.parametrize("wrong", WRONG_TYPES, ids=[",".join(w) for w in WRONG_TYPES])
+def test_a_calibration_with_wrong_types_still_gives_a_record(make_spec, tmp_path, wrong):
+    """The trial reads the calibration it is judged by; whatever its fields hold, the
+    trial ends with its record (the probe unjudged where the reference says nothing
+    usable), never without one."""
+    ref = tmp_path / "probe.json"
+    ref.write_text(json.dumps({**REFERENCE, **wrong}))
+    log = tmp_path / "logs" / "t.log"
+    reference = trial.read_reference(ref, log)
+    record, _ = run(tmp_path, make_spec(), [{"fp32": 95.0}], reference=reference)
+    assert record["status"] == "ok", record.get("error")
+    # the estimate (every snakemake -n) reads it too: a figure, from what is usable
+    from workflow_scripts import estimate
+    from workflow_scripts.study import load_study
+
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "upstream.json").write_text(ref.read_text())
+    study = load_study({"experiments": [{"id": "a", "model": "cnn", "image_size": 32}]})
+    est = estimate.for_study(study, tmp_path, measure=False)
+    assert est["total_s"] > 0
+
+
 # --------------------------------------------------------------------------- compile caches
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from . import backends, launchers, rounds, workloads
 from .rank import gradcheck, probe
+from .trial.reference import clean_calibration
 from .util import finite, read_json
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
@@ -458,8 +459,8 @@ def read_calibrations(results: Path, envs: Iterable[str]) -> dict[str, dict | No
     out: dict[str, dict | None] = {}
     for env in envs:
         try:
-            data = read_json((results / "calibration" / f"{env}.json"), want=None)
-            out[env] = data if isinstance(data, dict) else None
+            data = read_json(results / "calibration" / f"{env}.json")
+            out[env] = clean_calibration(data)[0]
         except (OSError, ValueError):
             out[env] = None
     return out

@@ -96,18 +96,29 @@ def plan_cpus() -> list[int]:
     return allowed_cpus()
 
 
+#: CPU numbers a list may name: Linux numbers at most NR_CPUS (8192 with MAXSMP on
+#: x86-64, 4096 on most distributions' kernels); far beyond, a list is a mistake, and
+#: expanding it would cost memory before any check could say so
+MAX_CPU = 65535
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """``'0-2,5'`` -> ``[0, 1, 2, 5]`` (sorted, each CPU once); ValueError when an item
-    is not a CPU number or an a-b range with a <= b."""
+    is not a CPU number or an a-b range with a <= b, or names a CPU beyond
+    :data:`MAX_CPU` (the list is bounded before it is expanded)."""
     out: set[int] = set()
+    if len(text) > 8 * (MAX_CPU + 1):
+        raise ValueError(f"a CPU list of {len(text)} characters is longer than any machine's")
     for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        m = re.fullmatch(r"\s*(\d{1,9})(?:-(\d{1,9}))?\s*", part)
         if not m:
-            raise ValueError(f"{part!r} is not a CPU number or an a-b range")
+            raise ValueError(f"{part[:40]!r} is not a CPU number or an a-b range")
         a = int(m.group(1))
         b = int(m.group(2)) if m.group(2) is not None else a
         if a > b:
             raise ValueError(f"range {part!r} runs backwards")
+        if b > MAX_CPU:
+            raise ValueError(f"CPU {b} is beyond any machine's (at most {MAX_CPU})")
         out.update(range(a, b + 1))
     return sorted(out)
 

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ import yaml
 from .. import backends, launchers, workloads
 from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
-from ..util import show
+from ..util import shape_problem, show
 from . import preflight
 from .checks import check_spec, setting_warnings, weights_problems
 from .fields import (
@@ -116,6 +117,13 @@ class Study:
 
 # ---------------------------------------------------------------------------
 # resolving specs
+
+
+#: a config's size, checked before it is read: config.yaml holds about 2,000 values,
+#: 6 levels deep; a YAML alias counts each time it is used (an alias bomb is refused
+#: after this many steps, not expanded into schema errors or messages)
+CONFIG_MAX_VALUES = 200_000
+CONFIG_MAX_DEPTH = 32
 
 
 def _coerce_overrides(config: dict) -> dict:
@@ -239,10 +247,30 @@ def _input_size(spec: dict, fields: dict) -> None:
 
 
 def _expand(
-    experiments: list, exp_base: str, sweeps: list, sweep_base: str, *, defaults: dict, preset: str
+    experiments: list,
+    exp_base: str,
+    sweeps: list,
+    sweep_base: str,
+    *,
+    defaults: dict,
+    preset: str,
+    most: int,
 ) -> tuple[list[_Item], list[str]]:
+    """The experiments of the lists and sweeps, at most ``most`` of them (limits.
+    experiments): counted before a sweep is expanded, so a config that asks for more
+    costs nothing but the message."""
     items: list[_Item] = []
     errors: list[str] = []
+    asked = len(experiments) + sum(_sweep_size(raw) for raw in sweeps)
+    if asked > most:
+        return [], [
+            err(
+                "limits.experiments",
+                f"the study asks for {asked} experiments ({len(experiments)} listed, the "
+                f"rest from {len(sweeps)} sweeps), more than the limit of {most}; raise "
+                f"it on purpose, e.g. --config limits='{{experiments: {asked}}}'",
+            )
+        ]
     for i, exp in enumerate(experiments):
         where = f"{exp_base}[{i}]"
         spec = resolve_spec(exp, defaults, preset)
@@ -292,6 +320,21 @@ def _expand(
             label = "value" if len(keys) == 1 else "values"
             items.append(_Item(spec, where, f"{where} {label} {shown}", True))
     return items, errors
+
+
+def _sweep_size(raw: Any) -> int:
+    """How many experiments a sweep can expand to at most (its lists' product, times
+    the CPUs for ``layouts``), without expanding it."""
+    if not isinstance(raw, dict):
+        return 1
+    size = math.prod(len(v) for v in raw.values() if isinstance(v, list))
+    if "layouts" in raw:
+        try:
+            cpus = raw.get("cpus")
+            size *= len(parse_cpu_list(cpus)) if isinstance(cpus, str) else len(plan_cpus())
+        except ValueError:
+            pass
+    return size
 
 
 def _layouts(sweep: dict) -> tuple[list[tuple[int | None, int | None]], str | None]:
@@ -403,6 +446,7 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
                 "an allreduce needs at least 2 ranks",
             )  # fmt: skip
         )
+    settings["limits"] = {**SETTING_DEFAULTS["limits"], **config.get("limits", {})}
     settings["cluster"] = {**SETTING_DEFAULTS["cluster"], **config.get("cluster", {})}
     given = config.get("containers", {})
     settings["containers"] = {
@@ -435,6 +479,10 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
         config = {}
     if not isinstance(config, dict):
         raise StudyConfigError(err("", f"the config must be a mapping, got {show(config)}"))
+    for what, value in (("the config", config), ("the command line's config", cli)):
+        problem = shape_problem(value, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
+        if problem:
+            raise StudyConfigError(err("", f"{what} has {problem}: refused before reading it"))
     cli = coerce_strings(_coerce_overrides(copy.deepcopy(dict(cli or {}))))
     config = _coerce_overrides(copy.deepcopy(dict(config)))
     merge_config(config, cli)
@@ -472,11 +520,28 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
 
     # 3. expansion, 4. checks
     items, errors = _expand(
-        experiments, exp_base, sweeps, sweep_base, defaults=defaults, preset=preset
+        experiments,
+        exp_base,
+        sweeps,
+        sweep_base,
+        defaults=defaults,
+        preset=preset,
+        most=settings["limits"]["experiments"],
     )
     if not items and not errors:
         raise StudyConfigError(
             err("", f"preset {preset!r} has no experiments (give experiments or sweeps)")
+        )
+    most_trials = len(items) * max(settings["trials"], settings["max_trials"] or 0)
+    if most_trials > settings["limits"]["trials"]:
+        errors.append(
+            err(
+                "limits.trials",
+                f"{len(items)} experiments x up to "
+                f"{max(settings['trials'], settings['max_trials'] or 0)} trials is "
+                f"{most_trials} trials, more than the limit of {settings['limits']['trials']};"
+                f" raise it on purpose, e.g. --config limits='{{trials: {most_trials}}}'",
+            )
         )
     resolved = _resolved_validator()
     for item in items:

@@ -16,7 +16,15 @@ import yaml
 
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
-from .config import Study, StudyConfigError, load_study, resolve_spec
+from ..util import shape_problem
+from .config import (
+    CONFIG_MAX_DEPTH,
+    CONFIG_MAX_VALUES,
+    Study,
+    StudyConfigError,
+    load_study,
+    resolve_spec,
+)
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from .machine import check_machine
 from .schema import build_schema
@@ -30,7 +38,9 @@ def check_yaml(path: Path | str) -> None:
     """A YAML file's syntax error as the user's message, with its line and column."""
     path = Path(path)
     try:
-        yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise StudyConfigError(f"config error: {path} nests too deeply to read") from None
     except OSError as exc:
         raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
@@ -40,6 +50,9 @@ def check_yaml(path: Path | str) -> None:
         raise StudyConfigError(
             f"config error: {path} is not valid YAML{where}: {problem}"
         ) from None
+    problem = shape_problem(data, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
+    if problem:
+        raise StudyConfigError(f"config error: {path} has {problem}: refused before reading it")
 
 
 def command_line_config(config: dict, configfile: str = "config.yaml") -> dict:

@@ -9,7 +9,7 @@ training trajectory). The config schema (``schema.py``), the defaults table, id
 derivation (``config.py``), the summary columns (``records.py``) and what the report
 holds comparable (``report/compare.py``, ``report/quality.py``) are all derived from
 :data:`FIELDS`. Adding a knob is one declaration here plus the
-code that applies it (see the README, "Adding a knob").
+code that applies it (see docs/extending.md).
 
 The backends and launchers contribute the allowed values of ``backend``,
 ``launcher`` and ``compile`` (``workflow_scripts/backends``, ``.../launchers``).
@@ -897,7 +897,10 @@ FIELDS: dict[str, Field] = {
                     "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
                     "description": "an environment variable name (letters, digits, '_')",
                 },
-                "additionalProperties": {"type": "string"},
+                # a variable beyond a page is no setting (and Linux refuses an
+                # argument or variable beyond 128 KiB when the run starts)
+                "additionalProperties": {"type": "string", "maxLength": 4096},
+                "maxProperties": 64,
             },
             {},
             "extra environment variables of the run",

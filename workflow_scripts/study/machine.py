@@ -115,6 +115,49 @@ def cpu_problems(spec: dict, allowed: list[int]) -> list[str]:
     return errors
 
 
+#: DataLoader workers per CPU beyond which an experiment is refused
+WORKERS_PER_CPU = 4
+
+
+def settings_ceilings(study: Study, memory: float | None) -> list[str]:
+    """What the study's settings would ask of this machine beyond what it has: the
+    generated image folder's disk space (its uncompressed size, an upper bound) and the
+    allreduce benchmark's largest message on every rank (three buffers each)."""
+    import shutil
+
+    errors = []
+    folder = study.settings["image_folder"]
+    images = folder["classes"] * folder["images_per_class"]
+    need = images * folder["size"] ** 2 * 3
+    where = study.path(study.results)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    uses_folder = any(s["data"] == "image_folder" and not s["data_dir"] for s in study.experiments)
+    if uses_folder and need > free:
+        errors.append(
+            err(
+                "image_folder",
+                f"{images} images of {folder['size']} px need up to {need / 2**30:.1f} GiB; "
+                f"{where} has {free / 2**30:.1f} GiB free",
+            )
+        )
+    c = study.settings["collectives"]
+    if c["variants"] and memory:
+        counts = c["ranks"] if isinstance(c["ranks"], list) else [c["ranks"]]
+        ranks = max(len(plan_cpus()) if n == "all" else n for n in counts)
+        need_mb = max(c["sizes_kb"], default=0) / 1024 * 3 * ranks / max(c["nodes"], 1)
+        if need_mb > memory:
+            errors.append(
+                err(
+                    "collectives.sizes_kb",
+                    f"{max(c['sizes_kb'])} KiB on each of {ranks} ranks needs about "
+                    f"{need_mb / 1024:.0f} GB; a node has {memory / 1024:.0f} GB",
+                )
+            )
+    return errors
+
+
 def check_machine(study: Study, memory_mb: float | None = None) -> None:
     """Raise StudyConfigError with every problem at once; add warnings to the study.
     The CPUs are those it is planned on (a cluster's nodes' on a cluster), the memory
@@ -127,10 +170,22 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
         errors.append(err("python", f"{python!r} does not exist on this machine"))
     folder = study.settings["image_folder"]
     generated = folder["classes"] * folder["images_per_class"]
+    errors += settings_ceilings(study, memory)
     counted: dict[Path, int] = {}
+    over_memory = study.settings["limits"]["over_memory"]
     for spec in study.experiments:
         at = f"experiment {spec['id']}"
         errors += cpu_problems(spec, allowed)
+        workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
+        if workers > WORKERS_PER_CPU * len(allowed):
+            errors.append(
+                err(
+                    f"{at}.num_workers",
+                    f"{workers} DataLoader workers on the {len(allowed)} CPUs the study may "
+                    f"use: more than {WORKERS_PER_CPU} per CPU only contend (and each holds "
+                    "a copy of the loader's memory)",
+                )
+            )
         if spec["data"] == "image_folder":
             if spec["data_dir"]:
                 path = study.path(spec["data_dir"])
@@ -149,8 +204,14 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
                         f"{spec['batch_size']} is more than {where}: no full batch to train on",
                     )
                 )
-        warning = memory_warning(spec, memory, "each node has" if memory_mb else "this machine has")
-        if warning:
+        where = "each node has" if memory_mb else "this machine has"
+        warning = memory_warning(spec, memory, where)
+        if warning and estimated_memory_mb(spec) > memory and not over_memory:
+            errors.append(
+                f"config error at {warning.replace('the run may be killed', 'it would be killed')}"
+                "; refused (limits: {over_memory: true} runs it anyway)"
+            )
+        elif warning:
             study.warnings.append(f"config warning at {warning}")
     if errors:
         raise StudyConfigError("\n".join(errors))

@@ -274,6 +274,10 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
         if value is None:
             return [err(where, f"null is not allowed; allowed: {_allowed(error.schema)}")]
         return [err(where, f"{_show(value)} is {article} {got}; allowed: {_allowed(error.schema)}")]
+    if kind in ("maxLength", "maxProperties"):
+        limit = error.validator_value
+        unit = "characters" if kind == "maxLength" else "entries"
+        return [err(where, f"{_show(value)} is longer than allowed: at most {limit} {unit}")]
     if kind in ("enum", "minimum", "exclusiveMinimum", "maximum", "pattern", "minLength"):
         return [err(where, f"{_show(value)} is not allowed; allowed: {_allowed(error.schema)}")]
     if kind == "minItems":

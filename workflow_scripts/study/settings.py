@@ -21,6 +21,7 @@ TRIALS = {"type": "integer", "minimum": 1}
 #: shell): each refused at plan time unless it is of its kind, never starting with '-'
 #: (which a tool would read as an option) and never with a control character
 PATH = {
+    "maxLength": 4096,  # Linux's PATH_MAX
     "pattern": "^[^-\\x00-\\x1f][^\\x00-\\x1f]*$",
     "description": "a path, not starting with '-', without control characters",
 }
@@ -222,6 +223,15 @@ CLUSTER = {
         },
     },
 }
+LIMITS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "experiments": {"type": "integer", "minimum": 1},
+        "trials": {"type": "integer", "minimum": 1},
+        "over_memory": {"type": "boolean"},
+    },
+}
 REPORT = {
     "type": "object",
     "additionalProperties": False,
@@ -382,6 +392,17 @@ SETTINGS: dict[str, Setting] = {
             {"type": "array", "items": PRICE},
             [],
             "hourly prices that turn throughput into samples per dollar",
+            structured=True,
+        ),
+        Setting(
+            "limits",
+            LIMITS,
+            {"experiments": 2000, "trials": 20000, "over_memory": False},
+            "what a config may ask for, checked before any job (raise them on purpose): "
+            "experiments after the sweeps' expansion (the default study has about 170), "
+            "trials in all (experiments x max(trials, max_trials)), and over_memory: true "
+            "runs an experiment whose memory estimate exceeds the machine's (or a node's) "
+            "memory, which is refused otherwise",
             structured=True,
         ),
         Setting(
