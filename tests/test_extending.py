@@ -252,9 +252,9 @@ def report_view(wd: Path, tmp_path: Path, runs: list[tuple[str, float, dict]]) -
 
 
 def test_the_report_compares_by_the_registry(tmp_path):
-    """A knob added as the README says separates the backend head-to-head's rows and the
+    """A knob added as docs/extending.md says separates the backend head-to-head's rows and the
     loss check's pairs, and is named where two runs differ in it; a backend added as the
-    README says is a column of the head-to-head (its own knobs its variant)."""
+    docs/extending.md says is a column of the head-to-head (its own knobs its variant)."""
     wd = add_knob(copy_workflow(tmp_path / "knob"))
     backend = json.loads(
         python(

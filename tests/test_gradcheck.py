@@ -252,7 +252,7 @@ class DetachedCNN(SmallCNN):
 
 
 def test_a_model_that_detaches_a_block_is_incorrect(upstream_env, make_spec, tmp_path):
-    """A model added as the README says (one declaration, its constructor), whose forward
+    """A model added as docs/extending.md says (one declaration, its constructor), whose forward
     detaches its features: plain fp32 eager is its own reference, and the step still
     does not count."""
     from tests.runs import copy_workflow

@@ -14,8 +14,9 @@
 - **Host side**: everything else runs in the workflow's own environment, under
   Snakemake: ``jobs`` (how every rule enters this code), ``study`` (the config),
   ``trial``, ``calibration`` and ``collectives`` (the measured jobs), ``runtimes``,
-  ``envs``, ``images``, ``cluster``, ``estimate``, ``records`` and ``report``; these may
-  also use pandas, matplotlib, jsonschema and yaml.
+  ``envs``, ``images``, ``cluster``, ``estimate``, ``records`` and ``report``, and
+  ``docs_tables`` (the documentation's tables generated from the declarations); these
+  may also use pandas, matplotlib, jsonschema and yaml.
 
 Rank-side and shared modules import nothing host-side (``tests/test_layout.py``), and no
 module imports another's private names or takes part in an import cycle.

@@ -13,7 +13,7 @@ side builds it (``rank/models.py``). Two families:
   example), GPT-2 for causal-LM fine-tuning, and tiny variants of both for quick runs.
 
 Standard library only (read on both sides of the process boundary). Adding a model is
-one entry in :data:`WORKLOADS` (see the README, "Adding a model").
+one entry in :data:`WORKLOADS` (see docs/extending.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The backends: one module each, found by name (``backends/<name>.py`` defining ``BACKEND``).
 
 Adding a backend is a module here, its lock in ``envs/`` and its Containerfile in
-``containers/<image>/`` (see the README, "Adding a backend"). Everything else (the
+``containers/<image>/`` (see docs/extending.md). Everything else (the
 ``backend`` field's allowed values, the ``compile`` values, the images, the
 environments, the version columns, the report's order) is read from these objects.
 Standard library only at import time.

@@ -1,7 +1,7 @@
 """How sure each comparison is: the ratio of two experiments' throughputs with its 95 %
 interval and a verdict (faster, slower, the same within a margin, or undecided).
 
-The method, stated once (the README's "How sure is a comparison" and the report's
+The method, stated once (docs/measurement.md and the report's
 "Comparisons" section point here):
 
 * **Trials, not steps.** A figure is an experiment's trials' samples/s, one value per
