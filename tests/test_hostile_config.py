@@ -257,3 +257,38 @@ def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(
     assert "nested deeper than 64 levels" in bad["nested"], bad
     report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
     assert (tmp_path / "r" / "index.html").stat().st_size > 0
+
+
+def test_another_machines_results_and_a_data_folder_are_searched_within_bounds(tmp_path):
+    """A results path given for another machine, or a data folder, that holds a huge
+    tree is refused at plan time with the setting's name, after a bounded search."""
+    from workflow_scripts import machine_results
+    from workflow_scripts.study import machine
+
+    tree = tmp_path / "tree"
+    for i in range(30):
+        (tree / f"d{i}").mkdir(parents=True)
+        for j in range(10):
+            (tree / f"d{i}" / f"f{j}.txt").touch()
+    # found within bounds: the nearest records folder, however deep
+    deep = tree / "d3" / "run" / "records" / "a"
+    deep.mkdir(parents=True)
+    (deep / "trial0.json").write_text("{}")
+    assert machine_results.result_files(tree) == [deep / "trial0.json"]
+    config = {
+        "experiments": [{"id": "a", "data": "image_folder", "data_dir": str(tree)}],
+        "report": {"machines": [{"name": "other", "results": str(tree)}]},
+    }
+    old = machine_results.WALK_MAX_ENTRIES, machine.COUNT_MAX_ENTRIES
+    machine_results.WALK_MAX_ENTRIES = machine.COUNT_MAX_ENTRIES = 100
+    try:
+        (deep / "trial0.json").unlink()
+        with pytest.raises(StudyConfigError) as info:
+            machine.check_machine(load_study(config))
+    finally:
+        machine_results.WALK_MAX_ENTRIES, machine.COUNT_MAX_ENTRIES = old
+    message = str(info.value)
+    assert "config error at report.machines[0].results: " in message
+    assert "more than 100 entries searched for records/" in message
+    assert "config error at experiment a.data_dir: " in message
+    assert "more than 100 entries, 0 images among them" in message

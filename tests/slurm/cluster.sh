@@ -11,7 +11,9 @@
 #   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job)
 # Settings (environment):
 #   STUDY_SLURM_DIR     state, logs, pid files, and jobcomp.log (one line per finished
-#                       job: start, end, nodes, state) (default /tmp/study-slurm)
+#                       job: start, end, nodes, state) (default /tmp/study-slurm). The
+#                       script makes it (mode 0700) or uses one that is yours, a real
+#                       folder that no one else can write; any other is refused.
 #   STUDY_SLURM_NODES   compute nodes (default 2)
 #   STUDY_SLURM_MEM_MB  each node's RealMemory, which whole-node jobs ask for and SLURM
 #                       enforces (jobacct_gather's OverMemoryKill) (default 4096)
@@ -30,7 +32,12 @@
 # directory's: a second session's stop touches neither the first one's jobs nor its
 # daemons. Ports 6817-6818 are fixed, so one such cluster per machine at a time.
 # Needs root (or sudo) for apt, /etc/slurm, namespaces and the daemons.
+# Trusts nothing in /tmp: what it reads back from its state folder (the list of what it
+# made) is checked entry by entry against the names it gives things and never reaches
+# an interpreter (no sed, no eval); the database password is new at every start; every
+# file it creates is private (umask 077) but slurm.conf, which SLURM's commands read.
 set -euo pipefail
+umask 077
 
 DIR=${STUDY_SLURM_DIR:-/tmp/study-slurm}
 NODES=${STUDY_SLURM_NODES:-2}
@@ -46,6 +53,25 @@ BRIDGE=studyslurm0
 HOSTS_MARK="# cpu-train-study test cluster"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+refuse() { echo "cluster.sh: state folder $DIR: $*; refusing it (STUDY_SLURM_DIR)" >&2; exit 1; }
+
+# The state folder: made here (0700), or one of ours: a real folder (not a link), owned
+# by whoever runs this, that neither group nor others can write.
+state_dir() {
+    [[ $DIR =~ ^/[A-Za-z0-9._/-]+$ ]] || refuse "not an absolute path (of letters, digits and . _ - /)"
+    if [ ! -e "$DIR" ] && [ ! -L "$DIR" ] && [ "${1:-}" = make ]; then
+        mkdir -m 0700 -- "$DIR" 2>/dev/null || true  # (someone else's, made meanwhile: refused below)
+    fi
+    [ -e "$DIR" ] || [ -L "$DIR" ] || return 1
+    { [ -L "$DIR" ] || [ ! -d "$DIR" ]; } && refuse "a link or not a folder"
+    local owner mode
+    owner=$(stat -c %u -- "$DIR")
+    mode=$(stat -c %a -- "$DIR")
+    [ "$owner" = "$(id -u)" ] || refuse "owned by uid $owner, not by you"
+    (( (8#$mode & 8#022) == 0 )) || refuse "group or others can write it (mode $mode)"
+    return 0
+}
 
 install_packages() {
     local pkgs=(slurmctld slurmd slurm-client munge iproute2 util-linux)
@@ -121,7 +147,7 @@ write_conf() {
         nodes+="NodeName=$(node_name "$i") NodeAddr=$(node_addr "$i") CPUs=$cpus RealMemory=$MEM_MB State=UNKNOWN"$'\n'
         names+="${names:+,}$(node_name "$i")"
     done
-    $SUDO mkdir -p /etc/slurm
+    $SUDO mkdir -p -m 0755 /etc/slurm
     $SUDO tee "$CONF" >/dev/null <<CONF
 $MARK
 # state directory: $DIR
@@ -191,8 +217,11 @@ start_accounting() {
         return 1
     fi
     made "pid mariadbd $(cat "$DIR/mariadbd.pid")"
+    # a password of this start's own (hex: nothing for SQL or the conf to interpret)
+    local pass
+    pass=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
     $SUDO mariadb --socket="$sock" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY \
-        'study-test'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+        '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
     made "conf $DBD_CONF"
     $SUDO tee "$DBD_CONF" >/dev/null <<DBD
 $MARK
@@ -204,12 +233,11 @@ StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
 StoragePort=$DB_PORT
 StorageUser=slurm
-StoragePass=study-test
+StoragePass=$pass
 StorageLoc=slurm_acct_db
 PidFile=$DIR/slurmdbd.pid
 LogFile=$DIR/slurmdbd.log
 DBD
-    $SUDO chmod 600 "$DBD_CONF"
     $SUDO slurmdbd
     for _ in $(seq 40); do [ -s "$DIR/slurmdbd.pid" ] && break; sleep 0.25; done
     if [ ! -s "$DIR/slurmdbd.pid" ]; then
@@ -228,6 +256,7 @@ ours() {  # the running cluster is this directory's
 }
 
 start() {
+    state_dir make || refuse "cannot be made"
     if [ -e "$CONF" ]; then
         if ! grep -qF "$MARK" "$CONF"; then
             echo "cluster.sh: $CONF exists and was not written by this script; refusing to touch it" >&2
@@ -241,6 +270,7 @@ start() {
     $SUDO rm -f "$DIR"/*.log "$DIR/made"
     made "conf $CONF"
     write_conf
+    $SUDO chmod 644 "$CONF"  # SLURM's commands read it as any user; it holds no secret
     start_munge
     make_network
     if [ "$ACCOUNTING" = 1 ] && ! start_accounting; then
@@ -285,6 +315,15 @@ start() {
     exit 1
 }
 
+# The /etc/hosts lines of this state folder's nodes (fixed-string match, written back
+# in place: /etc/hosts may be a bind mount)
+remove_hosts_lines() {
+    grep -qF -- " $HOSTS_MARK $DIR" /etc/hosts || return 0
+    grep -vF -- " $HOSTS_MARK $DIR" /etc/hosts >"$DIR/hosts.new" || true
+    $SUDO cp -- "$DIR/hosts.new" /etc/hosts
+    rm -f -- "$DIR/hosts.new"
+}
+
 stop_pid() {  # pid [name]: TERM, then KILL after 10 s; only while it is still that program
     local pid=$1 name=${2:-}
     kill -0 "$pid" 2>/dev/null || return 0
@@ -298,13 +337,13 @@ stop_pid() {  # pid [name]: TERM, then KILL after 10 s; only while it is still t
 # The job steps our slurmd daemons started (children of theirs), to end with them.
 step_pids() {
     local pid
-    for pid in $(awk '$1 == "pid" && $2 == "slurmd" {print $3}' "$DIR/made" 2>/dev/null); do
+    for pid in $(awk '$1 == "pid" && $2 == "slurmd" && $3 ~ /^[0-9]+$/ {print $3}' "$DIR/made" 2>/dev/null); do
         pgrep -P "$pid" 2>/dev/null || true
     done
 }
 
 stop() {
-    if [ ! -f "$DIR/made" ]; then
+    if ! state_dir || [ ! -f "$DIR/made" ]; then
         echo "cluster.sh: nothing started from $DIR"
         return 0
     fi
@@ -319,14 +358,26 @@ stop() {
     local steps
     steps=$(step_pids)
     local kind what rest
-    # in the reverse order of their making
+    # in the reverse order of their making; each entry only if it is of the kind and
+    # name this script gives (the list is data: nothing of it is run or interpreted)
     tac "$DIR/made" | while read -r kind what rest; do
         case "$kind" in
-        pid) stop_pid "$rest" "$what" ;;
-        netns) $SUDO ip netns delete "$what" 2>/dev/null || true ;;
-        link) $SUDO ip link delete "$what" 2>/dev/null || true ;;
-        hosts) $SUDO sed -i "\\|$HOSTS_MARK $what\$|d" /etc/hosts ;;
-        conf) if [ -e "$what" ] && grep -qxF "# state directory: $DIR" "$what"; then $SUDO rm -f "$what"; fi ;;
+        pid)
+            if [[ $what =~ ^(munged|slurmctld|slurmd|slurmdbd|mariadbd)$ && $rest =~ ^[0-9]+$ ]]; then
+                stop_pid "$rest" "$what"
+            fi ;;
+        netns)
+            if [[ $what =~ ^studyslurm-n[0-9]+$ ]]; then
+                $SUDO ip netns delete "$what" 2>/dev/null || true
+            fi ;;
+        link)
+            if [[ $what =~ ^studyslurm(0|-v[0-9]+)$ ]]; then
+                $SUDO ip link delete "$what" 2>/dev/null || true
+            fi ;;
+        hosts) remove_hosts_lines ;;
+        conf)
+            if [[ $what == "$CONF" || $what == "$DBD_CONF" ]] && [ -e "$what" ] &&
+                grep -qxF "# state directory: $DIR" "$what"; then $SUDO rm -f "$what"; fi ;;
         esac
     done
     # steps whose slurmd ended before them (started by our daemons, nobody else's)
@@ -338,6 +389,6 @@ stop() {
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-status) [ "$(node_states | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] ;;
+status) state_dir >/dev/null && [ "$(node_states | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] ;;
 *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -6,9 +6,11 @@ value and what this machine has."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from .. import workloads
+from ..machine_results import TooBig, result_files
 from ..sysinfo import cpu_list_str, parse_cpu_list, plan_cpus
 from .config import Study, StudyConfigError
 from .schema import err
@@ -45,8 +47,35 @@ def total_memory_mb() -> float | None:
     return None
 
 
-def count_images(folder: Path) -> int:
-    return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+#: entries a count of a data folder's images looks at, at most
+COUNT_MAX_ENTRIES = 2_000_000
+
+
+def count_images(folder: Path, enough: int | None = None) -> int:
+    """The images under ``folder`` (links not followed), counted until ``enough`` (what
+    the check needs: the largest batch) and over at most :data:`COUNT_MAX_ENTRIES`
+    entries (ValueError beyond)."""
+    n = seen = 0
+    stack = [folder]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > COUNT_MAX_ENTRIES:
+                    raise ValueError(
+                        f"more than {COUNT_MAX_ENTRIES} entries, {n} images among them"
+                    )
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif Path(entry.name).suffix.lower() in IMAGE_SUFFIXES:
+                    n += 1
+                    if enough is not None and n >= enough:
+                        return n
+    return n
 
 
 def memory_warning(spec: dict, memory: float | None, where: str = "this machine has") -> str | None:
@@ -171,6 +200,11 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
     folder = study.settings["image_folder"]
     generated = folder["classes"] * folder["images_per_class"]
     errors += settings_ceilings(study, memory)
+    for i, machine in enumerate(study.settings["report"]["machines"]):
+        try:
+            result_files(study.path(machine["results"]))
+        except TooBig as exc:
+            errors.append(err(f"report.machines[{i}].results", str(exc)))
     counted: dict[Path, int] = {}
     over_memory = study.settings["limits"]["over_memory"]
     for spec in study.experiments:
@@ -192,7 +226,18 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
                 if not path.is_dir():
                     errors.append(err(f"{at}.data_dir", f"{str(path)!r} is not a folder here"))
                     continue
-                n = counted.setdefault(path, count_images(path))
+                if path not in counted:
+                    enough = max(
+                        x["batch_size"]
+                        for x in study.experiments
+                        if x["data_dir"] == spec["data_dir"]
+                    )
+                    try:
+                        counted[path] = count_images(path, enough)
+                    except ValueError as exc:
+                        errors.append(err(f"{at}.data_dir", f"{str(path)!r}: {exc}"))
+                        continue
+                n = counted[path]
                 where = f"the {n} images of {str(path)!r}"
             else:
                 n = generated
