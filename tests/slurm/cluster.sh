@@ -5,7 +5,9 @@
 # (study-node1, study-node2, ...), its own address on a private bridge that this script
 # creates, its own slurmd, and its own share of the machine's CPUs (slurmd is started
 # on them, so everything a job runs there sees only them). The controller listens on
-# the bridge. The filesystem is the machine's: shared by every node, as on a cluster.
+# the bridge alone (as study-ctl), the accounting daemons (slurmdbd, MariaDB) in a
+# namespace of their own on it (study-db): nothing listens on the machine's other
+# addresses. The filesystem is the machine's: shared by every node, as on a cluster.
 #   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the nodes
 #   bash tests/slurm/cluster.sh stop    cancel its jobs, stop what it started, remove what it made
 #   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job)
@@ -86,6 +88,16 @@ install_packages() {
 made() { echo "$*" >>"$DIR/made"; }
 
 node_name() { echo "study-node$1"; }
+# the controller's name: slurmctld and slurmdbd run with it as their hostname (a UTS
+# namespace of their own, this machine's network), so that they bind to its address
+# on the bridge alone (CommunicationParameters), not to every address of the machine
+CTL=study-ctl
+as_controller() { $SUDO unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$CTL" "$@"; }
+DB=study-db
+DB_NS=studyslurm-db
+in_db_ns() {
+    $SUDO nsenter --net="/run/netns/$DB_NS" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$DB" "$@"
+}
 node_ns() { echo "studyslurm-n$1"; }
 node_addr() { echo "$NET.$((10 + $1))"; }
 
@@ -132,8 +144,19 @@ make_network() {
         $SUDO ip -n "$ns" link set eth0 up
         $SUDO ip -n "$ns" route add default via "$NET.1"
     done
+    if [ "$ACCOUNTING" = 1 ]; then  # the database's own namespace, on the bridge
+        $SUDO ip netns add "$DB_NS" && made "netns $DB_NS"
+        $SUDO ip link add studyslurm-vdb type veth peer name eth0 netns "$DB_NS"
+        made "link studyslurm-vdb"
+        $SUDO ip link set studyslurm-vdb master "$BRIDGE" up
+        $SUDO ip -n "$DB_NS" addr add "$NET.2/24" dev eth0
+        $SUDO ip -n "$DB_NS" link set lo up
+        $SUDO ip -n "$DB_NS" link set eth0 up
+    fi
     # the nodes' names, for every process on the machine (the filesystem is shared)
     {
+        echo "$NET.1 $CTL $HOSTS_MARK $DIR"
+        [ "$ACCOUNTING" = 1 ] && echo "$NET.2 $DB $HOSTS_MARK $DIR"
         for i in $(seq "$NODES"); do echo "$(node_addr "$i") $(node_name "$i") $HOSTS_MARK $DIR"; done
     } | $SUDO tee -a /etc/hosts >/dev/null
     made "hosts $DIR"
@@ -152,7 +175,10 @@ write_conf() {
 $MARK
 # state directory: $DIR
 ClusterName=study-test
-SlurmctldHost=localhost($NET.1)
+SlurmctldHost=$CTL($NET.1)
+# slurmctld listens on the bridge's address alone (its name's), not on every address of
+# the machine; each slurmd has its node's namespace alone
+CommunicationParameters=NoCtldInAddrAny
 SlurmUser=root
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
@@ -193,9 +219,9 @@ CONF
 
 accounting_conf() {
     if [ "$ACCOUNTING" = 1 ]; then
-        # slurmdbd on the bridge's address, which every node (namespace) reaches
+        # slurmdbd in its own namespace on the bridge, which the controller reaches
         printf '%s\n' "AccountingStorageType=accounting_storage/slurmdbd" \
-            "AccountingStorageHost=$NET.1" "AccountingStoragePort=6819"
+            "AccountingStorageHost=$NET.2" "AccountingStoragePort=6819"
     else
         echo "AccountingStorageType=accounting_storage/none"
     fi
@@ -203,12 +229,15 @@ accounting_conf() {
 
 # Accounting: a MariaDB server of this cluster's own (its data directory under $DIR, its
 # own port and socket, stopped with the rest), slurmdbd over it, the cluster registered.
+# Both run in a network namespace of their own on the bridge ($DB at $NET.2): MariaDB
+# listens on that namespace's loopback alone, slurmdbd (which binds every address it
+# has) on the bridge alone.
 start_accounting() {
     local data="$DIR/mysql" sock="$DIR/mysql.sock"
     $SUDO rm -rf "$data" && $SUDO mkdir -p "$data"
     $SUDO mariadb-install-db --datadir="$data" --user=root --skip-test-db \
         --auth-root-authentication-method=socket >"$DIR/mariadb-install.log" 2>&1
-    $SUDO sh -c "mariadbd --datadir='$data' --user=root --port=$DB_PORT --bind-address=127.0.0.1 \
+    in_db_ns sh -c "mariadbd --datadir='$data' --user=root --port=$DB_PORT --bind-address=127.0.0.1 \
         --socket='$sock' --pid-file='$DIR/mariadbd.pid' --log-error='$DIR/mariadbd.log' \
         --skip-name-resolve >/dev/null 2>&1 &"
     for _ in $(seq 80); do [ -S "$sock" ] && [ -s "$DIR/mariadbd.pid" ] && break; sleep 0.25; done
@@ -227,7 +256,8 @@ start_accounting() {
 $MARK
 # state directory: $DIR
 AuthType=auth/munge
-DbdHost=localhost
+DbdHost=$DB
+DbdAddr=$NET.2
 SlurmUser=root
 StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
@@ -238,7 +268,7 @@ StorageLoc=slurm_acct_db
 PidFile=$DIR/slurmdbd.pid
 LogFile=$DIR/slurmdbd.log
 DBD
-    $SUDO slurmdbd
+    in_db_ns slurmdbd
     for _ in $(seq 40); do [ -s "$DIR/slurmdbd.pid" ] && break; sleep 0.25; done
     if [ ! -s "$DIR/slurmdbd.pid" ]; then
         echo "cluster.sh: slurmdbd did not start:" >&2; tail -n 20 "$DIR/slurmdbd.log" >&2 || true
@@ -277,7 +307,7 @@ start() {
         stop
         exit 1
     fi
-    $SUDO slurmctld -i
+    as_controller slurmctld -i
     made "pid slurmctld $(cat "$DIR/slurmctld.pid")"
     local i name
     for i in $(seq "$NODES"); do
@@ -367,11 +397,11 @@ stop() {
                 stop_pid "$rest" "$what"
             fi ;;
         netns)
-            if [[ $what =~ ^studyslurm-n[0-9]+$ ]]; then
+            if [[ $what =~ ^studyslurm-(n[0-9]+|db)$ ]]; then
                 $SUDO ip netns delete "$what" 2>/dev/null || true
             fi ;;
         link)
-            if [[ $what =~ ^studyslurm(0|-v[0-9]+)$ ]]; then
+            if [[ $what =~ ^studyslurm(0|-v[0-9]+|-vdb)$ ]]; then
                 $SUDO ip link delete "$what" 2>/dev/null || true
             fi ;;
         hosts) remove_hosts_lines ;;
