@@ -1,4 +1,16 @@
-"""Shared fixtures: real backend environments and fully resolved experiment specs."""
+"""Shared fixtures: real backend environments and fully resolved experiment specs.
+
+Slow tests are marked one way: a test file is fast or slow as a whole, and a slow one
+says so once, at its top, ``pytestmark = pytest.mark.slow`` (with the components that
+all its tests need, e.g. ``[pytest.mark.slow, pytest.mark.torch]``); no test is marked
+slow on its own. Where a module has tests of both kinds, they are two files: the slow
+ones are in ``test_<name>_slow.py`` beside ``test_<name>.py`` (or in a file named after
+what they test, e.g. test_accelerate_launch.py). A test that needs a component
+(torch, podman, slurm, browser: its marker, or a fixture below that gives it) in a file
+not marked slow is an error at collection (pytest_collection_modifyitems), so that
+``-m "not slow"`` never builds an environment, starts a container, a cluster or a
+browser. Markers are declared in pyproject.toml; tests/README.md lists the files.
+"""
 
 from __future__ import annotations
 
@@ -104,18 +116,24 @@ MARKER_FIXTURES = {"podman": "podman", "browser": "chromium", "slurm": "slurm"}
 
 
 def pytest_collection_modifyitems(items):
-    """A test that uses a component's fixture carries its marker, and every test that
-    needs a component (torch, podman, slurm, browser) is slow: `-m "not slow"` is the
-    fast path, with none of them; `-m podman` (etc.) selects by component."""
+    """A test that uses a component's fixture carries its marker (`-m podman` etc.
+    selects by component), and one that needs a component (torch, podman, slurm,
+    browser) must be in a slow file: `-m "not slow"` is the fast path, with none of
+    them."""
+    fast = []
     for item in items:
         for fixture, markers in FIXTURE_MARKERS.items():
             for marker in markers if fixture in item.fixturenames else ():
                 if not item.get_closest_marker(marker):
                     item.add_marker(marker)
-        if any(item.get_closest_marker(m) for m in COMPONENTS) and not item.get_closest_marker(
-            "slow"
-        ):
-            item.add_marker("slow")
+        needs = [m for m in COMPONENTS if item.get_closest_marker(m)]
+        if needs and not item.get_closest_marker("slow"):
+            fast.append(f"{item.nodeid} (needs {', '.join(needs)})")
+    if fast:
+        raise pytest.UsageError(
+            "tests that need a component, in a file not marked slow (put them in a file "
+            "with `pytestmark = pytest.mark.slow`, see tests/conftest.py): " + "; ".join(fast)
+        )
 
 
 COMPONENTS = ("torch", "podman", "slurm", "browser")

@@ -2,7 +2,7 @@
 runs, and the quick preset, run once a session through the real ``snakemake`` in the
 podman images the workflow builds (every image, experiment, launcher, data mount and
 process group, and the collectives). The end-to-end tests of test_workflow (what the
-study measured and reported) and test_containers (what ran in which image) read that
+study measured and reported) and test_containers_slow (what ran in which image) read that
 one run, which each used to run on its own."""
 
 from __future__ import annotations

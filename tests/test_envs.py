@@ -1,14 +1,11 @@
-"""Environment builds: byte-compiled once, so no trial compiles a library's sources again."""
+"""Environment builds (workflow_scripts/envs.py): byte-compiled once, so no trial compiles
+a library's sources again. (torch in a real built environment: tests/test_envs_slow.py.)"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from workflow_scripts import envs
 
@@ -50,16 +47,3 @@ def test_a_reused_environment_without_bytecode_is_compiled_once(tmp_path, monkey
         envs.build("tiny", lock, root, sys.executable, "uv", log)
     assert pyc.stat().st_mtime_ns == stamp
     assert "compileall" not in (tmp_path / "build2.log").read_text()
-
-
-@pytest.mark.torch
-def test_torch_imports_from_bytecode_in_the_built_environment(upstream_env):
-    """The environment's torch has its .pyc files, and a process that may not write
-    bytecode (PYTHONDONTWRITEBYTECODE, as on CI hosts and in the images) loads them."""
-    assert upstream_env["bytecode"].startswith("compiled")
-    python = upstream_env["python"]
-    code = "import torch._dynamo.symbolic_convert as m; print(m.__cached__)"
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()  # fmt: skip
-    assert Path(out).is_file(), out

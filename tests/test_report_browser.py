@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests import components
-from tests.test_report_decisions import PRICES, machine_a, machine_b, trial, write
+from tests.test_report_sections import PRICES, machine_a, machine_b, trial, write
 from workflow_scripts import records as rec
 from workflow_scripts import report
 
 WIDTH = 1250
 
-pytestmark = pytest.mark.browser  # Debian's chromium, installed when missing (conftest)
+# Debian's chromium, installed when missing (conftest)
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def chromium(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:

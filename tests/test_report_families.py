@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.test_report import html_tables, make, write
-from tests.test_report_decisions import section, trial
+from tests.test_report_sections import section, trial
 from workflow_scripts import records as rec
 from workflow_scripts import report
 

@@ -2,7 +2,8 @@
 rule's entry point is made to fail (``STUDY_FAIL_JOBS``, read by workflow_scripts.jobs
 in the entry point's own process) and the run ends non-zero with the entry point's
 message, instead of a worker thread's SystemExit leaving Snakemake waiting for ever.
-And a study of one experiment with no fp32 eager run builds its report."""
+And a study of one experiment with no fp32 eager run builds its report. (How an entry
+point's failure becomes the job's message: tests/test_jobs.py.)"""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 from tests.conftest import ENVS_ROOT
 from tests.runs import container_config, copy_workflow
 from workflow_scripts import jobs
+
+pytestmark = pytest.mark.slow
 
 #: a run that hangs is killed here (and the test fails); a failing one ends in seconds
 HANG_GUARD_S = 600
@@ -80,7 +83,6 @@ def assert_failed(proc, rules: dict[str, str]):
         )  # fmt: skip
 
 
-@pytest.mark.slow
 def test_every_rules_failure_ends_the_run_with_its_message(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     # 1. the jobs with no inputs: the environment and the two data sets
@@ -127,21 +129,3 @@ def test_the_image_rules_failure_ends_the_run_with_its_message(tmp_path):
     assert "workflow_scripts.images failed (exit code 1): workflow_scripts.images: failure " \
         "injected" in out, out[-3000:]  # fmt: skip
     print(f"the image rules failed; the run ended in {took:.1f} s")
-
-
-def test_an_entry_points_own_message_reaches_the_job(tmp_path):
-    """argparse prints its usage and then its error, and exits with a bare code: the
-    job's message is the error line, whole; an exception gives its type and text."""
-    args = ["--summary", str(tmp_path / "s.csv"), "--html", str(tmp_path / "i.html"),
-            "--plots-dir", str(tmp_path), "--prices-json", "["]  # fmt: skip
-    with pytest.raises(jobs.JobFailed) as failed:
-        jobs.run_entry("workflow_scripts.report", args)
-    assert str(failed.value) == (
-        "workflow_scripts.report failed (exit code 2): python -m workflow_scripts.report: "
-        "error: --prices-json is not valid JSON: Expecting value: line 1 column 2 (char 1)"
-    )
-    with pytest.raises(jobs.JobFailed) as failed:
-        jobs.run_entry("workflow_scripts.no_such_module", [])
-    assert "ModuleNotFoundError: No module named 'workflow_scripts.no_such_module'" in str(
-        failed.value
-    )

@@ -10,7 +10,7 @@ for the nodes, or sbatch would refuse every whole-node job. The cluster runs
 MpiDefault=pmix and accounting (slurmdbd over its own MariaDB), as many sites do; two
 trial jobs lost whole (one over its own time limit, one killed) become records, and the
 ranks of a two-node ccl trial killed mid-run leave nothing in /dev/shm on either node. (The
-whole quick preset runs locally in test_workflow and in images in test_containers.)"""
+whole quick preset runs locally in test_workflow and in images in test_containers_slow.)"""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
 from tests.runs import REQUIRED_COLUMNS, copy_workflow
 from workflow_scripts import rounds, study
+
+pytestmark = pytest.mark.slow  # a SLURM cluster on this machine
 
 #: the whole run through SLURM must end within this (the plugin can wait forever when
 #: it cannot read job states; the test then fails instead of hanging CI)
@@ -122,7 +124,6 @@ def run_through_slurm(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     wd = copy_workflow(tmp_path / "wf")
@@ -262,7 +263,6 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     assert "Nothing to be done" in again.stdout
 
 
-@pytest.mark.slow
 def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     """The quick preset's DDP sweep (layouts: all) on nodes of 1 CPU, planned from a
     submit host of 2 (and of 1, its planning process restricted): every job asks for
@@ -327,7 +327,6 @@ print(json.dumps({**{k: config.get(k) for k in ("CCL_PROCESS_LAUNCHER", "CCL_LOC
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
 def test_ranks_under_each_mpi_plugin_sites_run(slurm, mpi):
     """srun with a site's MPI plugin (what MpiDefault or --mpi sets) gives its tasks that
@@ -362,7 +361,6 @@ LOST = {"experiments": [{"id": f"lost-{how}", "group": "faults", "steps": 1_000_
         "cluster": {"build_on": "compute"}}  # fmt: skip
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 def test_jobs_lost_whole_become_records(slurm, tmp_path):
     """A trial job that hits its own time limit, and one killed from outside (scancel
@@ -422,7 +420,6 @@ def test_jobs_lost_whole_become_records(slurm, tmp_path):
     assert "TIMEOUT" in states.values() and "COMPLETED" in states.values()
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 def test_ranks_killed_on_two_nodes_leave_nothing_in_dev_shm(slurm, oneccl_env, tmp_path):
     """oneCCL's shm transport leaves its segments in each node's /dev/shm after a kill:

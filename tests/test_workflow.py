@@ -1,6 +1,7 @@
 """End to end through Snakemake: what the quick preset measured and reported (its one
 run in images, tests.runs.QuickStudy, read by several tests), a local study that reruns
-only what changed, the trials' order, bad configurations, and Snakemake killed."""
+only what changed, the trials' order, and Snakemake killed. (Bad configurations stop it
+before any job: tests/test_workflow_config.py.)"""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from tests.runs import (
 from workflow_scripts import images, study
 from workflow_scripts.report import uncertainty
 from workflow_scripts.trial import far
+
+pytestmark = pytest.mark.slow
 
 LOCAL_STUDY = """
 runtime: local
@@ -329,7 +332,6 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     assert "ladder.svg" in report and "speedup" in report.lower()
 
 
-@pytest.mark.slow  # dry runs only (no torch), but several seconds each
 def test_trials_run_in_rounds_by_priority(tmp_path):
     """Trial k of every experiment before trial k+1 of any: priorities, not dependencies
     (Snakemake's dry run does not select jobs, so the order itself shows only in a run)."""
@@ -372,7 +374,6 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     assert all(j["priority"] == 4 for j in setup)
 
 
-@pytest.mark.slow
 def test_calibration_is_an_ancient_input(tmp_path):
     """A newer reference probe reruns no experiment (outputs faked with their mtimes)."""
     wd = copy_workflow(tmp_path / "wf")
@@ -402,36 +403,6 @@ def test_calibration_is_an_ancient_input(tmp_path):
     assert dry_run_jobs(wd, "preset=quick") == []
 
 
-@pytest.mark.parametrize(
-    "override, message",
-    [
-        ("preset=nope", "not a preset"),
-        ("trials=0", "trials"),
-    ],
-)
-def test_bad_config_stops_before_any_job(tmp_path, override, message):
-    wd = copy_workflow(tmp_path / "wf")
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
-    cmd.append(override)
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert message in out.lower() or message in out
-    assert not (wd / "results").exists()
-
-
-def test_bad_experiment_field_names_path_value_and_allowed(tmp_path):
-    wd = copy_workflow(tmp_path / "wf")
-    config = (wd / "config.yaml").read_text()
-    (wd / "config.yaml").write_text(config.replace("precision: bf16", "precision: fp16", 1))
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "precision" in out and "fp16" in out and "bf16" in out, out[-3000:]
-    assert os.path.exists(wd / "config.yaml")
-
-
 KILL_CONFIG = """
 runtime: local
 trials: 1
@@ -457,7 +428,6 @@ def running(needle: str) -> list[int]:
     return pids
 
 
-@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_a_killed_snakemake_leaves_no_trial_running_and_the_rerun_repeats_it(sig, tmp_path):

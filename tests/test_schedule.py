@@ -1,6 +1,7 @@
-"""The accuracy experiment's arms, as the loader resolves them: a fixed global batch, or
-a weak-scaled one (each rank's batch fixed, the learning rate scaled and warmed up);
-seeds; the scoring points and the time to a target accuracy."""
+"""A training's schedule (workflow_scripts/rank/schedule.py): the accuracy experiment's
+arms as the loader resolves them (a fixed global batch, or a weak-scaled one: each
+rank's batch fixed, the learning rate scaled and warmed up; seeds), the learning rate
+step by step, the scoring points and the time to a target accuracy."""
 
 from __future__ import annotations
 

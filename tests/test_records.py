@@ -1,4 +1,5 @@
-"""Noise marking, spread/CV and the roofline in records.py and report/ (fast, no torch)."""
+"""The summary of records (workflow_scripts/records.py): its measurement columns, noise
+marking, spread/CV and the roofline, and how the report shows them (fast, no torch)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The report answers the question (issue 12): the headline's numbers, like-for-like
-comparisons, the cost arithmetic, unrun sweeps, budget-cut runs, noisy and failed
-trials, diverging losses and two machines side by side, from fixture records (no
-torch, no browser; see test_report_browser.py for the rendered page)."""
+"""The report's sections (workflow_scripts/report/sections.py, and headline.py,
+compare.py, quality.py, machines.py and timing.py behind them) answer the question
+(issue 12): the headline's numbers, like-for-like comparisons, the cost arithmetic,
+unrun sweeps, budget-cut runs, noisy and failed trials, diverging losses and two
+machines side by side, from fixture records (no torch, no browser; the rendered page:
+test_report_browser.py; a study of each single experiment: test_report_sections_slow.py)."""
 
 from __future__ import annotations
 
@@ -100,9 +102,9 @@ PRICES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("decisions")
+def build_page(tmp):
+    """Machine A's report, machine B beside it: the folder, the records, what
+    build_report returned and the page's HTML."""
     write(tmp / "b", machine_b())
     records = rec.load_records(write(tmp / "a", machine_a()))
     out = report.build_report(
@@ -112,6 +114,11 @@ def page(tmp_path_factory):
     )  # fmt: skip
     text = (tmp / "report" / "index.html").read_text()
     return tmp, records, out, text
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    return build_page(tmp_path_factory.mktemp("decisions"))
 
 
 def section(text, sid):
@@ -428,40 +435,6 @@ def test_records_without_an_estimate_say_so(tmp_path):
     sid, heading, content = timing_section(frame)
     assert sid == "study-time" and "estimate vs measured" in heading
     assert "n/a: no record holds both an estimate and its wall time" in content
-
-
-def section_ids(text):
-    return re.findall(r'<section id="([^"]+)">', text)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("group", [None, "mine"])
-def test_the_report_builds_for_any_single_experiment(tmp_path, page, group):
-    """A study of one experiment (any of them, in its own group or in a group of its own
-    with no baseline and no fp32 eager reference) gives every section of the full report;
-    a section without its reference says so instead of failing."""
-    full = section_ids(page[3])
-    for exp in dict.fromkeys(r["experiment"] for r in machine_a()):
-        records = [copy.deepcopy(r) for r in machine_a() if r["experiment"] == exp]
-        for r in records:
-            if group:
-                r["spec"]["group"] = group
-        folder = tmp_path / f"{exp}-{group}"
-        loaded = rec.load_records(write(folder, records))
-        out = report.build_report(
-            loaded, folder / "summary.csv", folder / "report" / "index.html",
-            folder / "report", prices=PRICES,
-        )  # fmt: skip
-        text = (folder / "report" / "index.html").read_text()
-        assert out["trials"] == len(records), exp
-        missing = set(full) - set(section_ids(text)) - {"machines"}
-        assert not missing, (exp, group, missing)
-        start = section(text, "startup")
-        spec = records[0]["spec"]
-        plain = spec.get("backend", "eager") == "eager" and spec.get("precision", "fp32") == "fp32"
-        plain = plain and not spec.get("channels_last") and spec.get("compile", "none") == "none"
-        if group == "mine" and "<table" in start and not plain:
-            assert quality.NO_REFERENCE in start, (exp, start[-3000:])
 
 
 def test_configurations_that_read_alike_are_told_apart(tmp_path):
