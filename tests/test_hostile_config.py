@@ -302,3 +302,22 @@ def test_another_machines_results_and_a_data_folder_are_searched_within_bounds(t
     assert "more than 100 entries searched for records/" in message
     assert "config error at experiment a.data_dir: " in message
     assert "more than 100 entries, 0 images among them" in message
+
+
+def test_free_text_from_records_is_never_markup_in_the_report(tmp_path):
+    """Groups, errors and ids come from configs and records, which anyone may have
+    written: the report shows them as text, never as markup a browser would run."""
+    from tests.test_report import make, write
+    from workflow_scripts import records as rec
+    from workflow_scripts import report
+
+    hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+    records = [make("baseline", k, 10.0 + k, group=hostile) for k in range(2)]
+    records += [make("bf16", k, 20.0 + k, group=hostile, precision="bf16") for k in range(2)]
+    broken = make("broken", 0, 5.0, group=hostile)
+    broken.update(status="crashed", error={"type": "RuntimeError", "message": hostile})
+    loaded = rec.load_records(write(tmp_path, [*records, broken]))
+    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
