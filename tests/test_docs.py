@@ -17,6 +17,7 @@ PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 REGIONS = {
     "docs/results.md": ["summary-columns"],
     "docs/configuration.md": ["config-fields", "config-settings"],
+    "docs/how-it-works.md": ["code-sides"],
 }
 #: the "Two commands": running the study and running the tests (what .ci/run runs)
 STUDY_COMMAND = (

@@ -6,11 +6,10 @@
   ``rank.probe``, ``rank.metrics``, ``rank.contention`` and ``rank.distributed``.
   Standard library and torch/torchvision only (a backend's own libraries are imported
   inside its methods).
-- **Shared** (:data:`SHARED`): read on both sides, standard library only at import
-  time: ``util``, ``sysinfo``, ``cli``, ``workloads`` (the models' declarations),
-  ``shm`` (the shared-memory segments a run's processes register and its host removes),
-  and the ``backends`` and ``launchers`` packages
-  (their attributes are read on the host, their methods run in the ranks).
+- **Shared** (:data:`SHARED`, the one list of them: the layering test and the docs read
+  it): read on both sides, standard library only at import time (the ``backends`` and
+  ``launchers`` packages: their attributes are read on the host, their methods run in
+  the ranks).
 - **Host side**: everything else runs in the workflow's own environment, under
   Snakemake: ``jobs`` (how every rule enters this code), ``study`` (the config),
   ``trial``, ``calibration`` and ``collectives`` (the measured jobs), ``runtimes``,

@@ -187,12 +187,29 @@ def config_settings() -> str:
     return table(("setting", "allowed", "default", "what"), rows)
 
 
+def code_sides() -> str:
+    """Which code runs on which side of the process boundary, from the package's own
+    declaration (``workflow_scripts.RANK_SIDE`` and ``SHARED``)."""
+    import workflow_scripts
+
+    shared = ", ".join(f"`{name}`" for name in workflow_scripts.SHARED)
+    return (
+        f"- **rank side**: the package `workflow_scripts/{workflow_scripts.RANK_SIDE}/`, inside "
+        "a backend's environment or image (torch, no pandas);\n"
+        f"- **shared**: {shared}: standard library only at import time, their attributes "
+        "read on the host and their methods run in the ranks;\n"
+        "- **host side**: every other module, under Snakemake in the workflow's environment.\n"
+    )
+
+
 SOURCES = {
+    "code-sides": "workflow_scripts/__init__.py (RANK_SIDE, SHARED)",
     "summary-columns": "workflow_scripts/results.py and study/fields.py",
     "config-fields": "workflow_scripts/study/fields.py",
     "config-settings": "workflow_scripts/study/settings.py",
 }
 RENDERERS: dict[str, Callable[[], str]] = {
+    "code-sides": code_sides,
     "summary-columns": summary_columns,
     "config-fields": config_fields,
     "config-settings": config_settings,

@@ -8,6 +8,6 @@ matmul ceiling, also the calibration's), ``metrics`` (step-time statistics),
 rank's CPUs and process group, the study's ``ccl`` backend, the allreduce benchmark).
 
 Standard library and torch/torchvision only (a backend's own libraries are imported
-inside its methods); of the project, only the shared modules (``util``, ``sysinfo``,
-``cli``, ``backends``, ``launchers``), never host-side code (``tests/test_layout.py``).
+inside its methods); of the project, only the shared modules
+(:data:`workflow_scripts.SHARED`), never host-side code (``tests/test_layout.py``).
 """
