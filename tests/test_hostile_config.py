@@ -224,8 +224,12 @@ def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(w
             {"experiments": [{"id": "big", "model": "bert-base", "batch_size": 65536}]},
             "it would be killed for memory; refused (limits: {over_memory: true} runs it",
         ),
+        (
+            {"experiments": [{"id": "a", "probe_size": 10**6}]},
+            "probe_size: 1000000 is not allowed; allowed: an integer >= 0 and <= 16384",
+        ),
     ],
-    ids=["sweep", "trials", "cpus", "long-value", "memory"],
+    ids=["sweep", "trials", "cpus", "long-value", "memory", "probe"],
 )
 def test_through_snakemake_what_a_config_asks_beyond_limits_is_refused(wd, study, expected):  # noqa: F811
     proc, took = limited_dry_run(wd, study=study)

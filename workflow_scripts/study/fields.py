@@ -874,7 +874,8 @@ FIELDS: dict[str, Field] = {
         ),
         Field(
             "probe_size",
-            {"type": "integer", "minimum": 0},
+            # a probe of a few milliseconds; 16384 already holds 3 GB of matrices
+            {"type": "integer", "minimum": 0, "maximum": 16384},
             1024,
             "the noise probe's matrix size (N x N matmuls before the steps); 0: no probe",
             tag=_prefixed("probe"),
