@@ -36,6 +36,12 @@ LABEL = labels()
 CAPTIONS_DIR = Path(__file__).parent.parent / "captions"
 
 
+def caption(name: str, **values) -> str:
+    """A section's prose from the captions folder (``captions/<name>``), its
+    ``{placeholders}`` filled with ``values`` (numbers and escaped text)."""
+    return (CAPTIONS_DIR / name).read_text().format(**values)
+
+
 def group_note(sub: pd.DataFrame, baseline: str | None) -> str:
     if not len(sub):
         return ""

@@ -26,6 +26,7 @@ from .formatting import (
 )
 from .html import (
     baseline_label,
+    caption,
     figure_html,
     generic_display,
     group_note,
@@ -201,89 +202,25 @@ def _ratio(a: Any, b: Any) -> str:
 
 
 def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float) -> str:
-    """Which trials were noisy or rerun, and why: their probe against the median."""
+    """Which trials were noisy or rerun, and why: their probe against the median (the
+    rule itself is explained once, in ``captions/noise.html``)."""
     ok = frame["status"] == OK
     probed = ok & pd.to_numeric(frame["probe_fp32_gflops"], errors="coerce").notna()
     noisy = frame[frame["noisy"].fillna(False).astype(bool)]
     if "noise_signal" not in noisy:
         noisy = noisy.assign(noise_signal=None)
-    discarded = []
-    for i, record in enumerate(records):
-        attempts = record.get("discarded_attempts") if isinstance(record, Mapping) else None
-        for a in attempts if isinstance(attempts, list) else []:
-            a = a if isinstance(a, Mapping) else {}
-            p = a.get("probe") if isinstance(a.get("probe"), Mapping) else {}
-            discarded.append(
-                {
-                    "experiment": fmt_text(frame["experiment"].iloc[i]),
-                    "trial": fmt_int(frame["trial"].iloc[i]),
-                    "attempt": fmt_int(a.get("attempt")),
-                    "probe fp32 (GFLOP/s)": fmt_num(p.get("fp32_gflops")),
-                    "probe bf16 (GFLOP/s)": fmt_num(p.get("bf16_gflops")),
-                    "samples/s": fmt_num(a.get("samples_per_s")),
-                    "caught by": fmt_text(a.get("signal")) or "probe before steps",
-                    "reason": fmt_text(a.get("reason")),
-                }
-            )
-    intro = (
-        "<p>Two kinds of noise: from trial to trial (the CV over trials in the tables) and "
-        "within a trial, from step to step (the step-time CV beside it). A disturbed trial "
-        "is caught by one of these signals, named for each below: <b>probe before "
-        "steps</b> or <b>probe after steps</b> (the trial's matmul probe against the "
-        "environment's reference), <b>other work during steps</b> (other processes on "
-        "its CPUs), <b>step times</b> (its steps far more dispersed than its "
-        "experiment's other trials), <b>peer probes</b> (its probe against comparable "
-        "trials).</p>"
-        f"<p>Just before its timed steps, each trial measures how fast its own process "
-        f"multiplies dense matrices (the noise probe: fp32 and bf16 matmuls, about 0.3 s "
-        f"each, the fastest of three windows; bf16 only where it fits the probe's time "
-        f"budget, not where it is emulated). A trial is marked <b>noisy</b> when either "
-        f"rate is below "
-        f"<b>{threshold:g}</b> × the median of the ok trials measured the same way (same "
-        f"environment, probe size, thread count and node type): something else was using the CPU. "
-        f"Noisy trials are left out of the medians, spreads and CVs of this report "
-        f"(unless all of an experiment's ok trials are noisy: then they are used, and "
-        f"flagged in the tables).</p>"
-        f'<p class="counts"><b>{len(noisy)}</b> of <b>{int(probed.sum())}</b> ok trials '
-        f"with a probe marked noisy; <b>{len(discarded)}</b> "
-        f"attempt{'' if len(discarded) == 1 else 's'} discarded and rerun "
-        f"by the trial policy (their fp32 probe was below the threshold × the reference probe "
-        f"measured when the study started); <b>{int((ok & ~probed).sum())}</b> ok trials "
-        f"without a probe (probe_size 0, or older records).</p>"
+    discarded = _discarded_attempts(frame, records)
+    intro = caption(
+        "noise.html",
+        threshold=f"{threshold:g}",
+        noisy=len(noisy),
+        probed=int(probed.sum()),
+        discarded=len(discarded),
+        attempts="attempt" if len(discarded) == 1 else "attempts",
+        unprobed=int((ok & ~probed).sum()),
     )
-    rows = []
-    for _, r in noisy.iterrows():
-        signal = r.get("noise_signal")
-        rows.append(
-            {
-                "experiment": r["experiment"],
-                "trial": fmt_int(r["trial"]),
-                "caught by": fmt_text(signal) or "peer probes",
-                "samples/s": fmt_num(r["samples_per_s"]),
-                "step-time CV": fmt_cv(r.get("step_time_cv")) or "n/a",
-                "probe fp32": fmt_num(r["probe_fp32_gflops"]),
-                "median fp32": fmt_num(r["probe_fp32_median_gflops"]),
-                "fp32 ratio": _ratio(r["probe_fp32_gflops"], r["probe_fp32_median_gflops"]),
-                "probe bf16": fmt_num(r["probe_bf16_gflops"]),
-                "median bf16": fmt_num(r["probe_bf16_median_gflops"]),
-                "bf16 ratio": _ratio(r["probe_bf16_gflops"], r["probe_bf16_median_gflops"]),
-                "probe after (fp32)": fmt_num(r.get("probe_after_fp32_gflops")) or "n/a",
-                "other work on its CPUs": fmt_cv(r.get("other_work_share")) or "n/a",
-                "load avg 1 min": fmt_num(r["load_avg_1m"], 2),
-            }
-        )
-    groups = []
-    sub = frame[probed]
-    for key, part in sub.groupby(noise_group_keys(sub), sort=False):
-        groups.append(
-            {
-                "environment / probe size / threads / node type": key,
-                "ok trials": len(part),
-                "noisy": int(part["noisy"].sum()),
-                "median fp32 (GFLOP/s)": fmt_num(part["probe_fp32_gflops"].median()),
-                "median bf16 (GFLOP/s)": fmt_num(part["probe_bf16_gflops"].median()),
-            }
-        )
+    rows = [_noisy_row(r) for _, r in noisy.iterrows()]
+    groups = _probe_groups(frame[probed])
     return (
         intro
         + "<h3>Noisy trials (probe rates in GFLOP/s)</h3>"
@@ -297,6 +234,65 @@ def noise_html(frame: pd.DataFrame, records: Sequence[Mapping], threshold: float
         + "<h3>Probe medians per comparison group</h3>"
         + (table_html(pd.DataFrame(groups)) if groups else '<p class="empty">No probes.</p>')
     )
+
+
+def _discarded_attempts(frame: pd.DataFrame, records: Sequence[Mapping]) -> list[dict]:
+    """A row per attempt the trial policy discarded (and ran again) as noisy."""
+    rows = []
+    for i, record in enumerate(records):
+        attempts = record.get("discarded_attempts") if isinstance(record, Mapping) else None
+        for a in attempts if isinstance(attempts, list) else []:
+            a = a if isinstance(a, Mapping) else {}
+            p = a.get("probe") if isinstance(a.get("probe"), Mapping) else {}
+            rows.append(
+                {
+                    "experiment": fmt_text(frame["experiment"].iloc[i]),
+                    "trial": fmt_int(frame["trial"].iloc[i]),
+                    "attempt": fmt_int(a.get("attempt")),
+                    "probe fp32 (GFLOP/s)": fmt_num(p.get("fp32_gflops")),
+                    "probe bf16 (GFLOP/s)": fmt_num(p.get("bf16_gflops")),
+                    "samples/s": fmt_num(a.get("samples_per_s")),
+                    "caught by": fmt_text(a.get("signal")) or "probe before steps",
+                    "reason": fmt_text(a.get("reason")),
+                }
+            )
+    return rows
+
+
+def _noisy_row(r) -> dict:
+    """A noisy trial: what caught it, its probes against their medians."""
+    return {
+        "experiment": r["experiment"],
+        "trial": fmt_int(r["trial"]),
+        "caught by": fmt_text(r.get("noise_signal")) or "peer probes",
+        "samples/s": fmt_num(r["samples_per_s"]),
+        "step-time CV": fmt_cv(r.get("step_time_cv")) or "n/a",
+        "probe fp32": fmt_num(r["probe_fp32_gflops"]),
+        "median fp32": fmt_num(r["probe_fp32_median_gflops"]),
+        "fp32 ratio": _ratio(r["probe_fp32_gflops"], r["probe_fp32_median_gflops"]),
+        "probe bf16": fmt_num(r["probe_bf16_gflops"]),
+        "median bf16": fmt_num(r["probe_bf16_median_gflops"]),
+        "bf16 ratio": _ratio(r["probe_bf16_gflops"], r["probe_bf16_median_gflops"]),
+        "probe after (fp32)": fmt_num(r.get("probe_after_fp32_gflops")) or "n/a",
+        "other work on its CPUs": fmt_cv(r.get("other_work_share")) or "n/a",
+        "load avg 1 min": fmt_num(r["load_avg_1m"], 2),
+    }
+
+
+def _probe_groups(probed: pd.DataFrame) -> list[dict]:
+    """The probes' medians per group of trials measured the same way."""
+    groups = []
+    for key, part in probed.groupby(noise_group_keys(probed), sort=False):
+        groups.append(
+            {
+                "environment / probe size / threads / node type": key,
+                "ok trials": len(part),
+                "noisy": int(part["noisy"].sum()),
+                "median fp32 (GFLOP/s)": fmt_num(part["probe_fp32_gflops"].median()),
+                "median bf16 (GFLOP/s)": fmt_num(part["probe_bf16_gflops"].median()),
+            }
+        )
+    return groups
 
 
 def ladder_section(ladder: pd.DataFrame, baseline: str | None, base: float, svg: str) -> Section:
