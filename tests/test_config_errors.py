@@ -181,11 +181,13 @@ def test_a_missing_interpreter(wd):
 
 
 def test_suspicious_values_warn_and_run(wd):
-    proc = dry_run(
-        wd,
-        "noise_threshold=1.0",
-        study={"experiments": [{"id": "huge", "batch_size": 8192}]},
-    )
+    """A legal value that probably does not do what the user wants is a warning; a
+    memory estimate beyond the machine's is refused unless asked for on purpose."""
+    huge = {"experiments": [{"id": "huge", "batch_size": 8192}]}
+    refused = failed(dry_run(wd, study=huge))
+    assert "config error at experiment huge.batch_size: batch 8192 of resnet50" in refused
+    assert "refused (limits: {over_memory: true} runs it anyway)" in refused
+    proc = dry_run(wd, "noise_threshold=1.0", "limits={over_memory: true}", study=huge)
     assert jobs(proc) == 2
     assert "config warning at noise_threshold: 1 reruns" in proc.stderr
     assert "config warning at experiment huge.batch_size: batch 8192 of resnet50" in proc.stderr

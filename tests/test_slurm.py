@@ -34,6 +34,7 @@ from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
 from tests.runs import REQUIRED_COLUMNS, copy_workflow
 from workflow_scripts import rounds, study
+from workflow_scripts.study.config import flat_study
 
 pytestmark = pytest.mark.slow  # a SLURM cluster on this machine
 
@@ -57,8 +58,9 @@ def slurm_study(workdir: Path) -> dict:
     """What this test submits (given to Snakemake as a config file, which wins over the
     preset's own experiments, sweeps and collectives)."""
     quick = study.read_config(workdir / "config.yaml")["presets"]["quick"]
+    runs = flat_study(quick)  # its groups' runs with their group and shared fields
     return {
-        "experiments": [e for e in quick["experiments"] if e["id"] in EXPERIMENTS] + DDP + [OOM],
+        "experiments": [e for e in runs["experiments"] if e["id"] in EXPERIMENTS] + DDP + [OOM],
         "sweeps": [],
         "collectives": {
             **quick["collectives"],
@@ -274,7 +276,7 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert cluster("status", slurm).returncode == 0
     wd = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", wd / "profiles")
-    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    quick = flat_study(study.read_config(wd / "config.yaml")["presets"]["quick"])
     ddp = {"experiments": [e for e in quick["experiments"] if e["id"] == "baseline"],
            "sweeps": [s for s in quick["sweeps"] if s.get("name") == "ddp"],
            "collectives": {"variants": []}}  # fmt: skip

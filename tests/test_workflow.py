@@ -32,6 +32,7 @@ from tests.runs import (
 )
 from workflow_scripts import images, study
 from workflow_scripts.report import uncertainty
+from workflow_scripts.study.config import flat_study
 from workflow_scripts.trial import far
 
 pytestmark = pytest.mark.slow
@@ -273,7 +274,7 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     """The local runtime end to end (its environments through their rule, found built by
     their lock's hash), and Snakemake reruns exactly what a change touches."""
     wd = copy_workflow(tmp_path / "wf")
-    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    quick = flat_study(study.read_config(wd / "config.yaml")["presets"]["quick"])
     part = [e for e in quick["experiments"] if e["id"] in LOCAL_EXPERIMENTS]
     local_study = wd / "local-study.yaml"
     local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"experiments": part}))

@@ -8,10 +8,14 @@
 2. applies the selected preset (``preset``, default ``"default"``): the
    preset's ``defaults`` and ``image_folder`` are merged key by key over the
    top-level ones, its ``experiments``, ``sweeps`` and ``trials`` replace the
-   top-level ones when given;
-3. expands ``experiments`` (in file order) then ``sweeps`` (in file order, each
-   the Cartesian product of its list-valued fields in the order written, the
-   last field varying fastest) into fully resolved experiment specs;
+   top-level ones when given; its ``groups`` replace config.yaml's when it gives
+   ``groups``, ``experiments`` or ``sweeps`` (the command line's study wins over
+   both by the same rule: :func:`study_of`);
+3. expands ``experiments``, then ``sweeps``, then each of ``groups`` (a group's
+   ``runs`` with its name as their ``group`` and its ``shared`` fields under their
+   own: :func:`study_runs`), in the order written, into fully resolved experiment
+   specs: a sweep is the Cartesian product of its list-valued fields in the order
+   written, the last field varying fastest;
 4. checks each spec (field values, combinations of fields, ids);
 5. with ``preflight``, shortens each spec to its pre-flight (``preflight.py``).
 
@@ -69,8 +73,12 @@ NON_STRING_SETTINGS = (
     "defaults",
     "experiments",
     "sweeps",
+    "groups",
     "presets",
 )
+#: the keys of a study's runs: the groups come from the first of the command line, the
+#: preset and config.yaml that gives any of them (:func:`study_of`)
+STUDY_KEYS = ("experiments", "sweeps", "groups")
 
 
 class StudyConfigError(Exception):
@@ -246,80 +254,162 @@ def _input_size(spec: dict, fields: dict) -> None:
         spec["seq_len"] = None
 
 
+@dataclasses.dataclass
+class _Run:
+    """One entry of a study before its expansion: a single experiment or a sweep."""
+
+    fields: dict  # a group's run: with its group and the group's shared fields
+    where: str  # e.g. "experiments[2]", "presets.quick.groups.ladder.runs[0]"
+    is_sweep: bool
+
+
+def is_sweep(run: dict) -> bool:
+    """Whether a group's run is a sweep: it has a ``name``, ``layouts`` or a field
+    holding a list of values (the schema tells them apart the same way)."""
+    return "name" in run or "layouts" in run or any(isinstance(v, list) for v in run.values())
+
+
+def study_of(config: dict, overlay: dict, cli: dict, preset: str) -> list[_Run]:
+    """The study's runs, from the command line, the preset and config.yaml: its
+    ``experiments`` and its ``sweeps`` each from the first of them that gives that key
+    (as before groups: a preset of ``sweeps: []`` keeps config.yaml's experiments); its
+    ``groups`` from the first that gives any of the three, so that a command line or a
+    preset with experiments or sweeps of its own runs them without config.yaml's groups
+    (``--config experiments=[...] sweeps=[]`` runs those alone)."""
+    layers = ((cli, ""), (overlay, f"presets.{preset}."), (config, ""))
+
+    def first(*keys: str) -> tuple[dict, str]:
+        return next(((s, b) for s, b in layers if any(k in s for k in keys)), ({}, ""))
+
+    runs: list[_Run] = []
+    for key, section_keys in (
+        ("experiments", ("experiments",)),
+        ("sweeps", ("sweeps",)),
+        ("groups", STUDY_KEYS),
+    ):
+        section, base = first(*section_keys)
+        runs += study_runs({key: section.get(key)}, base)
+    return runs
+
+
+def study_runs(section: dict, base: str = "") -> list[_Run]:
+    """A study's entries in the order they expand: ``experiments``, then ``sweeps``, then
+    each group's ``runs`` (the groups in the order written), a group's run with the
+    group's name as its ``group`` and each of the group's ``shared`` fields it does not
+    set itself (its own value wins)."""
+    runs = [
+        _Run(dict(raw), f"{base}experiments[{i}]", False)
+        for i, raw in enumerate(section.get("experiments") or [])
+    ]
+    runs += [
+        _Run(dict(raw), f"{base}sweeps[{i}]", True)
+        for i, raw in enumerate(section.get("sweeps") or [])
+    ]
+    for name, group in (section.get("groups") or {}).items():
+        shared = group.get("shared") or {}
+        for i, run in enumerate(group.get("runs") or []):
+            own = {k: v for k, v in shared.items() if k not in run}
+            fields = {"group": name, **own, **run}
+            runs.append(_Run(fields, f"{base}groups.{name}.runs[{i}]", is_sweep(run)))
+    return runs
+
+
+def flat_study(section: dict) -> dict[str, list[dict]]:
+    """A study's (config.yaml's, a preset's) entries as plain ``experiments`` and
+    ``sweeps`` lists, each in its order, a group's runs with their group and shared
+    fields written out: e.g. to pick some of them for a ``--configfile`` of one's own."""
+    runs = study_runs(copy.deepcopy(section))
+    return {
+        "experiments": [run.fields for run in runs if not run.is_sweep],
+        "sweeps": [run.fields for run in runs if run.is_sweep],
+    }
+
+
 def _expand(
-    experiments: list,
-    exp_base: str,
-    sweeps: list,
-    sweep_base: str,
+    runs: list[_Run],
     *,
     defaults: dict,
     preset: str,
     most: int,
 ) -> tuple[list[_Item], list[str]]:
-    """The experiments of the lists and sweeps, at most ``most`` of them (limits.
+    """The experiments of a study's runs, at most ``most`` of them (limits.
     experiments): counted before a sweep is expanded, so a config that asks for more
     costs nothing but the message."""
     items: list[_Item] = []
     errors: list[str] = []
-    asked = len(experiments) + sum(_sweep_size(raw) for raw in sweeps)
+    singles = sum(1 for run in runs if not run.is_sweep)
+    sweeps = len(runs) - singles
+    asked = singles + sum(_sweep_size(run.fields) for run in runs if run.is_sweep)
     if asked > most:
         return [], [
             err(
                 "limits.experiments",
-                f"the study asks for {asked} experiments ({len(experiments)} listed, the "
-                f"rest from {len(sweeps)} sweeps), more than the limit of {most}; raise "
+                f"the study asks for {asked} experiments ({singles} listed, the "
+                f"rest from {sweeps} sweeps), more than the limit of {most}; raise "
                 f"it on purpose, e.g. --config limits='{{experiments: {asked}}}'",
             )
         ]
-    for i, exp in enumerate(experiments):
-        where = f"{exp_base}[{i}]"
-        spec = resolve_spec(exp, defaults, preset)
+    for run in runs:
+        if run.is_sweep:
+            items_, errors_ = _expand_sweep(run, defaults=defaults, preset=preset)
+            items += items_
+            errors += errors_
+            continue
+        spec = resolve_spec(run.fields, defaults, preset)
         if spec["group"] is None:
             spec["group"] = "experiments"
         if spec["id"] is None:
             spec["id"] = derive_id(spec, defaults)
-        items.append(_Item(spec, where, where, False))
-    for i, raw in enumerate(sweeps):
-        where = f"{sweep_base}[{i}]"
-        sweep = dict(raw)
-        name = sweep.pop("name", None)
-        swept = [k for k, v in sweep.items() if isinstance(v, list)]
-        if not swept and "layouts" not in sweep:
-            errors.append(
-                err(
-                    where,
-                    "a sweep needs at least one field with a list of values "
-                    "(e.g. batch_size: [8, 32]) or layouts; move a single run to experiments",
-                )
-            )
-            continue
-        group = sweep.pop("group", None) or name or "+".join(swept)
-        clashes = _tag_clashes(sweep, swept)
-        layouts, problem = _layouts(sweep)
-        if problem:
-            errors.append(err(f"{where}.layouts", problem))
-            continue
-        for values, (n_ranks, threads) in itertools.product(
-            itertools.product(*(sweep[k] for k in swept)), layouts
-        ):
-            fields = {**sweep, **dict(zip(swept, values, strict=True))}
-            if n_ranks:
-                fields.update(ranks=n_ranks, threads=threads)
-            spec = resolve_spec(fields, defaults, preset)
-            if n_ranks and spec["batch_size"] % (n_ranks * spec["nodes"]):
-                continue  # a split that cannot share the global batch evenly
-            spec["group"] = group
-            keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
-            tags = [tag(k, spec[k]) + clashes.get((k, _value_key(spec[k])), "") for k in keys]
-            if name:
-                spec["id"] = "-".join([name, *tags])
-            else:
-                extra = [t for k, t in zip(keys, tags, strict=True) if k not in ID_FIELDS]
-                spec["id"] = "-".join([derive_id(spec, defaults), *extra])
-            shown = ", ".join(f"{k}={_bare(spec[k])}" for k in keys)
-            label = "value" if len(keys) == 1 else "values"
-            items.append(_Item(spec, where, f"{where} {label} {shown}", True))
+        items.append(_Item(spec, run.where, run.where, False))
     return items, errors
+
+
+def _expand_sweep(run: _Run, *, defaults: dict, preset: str) -> tuple[list[_Item], list[str]]:
+    """One sweep's experiments: the product of its lists, each with every layout."""
+    where = run.where
+    sweep = dict(run.fields)
+    name = sweep.pop("name", None)
+    swept = [k for k, v in sweep.items() if isinstance(v, list)]
+    if not swept and "layouts" not in sweep:
+        single = (
+            "a single run takes an id, not a name"
+            if ".runs[" in where
+            else "move a single run to experiments"
+        )
+        return [], [
+            err(
+                where,
+                "a sweep needs at least one field with a list of values "
+                f"(e.g. batch_size: [8, 32]) or layouts; {single}",
+            )
+        ]
+    group = sweep.pop("group", None) or name or "+".join(swept)
+    clashes = _tag_clashes(sweep, swept)
+    layouts, problem = _layouts(sweep)
+    if problem:
+        return [], [err(f"{where}.layouts", problem)]
+    items: list[_Item] = []
+    for values, (n_ranks, threads) in itertools.product(
+        itertools.product(*(sweep[k] for k in swept)), layouts
+    ):
+        fields = {**sweep, **dict(zip(swept, values, strict=True))}
+        if n_ranks:
+            fields.update(ranks=n_ranks, threads=threads)
+        spec = resolve_spec(fields, defaults, preset)
+        if n_ranks and spec["batch_size"] % (n_ranks * spec["nodes"]):
+            continue  # a split that cannot share the global batch evenly
+        spec["group"] = group
+        keys = [*swept, *(("ranks", "threads") if n_ranks else ())]
+        tags = [tag(k, spec[k]) + clashes.get((k, _value_key(spec[k])), "") for k in keys]
+        if name:
+            spec["id"] = "-".join([name, *tags])
+        else:
+            extra = [t for k, t in zip(keys, tags, strict=True) if k not in ID_FIELDS]
+            spec["id"] = "-".join([derive_id(spec, defaults), *extra])
+        shown = ", ".join(f"{k}={_bare(spec[k])}" for k in keys)
+        label = "value" if len(keys) == 1 else "values"
+        items.append(_Item(spec, where, f"{where} {label} {shown}", True))
+    return items, []
 
 
 def _sweep_size(raw: Any) -> int:
@@ -508,29 +598,16 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     defaults.update(copy.deepcopy(cli.get("defaults", {})))
     _normalize(defaults)
 
-    def pick(key: str) -> tuple[list, str]:
-        if key in cli:
-            return cli[key], key
-        if key in overlay:
-            return overlay[key], f"presets.{preset}.{key}"
-        return config.get(key, []), key
-
-    experiments, exp_base = pick("experiments")
-    sweeps, sweep_base = pick("sweeps")
-
     # 3. expansion, 4. checks
     items, errors = _expand(
-        experiments,
-        exp_base,
-        sweeps,
-        sweep_base,
+        study_of(config, overlay, cli, preset),
         defaults=defaults,
         preset=preset,
         most=settings["limits"]["experiments"],
     )
     if not items and not errors:
         raise StudyConfigError(
-            err("", f"preset {preset!r} has no experiments (give experiments or sweeps)")
+            err("", f"preset {preset!r} has no experiments (give experiments, sweeps or groups)")
         )
     most_trials = len(items) * max(settings["trials"], settings["max_trials"] or 0)
     if most_trials > settings["limits"]["trials"]:

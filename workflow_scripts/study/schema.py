@@ -3,7 +3,8 @@ user's messages for its errors.
 
 :func:`build_schema` assembles a JSON Schema (draft 2020-12) from
 :data:`fields.FIELDS` (one ``$defs`` entry per experiment field, and the
-``defaults``, ``experiment`` and ``sweep`` mappings built from them) and
+``defaults``, ``experiment`` and ``sweep`` mappings built from them, and those of
+``groups``: ``study_group``, ``group_shared`` and ``group_run``) and
 :data:`settings.SETTINGS`. It has no ``default`` keywords: the defaults live in the
 declarations, and the loader applies them. :func:`validate_schema` turns
 jsonschema's errors into one line each, naming the field path, the value and what
@@ -71,9 +72,52 @@ def build_schema() -> dict:
         "threads",
     }
     defs["sweep"] = {"type": "object", "additionalProperties": False, "properties": sweep_props}
+    # a group: its runs (single experiments and sweeps, in one list: the order is the
+    # study's) get its name as their group, and its shared fields where they set none
+    defs["group_shared"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {n: _ref(n) for n in FIELDS if n not in ("id", "group")},
+    }
+    defs["group_experiment"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {n: _ref(n) for n in FIELDS if n != "group"},
+    }
+    defs["group_sweep"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {n: v for n, v in sweep_props.items() if n != "group"},
+    }
+    # a sweep: a name, layouts or a field holding a list (config.is_sweep)
+    some_list = {"not": {"additionalProperties": {"not": {"type": "array"}}}}
+    defs["group_run"] = {
+        "description": "a group's run: a sweep when it has a name, layouts or a field "
+        "holding a list of values, else one experiment",
+        "if": {"anyOf": [{"required": ["name"]}, {"required": ["layouts"]}, some_list]},
+        "then": _ref("group_sweep"),
+        "else": _ref("group_experiment"),
+    }
+    defs["study_group"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["runs"],
+        "properties": {
+            "shared": _ref("group_shared"),
+            "runs": {"type": "array", "items": _ref("group_run")},
+        },
+    }
     runs = {
         "experiments": {"type": "array", "items": _ref("experiment")},
         "sweeps": {"type": "array", "items": _ref("sweep")},
+        "groups": {
+            "description": "the study by group: each group's runs (experiments and sweeps, "
+            "in one list) get its name as their group and its shared fields where they set "
+            "none; expanded after experiments and sweeps, in the order written",
+            "type": "object",
+            "propertyNames": _ref("group"),
+            "additionalProperties": _ref("study_group"),
+        },
     }
     defs["preset"] = {
         "type": "object",
@@ -223,7 +267,11 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
             if key in known:
                 continue
             at = _path([*parts, key])
-            in_sweep = len(parts) >= 2 and parts[-2] == "sweeps"
+            in_sweep = "layouts" in known  # a sweep (a group's run with a list too)
+            in_group = _group_of(parts)
+            if in_group is not None and key in ("id", "group"):
+                lines.append(err(at, _in_group(key, in_group, shared=field == "shared")))
+                continue
             if in_sweep and key == "id":
                 lines.append(
                     err(
@@ -259,8 +307,16 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
                     "(use sweeps for lists)",
                 )
             ]
-        if field in NOT_SWEPT and len(parts) >= 3 and parent == "sweeps":
+        if field in NOT_SWEPT and len(parts) >= 3 and parent in ("sweeps", "runs"):
             return [err(where, f"{_show(value)} is a list; {field!r} cannot be swept")]
+        if len(parts) >= 2 and parts[-2] == "shared":
+            return [
+                err(
+                    where,
+                    f"{_show(value)} is a list; shared values are single (a run that "
+                    "sets a list of values is a sweep)",
+                )
+            ]
         if len(parts) >= 2 and parts[-2] == "defaults":
             return [
                 err(
@@ -283,6 +339,27 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
     if kind == "minItems":
         return [err(where, "an empty list is not allowed; a swept field needs at least one value")]
     return [err(where, error.message[:200])]
+
+
+def _group_of(parts: list) -> str | None:
+    """The group whose run (``groups.<name>.runs[i]``) or shared fields
+    (``groups.<name>.shared``) a path names, else None."""
+    if len(parts) >= 4 and parts[-4] == "groups" and parts[-2] == "runs":
+        return str(parts[-3])
+    if len(parts) >= 3 and parts[-3] == "groups" and parts[-1] == "shared":
+        return str(parts[-2])
+    return None
+
+
+def _in_group(key: str, group: str, *, shared: bool) -> str:
+    if key == "group":
+        return f"the runs of a group get its name ({group!r}) as their group; remove 'group' here"
+    if shared:
+        return "an id names one experiment: set it on each run (a sweep: its name)"
+    return (
+        "a sweep cannot have an explicit id (all its experiments would share it); set "
+        "'name' instead: ids become <name>-<swept values>"
+    )
 
 
 def path_key(error: jsonschema.ValidationError) -> list:
