@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -581,124 +582,162 @@ def progress_printer(rank: int = 0, world: int = 1):
     return progress
 
 
+@dataclasses.dataclass
+class Steps:
+    """What the step loop (``run_steps``) produced: the figures of its steps, and why and
+    when they ended."""
+
+    total: int  # the steps the loop was to run (max_steps cuts a run short)
+    started: float = math.nan  # its clock (perf_counter) at the first step
+    step_times: list[float] = dataclasses.field(default_factory=list)  # the timed steps
+    losses: list[float] = dataclasses.field(default_factory=list)  # every step's (warm-up too)
+    # a text model's timed steps (text_tokens)
+    tokens: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    first_step_s: float = math.nan
+    # why the timed steps ended: all asked for (or the epochs), the time budget, far from
+    # the baseline, or the step time known well enough (early_stop)
+    stop_reason: str = "steps"
+    compiles_at_first_step: dict | None = None  # compile_stats after the first step
+    # scoring during the training (time to accuracy) and the gradient check's work
+    # between steps: their time is not training time
+    scoring_s: float = 0.0
+    checking_s: float = 0.0
+    curve: list[dict] = dataclasses.field(default_factory=list)  # the scores while training
+    train_time_s: float = math.nan  # the loop's time, less scoring and checking
+    # other work on the rank's CPUs from the first timed step to the loop's end
+    window_start: dict | None = None  # (contention.snapshot)
+    other_work: dict | None = None  # (contention.measure)
+
+    @property
+    def budget_hit(self) -> bool:
+        return self.stop_reason == "time_budget"
+
+    def training_time(self, now: float) -> float:
+        """Training time from the first step until ``now`` (scoring and checking out)."""
+        return now - self.started - self.scoring_s - self.checking_s
+
+
 def train(spec: dict, data_path: str | None = None, progress=None, out: str | None = None) -> dict:
     """Set up and run warm-up + timed steps (or ``epochs`` passes over the data, then
     the held-out accuracy); return the metrics part of a record (with ``probe``, the
     noise probe run just before the steps, or None, and ``gradient_check``)."""
     t0 = time.perf_counter()
-    import torch  # (import time is reported apart from setup)
+    import torch  # noqa: F401 - (import time is reported apart from setup)
 
     import_s = time.perf_counter() - t0
     launchers.get(spec["launcher"]).verify(spec)
-    carried = (spec.get("carried") or {}).get("flops_per_sample")
-    if carried:  # the first trial's count (trial/carry.py)
-        counted = {"flops_per_sample": carried, "flops_error": None, "flops_count_s": 0.0}
-    elif backends.get(spec["backend"]).flops_after_setup:
-        counted = None
-    else:
-        counted = counted_flops(spec)
+    counted = flops_before_setup(spec)
     t0 = time.perf_counter()
     trainer = Trainer(spec, data_path, out)
     setup_s = time.perf_counter() - t0
     before = before_steps(spec, counted)
-    step_times: list[float] = []
-    losses: list[float] = []
-    tokens: list[tuple[int, int, int]] = []  # a text model's timed steps (text_tokens)
-    first_step_s = math.nan
-    epochs = trainer.epochs
+    steps = run_steps(trainer, progress)
+    after = after_steps(trainer, steps)
+    return record_metrics(spec, steps, {"import_s": import_s, "setup_s": setup_s, **before}, after)
+
+
+def flops_before_setup(spec: dict) -> dict | None:
+    """The FLOP count a trial takes before its setup: the first trial's, carried
+    (trial/carry.py), or counted now; None where the backend counts after its setup
+    (``before_steps``)."""
+    carried = (spec.get("carried") or {}).get("flops_per_sample")
+    if carried:
+        return {"flops_per_sample": carried, "flops_error": None, "flops_count_s": 0.0}
+    if backends.get(spec["backend"]).flops_after_setup:
+        return None
+    return counted_flops(spec)
+
+
+def run_steps(trainer: Trainer, progress=None) -> Steps:
+    """The warm-up and timed steps (or the epochs' steps, scored along the way), until
+    all have run or an early stop (``early_stop``) ends them."""
+    spec, epochs = trainer.spec, trainer.epochs
     # max_steps cuts the run short (a pre-flight); the schedule stays the whole run's
-    total = min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps)
-    budget = None if epochs else spec.get("time_budget_s")
-    budget_hit = False
-    precision = None if epochs else spec.get("step_precision")
-    # far from its baseline already: more steps change no verdict (trial/far.py)
-    far_from = None if epochs else spec.get("far_from")
-    # why the timed steps ended: all asked for, the time budget, or known well enough
-    stop_reason = "epochs" if epochs else "steps"
-    window_start = None
-    compiles_at_first_step = None
-    # scoring during the training (time to accuracy) and the gradient check's work
-    # between steps: their time is not training time
-    scored_at = (
-        set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1]) if epochs else set()
-    )
-    curve: list[dict] = []
-    scoring_s = checking_s = 0.0
-    check = trainer.check
-    train_start = time.perf_counter()
-    for i in range(total):
+    steps = Steps(total=min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps))
+    scored_at = set()  # where the training is scored (time to accuracy; the last: after it)
+    if epochs:
+        steps.stop_reason = "epochs"
+        scored_at = set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1])
+    steps.started = time.perf_counter()
+    for i in range(steps.total):
         if i == spec["warmup_steps"]:  # other work on our CPUs from here: between steps
-            window_start = contention.snapshot()
-        if budget and len(step_times) >= min(2, spec["steps"]):
-            # enough timed steps for the budget: stop early (all ranks together)
-            if ranks.agree(sum(step_times) >= budget):
-                budget_hit = True
-                stop_reason = "time_budget"
-                break
-        if far_from and len(step_times) >= metrics.MIN_PRECISION_STEPS:
-            # the speedup over its baseline already beyond far_stop, on every rank
-            if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
-                stop_reason = "far_from_baseline"
-                break
-        if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
-            # the mean step time known well enough on every rank: stop (together)
-            if not ranks.agree(not metrics.known_within(step_times, precision)):
-                stop_reason = "precision"
-                break
-        if check is not None and i in (0, spec["warmup_steps"]):
-            trainer.inspect = functools.partial(check.inspect, trainer.net, i)
-        without_dropout = i == 0 and trainer.checked_without_dropout
-        if without_dropout:
-            trainer.model.eval()
-        elapsed, value = timed_step(trainer, i, total, progress)
-        if without_dropout:
-            trainer.model.train()
-        checking_s += trainer.untimed_s
-        losses.append(value)
+            steps.window_start = contention.snapshot()
+        stop = None if epochs else early_stop(spec, steps.step_times)
+        if stop:
+            steps.stop_reason = stop
+            break
+        elapsed, value = checked_step(trainer, i, steps.total, progress)
+        steps.checking_s += trainer.untimed_s
+        steps.losses.append(value)
         if i == 0:
-            first_step_s = elapsed
-            compiles_at_first_step = compile_stats(spec)
-            if check is not None:
-                check.first_loss = value
+            steps.first_step_s = elapsed
+            steps.compiles_at_first_step = compile_stats(spec)
+            if trainer.check is not None:
+                trainer.check.first_loss = value
         if i >= spec["warmup_steps"]:
-            step_times.append(elapsed)
+            steps.step_times.append(elapsed)
             if trainer.workload.text:
-                tokens.append(text_tokens(trainer.last[0]))
+                steps.tokens.append(text_tokens(trainer.last[0]))
         if i + 1 in scored_at:
             t0 = time.perf_counter()
-            point = curve_point(trainer, i + 1, t0 - train_start - scoring_s - checking_s)
-            curve.append(point)
-            scoring_s += time.perf_counter() - t0
-    train_time_s = time.perf_counter() - train_start - scoring_s - checking_s
-    other_work = contention.measure(window_start, contention.snapshot(), torch.get_num_threads())
+            steps.curve.append(curve_point(trainer, i + 1, steps.training_time(t0)))
+            steps.scoring_s += time.perf_counter() - t0
+    steps.train_time_s = steps.training_time(time.perf_counter())
+    threads = trainer.torch.get_num_threads()
+    steps.other_work = contention.measure(steps.window_start, contention.snapshot(), threads)
+    return steps
+
+
+def early_stop(spec: dict, step_times: list[float]) -> str | None:
+    """Why the timed steps stop before the next one (None: they go on): the time budget
+    spent, the speedup over its baseline already beyond far_stop (trial/far.py: more
+    steps change no verdict), or the mean step time known well enough. Every rank
+    decides together (``ranks.agree``), with the same calls in the same order."""
+    budget, far_from = spec.get("time_budget_s"), spec.get("far_from")
+    precision = spec.get("step_precision")
+    if budget and len(step_times) >= min(2, spec["steps"]):
+        # enough timed steps for the budget: stop early (all ranks together)
+        if ranks.agree(sum(step_times) >= budget):
+            return "time_budget"
+    if far_from and len(step_times) >= metrics.MIN_PRECISION_STEPS:
+        if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
+            return "far_from_baseline"
+    if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
+        if not ranks.agree(not metrics.known_within(step_times, precision)):
+            return "precision"
+    return None
+
+
+def checked_step(trainer: Trainer, i: int, total: int, progress=None) -> tuple[float, float]:
+    """``timed_step``, with the gradient check's look at the gradients of the first step
+    and of the first timed one, and the checked first step without dropout."""
+    check = trainer.check
+    if check is not None and i in (0, trainer.spec["warmup_steps"]):
+        trainer.inspect = functools.partial(check.inspect, trainer.net, i)
+    without_dropout = i == 0 and trainer.checked_without_dropout
+    if without_dropout:
+        trainer.model.eval()
+    elapsed, value = timed_step(trainer, i, total, progress)
+    if without_dropout:
+        trainer.model.train()
+    return elapsed, value
+
+
+def after_steps(trainer: Trainer, steps: Steps) -> dict:
+    """What a trial does after its steps: probe the machine again (all ranks together:
+    was it still quiet at the end?), score the trained or served model, read what the
+    steps ran with (``checks``) and the run's memory, check the gradients, leave the
+    process group."""
+    spec = trainer.spec
     ranks.barrier()  # and probe again together: was the machine still quiet at the end?
     probe_after = probe_or_error(spec.get("probe_size"))
-    if not step_times:
+    if not steps.step_times:
         raise RuntimeError(
-            f"no timed step ran ({total} steps, of which warmup_steps {spec['warmup_steps']})"
+            f"no timed step ran ({steps.total} steps, of which warmup_steps {spec['warmup_steps']})"
         )
-    accuracy = {}
-    if epochs:
-        final = trainer.evaluate()
-        curve.append(curve_point(trainer, total, train_time_s, final))
-        accuracy = {
-            "epochs": epochs,
-            "steps_per_epoch": trainer.batches.steps_per_epoch,
-            "train_samples": total * spec["batch_size"],
-            **final,
-            "accuracy_curve": curve,
-            "scoring_s": scoring_s,
-            "target_accuracy": spec["target_accuracy"],
-            "time_to_accuracy_s": schedule.time_to_accuracy(curve, spec["target_accuracy"]),
-            "learning_rate": {
-                "one_process": schedule.one_process_lr(spec, trainer.world),
-                "scaled": spec["lr"],
-                "warmup_steps": trainer.warmup_steps,
-                "schedule": spec["lr_schedule"],
-            },
-        }
+    accuracy = epochs_accuracy(trainer, steps) if trainer.epochs else {}
     checks = trainer.checks()
-    checks["compile"] = compile_stats(spec, compiles_at_first_step)
+    checks["compile"] = compile_stats(spec, steps.compiles_at_first_step)
     serving = trainer.served_checks() if trainer.inference else None
     if serving is not None:
         checks["serving"] = serving
@@ -710,13 +749,55 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     peak_rss_mb = _rss_mb(resource.RUSAGE_SELF)
     peak_rss_children_mb = _rss_mb(resource.RUSAGE_CHILDREN)
     gradient_check = None
-    if check is not None:
-        gradient_check = check.verdict(trainer.forward_loss, trainer.world)
+    if trainer.check is not None:
+        gradient_check = trainer.check.verdict(trainer.forward_loss, trainer.world)
     ranks.shutdown()
+    return {
+        "probe_after": probe_after,
+        "accuracy": accuracy,
+        "checks": checks,
+        "peak_rss_mb": peak_rss_mb,
+        "peak_rss_children_mb": peak_rss_children_mb,
+        "gradient_check": gradient_check,
+    }
+
+
+def epochs_accuracy(trainer: Trainer, steps: Steps) -> dict:
+    """A run of ``epochs``: the trained model's held-out accuracy, its accuracy curve
+    (the last point: now) and the time it took to reach the target accuracy, with the
+    learning rate it trained at."""
+    spec = trainer.spec
+    final = trainer.evaluate()
+    curve = [*steps.curve, curve_point(trainer, steps.total, steps.train_time_s, final)]
+    return {
+        "epochs": trainer.epochs,
+        "steps_per_epoch": trainer.batches.steps_per_epoch,
+        "train_samples": steps.total * spec["batch_size"],
+        **final,
+        "accuracy_curve": curve,
+        "scoring_s": steps.scoring_s,
+        "target_accuracy": spec["target_accuracy"],
+        "time_to_accuracy_s": schedule.time_to_accuracy(curve, spec["target_accuracy"]),
+        "learning_rate": {
+            "one_process": schedule.one_process_lr(spec, trainer.world),
+            "scaled": spec["lr"],
+            "warmup_steps": trainer.warmup_steps,
+            "schedule": spec["lr_schedule"],
+        },
+    }
+
+
+def record_metrics(spec: dict, steps: Steps, before: dict, after: dict) -> dict:
+    """The metrics part of a record, from the steps (``run_steps``), what came before
+    them (import and setup seconds, ``before_steps``: the FLOP count, the probe) and
+    after them (``after_steps``); ``run`` moves the lists, checks and probes out."""
+    step_times = steps.step_times
     # this rank's own throughput (the launcher's merge takes the slowest rank per step)
     samples_per_s = metrics.throughput(spec["batch_size"], step_times)
-    text = text_metrics(spec, tokens, before["flops_per_sample"]) if tokens else {}
-    flops = text.pop("flops_per_sample", before["flops_per_sample"])
+    counted = before["flops_per_sample"]
+    text = text_metrics(spec, steps.tokens, counted) if steps.tokens else {}
+    flops = text.pop("flops_per_sample", counted)
+    gradient_check = after["gradient_check"]
     return {
         "samples_per_s": samples_per_s,
         "flops_per_sample": flops,
@@ -725,28 +806,28 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
         "flops_error": before["flops_error"],
         **text,
         "steps_timed": len(step_times),
-        "time_budget_hit": budget_hit,
-        "stop_reason": stop_reason,
+        "time_budget_hit": steps.budget_hit,
+        "stop_reason": steps.stop_reason,
         "step_time_half_width": metrics.relative_half_width(step_times),
         "step_time_s": metrics.distribution(step_times),
-        "time_to_first_step_s": first_step_s,
-        "train_time_s": train_time_s,
-        **accuracy,
-        "setup_s": setup_s,
+        "time_to_first_step_s": steps.first_step_s,
+        "train_time_s": steps.train_time_s,
+        **after["accuracy"],
+        "setup_s": before["setup_s"],
         "compile_pool_wait_s": before["compile_pool_wait_s"],
-        "import_s": import_s,
+        "import_s": before["import_s"],
         "grad_check_s": gradient_check["check_s"] if gradient_check else None,
-        "final_loss": losses[-1],
-        "first_loss": losses[0],
-        "peak_rss_mb": peak_rss_mb,
-        "peak_rss_children_mb": peak_rss_children_mb,
+        "final_loss": steps.losses[-1],
+        "first_loss": steps.losses[0],
+        "peak_rss_mb": after["peak_rss_mb"],
+        "peak_rss_children_mb": after["peak_rss_children_mb"],
         "step_times_s": step_times,
-        "losses": losses,
-        "checks": checks,
+        "losses": steps.losses,
+        "checks": after["checks"],
         "gradient_check": gradient_check,
         "probe": before["probe"],
-        "probe_after": probe_after,
-        "other_work": other_work,
+        "probe_after": after["probe_after"],
+        "other_work": steps.other_work,
     }
 
 
