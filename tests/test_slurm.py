@@ -70,6 +70,8 @@ def slurm_study(workdir: Path) -> dict:
         },  # fmt: skip
         # the ranks of a several-node trial talk over the nodes' own interface
         "cluster": {"network_interface": "eth0"},
+        # the over-memory trial is over its node's memory on purpose
+        "limits": {"over_memory": True},
     }
 
 
