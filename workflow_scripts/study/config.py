@@ -565,6 +565,40 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     it wins over the selected preset, as it wins over config.yaml. Its nested strings
     where the schema wants a number, a flag or null are read as YAML
     (:func:`~.schema.coerce_strings`)."""
+    config, cli = _validated(config, cli)  # 1. the schema, every error at once
+    preset, overlay = _preset(config)  # 2. the preset overlay
+    settings = _settings(config, overlay, preset, cli)
+    _integral(settings)
+    defaults = _defaults(config, overlay, cli)
+    items, errors = _expand(  # 3. expansion
+        study_of(config, overlay, cli, preset),
+        defaults=defaults,
+        preset=preset,
+        most=settings["limits"]["experiments"],
+    )
+    if not items and not errors:
+        raise StudyConfigError(
+            err("", f"preset {preset!r} has no experiments (give experiments, sweeps or groups)")
+        )
+    errors += _problems(items, settings)  # 4. the checks of what it expanded to
+    if errors:
+        raise StudyConfigError("\n".join(errors))
+    specs = [item.spec for item in items]
+    if settings["preflight"]:  # 5. the pre-flight: every experiment, the fewest steps
+        specs = [preflight.shorten(spec) for spec in specs]
+        settings = preflight.settings(settings)
+    return Study(
+        experiments=specs,
+        settings=settings,
+        defaults=defaults,
+        base_dir=Path(base_dir).resolve(),
+        warnings=setting_warnings(settings),
+    )
+
+
+def _validated(config: dict | None, cli: dict | None) -> tuple[dict, dict]:
+    """The config with the command line merged in, and the command line's part, both
+    checked against the schema (their size first: a bounded walk)."""
     if config is None:
         config = {}
     if not isinstance(config, dict):
@@ -579,8 +613,11 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     errors = validate_schema(config)
     if errors:
         raise StudyConfigError("\n".join(errors))
+    return config, cli
 
-    # 2. the preset overlay
+
+def _preset(config: dict) -> tuple[str, dict]:
+    """The selected preset's name and what it overlays (nothing for the default)."""
     preset = config.get("preset", SETTING_DEFAULTS["preset"])
     presets = config.get("presets", {})
     if preset != "default" and preset not in presets:
@@ -588,36 +625,33 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
         raise StudyConfigError(
             err("preset", f"{show(preset)} is not a preset; available: {available}")
         )
-    overlay = presets.get(preset, {})
-    settings = _settings(config, overlay, preset, cli)
-    _integral(settings)
+    return preset, presets.get(preset, {})
 
+
+def _defaults(config: dict, overlay: dict, cli: dict) -> dict:
+    """Every experiment's defaults: the built-in ones, then the config's, the preset's
+    and the command line's."""
     defaults = {k: copy.deepcopy(v) for k, v in BUILTIN_DEFAULTS.items() if k not in PER_EXPERIMENT}
     defaults.update(copy.deepcopy(config.get("defaults", {})))
     defaults.update(copy.deepcopy(overlay.get("defaults", {})))
     defaults.update(copy.deepcopy(cli.get("defaults", {})))
     _normalize(defaults)
+    return defaults
 
-    # 3. expansion, 4. checks
-    items, errors = _expand(
-        study_of(config, overlay, cli, preset),
-        defaults=defaults,
-        preset=preset,
-        most=settings["limits"]["experiments"],
-    )
-    if not items and not errors:
-        raise StudyConfigError(
-            err("", f"preset {preset!r} has no experiments (give experiments, sweeps or groups)")
-        )
-    most_trials = len(items) * max(settings["trials"], settings["max_trials"] or 0)
-    if most_trials > settings["limits"]["trials"]:
+
+def _problems(items: list[_Item], settings: dict) -> list[str]:
+    """What is wrong with the expanded experiments, in this order: more trials than
+    the limit, each experiment's resolved schema and checks, duplicate ids, and
+    ``weights_from`` that names no experiment it can take weights from."""
+    errors = []
+    most = max(settings["trials"], settings["max_trials"] or 0)
+    if len(items) * most > settings["limits"]["trials"]:
         errors.append(
             err(
                 "limits.trials",
-                f"{len(items)} experiments x up to "
-                f"{max(settings['trials'], settings['max_trials'] or 0)} trials is "
-                f"{most_trials} trials, more than the limit of {settings['limits']['trials']};"
-                f" raise it on purpose, e.g. --config limits='{{trials: {most_trials}}}'",
+                f"{len(items)} experiments x up to {most} trials is {len(items) * most} "
+                f"trials, more than the limit of {settings['limits']['trials']}; raise it on "
+                f"purpose, e.g. --config limits='{{trials: {len(items) * most}}}'",
             )
         )
     resolved = _resolved_validator()
@@ -627,40 +661,24 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
             for line in schema_message(error):
                 errors.append(line.replace("config error at ", f"config error at {at}.", 1))
         errors.extend(err(at, problem) for problem in check_spec(item.spec))
-
     seen: dict[str, _Item] = {}
     for item in items:
         sid = item.spec["id"]
-        if sid in seen:
-            first = seen[sid]
-            fix = (
-                "give the sweeps different names"
-                if first.is_sweep and item.is_sweep
-                else "give one of them an explicit id"
-            )
-            errors.append(
-                err(
-                    "", f"duplicate experiment id {sid!r} ({first.origin} and {item.origin}); {fix}"
-                )
-            )
-        else:
+        if sid not in seen:
             seen[sid] = item
+            continue
+        first = seen[sid]
+        fix = (
+            "give the sweeps different names"
+            if first.is_sweep and item.is_sweep
+            else "give one of them an explicit id"
+        )
+        errors.append(
+            err("", f"duplicate experiment id {sid!r} ({first.origin} and {item.origin}); {fix}")
+        )
     for sid, problem in weights_problems([item.spec for item in seen.values()]):
         errors.append(err(f"{seen[sid].where} (id {sid})", problem))
-    if errors:
-        raise StudyConfigError("\n".join(errors))
-
-    specs = [item.spec for item in items]
-    if settings["preflight"]:  # 5. the pre-flight: every experiment, the fewest steps
-        specs = [preflight.shorten(spec) for spec in specs]
-        settings = preflight.settings(settings)
-    return Study(
-        experiments=specs,
-        settings=settings,
-        defaults=defaults,
-        base_dir=Path(base_dir).resolve(),
-        warnings=setting_warnings(settings),
-    )
+    return errors
 
 
 def merge_config(config: dict, over: dict) -> None:
