@@ -38,7 +38,7 @@ CAPTIONS_DIR = Path(__file__).parent.parent / "captions"
 
 def caption(name: str, **values) -> str:
     """A section's prose from the captions folder (``captions/<name>``), its
-    ``{placeholders}`` filled with ``values`` (numbers and escaped text)."""
+    named fields filled from ``values`` (numbers and escaped text)."""
     return (CAPTIONS_DIR / name).read_text().format(**values)
 
 
