@@ -68,6 +68,7 @@ rule report:
         machines=json.dumps(SETTINGS["report"].get("machines") or []),
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
+        margin=SETTINGS["margin"],
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
 
@@ -93,6 +94,7 @@ checkpoint round_report:
         prices=prices_json(),
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
+        margin=SETTINGS["margin"],
         title=round_title,
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

@@ -168,10 +168,10 @@ def test_what_a_number_of_trials_buys_is_students_t_over_the_pooled_spread():
     hw = rounds.half_width(3, 10, 0.05)
     assert hw == pytest.approx(scipy.stats.t.ppf(0.975, 20) * 0.05 * math.sqrt(2 / 3))
     assert math.isinf(rounds.half_width(1, 10, 0.05))
-    text = rounds.precision_text(2, 40, 0.05, "assumed")
+    text = rounds.precision_text(2, 40, 0.05, "assumed", 0.03)
     expected = 100 * math.expm1(rounds.half_width(2, 40, 0.05))
     assert text.startswith(
         f"with 2 trials each a comparison's 95 % interval is about ±{expected:.0f} %"
     )
     assert "'the same' within ±3 % needs about" in text
-    assert "nothing is decided" in rounds.precision_text(1, 40, 0.05, "assumed")
+    assert "nothing is decided" in rounds.precision_text(1, 40, 0.05, "assumed", 0.03)

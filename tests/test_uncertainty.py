@@ -87,6 +87,30 @@ def test_identical_settings_come_out_the_same_and_a_real_difference_slower():
     assert slower.text().startswith("0.55× ([0.") and slower.text().endswith("], slower)")
 
 
+def test_the_margin_a_run_states_decides_its_verdicts_everywhere(tmp_path):
+    """A 6 % difference at a spread of about 1 %: faster at the default ±3 %, the same
+    within a stated ±10 %, and the report, the headline and comparisons.csv say which
+    margin they used."""
+    trials = {"baseline": [100.0, 101.0, 99.0, 100.5], "wider": [106.0, 107.0, 105.0, 106.5]}
+    stats = stats_of(trials)
+    assert between(stats.loc["baseline"], stats.loc["wider"]).verdict == "faster"
+    records = [make(e, k, v, batch_size=32 if e == "wider" else 64)
+               for e, values in trials.items() for k, v in enumerate(values)]  # fmt: skip
+    paths = write(tmp_path, records)
+    report.build_report(
+        rec.load_records(paths), tmp_path / "summary.csv", tmp_path / "r/index.html",
+        tmp_path, margin=0.10,
+    )  # fmt: skip
+    table = pd.read_csv(tmp_path / "comparisons.csv")
+    row = table.drop_duplicates("experiment").set_index("experiment").loc["wider"]
+    assert row["verdict"] == "same" and row["margin"] == 0.10
+    assert 1 / 1.1 <= row["ci_low"] < row["ci_high"] <= 1.1
+    text = (tmp_path / "r/index.html").read_text()
+    assert "the same within ±10 %" in text and "±3 %" not in text
+    head = text[text.index('class="headline"') : text.index("<nav>")]
+    assert "the same within ±10 %" in head
+
+
 def test_noisy_trials_are_left_out_of_ratio_and_spread():
     records = [make("baseline", k, v) for k, v in enumerate([100.0, 100.0, 40.0])]
     records += [make("bf16", k, v, precision="bf16") for k, v in enumerate([150.0, 151.0])]

@@ -1,6 +1,6 @@
 """Every comparison with its interval and a verdict, through the real workflow
 (tests/test_uncertainty.py has the fast tests of workflow_scripts/report/uncertainty.py):
-a twin of an experiment is never different, half its threads is slower, and the
+a twin of an experiment is the same within the stated margin, half its threads is slower, and the
 adaptive rounds run exactly what the last round left undecided."""
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 #: two experiments of identical settings and one of half the threads, through the real
 #: workflow (the quick preset's tiny CNN, at a batch that takes a while): two trials
-#: each, then the adaptive rounds, up to six, where a comparison is still undecided
+#: each, then the adaptive rounds, up to eight, where a comparison is still undecided.
+#: The margin is what this tiny CNN's trials allow in eight rounds: on a 2-vCPU VM their
+#: throughput varies by 6-9 % from one process to the next, and at that spread the
+#: same within ±3 % would take some 30-70 trials each (docs/measurement.md)
 AA_STUDY = """
 runtime: local
 trials: 2
-max_trials: 6
+max_trials: 8
+margin: 0.3
 collectives: {variants: []}
 sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
@@ -41,7 +45,7 @@ def trials_of(wd, experiment: str) -> list[int]:
     return sorted(int(p.stem.removeprefix("trial")) for p in folder.glob("trial*.json"))
 
 
-def test_through_snakemake_a_twin_is_never_different_and_one_thread_slower(upstream_env, tmp_path):
+def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env, tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     (wd / "aa.yaml").write_text(AA_STUDY)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "aa.yaml"]
@@ -54,19 +58,18 @@ def test_through_snakemake_a_twin_is_never_different_and_one_thread_slower(upstr
     summary = pd.read_csv(wd / "results/summary.csv")
     spread = summary.groupby("experiment")["samples_per_s"].agg(["median", "min", "max"])
     why = f"{twin.to_dict()}\n{spread}\n{proc.stderr[-3000:]}"
-    # identical settings: never a difference (its interval holds 1.0). "the same" needs
-    # the interval within ±3 %: on a 2-vCPU VM this tiny CNN's trials vary by ~5 %, and
-    # five trials each gave 0.96-1.14 (undecided)
-    assert twin["baseline"] == "first" and twin["verdict"] in ("same", "undecided"), why
-    assert twin["ci_low"] < 1.0 < twin["ci_high"], why
+    # identical settings: the same within the stated margin, the interval holding 1.0
+    assert twin["baseline"] == "first" and twin["verdict"] == "same", why
+    assert twin["ci_low"] < 1.0 < twin["ci_high"] and twin["margin"] == 0.3, why
+    assert 1 / 1.3 <= twin["ci_low"] and twin["ci_high"] <= 1.3, why
     assert one["baseline"] == "first" and one["verdict"] == "slower", one.to_dict()
     assert one["ci_high"] < 1.0 and one["change"] == "threads 2→1"
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to six trials; half the threads is
+    # round's comparisons left undecided, up to eight trials; half the threads is
     # decided early (here after 2 or 3 trials: a noisy trial is left out) and stops
-    assert len(trials_of(wd, "one-thread")) < 6, why
+    assert len(trials_of(wd, "one-thread")) < 8, why
     ran = ["first", "twin", "one-thread"]
-    for k in range(1, 5):
+    for k in range(1, 7):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
         going_on = [e for e in ran if k + 1 in trials_of(wd, e)]
         if not going_on:
@@ -75,15 +78,15 @@ def test_through_snakemake_a_twin_is_never_different_and_one_thread_slower(upstr
         undecided = {e for pair in rounds.undecided_pairs(decided_by) for e in pair}
         assert going_on == [e for e in ran if e in undecided], (k, going_on, undecided)
         page = (wd / f"results/rounds/{k}/report/index.html").read_text()
-        assert f"Provisional report: the first {k + 1} of 2 to 6 trials" in page
+        assert f"Provisional report: the first {k + 1} of 2 to 8 trials" in page
         assert len(pd.read_csv(wd / f"results/rounds/{k}/summary.csv")) == sum(
             len([t for t in trials_of(wd, e) if t <= k]) for e in ("first", "twin", "one-thread")
         )
         ran = going_on
-    assert all(max(trials_of(wd, e)) <= 5 for e in ("first", "twin"))
+    assert all(max(trials_of(wd, e)) <= 7 for e in ("first", "twin"))
     assert len(summary) == sum(len(trials_of(wd, e)) for e in ("first", "twin", "one-thread"))
     assert int(twin["n_experiment"]) <= len(trials_of(wd, "twin"))
-    assert not (wd / "results/rounds/5").exists()
+    assert not (wd / "results/rounds/7").exists()
     # the first round's provisional report came before any second trial
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/first/trial1.json").stat().st_mtime

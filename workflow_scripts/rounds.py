@@ -103,26 +103,24 @@ def half_width(trials: int, experiments: int, spread: float) -> float:
     return float(scipy.stats.t.ppf(0.975, df)) * spread * math.sqrt(2 / trials)
 
 
-def precision_text(trials: int, experiments: int, spread: float, source: str) -> str:
+def precision_text(trials: int, experiments: int, spread: float, source: str, margin: float) -> str:
     """What ``trials`` each buys: the interval, the differences it decides, and how many
-    trials "the same" within the verdicts' margin would need."""
-    from .report.uncertainty import MARGIN
-
+    trials "the same" within the verdicts' ``margin`` would need."""
     hw = half_width(trials, experiments, spread)
     if not math.isfinite(hw):
         return f"with {trials} trial each nothing is decided (no spread between trials)"
     same = next(
-        (n for n in range(2, 1000) if half_width(n, experiments, spread) < math.log(1 + MARGIN)),
+        (n for n in range(2, 1000) if half_width(n, experiments, spread) < math.log(1 + margin)),
         None,
     )
     text = (
         f"with {trials} trials each a comparison's 95 % interval is about "
         f"±{100 * math.expm1(hw):.0f} % (spread between trials {100 * spread:.1f} %, "
-        f"{source}), so differences beyond about {100 * ((1 + MARGIN) * math.exp(hw) - 1):.0f} "
+        f"{source}), so differences beyond about {100 * ((1 + margin) * math.exp(hw) - 1):.0f} "
         "% come out faster or slower"
     )
     if same:
-        text += f"; 'the same' within ±{100 * MARGIN:.0f} % needs about {same} trials each"
+        text += f"; 'the same' within ±{100 * margin:g} % needs about {same} trials each"
     return text
 
 

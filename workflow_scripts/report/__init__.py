@@ -104,6 +104,7 @@ from .stats import (
     with_speedup,
 )
 from .timing import timing_section
+from .uncertainty import MARGIN
 from .values import spreadsheet_safe
 
 __all__ = [
@@ -171,6 +172,7 @@ def build_report(
     machines: Any = None,
     name: str | None = None,
     comparisons_path: Path | None = None,
+    margin: float = MARGIN,
 ) -> dict:
     """Write the summary CSV, the plots (:data:`PLOT_NAMES`, the collectives', and the
     extra ones: losses, startup, machines), and the HTML page; return counts.
@@ -179,7 +181,8 @@ def build_report(
     :func:`machines.parse_machines`); ``name``: this run's name among them (default: its
     CPU), priced at the first ``measured`` price; ``comparisons_path``: where every
     comparison the report states goes, with its interval and verdict (default:
-    ``comparisons.csv`` beside the summary)."""
+    ``comparisons.csv`` beside the summary); ``margin``: within it, two throughputs
+    are the same (the verdicts, :mod:`uncertainty`)."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
     comparisons_path = Path(comparisons_path or summary_path.with_name("comparisons.csv"))
     for folder in (summary_path.parent, html_path.parent, plots_dir):
@@ -190,7 +193,7 @@ def build_report(
     price_list = parse_prices(prices)
     rich = enrich(frame, records)
 
-    stats = experiment_stats(rich)
+    stats = experiment_stats(rich, margin)
     # (an experiment split by node type, "<id> @ <node type>", has its id's findings)
     stats["in_effect"] = stats["experiment"].str.split(" @ ").str[0].map(in_effect(records))
     baseline = pick_baseline(stats)
@@ -286,6 +289,8 @@ COMMAND = Command(
             default=DEFAULT_NOISE_THRESHOLD,
             help="a trial is noisy when its probe is below this fraction of comparable "
             "trials' median"),
+        Arg("margin", "params.margin", type=float, default=MARGIN,
+            help="two throughputs within this fraction of each other are the same"),
         Arg("title", "params.title", default=DEFAULT_TITLE),
         Arg("log", "log", type=Path, default=None, help="also append the result line here"),
     ),
@@ -328,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = build_report(
             records, args.summary, args.html, args.plots_dir, prices, args.title,
             args.noise_threshold, load_records(args.collectives), machines, name,
-            args.comparisons,
+            args.comparisons, args.margin,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))

@@ -21,11 +21,13 @@ from .distributed import accuracy_rows
 from .families import reference_comparisons
 from .html import table_html
 from .uncertainty import (
+    MARGIN,
     Comparison,
     Spread,
     between,
     comparisons_frame,
     counts,
+    margin_of,
     method_text,
     spread_of,
 )
@@ -90,13 +92,14 @@ def comparisons_csv(stats: pd.DataFrame, found: Iterable[Comparison]) -> pd.Data
 def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple[str, str, str]:
     """The method, the counts by verdict and every comparison, undecided ones first."""
     title = "How sure each comparison is"
-    note = f'<p class="note">{method_text(run_spread(stats))}</p>'
+    margin = margin_of(stats.iloc[0]) if len(stats) else MARGIN
+    note = f'<p class="note">{method_text(run_spread(stats), margin)}</p>'
     if not len(comparisons):
         return ("comparisons", title, note + '<p class="empty">No comparison to state.</p>')
     n = counts(comparisons)
     summary = (
         f'<p class="counts">{sum(n.values())} pairs compared: {n["faster"]} faster, '
-        f"{n['slower']} slower, {n['same']} the same within the margin, "
+        f"{n['slower']} slower, {n['same']} the same within ±{100 * margin:g} %, "
         f"<b>{n['undecided']} undecided</b>.</p>"
     )
     order = {"undecided": 0, "faster": 1, "slower": 2, "same": 3}

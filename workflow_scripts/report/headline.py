@@ -14,7 +14,7 @@ from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
 from .stats import OK, baseline_sps, best_like_baseline
-from .uncertainty import MARGIN, VERDICTS, Comparison, between, counts
+from .uncertainty import VERDICTS, Comparison, between, counts
 from .values import isnan
 
 
@@ -145,9 +145,9 @@ def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -
     if isnan(c.ci_low):
         why = " (one trial each: no interval)"
     elif c.verdict == "same":
-        why = f" (the same within ±{100 * MARGIN:g} %)"
+        why = f" (the same within ±{100 * c.margin:g} %)"
     else:
-        why = f" (its interval does not clear the ±{100 * MARGIN:g} % margin)"
+        why = f" (its interval does not clear the ±{100 * c.margin:g} % margin)"
     return (
         text + f"; {_b('verdict', c.verdict)}{html.escape(why)}, so no configuration is "
         "known to beat the baseline yet)"
@@ -166,12 +166,13 @@ def _decided(comparisons: pd.DataFrame | None) -> str:
     if comparisons is None or not len(comparisons):
         return ""
     n = counts(comparisons)
+    margin = float(comparisons["margin"].iloc[0])
     total = sum(n.values())
     decided = total - n["undecided"]
     return (
         f"Comparisons: {_b('decided', str(decided))} of {total} decided at 95 % confidence "
         f"({n['faster']} faster, {n['slower']} slower, {n['same']} the same within "
-        f"±{100 * MARGIN:g} %), {_b('undecided', str(n['undecided']))} undecided (see How "
+        f"±{100 * margin:g} %), {_b('undecided', str(n['undecided']))} undecided (see How "
         "sure each comparison is; all of them in comparisons.csv)."
     )
 

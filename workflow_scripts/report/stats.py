@@ -15,7 +15,7 @@ from workflow_scripts.records import OK, SPEC_COLUMNS
 from workflow_scripts.study import fields
 
 from .compare import same_workload
-from .uncertainty import between, with_spread
+from .uncertainty import MARGIN, between, with_spread
 from .values import isnan
 
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
@@ -74,8 +74,9 @@ def setting_columns() -> list[str]:
     return list(dict.fromkeys([*cols, *registry]))
 
 
-def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per experiment, in order of first appearance.
+def experiment_stats(frame: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
+    """One row per experiment, in order of first appearance (with the run's spread and
+    the verdicts' ``margin`` on every row: :func:`uncertainty.with_spread`).
 
     ``n_ok`` counts trials with status ok and a finite ``samples_per_s``, ``n_noisy``
     those of them marked noisy. The throughput (``sps_median``, ``sps_min``,
@@ -106,7 +107,7 @@ def experiment_stats(frame: pd.DataFrame) -> pd.DataFrame:
         *OK_TEXT,
     ]
     # the run's pooled spread on every row: any two rows make a comparison (uncertainty.py)
-    return with_spread(pd.DataFrame(rows, columns=columns))
+    return with_spread(pd.DataFrame(rows, columns=columns), margin)
 
 
 def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFrame:

@@ -18,8 +18,10 @@ The method, stated once (docs/measurement.md and the report's
   trials there is no interval, and every verdict is ``undecided``.
 * **Interval.** ``ratio · exp(± t(0.975, df) · s · sqrt(1/n_a + 1/n_b))`` (Student's t,
   from scipy; the median of two trials is their mean, and of more, a robust stand-in).
-* **Verdict**, against a margin ``m`` (3 %: differences smaller than this are not
-  worth a configuration change): ``same`` when the whole interval lies within
+* **Verdict**, against a margin ``m`` (the ``margin`` setting, 3 % by default:
+  differences smaller than this are not worth a configuration change; it rides on
+  the statistics frame beside the spread, so every comparison of a run uses the
+  same one): ``same`` when the whole interval lies within
   ``[1/(1+m), 1+m]``; ``faster`` when it lies above ``1+m``; ``slower`` when below
   ``1/(1+m)``; else ``undecided`` (more trials would tell). Two experiments with
   identical settings come out ``same`` or ``undecided``: ``faster`` would need their
@@ -36,12 +38,13 @@ from typing import Any
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from ..study.settings import SETTINGS
 from .values import isnan
 
 #: the interval's confidence
 CONFIDENCE = 0.95
-#: the margin within which two throughputs count as the same
-MARGIN = 0.03
+#: the default margin within which two throughputs count as the same
+MARGIN: float = SETTINGS["margin"].default
 VERDICTS = ("faster", "slower", "same", "undecided")
 #: a verdict's words after a ratio ("1.12× [1.08–1.16], faster")
 VERDICT_WORDS = {
@@ -66,20 +69,22 @@ class Comparison:
     n_experiment: int
     verdict: str
     change: str = ""
+    margin: float = MARGIN
 
     def text(self) -> str:
         """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
         interval)``."""
         n = min(self.n_baseline, self.n_experiment)
-        return ratio_text(self.ratio, self.ci_low, self.ci_high, self.verdict, MARGIN, n)
+        return ratio_text(self.ratio, self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
     def qualifier(self) -> str:
         """The interval and verdict alone: ``[1.08–1.16], faster``."""
         n = min(self.n_baseline, self.n_experiment)
-        return qualifier(self.ci_low, self.ci_high, self.verdict, MARGIN, n)
+        return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
 
-COLUMNS = [f.name for f in fields(Comparison)] + ["confidence", "margin", "df", "spread"]
+COLUMNS = [f.name for f in fields(Comparison) if f.name != "margin"]
+COLUMNS += ["confidence", "margin", "df", "spread"]
 
 
 @dataclass(frozen=True)
@@ -172,14 +177,22 @@ def compared_cell(row: Mapping, column: str, ratio_column: str) -> str:
     return "" if isnan(ratio) else f"{float(ratio):.2f}×"
 
 
-def with_spread(stats: pd.DataFrame) -> pd.DataFrame:
-    """``stats`` with the run's pooled spread on every row (``sps_spread``,
-    ``sps_spread_df``), so that any two rows make a comparison (:func:`between`)."""
+def with_spread(stats: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
+    """``stats`` with the run's pooled spread (``sps_spread``, ``sps_spread_df``) and
+    its verdicts' margin (``sps_margin``) on every row, so that any two rows make a
+    comparison (:func:`between`)."""
     out = stats.copy()
     used = out["sps_used"] if "sps_used" in out else pd.Series([()] * len(out), dtype=object)
     spread = Spread.pooled(v if isinstance(v, (tuple, list)) else () for v in used)
     out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
+    out["sps_margin"] = margin
     return out
+
+
+def margin_of(row: Mapping) -> float:
+    """The margin of ``row``'s run (:func:`with_spread`; the default without one)."""
+    margin = row.get("sps_margin")
+    return MARGIN if isnan(margin) else float(margin)
 
 
 def spread_of(row: Mapping) -> Spread:
@@ -197,15 +210,15 @@ def _used(row: Mapping) -> list[float]:
     return [float(v) for v in values if _positive(v)]
 
 
-def between(
-    base: Mapping, row: Mapping, kind: str = "", change: str = "", margin: float = MARGIN
-) -> Comparison:
-    """``row``'s throughput over ``base``'s, with its interval and verdict."""
+def between(base: Mapping, row: Mapping, kind: str = "", change: str = "") -> Comparison:
+    """``row``'s throughput over ``base``'s, with its interval and verdict (against
+    ``row``'s run's margin)."""
     a, b = _used(base), _used(row)
     ratio, lo, hi = interval(a, b, spread_of(row))
+    margin = margin_of(row)
     return Comparison(
         kind, str(base.get("experiment")), str(row.get("experiment")), ratio, lo, hi,
-        len(a), len(b), verdict(lo, hi, margin), change,
+        len(a), len(b), verdict(lo, hi, margin), change, margin,
     )  # fmt: skip
 
 
@@ -225,8 +238,7 @@ def comparisons_frame(found: Iterable[Comparison], spread: Spread) -> pd.DataFra
             continue
         seen.add(key)
         rows.append(
-            {**asdict(c), "confidence": CONFIDENCE, "margin": MARGIN,
-             "df": spread.df, "spread": spread.sd}
+            {**asdict(c), "confidence": CONFIDENCE, "df": spread.df, "spread": spread.sd}
         )  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -237,8 +249,8 @@ def counts(frame: pd.DataFrame) -> dict[str, int]:
     return {v: int((pairs["verdict"] == v).sum()) if len(pairs) else 0 for v in VERDICTS}
 
 
-def method_text(spread: Spread) -> str:
-    """The method in one sentence, with this run's spread (HTML)."""
+def method_text(spread: Spread, margin: float = MARGIN) -> str:
+    """The method in one sentence, with this run's spread and margin (HTML)."""
     pooled = (
         f"pooled over this run's experiments of two trials or more: {100 * spread.sd:.1f} % "
         f"({spread.df} degrees of freedom)"
@@ -249,7 +261,7 @@ def method_text(spread: Spread) -> str:
         "Each ratio is of medians over trials (separate processes; the steps "
         f"within a trial are not independent), with its {100 * CONFIDENCE:g} % interval "
         f"from Student's t and the run-to-run spread of log throughput ({pooled}); "
-        f"<i>the same</i>: the whole interval lies within ±{100 * MARGIN:g} %; "
+        f"<i>the same</i>: the whole interval lies within ±{100 * margin:g} %; "
         "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
         "<i>undecided</i>: anything else (more trials would tell)."
     )

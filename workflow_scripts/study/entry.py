@@ -170,6 +170,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     measured = rounds.measured_spread(study.path(study.results) / "comparisons.csv")
     spread = measured or rounds.ASSUMED_SPREAD
     source = "as the last run measured" if measured else "assumed: no run measured one yet"
+    margin = settings["margin"]
     human = estimate.human
     if fits is None:
         print(f"[budget] {settings['budget']} does not cover the {low} trials every experiment "
@@ -181,9 +182,9 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
         print(f"[budget] {settings['budget']}: {low} to {fits} trials per experiment fit "
               f"(about {human(setup_s + fits * round_s)} if every experiment ran {fits})",
               file=sys.stderr)  # fmt: skip
-    print(f"[budget] {rounds.precision_text(low, n, spread, source)}", file=sys.stderr)
+    print(f"[budget] {rounds.precision_text(low, n, spread, source, margin)}", file=sys.stderr)
     if fits > low:
-        print(f"[budget] at most: {rounds.precision_text(fits, n, spread, source)}",
+        print(f"[budget] at most: {rounds.precision_text(fits, n, spread, source, margin)}",
               file=sys.stderr)  # fmt: skip
     settings["max_trials"] = fits
     os.environ[MAX_TRIALS_VAR] = str(fits)

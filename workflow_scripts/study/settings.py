@@ -319,6 +319,16 @@ SETTINGS: dict[str, Setting] = {
             "max_trials alone",
         ),
         Setting(
+            "margin",
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            0.03,
+            "two throughputs within this fraction of each other count as the same: a "
+            "comparison whose 95 % interval lies wholly within ±margin is 'the same', "
+            "wholly beyond it 'faster' or 'slower', else 'undecided' (another adaptive "
+            "round runs it); a noisy machine needs more trials for a small margin",
+            structured=True,
+        ),
+        Setting(
             "noise_threshold",
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             0.85,
