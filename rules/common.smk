@@ -4,7 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import cluster, collectives, envs, images, jobs, progress, rounds
+from workflow_scripts import collectives, envs, images, jobs
+from workflow_scripts.cluster import sizing
+from workflow_scripts.plan import progress, rounds
 from workflow_scripts.trial import far
 
 SETTINGS = STUDY.settings
@@ -83,7 +85,7 @@ def trial_priority(wildcards):
 def round_experiments(k):
     """The experiments with a trial k: every one below the minimum (``trials``), then
     those that a comparison still undecided after round k-1 names (that round's report
-    is a checkpoint; workflow_scripts/rounds.py)."""
+    is a checkpoint; workflow_scripts/plan/rounds.py)."""
     if k < MIN_TRIALS:
         return STUDY.ids
     ran = round_experiments(k - 1)
@@ -256,7 +258,7 @@ def prices_json():
     return json.dumps(SETTINGS["prices"])
 
 
-# ---- what each job asks for (workflow_scripts/cluster.py) ----
+# ---- what each job asks for (workflow_scripts/cluster/sizing.py) ----
 # On a cluster (snakemake --profile profiles/slurm) the resources become sbatch options:
 # measured jobs take whole nodes, with their CPUs (cpus_per_task), memory and time
 # limit. Locally they limit nothing, and a measured job's threads are every core
@@ -264,7 +266,7 @@ def prices_json():
 # overlap (overlapping runs on a small machine skewed timings up to 10x). A job's
 # threads reach no command line: on a cluster they are only Snakemake's bookkeeping.
 def experiment_resources(wildcards):
-    return cluster.experiment(STUDY.by_id[wildcards.experiment], SETTINGS)
+    return sizing.experiment(STUDY.by_id[wildcards.experiment], SETTINGS)
 
 
 def experiment_resource(name):
@@ -293,14 +295,14 @@ def measured_threads(wildcards):
 
 # The partition, account and node features of the measured jobs (the cluster setting's;
 # unset ones leave a profile's --default-resources in force).
-PLACEMENT = cluster.placement(SETTINGS)
-CALIBRATION_RESOURCES = cluster.calibration(SETTINGS)
-COLLECTIVES_RESOURCES = cluster.collectives(SETTINGS)
-BUILD_ENV_RESOURCES = cluster.setup("build_env")
-BUILD_IMAGE_RESOURCES = cluster.setup("build_image")
-WHEELHOUSE_RESOURCES = cluster.setup("wheelhouse")
-DATA_RESOURCES = cluster.setup("data")
-REPORT_RESOURCES = cluster.setup("report")
+PLACEMENT = sizing.placement(SETTINGS)
+CALIBRATION_RESOURCES = sizing.calibration(SETTINGS)
+COLLECTIVES_RESOURCES = sizing.collectives(SETTINGS)
+BUILD_ENV_RESOURCES = sizing.setup("build_env")
+BUILD_IMAGE_RESOURCES = sizing.setup("build_image")
+WHEELHOUSE_RESOURCES = sizing.setup("wheelhouse")
+DATA_RESOURCES = sizing.setup("data")
+REPORT_RESOURCES = sizing.setup("report")
 
 
 # Preparation runs on the submit host, never in a cluster job: it downloads (wheels,
@@ -316,7 +318,7 @@ localrules:
     round_report,
 
 
-BUILDS_LOCAL = cluster.builds_local(SETTINGS)
-_build_problem = cluster.build_problem(SETTINGS, IN_CONTAINERS)
+BUILDS_LOCAL = sizing.builds_local(SETTINGS)
+_build_problem = sizing.build_problem(SETTINGS, IN_CONTAINERS)
 if _build_problem:
     raise WorkflowError(_build_problem)

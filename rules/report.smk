@@ -2,7 +2,7 @@
 # built from the records and the collectives results only (and, to compare machines,
 # the results of other runs named in the config's report: machines:).
 
-from workflow_scripts.machine_results import machine_files
+from workflow_scripts.summary.machine_results import machine_files
 
 
 rule report:

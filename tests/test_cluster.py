@@ -8,31 +8,32 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workflow_scripts import cluster, launchers, study, sysinfo, trial
+from workflow_scripts import launchers, study, sysinfo, trial
+from workflow_scripts.cluster import sizing
 from workflow_scripts.rank.distributed import ranks
-from workflow_scripts.records import COLUMNS, noise_group_keys
 from workflow_scripts.report.stats import experiment_stats, with_group_speedup
+from workflow_scripts.summary.records import COLUMNS, noise_group_keys
 from workflow_scripts.sysinfo import node_type
 
 SETTINGS = {"noise_retries": 2, "collectives": {"ranks": 2}}
 
 
 def test_a_single_process_trial_takes_a_whole_node(make_spec):
-    res = cluster.experiment(make_spec(cpus="0-3"), SETTINGS)
+    res = sizing.experiment(make_spec(cpus="0-3"), SETTINGS)
     assert res["cpus_per_task"] == 4 and res["tasks"] == 1 and res["nodes"] == 1
     assert res["slurm_extra"] == "--exclusive" and res["mpi"] is None
-    assert res["mem_mb"] >= cluster.MEMORY_FLOOR_MB and res["mem_mb"] % 1024 == 0
+    assert res["mem_mb"] >= sizing.MEMORY_FLOOR_MB and res["mem_mb"] % 1024 == 0
     # three attempts (2 noise reruns) of at most timeout_s each, plus the job's setup
-    assert res["runtime"] >= 3 * 300 / 60 + cluster.SETUP_MIN
+    assert res["runtime"] >= 3 * 300 / 60 + sizing.SETUP_MIN
 
 
 def test_a_multi_rank_trial_is_a_job_of_one_task_per_rank(make_spec):
     spec = make_spec(launcher="torchrun", ranks=2, threads=3, nodes=2, batch_size=8)
-    res = cluster.experiment(spec, SETTINGS)
+    res = sizing.experiment(spec, SETTINGS)
     assert (res["tasks"], res["nodes"], res["cpus_per_task"]) == (4, 2, 3)
     assert res["mpi"] == "srun"  # the plugin leaves starting the ranks to the trial
     assert res["slurm_extra"] == "--exclusive --ntasks-per-node=2"
-    one = cluster.experiment(make_spec(launcher="torchrun", ranks=2, threads=3), SETTINGS)
+    one = sizing.experiment(make_spec(launcher="torchrun", ranks=2, threads=3), SETTINGS)
     assert one["mem_mb"] <= res["mem_mb"]  # memory per node, for its 2 ranks
 
 

@@ -1,5 +1,5 @@
 """Cluster runs, without a cluster, for real (tests/test_cluster.py has the fast tests of
-workflow_scripts/cluster.py): a several-node experiment refused by ``snakemake`` where
+workflow_scripts/cluster/sizing.py): a several-node experiment refused by ``snakemake`` where
 there is one machine, and a trial on a node of another CPU model than its calibration's."""
 
 from __future__ import annotations

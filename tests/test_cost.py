@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from workflow_scripts import calibration, estimate, runtimes, sysinfo, trial
+from workflow_scripts import calibration, runtimes, sysinfo, trial
+from workflow_scripts.plan import estimate
 from workflow_scripts.rank import probe
 from workflow_scripts.runtimes.base import REPO_ROOT
 

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from workflow_scripts import estimate, study, workloads
+from workflow_scripts import study, workloads
+from workflow_scripts.plan import estimate
 from workflow_scripts.study.entry import read_config
 
 from .conftest import REPO

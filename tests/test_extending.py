@@ -128,7 +128,8 @@ def test_a_backend_is_one_module_one_lock_one_containerfile(toy_backend):
     out = python(
         wd,
         "import json\n"
-        "from workflow_scripts import backends, images, records\n"
+        "from workflow_scripts import backends, images\n"
+        "from workflow_scripts.summary import records\n"
         "from workflow_scripts.study import build_schema\n"
         "print(json.dumps({'names': backends.names(), 'image': images.IMAGES['toy'],\n"
         "  'lineage': images.lineage('toy'), 'env_image': images.env_image('toy'),\n"
@@ -176,7 +177,7 @@ def test_a_knob_is_one_declaration(toy_knob):
     out = python(
         wd,
         "import json\n"
-        "from workflow_scripts import records\n"
+        "from workflow_scripts.summary import records\n"
         "from workflow_scripts.study import BUILTIN_DEFAULTS, build_schema\n"
         "row = records.flatten({'spec': {'label_smoothing': 0.3}, 'status': 'ok'})\n"
         "print(json.dumps({'default': BUILTIN_DEFAULTS['label_smoothing'],\n"
@@ -188,7 +189,7 @@ def test_a_knob_is_one_declaration(toy_knob):
 
 REPORT_RUN = """
 import json, sys
-from workflow_scripts import records as rec
+from workflow_scripts.summary import records as rec
 from workflow_scripts.report import compare, quality, stats as st
 records = rec.load_records(sys.argv[1:])
 frame = st.enrich(rec.summary_frame(records), records)
@@ -282,7 +283,7 @@ FIGURE = """        Result(
 
 def add_figure(wd: Path) -> Path:
     """A measured figure's one declaration, at the end of the measurement columns."""
-    path = wd / "workflow_scripts/results.py"
+    path = wd / "workflow_scripts/summary/results.py"
     text = path.read_text()
     anchor = '        Result("recompiles", "integer", m, help="recompiles after the first step"),\n'
     assert text.count(anchor) == 1
@@ -299,7 +300,7 @@ def test_a_result_figure_is_one_declaration(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     before = snapshot(wd)
     add_figure(wd)
-    assert changed_files(wd, before) == {"workflow_scripts/results.py"}
+    assert changed_files(wd, before) == {"workflow_scripts/summary/results.py"}
     records = []
     for trial, (sps, wait) in enumerate([(10.0, 0.25), (11.0, 0.75), (10.5, 0.5)]):
         r = make("waits", trial, sps, group="data-loading")

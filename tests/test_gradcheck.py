@@ -305,7 +305,8 @@ def test_dynamic_padding_counts_real_tokens_and_recompiles(quick_study, make_spe
     assert 0.2 * n < m["tokens_per_sample"] < m["padded_tokens_per_sample"] <= n
     fixed = make_spec(id="fixed", model="bert-tiny", seq_len=n, steps=1, warmup_steps=1)
     # FLOPs at the lengths padded to: fewer than at the full length, more than at the mean
-    from workflow_scripts import estimate, workloads
+    from workflow_scripts import workloads
+    from workflow_scripts.plan import estimate
 
     assert m["flops_per_sample"] < estimate.train_flops_per_sample(fixed)
     w = workloads.get("bert-tiny")
@@ -316,6 +317,6 @@ def test_dynamic_padding_counts_real_tokens_and_recompiles(quick_study, make_spe
     assert compiled["recompiles_after_first_step"] >= 1 and compiled["compile_s"] > 0
     assert rec["checks"]["compiled"] and rec["gradient_check"]["ok"]
     row_tokens = rec["metrics"]["samples_per_s"] * m["tokens_per_sample"]
-    from workflow_scripts import records
+    from workflow_scripts.summary import records
 
     assert records.flatten(rec)["tokens_per_s"] == pytest.approx(row_tokens)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.test_config_errors import dry_run, failed, jobs, wd  # noqa: F401  (fixture)
-from workflow_scripts.rounds import BUDGET_PATTERN
+from workflow_scripts.plan.rounds import BUDGET_PATTERN
 from workflow_scripts.study import StudyConfigError, load_study
 from workflow_scripts.study.schema import StudyValidator, build_schema
 
@@ -119,8 +119,8 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
     import pandas as pd
 
     from tests.test_report import make, write
-    from workflow_scripts import records as rec
     from workflow_scripts import report
+    from workflow_scripts.summary import records as rec
 
     hostile = '=HYPERLINK("http://evil","x")'
     records = [make("baseline", k, 10.0 + k, group=hostile) for k in range(2)]
@@ -251,8 +251,8 @@ def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(
     nested, truncated or huge one is a crashed record naming the file, and the summary
     and report are still built."""
     from tests.test_report import make, write
-    from workflow_scripts import records as rec
     from workflow_scripts import report
+    from workflow_scripts.summary import records as rec
 
     paths = write(tmp_path, [make("baseline", k, 10.0 + k) for k in range(2)])
     deep = tmp_path / "records" / "deep" / "trial0.json"
@@ -276,8 +276,8 @@ def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(
 def test_another_machines_results_and_a_data_folder_are_searched_within_bounds(tmp_path):
     """A results path given for another machine, or a data folder, that holds a huge
     tree is refused at plan time with the setting's name, after a bounded search."""
-    from workflow_scripts import machine_results
     from workflow_scripts.study import machine
+    from workflow_scripts.summary import machine_results
 
     tree = tmp_path / "tree"
     for i in range(30):
@@ -312,8 +312,8 @@ def test_free_text_from_records_is_never_markup_in_the_report(tmp_path):
     """Groups, errors and ids come from configs and records, which anyone may have
     written: the report shows them as text, never as markup a browser would run."""
     from tests.test_report import make, write
-    from workflow_scripts import records as rec
     from workflow_scripts import report
+    from workflow_scripts.summary import records as rec
 
     hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
     records = [make("baseline", k, 10.0 + k, group=hostile) for k in range(2)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_scripts import records
+from workflow_scripts.summary import records
 
 from .test_harness import assert_ok, run
 

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from workflow_scripts import calibration, cluster, collectives, trial
+from workflow_scripts import calibration, collectives, trial
+from workflow_scripts.cluster import sizing
 from workflow_scripts.runtimes import Interrupted, LocalRuntime, measured
 
 WRITER = """
@@ -107,10 +108,10 @@ def test_every_measured_job_gets_the_container_limits(module, params, extra):
 
 
 def test_the_collectives_ranks_are_a_job_of_one_task_each():
-    res = cluster.collectives({"collectives": {"ranks": 2}})
+    res = sizing.collectives({"collectives": {"ranks": 2}})
     assert (res["tasks"], res["nodes"], res["mpi"]) == (2, 1, "srun")
     assert res["slurm_extra"] == "--exclusive --ntasks-per-node=2"
-    assert res["cpus_per_task"] == max(1, cluster.node_cpus() // 2)  # a block per rank
+    assert res["cpus_per_task"] == max(1, sizing.node_cpus() // 2)  # a block per rank
     # several counts: the job holds the most (each smaller count an srun inside it)
-    res = cluster.collectives({"collectives": {"ranks": [2, 4]}})
+    res = sizing.collectives({"collectives": {"ranks": [2, 4]}})
     assert res["tasks"] == 4 and res["slurm_extra"] == "--exclusive --ntasks-per-node=4"

@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import ENVS_ROOT
 from tests.runs import copy_workflow, dry_run_jobs
-from workflow_scripts import estimate, study
+from workflow_scripts import study
+from workflow_scripts.plan import estimate
 from workflow_scripts.study import preflight
 
 pytestmark = pytest.mark.slow

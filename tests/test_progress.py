@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from workflow_scripts import estimate, progress, study
+from workflow_scripts import study
+from workflow_scripts.plan import estimate, progress
 
 from .test_estimate import calibration, machine
 

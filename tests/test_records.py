@@ -1,4 +1,4 @@
-"""The summary of records (workflow_scripts/records.py): its measurement columns, noise
+"""The summary of records (workflow_scripts/summary/records.py): its measurement columns, noise
 marking, spread/CV and the roofline, and how the report shows them (fast, no torch)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from tests.test_report import write
-from workflow_scripts import records as rec
 from workflow_scripts import report
+from workflow_scripts.summary import records as rec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Fast tests for workflow_scripts.records and workflow_scripts.report (no torch)."""
+"""Fast tests for workflow_scripts.summary.records and workflow_scripts.report (no torch)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from workflow_scripts import records as rec
 from workflow_scripts import report
 from workflow_scripts.report.distributed import process_group
+from workflow_scripts.summary import records as rec
 
 REPO = Path(__file__).resolve().parents[1]
 

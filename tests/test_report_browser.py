@@ -15,8 +15,8 @@ import pytest
 
 from tests import components
 from tests.test_report_sections import PRICES, machine_a, machine_b, trial, write
-from workflow_scripts import records as rec
 from workflow_scripts import report
+from workflow_scripts.summary import records as rec
 
 WIDTH = 1250
 

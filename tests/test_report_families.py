@@ -9,8 +9,8 @@ import pytest
 
 from tests.test_report import html_tables, make, write
 from tests.test_report_sections import section, trial
-from workflow_scripts import records as rec
 from workflow_scripts import report
+from workflow_scripts.summary import records as rec
 
 BERT = {"model": "bert-base", "image_size": None, "seq_len": 128, "group": "transformers"}
 INFER = {**BERT, "mode": "inference", "group": "inference"}

@@ -18,9 +18,9 @@ import pytest
 import scipy.stats
 
 from tests.test_report import PROVENANCE, html_tables, make, write
-from workflow_scripts import records as rec
 from workflow_scripts import report
 from workflow_scripts.report import compare, formatting, machines, quality, stats
+from workflow_scripts.summary import records as rec
 
 LOSSES = [2.30, 2.25, 2.20, 2.15, 2.10, 2.05, 2.00, 1.95, 1.90, 1.85]
 PRICE_A = 0.1027

@@ -10,9 +10,9 @@ import re
 import pytest
 
 from tests.test_report_sections import PRICES, build_page, machine_a, section, write
-from workflow_scripts import records as rec
 from workflow_scripts import report
 from workflow_scripts.report import quality
+from workflow_scripts.summary import records as rec
 
 pytestmark = pytest.mark.slow
 

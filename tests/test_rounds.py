@@ -1,5 +1,5 @@
 """Measure until known, then stop (no torch): the adaptive rounds' plan
-(workflow_scripts/rounds.py), what a trial stops early against (trial/far.py) and the
+(workflow_scripts/plan/rounds.py), what a trial stops early against (trial/far.py) and the
 rank's far-from-baseline rule (rank/metrics.py), on the real config loader."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from workflow_scripts import rounds
+from workflow_scripts.plan import rounds
 from workflow_scripts.rank import metrics
 from workflow_scripts.report.uncertainty import COLUMNS
 from workflow_scripts.study import load_study, read_config

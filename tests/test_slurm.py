@@ -33,7 +33,8 @@ import yaml
 from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
 from tests.runs import REQUIRED_COLUMNS, copy_workflow
-from workflow_scripts import rounds, study
+from workflow_scripts import study
+from workflow_scripts.plan import rounds
 from workflow_scripts.study.config import flat_study
 
 pytestmark = pytest.mark.slow  # a SLURM cluster on this machine

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from workflow_scripts import cluster, slurm
+from workflow_scripts.cluster import sizing, slurm
 from workflow_scripts.collectives import rank_counts, variant_spec
 from workflow_scripts.launchers.torchrun import LAUNCHER as TORCHRUN
 from workflow_scripts.launchers.torchrun import interface_address
@@ -148,15 +148,15 @@ def test_whole_node_jobs_ask_for_the_nodes_memory_and_go_where_the_setting_says(
     spec = make_spec()
     study_settings = {"noise_retries": 0, **settings(partition="cpu", constraint="icelake")}
     monkeypatch.delenv(slurm.NODE_MEM_VAR, raising=False)
-    assert cluster.experiment(spec, study_settings)["mem_mb"] == cluster.memory_mb(
+    assert sizing.experiment(spec, study_settings)["mem_mb"] == sizing.memory_mb(
         estimated_memory_mb(spec)
     )
     monkeypatch.setenv(slurm.NODE_MEM_VAR, "256000")
-    res = cluster.experiment(spec, study_settings)
+    res = sizing.experiment(spec, study_settings)
     assert res["mem_mb"] == 256000
     assert res["slurm_partition"] == "cpu" and res["constraint"] == "icelake"
     assert "slurm_account" not in res  # unset: a profile's default resource applies
-    assert cluster.calibration(study_settings)["mem_mb"] == 256000
+    assert sizing.calibration(study_settings)["mem_mb"] == 256000
 
 
 def test_the_collectives_across_nodes():
@@ -165,7 +165,7 @@ def test_the_collectives_across_nodes():
     assert rank_counts("all", 1) == [2]  # one node: at least 2 ranks
     spec = variant_spec("gloo", 1, 60, nodes=2)
     assert TORCHRUN.ranks(spec) == 2
-    res = cluster.collectives({**settings(), "collectives": {"ranks": 1, "nodes": 2}})
+    res = sizing.collectives({**settings(), "collectives": {"ranks": 1, "nodes": 2}})
     assert (res["nodes"], res["tasks"]) == (2, 2)
     assert res["slurm_extra"] == "--exclusive --ntasks-per-node=1"
     base = {"experiments": [{"id": "x"}], "collectives": {"variants": ["gloo"], "ranks": 1}}
@@ -216,14 +216,14 @@ def test_several_node_ccl_ranks_name_the_provider_between_their_nodes(make_spec,
 
 
 def test_builds_on_compute_nodes_need_the_local_runtime():
-    assert cluster.builds_local(settings()) is True
+    assert sizing.builds_local(settings()) is True
     compute = settings(build_on="compute")
-    assert cluster.builds_local(compute) is False
-    assert cluster.build_problem(compute, container=False) is None
-    problem = cluster.build_problem(compute, container=True)
+    assert sizing.builds_local(compute) is False
+    assert sizing.build_problem(compute, container=False) is None
+    problem = sizing.build_problem(compute, container=True)
     assert problem.startswith("config error at cluster.build_on: 'compute' builds images")
     assert "use runtime: local" in problem
-    assert cluster.build_problem(settings(), container=True) is None
+    assert sizing.build_problem(settings(), container=True) is None
 
 
 SACCT_TIMEOUT = "31|TIMEOUT|0:0|study-node1|00:01:18|00:01:00|2026-11-25T20:13:44\n"

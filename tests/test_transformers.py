@@ -12,8 +12,10 @@ import subprocess
 import pytest
 
 from tests.test_harness import assert_ok, run
-from workflow_scripts import estimate, records, workloads
+from workflow_scripts import workloads
+from workflow_scripts.plan import estimate
 from workflow_scripts.runtimes.base import REPO_ROOT
+from workflow_scripts.summary import records
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

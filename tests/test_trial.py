@@ -247,7 +247,7 @@ def test_a_calibration_with_wrong_types_still_gives_a_record(make_spec, tmp_path
     record, _ = run(tmp_path, make_spec(), [{"fp32": 95.0}], reference=reference)
     assert record["status"] == "ok", record.get("error")
     # the estimate (every snakemake -n) reads it too: a figure, from what is usable
-    from workflow_scripts import estimate
+    from workflow_scripts.plan import estimate
     from workflow_scripts.study import load_study
 
     (tmp_path / "calibration").mkdir()

@@ -13,12 +13,12 @@ import pytest
 import scipy.stats
 
 from tests.test_report import make, write
-from workflow_scripts import records as rec
 from workflow_scripts import report
 from workflow_scripts.rank import metrics as rank_metrics
 from workflow_scripts.report import uncertainty
 from workflow_scripts.report.stats import experiment_stats
 from workflow_scripts.report.uncertainty import MARGIN, Spread, between, interval, verdict
+from workflow_scripts.summary import records as rec
 
 
 def stats_of(trials: dict[str, list[float]], **specs) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ENVS_ROOT
 from tests.runs import copy_workflow
-from workflow_scripts import rounds
+from workflow_scripts.plan import rounds
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from workflow_scripts import estimate, study, workloads
+from workflow_scripts import study, workloads
+from workflow_scripts.plan import estimate
 from workflow_scripts.study import machine
 
 

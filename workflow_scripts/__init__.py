@@ -11,11 +11,20 @@
   ``launchers`` packages: their attributes are read on the host, their methods run in
   the ranks).
 - **Host side**: everything else runs in the workflow's own environment, under
-  Snakemake: ``jobs`` (how every rule enters this code), ``study`` (the config),
-  ``trial``, ``calibration`` and ``collectives`` (the measured jobs), ``runtimes``,
-  ``envs``, ``images``, ``cluster``, ``estimate``, ``records`` and ``report``, and
-  ``docs_tables`` (the documentation's tables generated from the declarations); these
-  may also use pandas, matplotlib, jsonschema and yaml.
+  Snakemake, and may also use pandas, matplotlib, jsonschema and yaml:
+
+  - ``jobs``: how every rule enters this code; ``study``: the config, validated and
+    expanded;
+  - the rules' entries: building (``envs``, ``images``, ``runtimes``, and the data:
+    ``imagefolder``, ``digits``), measuring (``trial``, ``calibration``,
+    ``collectives``) and reporting (``report``);
+  - the packages behind them: ``plan`` (the estimate, the adaptive rounds, progress),
+    ``summary`` (the records, ``summary.csv``'s columns, other machines' results) and
+    ``cluster`` (what each job asks a cluster for, SLURM's nodes);
+  - ``docs_tables``: the documentation's tables, generated from the declarations.
+
+  A rule names its entry module in its ``run:`` block, and Snakemake reruns a rule
+  whose block's text changes: the entries stay where the rules name them.
 
 Rank-side and shared modules import nothing host-side (``tests/test_layout.py``), and no
 module imports another's private names or takes part in an import cycle.

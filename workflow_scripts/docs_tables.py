@@ -1,7 +1,7 @@
 """The documentation's tables that restate declarations, generated from them.
 
-``summary.csv``'s columns come from :data:`workflow_scripts.records.COLUMNS` (each
-result's kind, unit and help from ``results.py``, each knob's from
+``summary.csv``'s columns come from :data:`workflow_scripts.summary.records.COLUMNS` (each
+result's kind, unit and help from ``summary/results.py``, each knob's from
 ``study/fields.py``), the experiment fields' allowed values and defaults from
 :data:`workflow_scripts.study.fields.FIELDS`, and the top-level settings' from
 :data:`workflow_scripts.study.settings.SETTINGS`. A page holds a generated table
@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from . import records, results
 from .study import fields, settings
+from .summary import records, results
 
 REPO = Path(__file__).resolve().parent.parent
 #: the pages that may hold generated regions
@@ -204,7 +204,7 @@ def code_sides() -> str:
 
 SOURCES = {
     "code-sides": "workflow_scripts/__init__.py (RANK_SIDE, SHARED)",
-    "summary-columns": "workflow_scripts/results.py and study/fields.py",
+    "summary-columns": "workflow_scripts/summary/results.py and study/fields.py",
     "config-fields": "workflow_scripts/study/fields.py",
     "config-settings": "workflow_scripts/study/settings.py",
 }

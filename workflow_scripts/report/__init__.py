@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.cli import Arg, Command, announce
-from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
+from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
 from .comparisons import comparisons_csv, comparisons_section, stated_comparisons

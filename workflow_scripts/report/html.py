@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import results
 from ..study.fields import labels
+from ..summary import results
 from .compare import config_text
 from .figures import inline_svg
 from .formatting import (
@@ -142,7 +142,7 @@ def generic_display(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def declared_cells(r: pd.Series) -> dict[str, str]:
-    """The figures results.py gives a report label: their statistic, with its unit."""
+    """The figures summary/results.py gives a report label: their statistic, with its unit."""
     cells = {}
     for result in results.labelled():
         value = r.get(result.name)

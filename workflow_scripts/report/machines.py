@@ -19,8 +19,8 @@ import matplotlib.patches
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from workflow_scripts.machine_results import machine_files, result_files  # noqa: F401 (API)
-from workflow_scripts.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
+from workflow_scripts.summary.machine_results import machine_files, result_files  # noqa: F401 (API)
+from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import SETTING_KEYS, WORKLOAD_KEYS, differences, geomean, same_workload
 from .figures import STYLE, WIDE, inline_svg, save_svg

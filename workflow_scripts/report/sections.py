@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.records import OK, VERSION_KEYS, error_parts, noise_group_keys
+from workflow_scripts.summary.records import OK, VERSION_KEYS, error_parts, noise_group_keys
 
 from .compare import WORKLOAD_KEYS, differences, geomean, same_workload
 from .formatting import (

@@ -10,9 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts import backends, results
-from workflow_scripts.records import OK, SPEC_COLUMNS
+from workflow_scripts import backends
 from workflow_scripts.study import fields
+from workflow_scripts.summary import results
+from workflow_scripts.summary.records import OK, SPEC_COLUMNS
 
 from .compare import same_workload
 from .uncertainty import MARGIN, between, with_spread
@@ -27,7 +28,7 @@ SWEEPS = {
 }
 BACKEND_ORDER = tuple(backends.names())
 # How each figure is taken over an experiment's trials: declared with the figure
-# (workflow_scripts/results.py, ``stat``). Absent columns (older summaries) read as empty.
+# (workflow_scripts/summary/results.py, ``stat``). Absent columns (older summaries) read as empty.
 #: texts: the distinct ones of every trial (a measurement error, the noise signals)
 OPTIONAL_TEXT = tuple(results.with_stat("distinct"))
 #: ... of its ok trials (the ISA an inference run's INT8 kernels ran on)

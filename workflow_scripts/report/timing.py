@@ -1,5 +1,5 @@
 """The study's own cost: each trial's wall time against the estimate made before it ran
-(``workflow_scripts.estimate``), and the share of it the noise probes took."""
+(``workflow_scripts.plan.estimate``), and the share of it the noise probes took."""
 
 from __future__ import annotations
 

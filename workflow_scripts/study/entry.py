@@ -147,7 +147,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     precision that buys. Not even the minimum (``trials``) fitting is said too; the
     study then runs the minimum. The estimate it planned with (None: none made), for
     :func:`print_estimate`."""
-    from .. import estimate, rounds
+    from ..plan import estimate, rounds
 
     settings = study.settings
     if not settings.get("budget"):
@@ -231,7 +231,7 @@ def plan_for_nodes(settings: dict):
     SLURM's default one): their CPUs (as CPUs 0..n-1) and memory go to every job's
     process through the environment; a cluster that cannot be asked, or whose partition
     mixes node types, is a configuration error."""
-    from .. import slurm
+    from ..cluster import slurm
 
     try:
         node = slurm.planned_node(settings)
@@ -247,7 +247,7 @@ def print_estimate(study: Study, est: dict | None = None) -> None:
     """The study's expected wall time on this machine (``est``: one already made), before
     anything runs (a dry run too). An estimate that cannot be made never stops the
     workflow."""
-    from .. import estimate
+    from ..plan import estimate
 
     try:
         est = est or estimate.for_study(study, "results")

@@ -6,7 +6,7 @@ in experiment ids, whether ``summary.csv`` has a column for it, its label in the
 report and how the report compares runs that differ in it (its role, the order
 differences are named in, its missing and reference values, whether it changes the
 training trajectory). The config schema (``schema.py``), the defaults table, id
-derivation (``config.py``), the summary columns (``records.py``) and what the report
+derivation (``config.py``), the summary columns (``summary/records.py``) and what the report
 holds comparable (``report/compare.py``, ``report/quality.py``) are all derived from
 :data:`FIELDS`. Adding a knob is one declaration here plus the
 code that applies it (see docs/extending.md).

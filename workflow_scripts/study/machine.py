@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from .. import workloads
-from ..machine_results import TooBig, result_files
+from ..summary.machine_results import TooBig, result_files
 from ..sysinfo import cpu_list_str, parse_cpu_list, plan_cpus
 from .config import Study, StudyConfigError
 from .schema import err

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from ..launchers.torchrun import DEFAULT_FABRIC_PROVIDER
-from ..rounds import BUDGET_PATTERN
+from ..plan.rounds import BUDGET_PATTERN
 from ..runtimes import RUNTIMES
 
 PRESET_NAME = {

@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import slurm, sysinfo
+from .. import sysinfo
+from ..cluster import slurm
 from ..util import read_json
 
 

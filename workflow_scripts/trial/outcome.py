@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import launchers, runtimes, slurm, sysinfo
+from .. import launchers, runtimes, sysinfo
+from ..cluster import slurm
 from ..runtimes.base import REPO_ROOT
 from ..runtimes.measured import Ran
 from ..util import SCHEMA_VERSION, tail

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import estimate, runtimes, sysinfo
+from .. import runtimes, sysinfo
+from ..plan import estimate
 from ..runtimes.measured import Ran
 from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES

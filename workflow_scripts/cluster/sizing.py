@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import os
 
-from . import launchers
-from .sysinfo import parse_cpu_list, plan_cpus
+from .. import launchers
+from ..sysinfo import parse_cpu_list, plan_cpus
 
 EXCLUSIVE = "--exclusive"
 #: minutes a measured job needs besides its runs (starting Snakemake, the environment)
@@ -76,7 +76,7 @@ def memory_mb(mb: float) -> int:
 def experiment(spec: dict, settings: dict) -> dict:
     """The resources of a trial's job (``mpi`` None: a single-task job, which the plugin
     runs as a one-task step)."""
-    from .study.machine import estimated_memory_mb
+    from ..study.machine import estimated_memory_mb
 
     launcher = launchers.get(spec["launcher"])
     world = launcher.ranks(spec)
@@ -98,7 +98,7 @@ def experiment(spec: dict, settings: dict) -> dict:
 
 
 def calibration(settings: dict) -> dict:
-    from .calibration import TIMEOUT_S
+    from ..calibration import TIMEOUT_S
 
     return {
         "cpus_per_task": node_cpus(),
@@ -113,7 +113,7 @@ def collectives(settings: dict) -> dict:
     """The resources of an allreduce microbenchmark's job: its ranks are started like a
     trial's (one task per rank, by srun), on one node; the job holds the most ranks it
     runs (each smaller count is an srun inside it)."""
-    from .collectives import TIMEOUT_S, rank_counts
+    from ..collectives import TIMEOUT_S, rank_counts
 
     c = settings["collectives"]
     nodes = c.get("nodes") or 1

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ..util import finite, read_json
 from . import estimate, rounds
-from .util import finite, read_json
 
 #: when this run started (seconds since the epoch), set once by the main process and
 #: inherited by every job's process (a cluster job's too)
@@ -92,7 +92,7 @@ def line(
     machine: estimate.Machine | None = None,
 ) -> str:
     """One progress line for a loaded study (``study.Study``)."""
-    from .study import preflight
+    from ..study import preflight
 
     results = Path(results)
     trials = int(study.settings["trials"])

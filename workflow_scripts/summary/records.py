@@ -31,10 +31,11 @@ from typing import Any
 
 import pandas as pd
 
-from . import results, util
-from .study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
-from .study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
-from .sysinfo import node_type
+from .. import util
+from ..study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
+from ..study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
+from ..sysinfo import node_type
+from . import results
 
 OK = "ok"
 STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")

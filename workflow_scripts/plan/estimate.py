@@ -31,10 +31,11 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from . import backends, launchers, rounds, workloads
-from .rank import gradcheck, probe
-from .trial.reference import clean_calibration
-from .util import finite, read_json
+from .. import backends, launchers, workloads
+from ..rank import gradcheck, probe
+from ..trial.reference import clean_calibration
+from ..util import finite, read_json
+from . import rounds
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
 # measured 56-81 % on an AVX-512 machine; small models reach less, which the per-step
@@ -326,7 +327,7 @@ def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: 
     fp32 eager training steps, three forwards' work each) and scored twice on its
     held-out split (the fp32 model, the served one), the INT8 calibration and
     preparation or the TorchScript trace, and the checks after the steps."""
-    from .rank import inference
+    from ..rank import inference
 
     seconds = SERVE_CHECK_STEPS * step
     if spec.get("precision") == "int8":
@@ -479,7 +480,7 @@ def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, d
     """The pre-flight (records under ``records``) of each experiment that has an ok one of
     that experiment as it now is: its wall time, its steps (warm-up included), and its
     step time."""
-    from .study import preflight
+    from ..study import preflight
 
     out: dict[str, dict] = {}
     for spec in experiments:
@@ -503,8 +504,8 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
     under ``results``, a quick measurement for an environment without one (``measure``;
     else a rough rate per CPU), and (for a study that is not itself a pre-flight) the
     pre-flight of its experiments measured under ``results/preflight``."""
-    from . import sysinfo
-    from .study import preflight
+    from .. import sysinfo
+    from ..study import preflight
 
     results = Path(results)
     calibrations = read_calibrations(results, list(study.envs))
@@ -528,7 +529,7 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
 def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
     """The estimate of a loaded study (``study.Study``) on this machine, from the
     calibrations under ``results`` (a quick measurement for what has none)."""
-    from .study import preflight
+    from ..study import preflight
 
     results = Path(results)
     settings = study.settings
@@ -559,7 +560,7 @@ def with_rounds(est: dict, trials: int, most: int) -> dict:
 def for_trial(spec: Mapping, reference: Mapping | None, container: bool) -> dict:
     """One trial's estimate as its record keeps it: from the reference (its environment's
     calibration) the trial policy reads, else a quick measurement here."""
-    from . import sysinfo
+    from .. import sysinfo
 
     env = spec.get("env") or "upstream"
     calibrated = isinstance(reference, Mapping) and reference.get("ceiling")

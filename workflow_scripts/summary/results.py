@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import backends, sysinfo
+from .. import backends, sysinfo
 
 KINDS = ("number", "integer", "text", "flag")
 #: the parts of a summary row, in the order of its columns (``spec``: the knobs'
