@@ -39,7 +39,7 @@ python for the training process, on a machine left alone (it trains for real):
         --model resnet50 --image-size 224 --batch-size 16 --precision bf16 --channels-last \\
         --rounds 30 --out overhead.json          # the study's trial as a user runs it
     .venv/bin/python tests/benchmarks/harness_overhead.py --python .venvs/upstream-*/bin/python \\
-        --model bert-base --batch-size 8 --rounds 20   # the study's BERT step vs the HF loop
+        --model bert-base --batch-size 8 --dropout on --rounds 20   # vs the HF loop
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ def bare_text_step(spec: dict):
     w = workloads.get(spec["model"])
     torch.manual_seed(spec["seed"])
     cls = getattr(transformers, w.hf_class)
-    model = cls(cls.config_class(**w.hf_config, use_cache=False))
+    given = workloads.with_dropout(w.hf_config) if spec["dropout"] else w.hf_config
+    model = cls(cls.config_class(**given, use_cache=False))
     model.train()
     if spec["optimizer"] == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
@@ -251,6 +252,8 @@ def resolve_spec(cfg: dict) -> dict:
         fields["threads"] = cfg["threads"]
     if cfg.get("optimizer"):
         fields["optimizer"] = cfg["optimizer"]
+    if text:
+        fields["dropout"] = cfg.get("dropout", "off") == "on"
     config = {"experiments": [fields]}
     return json.loads(study.load_study(config).spec_json(fields["id"]))
 
@@ -286,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--optimizer", default=None, choices=["sgd", "adamw"],
                     help="default: the model family's")  # fmt: skip
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument(
+        "--dropout",
+        default="off",
+        choices=["on", "off"],
+        help="a text model's own dropout on both sides (on: as users fine-tune)",
+    )
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--launcher", default="none", help="the spec's launcher (its environment)")
@@ -307,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": args.seq_len,
         "optimizer": args.optimizer,
         "batch_size": args.batch_size,
+        "dropout": args.dropout,
         "precision": args.precision,
         "channels_last": args.channels_last,
         "launcher": args.launcher,
@@ -321,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         f"harness overhead, paired in one process: {spec['model']} "
         f"{spec['seq_len'] or spec['image_size']}{' tokens' if spec['seq_len'] else 'px'} "
         f"batch {spec['batch_size']} {spec['precision']} {spec['optimizer']}"
+        f"{' dropout' if spec.get('dropout') else ''}"
         f"{' channels_last' if spec['channels_last'] else ''}, launcher {spec['launcher']}, "
         f"{args.rounds} rounds of {args.block}+{args.block} steps after {args.warmup} warm-up "
         f"steps each, python {args.python}",
