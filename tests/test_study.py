@@ -76,6 +76,7 @@ def test_shipped_config_loads(shipped, preset):
         "image_folder",
         "noise_threshold",
         "noise_retries",
+        "margin",
         "collectives",
     }
     assert study.envs == sorted({s["env"] for s in study.experiments})
@@ -484,6 +485,14 @@ def test_swept_measurement_fields_are_tagged():
         (
             {"experiments": [{}], "noise_threshold": 1.5},
             "at noise_threshold: 1.5 is not allowed; allowed: a number > 0 and <= 1",
+        ),
+        (
+            {"experiments": [{}], "margin": 0},
+            "at margin: 0 is not allowed; allowed: a number > 0 and <= 1",
+        ),
+        (
+            {"experiments": [{}], "margin": "3 %"},
+            "at margin: '3 %' is a string; allowed: a number > 0 and <= 1",
         ),
         (
             {"experiments": [{}], "noise_retries": -1},
