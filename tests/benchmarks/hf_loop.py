@@ -39,6 +39,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.benchmarks.harness_overhead import paired_estimate  # noqa: E402
 from tests.runs import copy_workflow  # noqa: E402
 
 PLAIN = r"""
@@ -108,24 +109,6 @@ def plain_side(python: str, cfg: dict) -> float:
     if proc.returncode != 0 or not line:
         raise SystemExit(proc.stderr[-3000:])
     return float(json.loads(line[-1][7:])["samples_per_s"])
-
-
-def paired(rounds: list[dict]) -> dict | None:
-    """The rounds' own ratios (study over plain, each round's two processes back to back):
-    their geometric mean with Student's t 95 % interval. Slow drift of the machine cancels
-    within a round; None under two rounds."""
-    import math
-
-    from scipy import stats
-
-    logs = [math.log(r["study"] / r["plain"]) for r in rounds]
-    if len(logs) < 2:
-        return None
-    mean = statistics.fmean(logs)
-    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    ratios = [math.exp(x) for x in logs]
-    return {"ratio": math.exp(mean), "ci_low": math.exp(mean - half),
-            "ci_high": math.exp(mean + half), "min": min(ratios), "max": max(ratios)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,19 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     ratio, low, high = interval(sides[1], sides[0], Spread.pooled(sides))
     result = {"config": cfg, "rounds": rounds, "study_median": study, "plain_median": plain,
               "ratio_of_medians": ratio, "ci_low": low, "ci_high": high,
-              "verdict": verdict(low, high), "paired": paired(rounds)}  # fmt: skip
+              "verdict": verdict(low, high),
+              "paired": paired_estimate([r["study"] / r["plain"] for r in rounds])}  # fmt: skip
     print(
         f"study {study:.3f} samples/s, plain loop {plain:.3f} samples/s: ratio of medians "
         f"{ratio:.3f} [{low:.3f}-{high:.3f}] ({result['verdict']}; study over plain; "
         f"{args.rounds} rounds, ABBA)"
     )
-    p = result["paired"]
-    if p:
-        print(
-            f"paired by round (the two sides of a round run back to back): geometric mean "
-            f"of the rounds' ratios {p['ratio']:.3f} [{p['ci_low']:.3f}-{p['ci_high']:.3f}], "
-            f"rounds {p['min']:.3f}-{p['max']:.3f}"
-        )
+    p, (lo, hi) = result["paired"], result["paired"]["geometric_mean_ci95"]
+    print(
+        f"paired by round (the two sides of a round run back to back): geometric mean of "
+        f"the rounds' ratios {p['geometric_mean']:.3f} [{lo:.3f}-{hi:.3f}], rounds "
+        f"{p['round_ratio_min']:.3f}-{p['round_ratio_max']:.3f}"
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0
