@@ -111,6 +111,26 @@ def _study(preset: str):
     return study.load_study(read_config(REPO / "config.yaml", [f"preset={preset}"]), REPO)
 
 
+def test_a_later_trial_carries_the_first_ones_one_off_work(make_spec):
+    """Trial 1, 2, ... compile from trial 0's cache and carry its FLOP count and gradient
+    check (trial/carry.py): the estimate of a later trial leaves them out, and the
+    study's estimate and its adaptive rounds count each trial as first or later."""
+    m = machine(calibration())
+    spec = make_spec(backend="inductor")
+    first, later = estimate.trial(spec, m), estimate.trial(spec, m, later=True)
+    assert later["parts"]["compile"] == pytest.approx(
+        workloads.get("cnn").compile_s * estimate.WARM_COMPILE_SHARE
+    )
+    assert later["parts"]["grad_check"] == 0 < first["parts"]["grad_check"]
+    assert later["parts"]["flop_count"] == 0 < first["parts"]["flop_count"]
+    assert later["parts"]["timed"] == first["parts"]["timed"]
+    est = estimate.total([spec], 3, m)
+    assert est["trials_s"] == pytest.approx(first["seconds"] + 2 * later["seconds"], abs=0.1)
+    assert est["experiments"][spec["id"]]["later_seconds"] == later["seconds"]
+    most = estimate.with_rounds(est, 3, 5)["adaptive"]["total_s"]
+    assert most == pytest.approx(est["total_s"] + 2 * later["seconds"], abs=0.1)
+
+
 def test_the_default_study_on_an_avx2_machine_takes_hours():
     """What a user of a 2-core AVX2 machine reads before starting the default study."""
     st = _study("default")

@@ -251,6 +251,33 @@ def test_experiment_stats_leave_noisy_trials_out():
     assert report.trials_text(a) == "3/3 (1 noisy)"
 
 
+def test_the_first_step_is_a_cold_compiles_even_where_later_trials_started_warm():
+    """A later trial of a compiled run starts from its first trial's compile cache
+    (trial/carry.py): the experiment's first step is its cold trials' (its throughput
+    still every used trial's); with no cold trial left to use (trial 0 failed), the cold
+    ok ones', else none."""
+
+    def compiled(experiment, k, first_step, fresh, **kw):
+        record = trial(experiment, k, time_to_first_step_s=first_step, **kw)
+        record["provenance"]["compile_cache"] = {"dir": "/x", "fresh": fresh}
+        return record
+
+    records = [
+        compiled("c", 0, 60.0, True, sps=10.0),
+        compiled("c", 1, 8.0, False, sps=12.0),
+        compiled("c", 2, 7.0, False, sps=11.0),
+        compiled("w", 0, 60.0, True, status="failed", sps=None),
+        compiled("w", 1, 8.0, False),
+        trial("e", 0, time_to_first_step_s=2.0),
+        trial("e", 1, time_to_first_step_s=3.0),
+    ]
+    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    assert stats.loc["c", "time_to_first_step_s"] == 60.0
+    assert stats.loc["c", "sps_median"] == 11.0 and stats.loc["c", "n_used"] == 3
+    assert math.isnan(stats.loc["w", "time_to_first_step_s"])
+    assert stats.loc["e", "time_to_first_step_s"] == 2.5
+
+
 def test_all_noisy_trials_are_used_and_flagged():
     # both of x's trials are noisy against the median (80) of the group's four probes
     records = [

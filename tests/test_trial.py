@@ -29,6 +29,9 @@ n = int(counter.read_text()) if counter.exists() else 0
 counter.write_text(str(n + 1))
 step = plan[min(n, len(plan) - 1)]
 cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+found = sorted(os.listdir(cache)) if cache and os.path.isdir(cache) else []
+if cache and os.path.isdir(cache):  # what a compile leaves there
+    Path(cache, f"graph-{{n}}").write_text("compiled")
 result = {{
     "status": step.get("status", "ok"),
     "error": None,
@@ -51,6 +54,7 @@ result = {{
         "env": {{"TORCHINDUCTOR_CACHE_DIR": cache,
                  "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR")}},
         "cache_existed": bool(cache and os.path.isdir(cache)),
+        "cache_found": found,
     }},
 }}
 out = Path(sys.argv[sys.argv.index("--out") + 1])
@@ -100,13 +104,14 @@ def attempts_run(env: dict) -> int:
     return int((Path(env["prefix"]) / "count").read_text())
 
 
-def run(tmp_path, spec, plan, **kwargs) -> tuple[dict, dict]:
+def run(tmp_path, spec, plan, trial_index=0, **kwargs) -> tuple[dict, dict]:
     env = fake_env(tmp_path, FAKE_HARNESS, plan)
-    out = tmp_path / "records" / "t" / "trial0.json"
+    out = tmp_path / "records" / "t" / f"trial{trial_index}.json"
+    kwargs["trial"] = trial_index
     kwargs.setdefault("retry_delay_s", 0)
     record = trial.run(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
     assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
-    assert not out.with_name("trial0.harness.json").exists()
+    assert not out.with_name(f"trial{trial_index}.harness.json").exists()
     return record, env
 
 
@@ -285,6 +290,44 @@ def test_spec_cache_dir_is_respected(make_spec, tmp_path):
     spec = make_spec(env_vars={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")})
     record, _ = run(tmp_path, spec, [{"fp32": 99.0}])
     assert record["provenance"]["compile_cache"] == {"dir": str(tmp_path / "mine"), "fresh": False}
+
+
+def test_a_compiled_runs_later_trial_starts_from_its_first_trials_cache(make_spec, tmp_path):
+    """Trial 0 of a compiled run compiles cold into the folder beside its record (emptied
+    at each attempt: its compile latency is a cold one) and leaves it; a later trial runs
+    on a copy of it (what trial 0 compiled is there when it starts), removed afterwards,
+    and trial 0's folder is left as it was."""
+    spec = make_spec(backend="inductor")
+    kept = tmp_path / "records" / "t" / "compile-cache"
+    kept.mkdir(parents=True)
+    (kept / "stale").write_text("from an earlier run")
+    plan = [{"fp32": 10.0}, {"fp32": 99.0}, {"fp32": 99.0}]
+    first, _ = run(tmp_path, spec, plan, reference=REFERENCE)
+    cache = first["provenance"]["compile_cache"]
+    assert cache == {"dir": str(kept.resolve()), "fresh": True, "kept": True}
+    assert first["attempts"] == 2 and first["provenance"]["cache_found"] == []  # cold, twice
+    assert sorted(p.name for p in kept.iterdir()) == ["graph-1"]  # the kept attempt's
+
+    later, _ = run(tmp_path, spec, plan[2:], trial_index=1,
+                   first_trial=tmp_path / "records" / "t" / "trial0.json")  # fmt: skip
+    cache = later["provenance"]["compile_cache"]
+    assert cache["fresh"] is False and cache["from"] == "trial 0" and cache["removed"]
+    assert later["provenance"]["cache_found"] == ["graph-1"]  # warm: trial 0's compile
+    assert Path(cache["dir"]).parent == kept.parent.resolve() and not Path(cache["dir"]).exists()
+    assert sorted(p.name for p in kept.iterdir()) == ["graph-1"]
+    assert later["estimate"]["parts"]["compile"] < first["estimate"]["parts"]["compile"]
+
+
+def test_an_uncompiled_run_or_a_first_trial_without_a_cache_compiles_fresh(make_spec, tmp_path):
+    (tmp_path / "records" / "t").mkdir(parents=True)
+    (tmp_path / "records" / "t" / "trial0.json").write_text("{}")
+    for spec in (make_spec(), make_spec(backend="inductor")):  # (the latter: none kept)
+        record, _ = run(tmp_path, spec, [{"fp32": 99.0}], trial_index=1,
+                        first_trial=tmp_path / "records" / "t" / "trial0.json")  # fmt: skip
+        cache = record["provenance"]["compile_cache"]
+        assert cache["fresh"] is True and cache["removed"]
+        assert record["provenance"]["cache_found"] == []
+    assert not (tmp_path / "records" / "t" / "compile-cache").exists()
 
 
 # --------------------------------------------------------------------------- calibration

@@ -17,6 +17,10 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
                + the gradient check's eager references (fp64, and the run's precision)
                capped at timeout_s; x 1 attempt (noisy reruns are not predicted)
 
+A later trial (trial 1, 2, ...) carries what its first trial did once (trial/carry.py):
+no FLOP count, no gradient check's references, and a compile from the first trial's
+cache (WARM_COMPILE_SHARE of a cold one).
+
 The constants are rough and say so: the study records each trial's estimate beside
 its real wall time (``record.estimate``, ``record.trial_wall_s``) and the report
 shows how far off the estimate was, per experiment and for the whole study.
@@ -57,6 +61,10 @@ SETUP_IMPORT_S = 5.0
 TORCHRUN_S = 4.0
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
+# A compile from the first trial's cache, as a share of a cold one: ResNet-50's first
+# training step took 6.4 s warm against 58 s cold on 2 cores (AVX-512; Dynamo's tracing
+# is still paid).
+WARM_COMPILE_SHARE = 0.15
 # Compiled graphs ~1.2x eager (a backend's own speed and tracing: Backend.estimate_*).
 COMPILED_SPEED = 1.2
 # bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
@@ -240,10 +248,11 @@ def _backend(spec: Mapping) -> backends.Backend:
     return backends.get(name if name in backends.names() else "eager")
 
 
-def trial(spec: Mapping, machine: Machine) -> dict:
+def trial(spec: Mapping, machine: Machine, later: bool = False) -> dict:
     """The predicted wall time of one attempt of this trial, with its parts: from its
     measured pre-flight where there is one (its wall time, plus the steps the whole
-    trial runs beyond it at its measured step time), else from the model below."""
+    trial runs beyond it at its measured step time), else from the model below.
+    ``later``: a later trial, which carries its first trial's one-off work."""
     env = spec.get("env") or "upstream"
     pre = machine.preflight.get(spec.get("id"))
     ranks, threads = _world(spec)
@@ -302,9 +311,16 @@ def trial(spec: Mapping, machine: Machine) -> dict:
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
     if serving:
         parts["serve"] = _serve_s(spec, step, flops, batch, rate)
+    carried = 0.0
+    if later:  # carried from the first trial: its FLOP count, check and compile cache
+        warm = (parts["compile"] - backend.estimate_trace_s) * WARM_COMPILE_SHARE
+        warm += backend.estimate_trace_s
+        carried = parts["flop_count"] + parts["grad_check"] + parts["compile"] - warm
+        parts.update(flop_count=0.0, grad_check=0.0, compile=warm)
     if pre:  # measured: the pre-flight's whole trial, then the steps it did not run
         more = max(0, untimed + timed_steps - int(pre["steps"]))
-        parts = {"preflight": float(pre["wall_s"]), "more_steps": more * step}
+        measured = max(0.0, float(pre["wall_s"]) - carried)
+        parts = {"preflight": measured, "more_steps": more * step}
     seconds = sum(parts.values())
     timeout = spec.get("timeout_s")
     capped = finite(timeout) and seconds > timeout
@@ -379,17 +395,20 @@ def total(
     done = set(done)
     groups: dict[str, dict] = {}
     per_experiment = {}
-    trials_s = remaining = 0.0
+    trials_s = remaining = later_round_s = 0.0
     for spec in experiments:
-        one = trial(spec, machine)
-        per_experiment[spec["id"]] = one
+        first = trial(spec, machine)
+        later = trial(spec, machine, later=True)["seconds"]
+        per_experiment[spec["id"]] = {**first, "later_seconds": later}
+        later_round_s += later
         g = groups.setdefault(spec.get("group") or spec["id"], {"seconds": 0.0, "trials": 0})
         for k in range(trials):
-            g["seconds"] += one["seconds"]
+            seconds = first["seconds"] if k == 0 else later
+            g["seconds"] += seconds
             g["trials"] += 1
-            trials_s += one["seconds"]
+            trials_s += seconds
             if (spec["id"], k) not in done:
-                remaining += one["seconds"]
+                remaining += seconds
     setup = {
         "calibrations": sum(machine.calibration_s(e) for e in envs),
         "collectives": COLLECTIVES_S * collectives,
@@ -400,6 +419,7 @@ def total(
         "setup_s": round(sum(setup.values()), 1),
         "total_s": round(trials_s + sum(setup.values()), 1),
         "remaining_trials_s": round(remaining, 1),
+        "later_round_s": round(later_round_s, 1),
         "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
         "setup": setup,
         "experiments": per_experiment,
@@ -552,14 +572,17 @@ def with_rounds(est: dict, trials: int, most: int) -> dict:
     experiment at ``most`` (its trials cost the same each round)."""
     est.pop("adaptive", None)
     if most > trials:
-        more = est["trials_s"] / trials * (most - trials)
+        more = est.get("later_round_s", est["trials_s"] / trials) * (most - trials)
         est["adaptive"] = {"max_trials": most, "total_s": est["total_s"] + more}
     return est
 
 
-def for_trial(spec: Mapping, reference: Mapping | None, container: bool) -> dict:
+def for_trial(
+    spec: Mapping, reference: Mapping | None, container: bool, warm: bool = False
+) -> dict:
     """One trial's estimate as its record keeps it: from the reference (its environment's
-    calibration) the trial policy reads, else a quick measurement here."""
+    calibration) the trial policy reads, else a quick measurement here. ``warm``: a
+    later trial that starts from its first trial's compile cache."""
     from .. import sysinfo
 
     env = spec.get("env") or "upstream"
@@ -571,4 +594,4 @@ def for_trial(spec: Mapping, reference: Mapping | None, container: bool) -> dict
         sysinfo.topology().get("cpu_flags") or [],
         container=container,
     )
-    return trial(spec, machine)
+    return trial(spec, machine, later=warm)

@@ -102,8 +102,11 @@ def line(
         machine = estimate.study_machine(study, results, measure=False)
     est = estimate.total(experiments, trials, machine, envs=study.envs, done=done)
     # the same estimate's prediction for the trials done, against their wall time
-    predicted = {e: v["seconds"] for e, v in est["experiments"].items()}
-    est_sum = sum(predicted[e] for e, _ in walls)
+    per = est["experiments"]
+    est_sum = sum(
+        per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
+        for e, k in walls
+    )
     wall_sum = sum(walls.values())
     total = len(experiments) * trials
     elapsed = (now if now is not None else time.time()) - (

@@ -858,7 +858,8 @@ def text_metrics(spec: dict, tokens: list[tuple[int, int, int]], counted: float 
 
 def compile_stats(spec: dict, at_first_step: dict | None = None) -> dict | None:
     """torch.compile's work so far in this process (None without a compile): the graphs
-    it made, its frame compilations and their seconds (Dynamo's and the backward's);
+    it made, its frame compilations and their seconds (Dynamo's and the backward's), its
+    compile caches' hits and misses (Inductor's FX graphs, AOTAutograd's);
     with ``at_first_step``, also what it compiled after the first step (recompilations
     for new shapes, e.g. dynamically padded batches)."""
     if spec["compile"] == "none":
@@ -874,6 +875,12 @@ def compile_stats(spec: dict, at_first_step: dict | None = None) -> dict | None:
         "frame_compiles": len(frames),
         "backward_compiles": len(backward),
         "compile_s": float(sum(frames) + sum(backward)),
+        # what came from the compile cache (a later trial's: its first trial's, carry.py)
+        "cache": {
+            f"{key}_{what}": int(counters[section].get(f"{key}_{what}", 0))
+            for section, key in (("inductor", "fxgraph_cache"), ("aot_autograd", "autograd_cache"))
+            for what in ("hit", "miss")
+        },
     }
     if at_first_step:
         out["recompiles_after_first_step"] = out["frame_compiles"] - at_first_step["frame_compiles"]

@@ -309,8 +309,10 @@ def startup_section(
     start = startup_frame(stats, baseline)
     note = (
         '<p class="note">The first step includes what runs once: torch.compile\'s '
-        "tracing and code generation (each trial compiles into a fresh, empty cache unless "
-        "<code>warm_compile_cache</code> is set), allocations and cache warm-up. Its "
+        "tracing and code generation (an experiment's first trial compiles into a fresh, "
+        "empty cache, unless <code>warm_compile_cache</code> is set; its later trials start "
+        "from that cache, so the first step here is the cold trials'), allocations and "
+        "cache warm-up. Its "
         "one-off cost is the first step minus a median step; setup is the time to build "
         "model, optimizer and data before it. Memory is the trial's peak RSS (all ranks "
         "together) as a ratio to the fp32 eager run of the same workload.</p>"

@@ -36,6 +36,9 @@ OK_TEXT = tuple(results.with_stat("distinct_ok"))
 #: what an inference run's served model computed: medians over its ok trials (noise
 #: does not change them)
 SERVING_COLS = results.with_stat("median_ok")
+#: one-off costs (the first step: its compile): the median over the trials that
+#: compiled cold (a later trial starts from its first trial's cache)
+COLD_COLS = results.with_stat("median_cold")
 # Percentiles and the fewest timed steps that make them mean something: a pXX needs
 # at least 100 / (100 - XX) samples beyond it (p90: 10, p95: 20, p99: 100).
 PERCENTILE_MIN_STEPS = {"p90": 10, "p95": 20, "p99": 100}
@@ -94,6 +97,7 @@ def experiment_stats(frame: pd.DataFrame, margin: float = MARGIN) -> pd.DataFram
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_only"]
     columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv", "sps_used"]
     columns += MEDIAN_COLS
+    columns += COLD_COLS
     columns += ["train_time_s", "train_time_used", "test_accuracy", "test_accuracy_min"]
     columns += ["test_accuracy_max"]
     columns += [
@@ -121,13 +125,15 @@ def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFr
     noisy = frame["noisy"] if "noisy" in frame else pd.Series(False, index=frame.index)
     frame["_noisy"] = noisy.fillna(False).astype(bool)
     frame["_sps"] = sps
-    extra = ["steps_timed", "time_to_accuracy_s", *SERVING_COLS]
+    extra = ["steps_timed", "time_to_accuracy_s", *SERVING_COLS, *COLD_COLS]
     text = (*OPTIONAL_TEXT, *OK_TEXT)
     for col in [*first_cols, *MEDIAN_COLS, *text, *extra]:
         if col not in frame:
             frame[col] = None if col in text else math.nan
     if "time_budget_hit" not in frame:
         frame["time_budget_hit"] = None
+    fresh = frame["compile_cache_fresh"] if "compile_cache_fresh" in frame else None
+    frame["_warm"] = False if fresh is None else fresh.map(lambda v: str(v) == "False")
     return frame
 
 
@@ -179,6 +185,10 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
         row[col] = "; ".join(_distinct(sub[col]))
     for col in SERVING_COLS:
         values = pd.to_numeric(ok[col], errors="coerce").dropna()
+        row[col] = values.median() if len(values) else math.nan
+    cold = used[~used["_warm"]] if len(used[~used["_warm"]]) else ok[~ok["_warm"]]
+    for col in COLD_COLS:
+        values = pd.to_numeric(cold[col], errors="coerce").dropna()
         row[col] = values.median() if len(values) else math.nan
     for col in OK_TEXT:
         row[col] = "; ".join(_distinct(ok[col]))

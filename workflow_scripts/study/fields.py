@@ -884,7 +884,8 @@ FIELDS: dict[str, Field] = {
             "warm_compile_cache",
             {"type": "boolean"},
             False,
-            "keep torch.compile's caches between runs (default: a fresh, empty one per trial)",
+            "keep torch.compile's caches between runs (default: a fresh, empty one for "
+            "the first trial, copied to the later ones)",
             tag=_flag("warmcache", "coldcache"),
             column=True,
             label="warm compile cache",

@@ -23,8 +23,10 @@ def attempt_once(
     trial: int,
     data_path: str | None,
     attempt: int,
+    cache_plan: dict | None = None,
 ) -> dict:
-    """One run of the trial (its ranks' processes): its record, not yet written."""
+    """One run of the trial (its ranks' processes): its record, not yet written.
+    ``cache_plan``: where its compile cache comes from (carry.compile_cache_plan)."""
     runtime = runtimes.for_env(env_info)
     launcher = launchers.get(spec["launcher"])
     container = runtimes.in_container(env_info)
@@ -37,7 +39,7 @@ def attempt_once(
     if starter == "local" and runtime.name == "local" and sysinfo.slurm_job():
         cmd = slurm_step(cmd)
     env = environment(spec, runtime, starter)
-    cache, cache_folder = compile_cache(spec, env, label, container)
+    cache, cache_folder = compile_cache(spec, env, label, container, cache_plan)
     missing = runtime.missing()
     why_not = missing or cannot_start(spec, runtime.name)
     if why_not:

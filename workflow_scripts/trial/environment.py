@@ -1,12 +1,14 @@
 """What a trial's processes run with: their environment variables, the compile cache
-(a fresh, empty one per attempt unless ``warm_compile_cache``) and the folders a
-container run mounts."""
+(a fresh, empty one per attempt unless ``warm_compile_cache``; a later trial of a
+compiled run: a copy of its first trial's, carry.py) and the folders a container run
+mounts."""
 
 from __future__ import annotations
 
 import getpass
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -35,24 +37,66 @@ def default_inductor_cache_dir(env: dict[str, str]) -> str:
 
 
 def compile_cache(
-    spec: dict, env: dict[str, str], label: str, container: bool = False
+    spec: dict,
+    env: dict[str, str],
+    label: str,
+    container: bool = False,
+    plan: dict | None = None,
 ) -> tuple[dict, Path | None]:
     """Point the run's compile caches at a fresh temporary folder (unless the spec keeps
     them warm, or sets TORCHINDUCTOR_CACHE_DIR itself); return what was used and the
-    folder to remove afterwards."""
+    folder to remove afterwards. ``plan`` (carry.compile_cache_plan): ``keep``, the
+    folder to compile into, emptied first and kept (a first trial's); ``warm_from``, the
+    folder whose copy the run starts from (a later trial's), beside it and removed after.
+    Both are beside the record, which a container run mounts at its own path."""
     own = "TORCHINDUCTOR_CACHE_DIR" in (spec.get("env_vars") or {})
     if spec.get("warm_compile_cache") or own:
         where = env.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_cache_dir(env)
         return {"dir": where, "fresh": False}, None
+    plan = plan or {}
+    keep, warm_from = plan.get("keep"), plan.get("warm_from")
+    if keep is not None and _emptied(keep := Path(keep).resolve()):
+        _point(env, keep)
+        return {"dir": str(keep), "fresh": True, "kept": True}, None
+    if warm_from is not None:
+        folder = Path(warm_from).resolve().parent / f"compile-cache-{label}"
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            shutil.copytree(warm_from, folder)
+        except OSError:  # unreadable: a cold compile in a fresh folder, as below
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            _point(env, folder)
+            return {"dir": str(folder), "fresh": False, "from": "trial 0"}, folder
     if container:
         # every container starts from the image: its /tmp is fresh and goes with it
         env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor-cache"
         env["TRITON_CACHE_DIR"] = "/tmp/torchinductor-cache/triton"
         return {"dir": "/tmp/torchinductor-cache (in the container)", "fresh": True}, None
     folder = Path(tempfile.mkdtemp(prefix=f"compile-cache-{label}-"))
+    _point(env, folder)
+    return {"dir": str(folder), "fresh": True}, folder
+
+
+def _point(env: dict[str, str], folder: Path) -> None:
     env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     env["TRITON_CACHE_DIR"] = str(folder / "triton")
-    return {"dir": str(folder), "fresh": True}, folder
+
+
+def _emptied(folder: Path) -> bool:
+    """``folder``, empty (created or emptied): False when what is in it cannot be removed
+    (e.g. written by a container as another user), so the run compiles elsewhere."""
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return not any(folder.iterdir())
+    except OSError:
+        return False
+
+
+def beside(folder: Path, out: Path) -> bool:
+    """Whether ``folder`` is in the record's folder (which a container run mounts)."""
+    return folder.resolve().is_relative_to(out.parent.resolve())
 
 
 def absolute_path(path: str | None) -> str | None:
@@ -65,13 +109,14 @@ def run_mounts(
     """What a container run sees of the host besides the sources, each at its own path:
     the record's folder writable, the data (image folder or digits) read-only, the
     folder of the run whose trained weights it serves read-only, and a warm compile
-    cache if the spec keeps one."""
+    cache if the spec keeps one (a later trial's copy of its first trial's is beside
+    the record already)."""
     mounts = [(str(out.parent.resolve()), "rw")]
     if data_path:
         mounts.append((absolute_path(data_path), "ro"))
     if weights_from:
         mounts.append((str(weights_path(out, weights_from).parent.resolve()), "ro"))
-    if not cache["fresh"]:
+    if not cache["fresh"] and not beside(Path(cache["dir"]), out):
         Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
         mounts.append((cache["dir"], "rw"))
     return mounts

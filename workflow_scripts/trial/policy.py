@@ -112,13 +112,17 @@ def _run(
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
-    expected = estimate.for_trial(spec, reference, runtimes.in_container(env_info))
+    cache_plan = carry.compile_cache_plan(spec, out, trial, first_trial)
+    expected = estimate.for_trial(
+        spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan
+    )
     started = time.monotonic()
     discarded: list[dict] = []
     attempt = 1
     while True:
         record = with_ceiling(
-            attempt_once(rank_spec, env_info, out, log, trial, data_path, attempt), reference
+            attempt_once(rank_spec, env_info, out, log, trial, data_path, attempt, cache_plan),
+            reference,
         )
         record["spec"] = spec  # (what it carried: the record's own key)
         check = noise_check(record, reference, noise_threshold)
