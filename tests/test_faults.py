@@ -78,9 +78,11 @@ def start_hanging_trial(make_spec, tmp_path: Path):
     pids = tmp_path / "pids"
     env = fake_python(tmp_path, HANGING.format(pids=pids))
     cmd = trial_cli(make_spec(timeout_s=600), env, tmp_path)
+    # (its temporary folders, e.g. the compile cache a SIGKILLed job leaves, in tmp_path)
+    tmp = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, env=tmp,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
     run_pids = [int(p) for p in pids.read_text().split()]
