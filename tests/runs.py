@@ -52,6 +52,21 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+def local_study(
+    dest: Path, study_yaml: str, envs_root: Path | str
+) -> tuple[Path, list[str], subprocess.CompletedProcess]:
+    """A study of its own (``study_yaml``, a config file beside a copy of the workflow in
+    ``dest``) through the real ``snakemake``, locally, over the quick preset's settings
+    and without noise reruns: the copy, the command (a dry run: add ``-n``) and its run."""
+    wd = copy_workflow(dest)
+    (wd / "study.yaml").write_text(study_yaml)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "study.yaml"]
+    cmd += ["--config", "preset=quick", f"envs_root={envs_root}", "noise_retries=0"]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return wd, cmd, proc
+
+
 def experiments_run(proc: subprocess.CompletedProcess) -> list[str]:
     """Experiments whose job ran, from the launcher's per-job progress lines."""
     return re.findall(r"\[experiment\] (\S+) trial", proc.stdout + proc.stderr)

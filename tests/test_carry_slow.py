@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from tests.conftest import ENVS_ROOT
-from tests.runs import copy_workflow
+from tests.runs import local_study
 from workflow_scripts.report import stats as report_stats
 from workflow_scripts.summary import records as summary_records
 
@@ -33,12 +32,7 @@ experiments:
 
 
 def test_a_later_trial_compiles_from_the_first_trials_cache(upstream_env, tmp_path):
-    wd = copy_workflow(tmp_path / "wf")
-    (wd / "compiled.yaml").write_text(COMPILED_STUDY)
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "compiled.yaml"]
-    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}", "noise_retries=0"]
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    wd, cmd, _ = local_study(tmp_path / "wf", COMPILED_STUDY, ENVS_ROOT)
     folder = wd / "results/records/compiled"
     first, later = (json.loads((folder / f"trial{k}.json").read_text()) for k in (0, 1))
     assert first["status"] == later["status"] == "ok", (first.get("error"), later.get("error"))

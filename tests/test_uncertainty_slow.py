@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from tests.conftest import ENVS_ROOT
-from tests.runs import copy_workflow
+from tests.runs import local_study
 from workflow_scripts.plan import rounds
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -46,12 +45,7 @@ def trials_of(wd, experiment: str) -> list[int]:
 
 
 def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env, tmp_path):
-    wd = copy_workflow(tmp_path / "wf")
-    (wd / "aa.yaml").write_text(AA_STUDY)
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "aa.yaml"]
-    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}", "noise_retries=0"]
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    wd, cmd, proc = local_study(tmp_path / "wf", AA_STUDY, ENVS_ROOT)
     table = pd.read_csv(wd / "results/comparisons.csv")
     pairs = table.drop_duplicates(["baseline", "experiment"]).set_index("experiment")
     twin, one = pairs.loc["twin"], pairs.loc["one-thread"]
