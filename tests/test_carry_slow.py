@@ -58,8 +58,9 @@ def test_a_later_trial_compiles_from_the_first_trials_cache(upstream_env, tmp_pa
     summary = pd.read_csv(wd / "results/summary.csv").set_index("trial")
     assert list(summary["compile_cache_fresh"]) == [True, False]
     stats = report_stats.experiment_stats(summary_records.summary_frame([first, later]))
+    # (whichever trial the noise check leaves out of the throughput: trial 0's cold compile)
     assert stats.iloc[0]["time_to_first_step_s"] == first["metrics"]["time_to_first_step_s"]
-    assert stats.iloc[0]["n_used"] == 2
+    assert stats.iloc[0]["n_ok"] == 2
 
     # nothing changed: nothing reruns (the cache beside the records is no input)
     again = subprocess.run(cmd + ["-n"], cwd=wd, capture_output=True, text=True, timeout=600)
