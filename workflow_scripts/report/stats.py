@@ -186,7 +186,9 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
     for col in SERVING_COLS:
         values = pd.to_numeric(ok[col], errors="coerce").dropna()
         row[col] = values.median() if len(values) else math.nan
-    cold = used[~used["_warm"]] if len(used[~used["_warm"]]) else ok[~ok["_warm"]]
+    cold = used[~used["_warm"]]
+    if not len(cold):  # (its cold trial noisy or failed: the ok ones that compiled cold)
+        cold = ok[~ok["_warm"]]
     for col in COLD_COLS:
         values = pd.to_numeric(cold[col], errors="coerce").dropna()
         row[col] = values.median() if len(values) else math.nan

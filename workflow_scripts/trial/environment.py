@@ -59,7 +59,8 @@ def compile_cache(
         _point(env, keep)
         return {"dir": str(keep), "fresh": True, "kept": True}, None
     if warm_from is not None:
-        folder = Path(warm_from).resolve().parent / f"compile-cache-{label}"
+        warm_from = Path(warm_from).resolve()
+        folder = warm_from.with_name(f"{warm_from.name}-{label}")
         shutil.rmtree(folder, ignore_errors=True)
         try:
             shutil.copytree(warm_from, folder)
