@@ -1,6 +1,6 @@
 """Every comparison with its interval and a verdict, through the real workflow
 (tests/test_uncertainty.py has the fast tests of workflow_scripts/report/uncertainty.py):
-a twin of an experiment is the same within the stated margin, half its threads is slower, and the
+a twin of an experiment is the same within the stated margin, twice its threads is faster, and the
 adaptive rounds run exactly what the last round left undecided."""
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from workflow_scripts.plan import rounds
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
-#: two experiments of identical settings and one of half the threads, through the real
+#: two experiments of identical settings and one of twice the threads, through the real
 #: workflow (the quick preset's tiny CNN, at a batch that takes a while): two trials
 #: each, then the adaptive rounds, up to eight, where a comparison is still undecided.
-#: The margin is what this tiny CNN's trials allow in eight rounds: on a 2-vCPU VM their
-#: throughput varies by 6-9 % from one process to the next, and at that spread the
-#: same within ±3 % would take some 30-70 trials each (docs/measurement.md)
+#: The identical pair runs on one thread of the 2-vCPU machines this suite runs on: a
+#: 2-thread trial shares both with everything else on the machine (snakemake itself, other
+#: tenants), and its throughput varied by 10 % from one process to the next here and by
+#: 19 % on a CI host, against 5 % for 1 thread (docs/measurement.md). The margin is what
+#: this tiny CNN's trials allow in eight rounds: at such spreads the same within ±3 %
+#: would take some 30-70 trials each
 AA_STUDY = """
 runtime: local
 trials: 2
@@ -33,9 +36,9 @@ collectives: {variants: []}
 sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
 experiments:
-  - {id: first, group: aa, threads: 2}
-  - {id: twin, group: aa, threads: 2}
-  - {id: one-thread, group: aa, threads: 1}
+  - {id: first, group: aa, threads: 1}
+  - {id: twin, group: aa, threads: 1}
+  - {id: two-threads, group: aa, threads: 2}
 """
 
 
@@ -44,11 +47,11 @@ def trials_of(wd, experiment: str) -> list[int]:
     return sorted(int(p.stem.removeprefix("trial")) for p in folder.glob("trial*.json"))
 
 
-def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env, tmp_path):
+def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_env, tmp_path):
     wd, cmd, proc = local_study(tmp_path / "wf", AA_STUDY, ENVS_ROOT)
     table = pd.read_csv(wd / "results/comparisons.csv")
     pairs = table.drop_duplicates(["baseline", "experiment"]).set_index("experiment")
-    twin, one = pairs.loc["twin"], pairs.loc["one-thread"]
+    twin, two = pairs.loc["twin"], pairs.loc["two-threads"]
     summary = pd.read_csv(wd / "results/summary.csv")
     spread = summary.groupby("experiment")["samples_per_s"].agg(["median", "min", "max"])
     why = f"{twin.to_dict()}\n{spread}\n{proc.stderr[-3000:]}"
@@ -56,13 +59,13 @@ def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env
     assert twin["baseline"] == "first" and twin["verdict"] == "same", why
     assert twin["ci_low"] < 1.0 < twin["ci_high"] and twin["margin"] == 0.3, why
     assert 1 / 1.3 <= twin["ci_low"] and twin["ci_high"] <= 1.3, why
-    assert one["baseline"] == "first" and one["verdict"] == "slower", one.to_dict()
-    assert one["ci_high"] < 1.0 and one["change"] == "threads 2→1"
+    assert two["baseline"] == "first" and two["verdict"] == "faster", two.to_dict()
+    assert two["ci_low"] > 1.0 and two["change"] == "threads 1→2"
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to eight trials; half the threads is
-    # decided early (here after 2 or 3 trials: a noisy trial is left out) and stops
-    assert len(trials_of(wd, "one-thread")) < 8, why
-    ran = ["first", "twin", "one-thread"]
+    # round's comparisons left undecided, up to eight trials; twice the threads is
+    # decided early and stops
+    assert len(trials_of(wd, "two-threads")) < 8, why
+    ran = ["first", "twin", "two-threads"]
     for k in range(1, 7):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
         going_on = [e for e in ran if k + 1 in trials_of(wd, e)]
@@ -74,20 +77,20 @@ def test_through_snakemake_a_twin_is_the_same_and_one_thread_slower(upstream_env
         page = (wd / f"results/rounds/{k}/report/index.html").read_text()
         assert f"Provisional report: the first {k + 1} of 2 to 8 trials" in page
         assert len(pd.read_csv(wd / f"results/rounds/{k}/summary.csv")) == sum(
-            len([t for t in trials_of(wd, e) if t <= k]) for e in ("first", "twin", "one-thread")
+            len([t for t in trials_of(wd, e) if t <= k]) for e in ("first", "twin", "two-threads")
         )
         ran = going_on
     assert all(max(trials_of(wd, e)) <= 7 for e in ("first", "twin"))
-    assert len(summary) == sum(len(trials_of(wd, e)) for e in ("first", "twin", "one-thread"))
+    assert len(summary) == sum(len(trials_of(wd, e)) for e in ("first", "twin", "two-threads"))
     assert int(twin["n_experiment"]) <= len(trials_of(wd, "twin"))
     assert not (wd / "results/rounds/7").exists()
     # the first round's provisional report came before any second trial
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/first/trial1.json").stat().st_mtime
-    # far from its baseline (1 thread of 2: 0.58-0.67x here, beyond 1/1.25), a trial stops timing
+    # far from its baseline (2 threads of 1: 1.5-1.8x here, beyond 1.25), a trial stops timing
     # after its first timed steps, and its record says why and against what
-    for k in trials_of(wd, "one-thread"):
-        record = json.loads((wd / f"results/records/one-thread/trial{k}.json").read_text())
+    for k in trials_of(wd, "two-threads"):
+        record = json.loads((wd / f"results/records/two-threads/trial{k}.json").read_text())
         m, far = record["metrics"], record["far_from"]
         assert m["stop_reason"] == "far_from_baseline", m
         assert 3 <= m["steps_timed"] < 30 and far["baseline"] == "first" and far["factor"] == 1.25
