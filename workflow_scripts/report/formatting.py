@@ -63,7 +63,7 @@ def trials_text(row: Mapping) -> str:
     text = f"{row['n_ok']}/{row['n_trials']}"
     n_noisy = row.get("n_noisy", 0)
     if not isnan(n_noisy) and n_noisy:
-        text += f" ({int(n_noisy)} noisy" + (", all used)" if row.get("noisy_only") else ")")
+        text += f" ({int(n_noisy)} noisy" + (", all used)" if row.get("noisy_used") else ")")
     return text
 
 

@@ -6,7 +6,8 @@ The method, stated once (docs/measurement.md and the report's
 
 * **Trials, not steps.** A figure is an experiment's trials' samples/s, one value per
   trial (a separate process): the used trials of :func:`stats.experiment_stats` (ok,
-  with a throughput, the noisy ones left out unless all are). Timed steps within one
+  with a throughput, the noisy ones left out unless they outnumber the others). Timed
+  steps within one
   process share its placement, its caches and its neighbours: they are correlated and
   make no interval on their own (as pyperf treats the values of one worker process).
 * **Log scale, one spread per machine.** Throughputs are compared as ratios, so on the

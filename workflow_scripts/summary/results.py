@@ -162,7 +162,13 @@ def _accuracy() -> list[Result]:
 def _measurement() -> list[Result]:
     m = "measurement"
     return [
-        Result("noisy", "flag", m, help="marked noisy: left out of the report's medians"),
+        Result(
+            "noisy",
+            "flag",
+            m,
+            help="marked noisy: left out of the report's medians "
+            "(unless the noisy trials are the more)",
+        ),  # fmt: skip
         Result(
             "probe_fp32_gflops",
             "number",
