@@ -87,6 +87,55 @@ def test_identical_settings_come_out_the_same_and_a_real_difference_slower():
     assert slower.text().startswith("0.55× ([0.") and slower.text().endswith("], slower)")
 
 
+def test_a_noisy_kin_is_not_narrowed_by_a_quiet_machine():
+    """The spread is pooled over a pair's kin (same model, threads, ranks and nodes): a
+    noisy model's identical pair is undecided where the pool over the whole run (twenty
+    quiet ResNet rungs, 1 % apart) would have called it faster; the quiet kin's own
+    pool decides its pairs as narrowly as its trials allow."""
+    quiet = {f"rung{i}": [100.0 + i, 101.0 + i, 99.0 + i] for i in range(20)}
+    noisy = {"cnn": [100.0, 80.0, 120.0], "cnn-twin": [118.0, 100.0, 140.0]}
+    stats = stats_of({**quiet, **noisy}, cnn={"model": "cnn"}, **{"cnn-twin": {"model": "cnn"}})
+    base, twin = stats.loc["cnn"], stats.loc["cnn-twin"]
+    run = uncertainty.spread_of(twin)
+    assert run.df == 2 * 22
+    # the run's pool: the twin "faster" (what the kin prevents)
+    _, lo, hi = interval(uncertainty._used(base), uncertainty._used(twin), run)
+    assert verdict(lo, hi) == "faster"
+    c = between(base, twin)
+    assert (c.df, c.spread) == (4, pytest.approx(Spread.pooled(noisy.values()).sd))
+    assert c.verdict == "undecided" and c.ci_low < 1.0 < c.ci_high
+    q = between(stats.loc["rung0"], stats.loc["rung1"])
+    assert (q.df, q.spread) == (40, pytest.approx(Spread.pooled(quiet.values()).sd))
+    assert q.spread < run.sd
+
+
+def test_a_thin_kin_gives_way_to_the_run_where_that_is_wider():
+    """Fewer than MIN_KIN_DF degrees of freedom in a kin: the wider of its pool and the
+    run's; two kins compared (threads 2→1): both pooled."""
+    stats = stats_of(
+        {
+            "a": [100.0, 101.0, 99.0],
+            "b": [100.0, 99.0, 101.0],
+            "c": [50.0, 40.0],
+            "d": [60.0, 61.0],
+        },
+        c={"threads": 1},
+        d={"model": "cnn"},
+    )
+    a, c, d = stats.loc["a"], stats.loc["c"], stats.loc["d"]
+    run = uncertainty.spread_of(a)
+    kin_a = Spread.pooled([[100.0, 101.0, 99.0], [100.0, 99.0, 101.0]])
+    kin_c = Spread.pooled([[50.0, 40.0]])
+    assert uncertainty.pair_spread(a, stats.loc["b"]) == kin_a  # 4 df: its own
+    both = uncertainty.pair_spread(a, c)  # threads 2→1: a's kin and c's, 5 df
+    assert both.df == 5 and both.sd == pytest.approx((kin_a + kin_c).sd)
+    # d's kin: 1 df, quieter than the run: the run's, wider
+    assert kin_c.sd > run.sd > Spread.pooled([[60.0, 61.0]]).sd
+    assert uncertainty.pair_spread(d, d) == run
+    # c's kin: 1 df, noisier than the run: its own
+    assert uncertainty.pair_spread(c, c) == kin_c
+
+
 def test_the_margin_a_run_states_decides_its_verdicts_everywhere(tmp_path):
     """A 6 % difference at a spread of about 1 %: faster at the default ±3 %, the same
     within a stated ±10 %, and the report, the headline and comparisons.csv say which

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -125,13 +126,15 @@ def precision_text(trials: int, experiments: int, spread: float, source: str, ma
 
 
 def measured_spread(comparisons_csv: Path | str) -> float | None:
-    """The pooled spread an earlier run's comparisons.csv states, if any."""
+    """The spread an earlier run's comparisons.csv states (the median of its pairs'
+    pooled spreads), if any."""
+    values = []
     try:
         with open(comparisons_csv, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 value = float(row.get("spread") or "nan")
                 if math.isfinite(value) and value > 0:
-                    return value
+                    values.append(value)
     except (OSError, ValueError):
         return None
-    return None
+    return statistics.median(values) if values else None

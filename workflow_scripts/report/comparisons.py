@@ -86,7 +86,7 @@ def run_spread(stats: pd.DataFrame) -> Spread:
 
 
 def comparisons_csv(stats: pd.DataFrame, found: Iterable[Comparison]) -> pd.DataFrame:
-    return comparisons_frame(found, run_spread(stats))
+    return comparisons_frame(found)
 
 
 def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple[str, str, str]:
@@ -116,6 +116,9 @@ def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple
             "ratio": f"{r['ratio']:.2f}×",
             "95 % interval": "" if isnan(r["ci_low"]) else f"{r['ci_low']:.2f}–{r['ci_high']:.2f}",
             "trials": f"{int(r['n_experiment'])} vs {int(r['n_baseline'])}",
+            "spread": ""
+            if isnan(r["spread"])
+            else f"{100 * r['spread']:.1f} % ({int(r['df'])} df)",
             "verdict": r["verdict"],
             "what differs": r["change"],
             "compared as": r["kind"],

@@ -183,7 +183,8 @@ def time_comparisons(acc: pd.DataFrame) -> list[Comparison | None]:
         ratio, lo, hi = interval(times[i], times[h], spread)
         out.append(
             Comparison("time", str(acc.at[h, "experiment"]), str(r["experiment"]), ratio, lo,
-                       hi, len(times[h]), len(times[i]), verdict(lo, hi))
+                       hi, len(times[h]), len(times[i]), verdict(lo, hi), spread=spread.sd,
+                       df=spread.df)
         )  # fmt: skip
     return out
 

@@ -10,13 +10,18 @@ The method, stated once (docs/measurement.md and the report's
   steps within one
   process share its placement, its caches and its neighbours: they are correlated and
   make no interval on their own (as pyperf treats the values of one worker process).
-* **Log scale, one spread per machine.** Throughputs are compared as ratios, so on the
+* **Log scale, one spread per kin.** Throughputs are compared as ratios, so on the
   log scale. The ratio is of the medians over trials (as everywhere in the report).
-  The run-to-run spread ``s`` of a log throughput is pooled over every
-  experiment of the run with two used trials or more (``sum (n_i - 1) s_i^2 / sum (n_i
-  - 1)``, ``df = sum (n_i - 1)``): two trials of one experiment say little about its
-  spread, a few dozen experiments of one machine say much. With no experiment of two
-  trials there is no interval, and every verdict is ``undecided``.
+  The run-to-run spread ``s`` of a log throughput is pooled (``sum (n_i - 1) s_i^2 /
+  sum (n_i - 1)``, ``df = sum (n_i - 1)``) over the experiments with two used trials
+  or more of the pair's **kin** (:data:`KIN`: the same model on the same threads,
+  ranks and nodes, as both sides of the pair are; their trials vary alike): two
+  trials of one experiment say little about its spread, a dozen of its kin say much.
+  A kin pooled over fewer than :data:`MIN_KIN_DF` degrees of freedom gives way to the
+  pool over every experiment of the run where that one is the wider: one machine's
+  quiet kin must not narrow a noisy kin's interval (a 2-thread tiny CNN varied by 10 %
+  between processes where ResNet-50's rungs varied by 4 %, on one VM). With no
+  experiment of two trials there is no interval, and every verdict is ``undecided``.
 * **Interval.** ``ratio · exp(± t(0.975, df) · s · sqrt(1/n_a + 1/n_b))`` (Student's t,
   from scipy; the median of two trials is their mean, and of more, a robust stand-in).
 * **Verdict**, against a margin ``m`` (the ``margin`` setting, 3 % by default:
@@ -47,6 +52,10 @@ CONFIDENCE = 0.95
 #: the default margin within which two throughputs count as the same
 MARGIN: float = SETTINGS["margin"].default
 VERDICTS = ("faster", "slower", "same", "undecided")
+#: what makes experiments kin, whose trials vary alike: one spread is pooled over them
+KIN = ("model", "threads", "ranks", "nodes")
+#: a kin's pool with fewer degrees of freedom gives way to the run's where that is wider
+MIN_KIN_DF = 4
 #: a verdict's words after a ratio ("1.12× [1.08–1.16], faster")
 VERDICT_WORDS = {
     "faster": "faster",
@@ -71,6 +80,9 @@ class Comparison:
     verdict: str
     change: str = ""
     margin: float = MARGIN
+    #: the spread of log throughput its interval used, and its degrees of freedom
+    spread: float = math.nan
+    df: int = 0
 
     def text(self) -> str:
         """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
@@ -84,7 +96,7 @@ class Comparison:
         return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
 
-COLUMNS = [f.name for f in fields(Comparison) if f.name != "margin"]
+COLUMNS = [f.name for f in fields(Comparison) if f.name not in ("margin", "spread", "df")]
 COLUMNS += ["confidence", "margin", "df", "spread"]
 
 
@@ -106,7 +118,21 @@ class Spread:
             mean = sum(logs) / len(logs)
             ss += sum((x - mean) ** 2 for x in logs)
             df += len(logs) - 1
+        return cls.of(ss, df)
+
+    @classmethod
+    def of(cls, ss: float, df: int) -> Spread:
+        """The spread of a sum of squares over ``df`` degrees of freedom."""
         return cls(math.sqrt(ss / df) if df else math.nan, df)
+
+    @property
+    def ss(self) -> float:
+        """The sum of squares it pools (0 without degrees of freedom)."""
+        return self.sd**2 * self.df if self.df else 0.0
+
+    def __add__(self, other: Spread) -> Spread:
+        """Two disjoint pools as one."""
+        return Spread.of(self.ss + other.ss, self.df + other.df)
 
 
 def _positive(v: Any) -> bool:
@@ -178,14 +204,27 @@ def compared_cell(row: Mapping, column: str, ratio_column: str) -> str:
     return "" if isnan(ratio) else f"{float(ratio):.2f}×"
 
 
+def kin_of(row: Mapping) -> str:
+    """The kin an experiment's trials vary with (:data:`KIN`), as text."""
+    return " · ".join(f"{k} {'' if isnan(row.get(k)) else row.get(k)}" for k in KIN)
+
+
 def with_spread(stats: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
-    """``stats`` with the run's pooled spread (``sps_spread``, ``sps_spread_df``) and
-    its verdicts' margin (``sps_margin``) on every row, so that any two rows make a
-    comparison (:func:`between`)."""
+    """``stats`` with the run's pooled spread (``sps_spread``, ``sps_spread_df``), each
+    row's kin (``sps_kin``) and its kin's pooled spread (``sps_kin_spread``,
+    ``sps_kin_df``) and the verdicts' margin (``sps_margin``) on every row, so that any
+    two rows make a comparison (:func:`between`)."""
     out = stats.copy()
     used = out["sps_used"] if "sps_used" in out else pd.Series([()] * len(out), dtype=object)
-    spread = Spread.pooled(v if isinstance(v, (tuple, list)) else () for v in used)
+    used = [v if isinstance(v, (tuple, list)) else () for v in used]
+    spread = Spread.pooled(used)
     out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
+    kins = [kin_of(r) for _, r in out.iterrows()]
+    pools = {k: Spread.pooled(u for u, kk in zip(used, kins, strict=True) if kk == k)
+             for k in dict.fromkeys(kins)}  # fmt: skip
+    out["sps_kin"] = kins
+    out["sps_kin_spread"] = [pools[k].sd for k in kins]
+    out["sps_kin_df"] = [pools[k].df for k in kins]
     out["sps_margin"] = margin
     return out
 
@@ -196,11 +235,26 @@ def margin_of(row: Mapping) -> float:
     return MARGIN if isnan(margin) else float(margin)
 
 
-def spread_of(row: Mapping) -> Spread:
-    sd, df = row.get("sps_spread"), row.get("sps_spread_df")
-    if isnan(sd) or isnan(df):
+def spread_of(row: Mapping, prefix: str = "sps_spread") -> Spread:
+    """The run's pooled spread on ``row`` (``prefix="sps_kin"``: its kin's)."""
+    sd = row.get(prefix if prefix == "sps_spread" else f"{prefix}_spread")
+    df = row.get(f"{prefix}_df")
+    if isnan(sd) or isnan(df) or not int(df):
         return Spread(math.nan, 0)
     return Spread(float(sd), int(df))
+
+
+def pair_spread(base: Mapping, row: Mapping) -> Spread:
+    """The spread a comparison of ``row`` over ``base`` uses: their kin's pool (both
+    kins' where they differ), or, with fewer than :data:`MIN_KIN_DF` degrees of
+    freedom in it, the wider of that and the run's pool."""
+    kin = spread_of(row, "sps_kin")
+    if base.get("sps_kin") != row.get("sps_kin"):
+        kin = kin + spread_of(base, "sps_kin")
+    run = spread_of(row)
+    if kin.df >= MIN_KIN_DF or not run.df:
+        return kin
+    return kin if kin.df and kin.sd > run.sd else run
 
 
 def _used(row: Mapping) -> list[float]:
@@ -215,11 +269,12 @@ def between(base: Mapping, row: Mapping, kind: str = "", change: str = "") -> Co
     """``row``'s throughput over ``base``'s, with its interval and verdict (against
     ``row``'s run's margin)."""
     a, b = _used(base), _used(row)
-    ratio, lo, hi = interval(a, b, spread_of(row))
+    spread = pair_spread(base, row)
+    ratio, lo, hi = interval(a, b, spread)
     margin = margin_of(row)
     return Comparison(
         kind, str(base.get("experiment")), str(row.get("experiment")), ratio, lo, hi,
-        len(a), len(b), verdict(lo, hi, margin), change, margin,
+        len(a), len(b), verdict(lo, hi, margin), change, margin, spread.sd, spread.df,
     )  # fmt: skip
 
 
@@ -230,17 +285,16 @@ def compared_text(base: Mapping | None, row: Mapping) -> str:
     return between(base, row).text()
 
 
-def comparisons_frame(found: Iterable[Comparison], spread: Spread) -> pd.DataFrame:
-    """``comparisons.csv``: one row per distinct (kind, baseline, experiment)."""
+def comparisons_frame(found: Iterable[Comparison]) -> pd.DataFrame:
+    """``comparisons.csv``: one row per distinct (kind, baseline, experiment), each with
+    the spread its interval used."""
     rows, seen = [], set()
     for c in found:
         key = (c.kind, c.baseline, c.experiment)
         if key in seen or c.baseline == c.experiment or isnan(c.ratio):
             continue
         seen.add(key)
-        rows.append(
-            {**asdict(c), "confidence": CONFIDENCE, "df": spread.df, "spread": spread.sd}
-        )  # fmt: skip
+        rows.append({**asdict(c), "confidence": CONFIDENCE})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -253,16 +307,19 @@ def counts(frame: pd.DataFrame) -> dict[str, int]:
 def method_text(spread: Spread, margin: float = MARGIN) -> str:
     """The method in one sentence, with this run's spread and margin (HTML)."""
     pooled = (
-        f"pooled over this run's experiments of two trials or more: {100 * spread.sd:.1f} % "
-        f"({spread.df} degrees of freedom)"
+        "pooled over the pair's kin: the experiments of two trials or more of the same "
+        f"model on the same threads, ranks and nodes (with fewer than {MIN_KIN_DF} degrees "
+        "of freedom there, the wider of that and the pool over the whole run, here "
+        f"{100 * spread.sd:.1f} % with {spread.df} degrees of freedom; each pair's spread "
+        "is in the table)"
         if spread.df
         else "unknown: no experiment ran two usable trials, so no interval"
     )
     return (
         "Each ratio is of medians over trials (separate processes; the steps "
         f"within a trial are not independent), with its {100 * CONFIDENCE:g} % interval "
-        f"from Student's t and the run-to-run spread of log throughput ({pooled}); "
-        f"<i>the same</i>: the whole interval lies within ±{100 * margin:g} %; "
+        f"from Student's t and the run-to-run spread of log throughput, {pooled}. "
+        f"<i>The same</i>: the whole interval lies within ±{100 * margin:g} %; "
         "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
         "<i>undecided</i>: anything else (more trials would tell)."
     )
