@@ -173,6 +173,28 @@ def test_noisy_trials_are_left_out_of_ratio_and_spread():
     assert c.ratio == pytest.approx(1.505) and c.verdict == "faster"
 
 
+def test_the_headline_says_which_noisy_trials_were_left_out_and_which_used(tmp_path):
+    """A noisy trial among clean ones is left out; where an experiment's noisy trials
+    outnumber its clean ones they are used, and the headline counts each."""
+    records = [make("baseline", k, v) for k, v in enumerate([100.0, 100.0, 40.0])]
+    records += [make("bf16", k, v, precision="bf16") for k, v in enumerate([150.0, 90.0, 80.0])]
+    for r in records:
+        r["probe"] = {"fp32_gflops": 180.0, "bf16_gflops": 400.0, "size": 1024, "threads": 2}
+    for r in (records[2], records[4], records[5]):  # disturbed: the peers' probes say so
+        r["probe"]["fp32_gflops"] = 40.0
+    paths = write(tmp_path, records)
+    report.build_report(
+        rec.load_records(paths), tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path
+    )
+    text = (tmp_path / "r/index.html").read_text()
+    head = text[text.index('class="headline"') : text.index("<nav>")]
+    assert (
+        '<b id="hl-noisy">3</b> trials flagged as disturbed, 1 left out of the medians, '
+        "2 used where an experiment's noisy trials outnumber its clean ones" in head
+    ), head
+    assert "3/3 (1 noisy)<" in text and "3/3 (2 noisy, all used)" in text
+
+
 def test_a_trial_knows_its_mean_step_time_within_students_t():
     """The within-trial stopping rule (workflow_scripts/rank/metrics.py, no scipy there):
     the 95 % interval's half-width of the mean step time over the mean."""

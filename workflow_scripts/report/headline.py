@@ -101,7 +101,7 @@ def headline_html(
                 f"{fmt_num(fastest['sps_median'])} samples/s, but its losses diverge from "
                 "fp32 eager's: see Correctness.)"
             )
-    items = [_measured(frame, stats), _budget(stats), _noise(frame, records)]
+    items = [_measured(frame, stats), _budget(stats), _noise(frame, stats, records)]
     items.append(_decided(comparisons))
     if any(isinstance(r, Mapping) and (r.get("spec") or {}).get("preflight") for r in records):
         items.insert(0, PREFLIGHT)
@@ -222,19 +222,32 @@ def _budget(stats: pd.DataFrame) -> str:
     )
 
 
-def _noise(frame: pd.DataFrame, records: Sequence[Any]) -> str:
+def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> str:
     if not len(frame):
         return ""
     noisy = int(frame["noisy"].fillna(False).astype(bool).sum()) if "noisy" in frame else 0
+    # the noisy trials of experiments whose noisy trials outnumber the clean ones are used
+    used = 0
+    if len(stats) and {"n_noisy", "noisy_used"} <= set(stats.columns):
+        n = pd.to_numeric(stats["n_noisy"], errors="coerce").fillna(0)
+        used = int(n[stats["noisy_used"].fillna(False).astype(bool)].sum())
     discarded = sum(
         len(r.get("discarded_attempts") or [])
         for r in records
         if isinstance(r, Mapping) and isinstance(r.get("discarded_attempts"), list)
     )
+    fate = "left out of the medians"
+    if used:
+        fate = (
+            f"{noisy - used} left out of the medians, {used} used where an experiment's "
+            "noisy trials outnumber its clean ones"
+            if used < noisy
+            else "used all the same: in each experiment they outnumber the clean ones"
+        )
     return (
-        f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as disturbed "
-        f"and left out of the medians; {discarded} attempt{'s' if discarded != 1 else ''} "
-        "discarded and rerun (see Measurement noise)."
+        f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as disturbed, "
+        f"{fate}; {discarded} attempt{'s' if discarded != 1 else ''} discarded and rerun (see "
+        "Measurement noise)."
     )
 
 
