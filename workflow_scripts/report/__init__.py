@@ -28,7 +28,7 @@ from workflow_scripts.cli import Arg, Command, announce
 from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import backend_matrix, compiled_pairs, previous_steps
-from .comparisons import comparisons_csv, comparisons_section, stated_comparisons
+from .comparisons import comparisons_section, stated_comparisons
 from .distributed import distributed_section
 from .families import families_section, family_lines, inference_lines, inference_section
 from .figures import (
@@ -104,7 +104,7 @@ from .stats import (
     with_speedup,
 )
 from .timing import timing_section
-from .uncertainty import MARGIN
+from .uncertainty import MARGIN, comparisons_frame
 from .values import spreadsheet_safe
 
 __all__ = [
@@ -226,7 +226,7 @@ def build_report(
         machine_sections.append(section)
 
     found = stated_comparisons(stats_sp, baseline, ladder, matrix, compiled)
-    comparisons = comparisons_csv(stats, found)
+    comparisons = comparisons_frame(found)
     comparisons.to_csv(comparisons_path, index=False)
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [

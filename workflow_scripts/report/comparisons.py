@@ -25,7 +25,6 @@ from .uncertainty import (
     Comparison,
     Spread,
     between,
-    comparisons_frame,
     counts,
     margin_of,
     method_text,
@@ -83,10 +82,6 @@ def _with_change(c: Comparison, by_id: dict) -> Comparison:
 
 def run_spread(stats: pd.DataFrame) -> Spread:
     return spread_of(stats.iloc[0]) if len(stats) else Spread(float("nan"), 0)
-
-
-def comparisons_csv(stats: pd.DataFrame, found: Iterable[Comparison]) -> pd.DataFrame:
-    return comparisons_frame(found)
 
 
 def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple[str, str, str]:

@@ -236,18 +236,18 @@ def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> 
         for r in records
         if isinstance(r, Mapping) and isinstance(r.get("discarded_attempts"), list)
     )
-    fate = "left out of the medians"
+    fate = " and left out of the medians"
     if used:
         fate = (
-            f"{noisy - used} left out of the medians, {used} used where an experiment's "
+            f", {noisy - used} left out of the medians, {used} used where an experiment's "
             "noisy trials outnumber its clean ones"
             if used < noisy
-            else "used all the same: in each experiment they outnumber the clean ones"
+            else ", used all the same: in each experiment they outnumber the clean ones"
         )
     return (
-        f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as disturbed, "
-        f"{fate}; {discarded} attempt{'s' if discarded != 1 else ''} discarded and rerun (see "
-        "Measurement noise)."
+        f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as "
+        f"disturbed{fate}; {discarded} attempt{'s' if discarded != 1 else ''} discarded and "
+        "rerun (see Measurement noise)."
     )
 
 

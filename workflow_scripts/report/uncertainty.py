@@ -7,9 +7,9 @@ The method, stated once (docs/measurement.md and the report's
 * **Trials, not steps.** A figure is an experiment's trials' samples/s, one value per
   trial (a separate process): the used trials of :func:`stats.experiment_stats` (ok,
   with a throughput, the noisy ones left out unless they outnumber the others). Timed
-  steps within one
-  process share its placement, its caches and its neighbours: they are correlated and
-  make no interval on their own (as pyperf treats the values of one worker process).
+  steps within one process share its placement, its caches and its neighbours: they
+  are correlated and make no interval on their own (as pyperf treats the values of one
+  worker process).
 * **Log scale, one spread per kin.** Throughputs are compared as ratios, so on the
   log scale. The ratio is of the medians over trials (as everywhere in the report).
   The run-to-run spread ``s`` of a log throughput is pooled (``sum (n_i - 1) s_i^2 /
@@ -220,8 +220,10 @@ def with_spread(stats: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
     spread = Spread.pooled(used)
     out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
     kins = [kin_of(r) for _, r in out.iterrows()]
-    pools = {k: Spread.pooled(u for u, kk in zip(used, kins, strict=True) if kk == k)
-             for k in dict.fromkeys(kins)}  # fmt: skip
+    members: dict[str, list] = {}
+    for kin, values in zip(kins, used, strict=True):
+        members.setdefault(kin, []).append(values)
+    pools = {kin: Spread.pooled(values) for kin, values in members.items()}
     out["sps_kin"] = kins
     out["sps_kin_spread"] = [pools[k].sd for k in kins]
     out["sps_kin_df"] = [pools[k].df for k in kins]
@@ -235,22 +237,30 @@ def margin_of(row: Mapping) -> float:
     return MARGIN if isnan(margin) else float(margin)
 
 
-def spread_of(row: Mapping, prefix: str = "sps_spread") -> Spread:
-    """The run's pooled spread on ``row`` (``prefix="sps_kin"``: its kin's)."""
-    sd = row.get(prefix if prefix == "sps_spread" else f"{prefix}_spread")
-    df = row.get(f"{prefix}_df")
+def _spread_at(row: Mapping, sd_column: str, df_column: str) -> Spread:
+    sd, df = row.get(sd_column), row.get(df_column)
     if isnan(sd) or isnan(df) or not int(df):
         return Spread(math.nan, 0)
     return Spread(float(sd), int(df))
+
+
+def spread_of(row: Mapping) -> Spread:
+    """The run's pooled spread on ``row`` (:func:`with_spread`)."""
+    return _spread_at(row, "sps_spread", "sps_spread_df")
+
+
+def kin_spread_of(row: Mapping) -> Spread:
+    """``row``'s kin's pooled spread (:func:`with_spread`)."""
+    return _spread_at(row, "sps_kin_spread", "sps_kin_df")
 
 
 def pair_spread(base: Mapping, row: Mapping) -> Spread:
     """The spread a comparison of ``row`` over ``base`` uses: their kin's pool (both
     kins' where they differ), or, with fewer than :data:`MIN_KIN_DF` degrees of
     freedom in it, the wider of that and the run's pool."""
-    kin = spread_of(row, "sps_kin")
+    kin = kin_spread_of(row)
     if base.get("sps_kin") != row.get("sps_kin"):
-        kin = kin + spread_of(base, "sps_kin")
+        kin = kin + kin_spread_of(base)
     run = spread_of(row)
     if kin.df >= MIN_KIN_DF or not run.df:
         return kin

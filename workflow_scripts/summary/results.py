@@ -168,7 +168,7 @@ def _measurement() -> list[Result]:
             m,
             help="marked noisy: left out of the report's medians "
             "(unless the noisy trials are the more)",
-        ),  # fmt: skip
+        ),
         Result(
             "probe_fp32_gflops",
             "number",
