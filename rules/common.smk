@@ -82,12 +82,28 @@ def trial_priority(wildcards):
     return len(TRIALS) - int(wildcards.trial)
 
 
+# Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
+# experiment whose first trial stopped far from its baseline runs no other (FAR_STOPS:
+# those that may; the first round's report, a checkpoint, comes after every trial 0).
+FIRST_TRIALS = rounds.first_trials(STUDY.experiments, MIN_TRIALS)
+FAR_STOPS = {e["id"] for e in STUDY.experiments if far.baseline_of(e, STUDY.experiments)}
+
+
 def round_experiments(k):
-    """The experiments with a trial k: every one below the minimum (``trials``), then
-    those that a comparison still undecided after round k-1 names (that round's report
-    is a checkpoint; workflow_scripts/plan/rounds.py)."""
-    if k < MIN_TRIALS:
+    """The experiments with a trial k: every one in the first round; below the minimum
+    (``trials``), every one but a seed sweep's beyond its share and those whose first
+    trial stopped far from their baseline; then those that a comparison still undecided
+    after round k-1 names (that round's report is a checkpoint;
+    workflow_scripts/plan/rounds.py)."""
+    if k == 0:
         return STUDY.ids
+    if k < MIN_TRIALS:
+        going = [e for e in STUDY.ids if FIRST_TRIALS[e] > k]
+        if FAR_STOPS.intersection(going):
+            checkpoints.round_report.get(round=0)
+            far_ones = rounds.stopped_far(f"{RESULTS}/records", FAR_STOPS.intersection(going))
+            going = [e for e in going if e not in far_ones]
+        return going
     ran = round_experiments(k - 1)
     if not ran:
         return []

@@ -90,12 +90,15 @@ def test_whole_number_floats_and_nested_overrides(wd):
     over = {"defaults": {"batch_size": 4, "steps": 2}}
     n = len(study.load_study(config, cli=over).experiments)  # its layouts: this machine's
     assert n >= 14 and jobs(proc) == n
-    # the command line wins over the preset
+    # the command line wins over the preset (far_stop null: with it, a trial after the
+    # first waits for the first round, whose far runs stop there; no seed sweep here)
     n = len(study.load_study(config).experiments)
-    assert jobs(dry_run(wd, "preset=quick", "trials=3")) == 3 * n
+    nofar = "defaults={far_stop: null}"
+    assert jobs(dry_run(wd, "preset=quick", "trials=3", nofar)) == 3 * n
+    assert jobs(dry_run(wd, "preset=quick", "trials=3")) == n  # the first round's
     # ... also where it says what config.yaml says (trials 2), which the preset changes
     assert study.read_config(wd / "config.yaml")["trials"] == 2
-    assert jobs(dry_run(wd, "preset=quick", "trials=2")) == 2 * n
+    assert jobs(dry_run(wd, "preset=quick", "trials=2", nofar)) == 2 * n
     # ... and a --configfile wins over it as well, under --config
     proc = dry_run(wd, "preset=quick", study={"trials": 2, "experiments": [{"id": "a"}]})
     assert jobs(proc) == 2
@@ -209,7 +212,7 @@ def test_a_dry_run_prints_the_studys_expected_time(wd):
     assert jobs(proc) == 6
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[estimate]")]
     assert len([x for x in lines if "this study will take about" in x]) == 1, proc.stderr
-    assert "of trials (3 per experiment)" in lines[0]
+    assert "of trials (6 trials: 3 per experiment)" in lines[0]
     assert any("ladder:" in x and "(3 trials)" in x for x in lines)
     assert any("models:" in x and "(3 trials)" in x for x in lines)
     # no calibration yet: a quick measurement and the CPU's flags
@@ -222,6 +225,7 @@ def test_a_budget_caps_the_adaptive_rounds_and_says_what_it_buys(wd):
     part = {
         "trials": 2,
         "max_trials": 5,
+        "defaults": {"far_stop": None},  # (far from "small", "bf16" would run 1 trial)
         "experiments": [
             {"id": "small", "group": "g", "model": "cnn", "image_size": 32},
             {"id": "bf16", "group": "g", "model": "cnn", "image_size": 32, "precision": "bf16"},

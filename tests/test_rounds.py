@@ -5,6 +5,7 @@ rank's far-from-baseline rule (rank/metrics.py), on the real config loader."""
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 
 import pytest
@@ -32,6 +33,8 @@ def study_of(**settings):
                 "precision": "bf16",
             },
             {"id": "nofar", "group": "ladder", "far_stop": None},
+            {"id": "big-bf16", "group": "ladder", "batch_size": 16, "precision": "bf16"},
+            {"id": "tcmalloc", "group": "ladder", "launcher": "run_cpu", "allocator": "tcmalloc"},
         ],
         **settings,
     }
@@ -49,7 +52,7 @@ def test_the_cap_is_max_trials_above_trials():
     st = study_of(trials=2, max_trials=4)
     assert (st.settings["trials"], st.settings["max_trials"]) == (2, 4)
     n = len(st.experiments)
-    assert (n * st.settings["trials"], n * rounds.cap(st.settings)) == (12, 24)
+    assert (n * st.settings["trials"], n * rounds.cap(st.settings)) == (16, 32)
 
 
 def test_the_default_study_is_adaptive_and_its_quick_preset_and_preflight_are_not():
@@ -104,9 +107,11 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
     assert far.baseline_of(by_id["base"], specs) is None  # the group's first itself
     assert far.baseline_of(by_id["acc-bf16"], specs) is None  # epochs: never cut short
     assert far.baseline_of(by_id["nofar"], specs) is None  # far_stop null
-    # another batch is other work: the trial tells (its inputs stay the same whatever
-    # the group's first becomes, so that editing it reruns no other experiment)
-    assert far.baseline_of(by_id["big"], specs) == "base"
+    # another batch is other work: measured against the group's first of its own work
+    assert far.baseline_of(by_id["big"], specs) is None
+    assert far.baseline_of(by_id["big-bf16"], specs) == "big"
+    # a launcher (and its allocator) runs the same step faster or slower
+    assert far.baseline_of(by_id["tcmalloc"], specs) == "base"
     assert far.same_work(by_id["bf16"], by_id["base"])
     assert not far.same_work(by_id["big"], by_id["base"])
     assert not far.same_work(by_id["acc"], by_id["acc-bf16"])
@@ -114,7 +119,9 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
 
 def test_far_is_beyond_the_factor_either_way_with_the_whole_interval():
     ref = {"step_time_s": 1.0, "factor": 1.5}
-    assert not metrics.far_beyond(ref, [3.0, 3.0])  # 3 timed steps at least
+    assert not metrics.far_beyond(ref, [3.0])  # 2 timed steps at least
+    assert metrics.far_beyond(ref, [3.0, 3.1])  # two that agree: 1 df, yet ~3x slower
+    assert not metrics.far_beyond(ref, [2.0, 3.0])  # two that do not: t(1) = 12.7
     assert metrics.far_beyond(ref, [3.0, 3.1, 2.9])  # ~3x slower
     assert metrics.far_beyond(ref, [0.5, 0.52, 0.49])  # ~2x faster
     assert not metrics.far_beyond(ref, [1.2, 1.1, 1.3])  # near
@@ -153,11 +160,14 @@ def test_a_budget_reads_as_a_duration():
 
 def test_the_rounds_that_fit_are_the_worst_cases():
     # 10 min of setup, 20 min a round (every experiment once)
-    assert rounds.rounds_within(3600, 600, 1200, 2, 4) == 2
-    assert rounds.rounds_within(7200, 600, 1200, 2, 4) == 4  # 5 fit; the cap is 4
-    assert rounds.rounds_within(6000, 600, 1200, 2, 4) == 4
-    assert rounds.rounds_within(3000, 600, 1200, 2, 4) == 2
-    assert rounds.rounds_within(2900, 600, 1200, 2, 4) is None  # not even the minimum
+    # the minimum's 2 rounds cost 2400 s, each further round 1200 s
+    assert rounds.rounds_within(3600, 600, 2400, 1200, 2, 4) == 2
+    assert rounds.rounds_within(7200, 600, 2400, 1200, 2, 4) == 4  # 5 fit; the cap is 4
+    assert rounds.rounds_within(6000, 600, 2400, 1200, 2, 4) == 4
+    assert rounds.rounds_within(3000, 600, 2400, 1200, 2, 4) == 2
+    assert rounds.rounds_within(2900, 600, 2400, 1200, 2, 4) is None  # not even the minimum
+    # fewer go on than ran the minimum (far runs, seed sweeps): more rounds fit
+    assert rounds.rounds_within(3600, 600, 2400, 300, 2, 8) == 4
 
 
 def test_what_a_number_of_trials_buys_is_students_t_over_the_pooled_spread():
@@ -175,3 +185,38 @@ def test_what_a_number_of_trials_buys_is_students_t_over_the_pooled_spread():
     )
     assert "'the same' within ±3 % needs about" in text
     assert "nothing is decided" in rounds.precision_text(1, 40, 0.05, "assumed", 0.03)
+
+
+def test_a_seed_sweeps_seeds_are_its_replicates():
+    config = {
+        "defaults": {"model": "cnn", "image_size": 32, "epochs": 1, "data": "digits"},
+        "sweeps": [
+            {"name": "acc", "group": "accuracy", "seed": [0, 1, 2], "precision": ["fp32", "bf16"]},
+            {"name": "pair", "group": "accuracy", "seed": [0, 1], "lr": 0.01},
+        ],
+        "experiments": [{"id": "one-seed", "group": "accuracy", "seed": 4, "lr": 0.2}],
+    }
+    st = load_study(config)
+    first = rounds.first_trials(st.experiments, 2)
+    # 3 seeds of one configuration: one trial each is 3 of it; 2 seeds: one each
+    assert {first[e] for e in st.ids if e.startswith("acc-")} == {1}
+    assert {first[e] for e in st.ids if e.startswith("pair-")} == {1}
+    assert first["one-seed"] == 2  # a seed of its own: the study's trials
+    assert set(rounds.first_trials(st.experiments, 4).values()) == {2, 4}
+    assert set(rounds.first_trials(study_of().experiments, 2).values()) == {2}
+
+
+def test_a_first_trial_far_from_its_baseline_is_its_last(tmp_path):
+    def record(experiment, status="ok", stop="far_from_baseline"):
+        folder = tmp_path / experiment
+        folder.mkdir()
+        body = {"status": status, "metrics": {"stop_reason": stop}}
+        (folder / "trial0.json").write_text(json.dumps(body))
+
+    record("bf16")
+    record("near", stop="precision")
+    record("failed", status="error")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "trial0.json").write_text("{")
+    names = ["bf16", "near", "failed", "torn", "missing"]
+    assert rounds.stopped_far(tmp_path, names) == {"bf16"}

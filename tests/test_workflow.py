@@ -31,6 +31,7 @@ from tests.runs import (
     mtimes,
 )
 from workflow_scripts import images, study
+from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
 from workflow_scripts.study.config import flat_study
 from workflow_scripts.trial import far
@@ -337,11 +338,15 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     """Trial k of every experiment before trial k+1 of any: priorities, not dependencies
     (Snakemake's dry run does not select jobs, so the order itself shows only in a run)."""
     wd = copy_workflow(tmp_path / "wf")
-    jobs = dry_run_jobs(wd, "trials=3", "max_trials=null")  # (no adaptive rounds)
+    # (no adaptive rounds; far_stop null: with it, trials after the first wait for the
+    # first round, whose far runs stop there)
+    jobs = dry_run_jobs(wd, "trials=3", "max_trials=null", "defaults={far_stop: null}")
     runs = [j for j in jobs if j["rule"] == "run_experiment"]
-    loaded = study.load_study(study.read_config(wd / "config.yaml"))
+    loaded = study.load_study(study.read_config(wd / "config.yaml", ["defaults={far_stop: null}"]))
     specs = loaded.by_id
-    assert len(runs) == 3 * len(specs)
+    # every experiment 3 trials, a seed sweep's seeds one each (3 seeds: 3 trials)
+    planned = plan_rounds.first_trials(loaded.experiments, 3)
+    assert len(runs) == sum(planned.values()) and set(planned.values()) == {1, 3}
     for job in runs:
         trial = int(job["wildcards"].rsplit("trial=", 1)[1])
         experiment = job["wildcards"].split("experiment=", 1)[1].split(",")[0]
@@ -368,7 +373,8 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         assert job["priority"] == 3 - k
         trials = set(re.findall(r"results/records/[^ ,/]+/trial(\d+)\.json", job["input"]))
         assert trials == {str(t) for t in range(k + 1)}
-        assert len(re.findall(r"results/records/", job["input"])) == (k + 1) * len(specs)
+        n = sum(min(k + 1, planned[e]) for e in specs)
+        assert len(re.findall(r"results/records/", job["input"])) == n
     setup_rules = {"build_env", "image_folder", "digits", "calibrate"}
     setup = [j for j in jobs if j["rule"] in setup_rules]
     assert {j["rule"] for j in setup} == setup_rules

@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .. import backends, launchers, workloads
-from ..rank import gradcheck, probe
+from ..rank import gradcheck, metrics, probe
+from ..trial import far as far_stop
 from ..trial.reference import clean_calibration
 from ..util import finite, read_json
 from . import rounds
@@ -248,11 +249,12 @@ def _backend(spec: Mapping) -> backends.Backend:
     return backends.get(name if name in backends.names() else "eager")
 
 
-def trial(spec: Mapping, machine: Machine, later: bool = False) -> dict:
+def trial(spec: Mapping, machine: Machine, later: bool = False, far: bool = False) -> dict:
     """The predicted wall time of one attempt of this trial, with its parts: from its
     measured pre-flight where there is one (its wall time, plus the steps the whole
     trial runs beyond it at its measured step time), else from the model below.
-    ``later``: a later trial, which carries its first trial's one-off work."""
+    ``later``: a later trial, which carries its first trial's one-off work; ``far``:
+    one far from its baseline, which stops at its first timed steps."""
     env = spec.get("env") or "upstream"
     pre = machine.preflight.get(spec.get("id"))
     ranks, threads = _world(spec)
@@ -291,6 +293,8 @@ def trial(spec: Mapping, machine: Machine, later: bool = False) -> dict:
         budget = spec.get("time_budget_s")
         if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
+        if far:
+            timed_steps = min(timed_steps, metrics.MIN_FAR_STEPS)
     start = machine.process_start(env)
     if ranks > 1 or launchers.get(spec.get("launcher") or "none").distributed:
         start = start * 1.5 + TORCHRUN_S
@@ -388,25 +392,41 @@ def total(
     envs: Iterable[str] = (),
     collectives: int = 0,
     done: Iterable[tuple[str, int]] = (),
+    far_known: Mapping[str, bool] | None = None,
 ) -> dict:
     """Every trial's estimate, summed per group and for the study, with the jobs around
     them (calibrations, the collectives, the report; environment and image builds are
-    not included). ``done``: (experiment, trial) pairs that already have a record."""
+    not included). ``done``: (experiment, trial) pairs that already have a record;
+    ``far_known``: whether each experiment whose first trial ran stopped it far.
+    Each experiment runs ``trials``, but a seed sweep's seeds share them
+    (``rounds.first_trials``) and a run predicted far from its baseline runs one trial
+    that stops at its first timed steps (:func:`predicted_far`); the others may go on
+    in the adaptive rounds (``later_round_s``: one more round of them)."""
     done = set(done)
     groups: dict[str, dict] = {}
     per_experiment = {}
     trials_s = remaining = later_round_s = 0.0
+    planned = adaptive = 0
+    firsts = rounds.first_trials(experiments, trials)
+    far_ones = {e for e in predicted_far(experiments, machine) if e not in (far_known or {})} | {
+        e for e, stopped in (far_known or {}).items() if stopped
+    }
     for spec in experiments:
-        first = trial(spec, machine)
-        later = trial(spec, machine, later=True)["seconds"]
-        per_experiment[spec["id"]] = {**first, "later_seconds": later}
-        later_round_s += later
+        is_far = spec["id"] in far_ones
+        first = trial(spec, machine, far=is_far)
+        later = trial(spec, machine, later=True, far=is_far)["seconds"]
+        n = 1 if is_far else firsts[str(spec["id"])]
+        per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
+        if n >= trials:
+            later_round_s += later
+            adaptive += 1
         g = groups.setdefault(spec.get("group") or spec["id"], {"seconds": 0.0, "trials": 0})
-        for k in range(trials):
+        for k in range(n):
             seconds = first["seconds"] if k == 0 else later
             g["seconds"] += seconds
             g["trials"] += 1
             trials_s += seconds
+            planned += 1
             if (spec["id"], k) not in done:
                 remaining += seconds
     setup = {
@@ -420,11 +440,31 @@ def total(
         "total_s": round(trials_s + sum(setup.values()), 1),
         "remaining_trials_s": round(remaining, 1),
         "later_round_s": round(later_round_s, 1),
+        "planned_trials": planned,
+        "adaptive_experiments": adaptive,
+        "far": sorted(far_ones),
         "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
         "setup": setup,
         "experiments": per_experiment,
         "basis": _basis(machine, envs, per_experiment),
     }
+
+
+def predicted_far(experiments: list[Mapping], machine: Machine) -> set[str]:
+    """The experiments whose predicted step time is beyond their ``far_stop`` of their
+    baseline's (trial/far.py: the same work per step): their trials stop at their first
+    timed steps, and their first trial is their last (plan/rounds.py)."""
+    by_id = {s["id"]: s for s in experiments}
+    out = set()
+    for spec in experiments:
+        base = by_id.get(far_stop.baseline_of(spec, experiments))
+        if base is None or not far_stop.same_work(spec, base):
+            continue
+        ratio = trial(spec, machine)["step_s"] / trial(base, machine)["step_s"]
+        factor = float(spec["far_stop"])
+        if ratio > factor or ratio < 1 / factor:
+            out.add(spec["id"])
+    return out
 
 
 def _basis(machine: Machine, envs: Iterable[str], per_experiment: Mapping) -> list[str]:
@@ -450,15 +490,17 @@ def format_estimate(est: Mapping, trials: int) -> str:
     """The lines a dry run and the start of a real run print."""
     lines = [
         f"[estimate] this study will take about {human(est['total_s'])} on this machine: "
-        f"{human(est['trials_s'])} of trials ({trials} per experiment) + "
+        f"{human(est['trials_s'])} of trials ({_planned(est, trials)}) + "
         f"{human(est['setup_s'])} of calibrations, collectives and report "
         "(environment and image builds not included)"
     ]
     adaptive = est.get("adaptive")
     if adaptive:
-        n = len(est["experiments"])
+        low = est.get("planned_trials", len(est["experiments"]) * trials)
+        extra = est.get("adaptive_experiments", len(est["experiments"]))
+        high = low + extra * (adaptive["max_trials"] - trials)
         lines.append(
-            f"[estimate] adaptive rounds: {n * trials} to {n * adaptive['max_trials']} trials "
+            f"[estimate] adaptive rounds: {low} to {high} trials "
             f"({trials} to {adaptive['max_trials']} per experiment: more only where a "
             f"comparison is still undecided), so about {human(est['total_s'])} to "
             f"{human(adaptive['total_s'])}"
@@ -474,6 +516,23 @@ def format_estimate(est: Mapping, trials: int) -> str:
         )
     lines.append(f"[estimate] basis: {'; '.join(est['basis'])} (rough: see the report)")
     return "\n".join(lines)
+
+
+def _planned(est: Mapping, trials: int) -> str:
+    """``318 trials: 2 per experiment, 1 where ...``: what the trials' estimate counts."""
+    n = est.get("planned_trials", len(est["experiments"]) * trials)
+    text = f"{n} trials: {trials} per experiment"
+    fewer = [e for e in est["experiments"].values() if e.get("trials", trials) < trials]
+    if fewer:
+        far_n = len(est.get("far") or ())
+        text += f", fewer for {len(fewer)}"
+        parts = []
+        if far_n:
+            parts.append(f"{far_n} predicted far from their baseline: 1 trial")
+        if len(fewer) > far_n:
+            parts.append("a seed sweep's seeds: its replicates")
+        text += f" ({'; '.join(parts)})"
+    return text
 
 
 def read_calibrations(results: Path, envs: Iterable[str]) -> dict[str, dict | None]:

@@ -100,7 +100,13 @@ def line(
     done, walls = measure(experiments, trials, preflight.under(results, study.settings))
     if machine is None:
         machine = estimate.study_machine(study, results, measure=False)
-    est = estimate.total(experiments, trials, machine, envs=study.envs, done=done)
+    records = preflight.under(results, study.settings) / "records"
+    first_done = [e for e, k in done if k == 0]
+    stopped = rounds.stopped_far(records, first_done)
+    far_known = {e: e in stopped for e in first_done}
+    est = estimate.total(
+        experiments, trials, machine, envs=study.envs, done=done, far_known=far_known
+    )
     # the same estimate's prediction for the trials done, against their wall time
     per = est["experiments"]
     est_sum = sum(
@@ -108,7 +114,7 @@ def line(
         for e, k in walls
     )
     wall_sum = sum(walls.values())
-    total = len(experiments) * trials
+    total = est["planned_trials"]
     elapsed = (now if now is not None else time.time()) - (
         started if started is not None else started_at()
     )
@@ -119,7 +125,7 @@ def line(
         most = rounds.cap(study.settings)
         if most > trials:
             return text + (
-                f"; every experiment's {trials} are done: more (up to {most} each) only "
+                f"; the {total} trials of the minimum are done: more (up to {most} each) only "
                 "where a comparison is still undecided"
             )
         return text + "; every trial is done"

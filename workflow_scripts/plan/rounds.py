@@ -10,6 +10,14 @@ trials; one whose side failed has no figure and is no comparison. The rounds end
 ``max_trials`` or when nothing is undecided. What a figure rests on is in the
 report's comparisons (trials on each side) and its summary (one row per trial).
 
+Below the minimum, two things stop an experiment sooner. A seed sweep's seeds are its
+configuration's replicates (:func:`first_trials`: 3 seeds of 1 trial each make 3 trials).
+And an experiment whose first trial stopped timing far from its baseline (``far_stop``:
+the 95 % interval of its mean step time wholly beyond 1.5x its group's first, either
+way) runs no other trial (:func:`stopped_far`): bf16 where it is emulated, 20x slower,
+is as certain of that after one trial as after two. Its other comparisons rest on that
+one trial, their intervals from the spread its kin's other experiments measured.
+
 Stopping on the data this way (optional stopping) makes the 95 % intervals somewhat
 optimistic; the cap bounds it, and the verdict's margin (±3 %) keeps "the same"
 from being declared on a wide interval.
@@ -22,6 +30,8 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from ..util import read_json
 
 #: the verdict that asks for another round
 UNDECIDED = "undecided"
@@ -41,6 +51,48 @@ def cap(settings: Mapping) -> int:
 
 def adaptive(settings: Mapping) -> bool:
     return cap(settings) > int(settings["trials"])
+
+
+def first_trials(specs: Iterable[Mapping], trials: int) -> dict[str, int]:
+    """Each experiment's trials before any adaptive round: ``trials``, but where a seed
+    sweep makes one configuration several experiments (the same settings but the seed),
+    ``ceil(trials / seeds)``: the report pools a configuration's seeds (its time to
+    train, its accuracy: every trial of every seed, ``report/distributed.py``), so its
+    seeds are its replicates, and 3 seeds of one trial each are 3 trials of it."""
+    specs = list(specs)
+
+    def configuration(spec: Mapping) -> str:
+        return repr(sorted((k, repr(v)) for k, v in spec.items() if k not in ("id", "seed")))
+
+    seeds: dict[str, set] = {}
+    for spec in specs:
+        if spec.get("seed") is not None:
+            seeds.setdefault(configuration(spec), set()).add(spec["seed"])
+    out = {}
+    for spec in specs:
+        n = len(seeds.get(configuration(spec), ())) if spec.get("seed") is not None else 1
+        out[str(spec["id"])] = max(1, math.ceil(trials / max(1, n)))
+    return out
+
+
+#: why a trial's timed steps ended when it was far from its baseline (rank/harness.py)
+FAR = "far_from_baseline"
+
+
+def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
+    """The experiments whose first trial (``<records>/<id>/trial0.json``, ok) stopped
+    timing far from its baseline (``far_stop``, trial/far.py): that one trial decides
+    the comparison its speed was checked against, and it runs no other."""
+    out = set()
+    for experiment in experiments:
+        try:
+            record = read_json(Path(records) / experiment / "trial0.json", want=None)
+        except (OSError, ValueError):
+            continue
+        metrics = record.get("metrics") if isinstance(record, dict) else None
+        if record.get("status") == "ok" and (metrics or {}).get("stop_reason") == FAR:
+            out.add(experiment)
+    return out
 
 
 def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
@@ -82,15 +134,18 @@ def budget_seconds(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def rounds_within(budget_s: float, setup_s: float, round_s: float, low: int, high: int):
-    """The most rounds in ``low``..``high`` whose worst case (every experiment in every
-    round) fits ``budget_s``; None when not even ``low`` does."""
+def rounds_within(
+    budget_s: float, setup_s: float, first_s: float, round_s: float, low: int, high: int
+):
+    """The most rounds in ``low``..``high`` whose worst case fits ``budget_s``: the
+    minimum's trials (``first_s``), then every experiment that may go on in every
+    adaptive round (``round_s`` each); None when not even ``low`` does."""
+    spare = budget_s - setup_s - first_s
+    if spare < 0:
+        return None
     if round_s <= 0:
         return high
-    fits = int((budget_s - setup_s) // round_s)
-    if fits < low:
-        return None
-    return min(high, fits)
+    return min(high, low + int(spare // round_s))
 
 
 def half_width(trials: int, experiments: int, spread: float) -> float:

@@ -695,13 +695,15 @@ def early_stop(spec: dict, step_times: list[float]) -> str | None:
     decides together (``ranks.agree``), with the same calls in the same order."""
     budget, far_from = spec.get("time_budget_s"), spec.get("far_from")
     precision = spec.get("step_precision")
+    # far first: where the budget ends the same steps, the record says the trial was far
+    # (one trial then decides it: plan/rounds.py)
+    if far_from and len(step_times) >= metrics.MIN_FAR_STEPS:
+        if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
+            return "far_from_baseline"
     if budget and len(step_times) >= min(2, spec["steps"]):
         # enough timed steps for the budget: stop early (all ranks together)
         if ranks.agree(sum(step_times) >= budget):
             return "time_budget"
-    if far_from and len(step_times) >= metrics.MIN_PRECISION_STEPS:
-        if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
-            return "far_from_baseline"
     if precision and len(step_times) >= metrics.MIN_PRECISION_STEPS:
         if not ranks.agree(not metrics.known_within(step_times, precision)):
             return "precision"

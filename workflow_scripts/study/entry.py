@@ -163,9 +163,9 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
         print(f"[budget] no estimate ({type(exc).__name__}: {exc}): max_trials alone caps "
               "the rounds", file=sys.stderr)  # fmt: skip
         return None
-    round_s = est["trials_s"] / low
+    round_s = est.get("later_round_s", est["trials_s"] / low)
     setup_s = est["total_s"] - est["trials_s"]
-    fits = rounds.rounds_within(budget, setup_s, round_s, low, high)
+    fits = rounds.rounds_within(budget, setup_s, est["trials_s"], round_s, low, high)
     n = len(study.experiments)
     measured = rounds.measured_spread(study.path(study.results) / "comparisons.csv")
     spread = measured or rounds.ASSUMED_SPREAD
@@ -174,13 +174,14 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     human = estimate.human
     if fits is None:
         print(f"[budget] {settings['budget']} does not cover the {low} trials every experiment "
-              f"runs (about {human(setup_s + low * round_s)} here): the study runs those, "
+              f"runs (about {human(est['total_s'])} here): the study runs those, "
               "with no adaptive rounds; lower trials, steps or the experiments to fit",
               file=sys.stderr)  # fmt: skip
         fits = low
     else:
         print(f"[budget] {settings['budget']}: {low} to {fits} trials per experiment fit "
-              f"(about {human(setup_s + fits * round_s)} if every experiment ran {fits})",
+              f"(about {human(est['total_s'] + (fits - low) * round_s)} if every experiment "
+              f"that may go on ran {fits})",
               file=sys.stderr)  # fmt: skip
     print(f"[budget] {rounds.precision_text(low, n, spread, source, margin)}", file=sys.stderr)
     if fits > low:

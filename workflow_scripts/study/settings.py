@@ -298,7 +298,15 @@ SETTINGS: dict[str, Setting] = {
             "into results/preflight/; the whole study's estimate then uses its step times",
             structured=True,
         ),
-        Setting("trials", TRIALS, 1, "runs of each experiment", structured=True),
+        Setting(
+            "trials",
+            TRIALS,
+            1,
+            "runs of each experiment (a seed sweep's seeds share them: 3 seeds of one "
+            "trial each are 3 trials of one configuration; and one trial where the first "
+            "stopped far from its baseline, far_stop)",
+            structured=True,
+        ),
         Setting(
             "max_trials",
             MAX_TRIALS,

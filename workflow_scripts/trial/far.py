@@ -2,13 +2,14 @@
 beyond ``far_stop`` times its baseline's speed, either way.
 
 A rung 20x slower than the run it is compared with (bf16 where it is emulated) is as
-certain of that after three timed steps as after eight. Its baseline is its group's
-first experiment when both time the same work per step (same workload, batch, ranks
-and nodes; not an epochs run): that experiment's first trial's record is the trial's
-``ancient`` input (a rerun of it reruns nothing else). The rank (``rank/harness.py``)
-stops when the 95 % interval of its mean step time, from at least 3 timed steps, lies
-wholly beyond the factor; the record says so (``stop_reason: far_from_baseline``,
-``far_from``: the baseline, its trial and step time, the factor).
+certain of that after two timed steps as after eight, and after one trial as after
+two. Its baseline is the first experiment of its group that times the same work per
+step (same workload, batch, ranks and nodes; not an epochs run): that experiment's
+first trial's record is the trial's ``ancient`` input (a rerun of it reruns nothing
+else). The rank (``rank/harness.py``) stops when the 95 % interval of its mean step
+time, from at least 2 timed steps, lies wholly beyond the factor; the record says so
+(``stop_reason: far_from_baseline``, ``far_from``: the baseline, its trial and step
+time, the factor), and the experiment runs no other trial (``plan/rounds.py``).
 """
 
 from __future__ import annotations
@@ -22,19 +23,22 @@ from ..util import read_json
 
 #: the spec key that hands the rank its baseline's step time (the record's own key)
 SPEC_KEY = "far_from"
-#: what must match for two experiments' step times to be comparable
-SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes", "launcher")
+#: what must match for two experiments' step times to be comparable (a launcher, an
+#: allocator or a backend changes how fast the step runs, not what it computes)
+SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes")
 
 
 def baseline_of(spec: Mapping, specs: Iterable[Mapping]) -> str | None:
     """The experiment whose first trial a trial of ``spec`` may measure itself against:
-    its group's first; None when ``far_stop`` is off, for an epochs run, or for the
-    group's first itself. Whether the two time the same work per step is the trial's
-    to tell (:func:`reference`), so that editing the group's first reruns no other
-    experiment (the set of a trial's inputs stays the same)."""
+    the first of its group that times the same work per step (:func:`same_work`);
+    None when ``far_stop`` is off, for an epochs run, or for that first itself. (An edit
+    that changes which experiment that is changes the trial's inputs: Snakemake reruns
+    it, against its new baseline.)"""
     if not spec.get("far_stop") or spec.get("epochs"):
         return None
-    first = next((s for s in specs if s.get("group") == spec.get("group")), None)
+    first = next(
+        (s for s in specs if s.get("group") == spec.get("group") and same_work(s, spec)), None
+    )
     if first is None or first["id"] == spec["id"]:
         return None
     return str(first["id"])
