@@ -213,3 +213,34 @@ def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
     # serving another run's weights: scored, not trained again
     loaded = estimate.trial({**trained, "weights_from": "other"}, m)
     assert loaded["parts"]["serve"] == pytest.approx(est["parts"]["serve"] - training, rel=0.01)
+
+
+def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps():
+    """Where bf16 is emulated (20x slower), the bf16 rungs are far from their fp32
+    baseline: the estimate gives them one trial that stops after two timed steps
+    (trial/far.py, plan/rounds.py), and counts the trials each experiment runs; where
+    bf16 is native (2x faster) they are far too, but an fp32 rung near its baseline is not."""
+    st = _study("default")
+    avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
+    est = estimate.total(st.experiments, 2, avx2, envs=st.envs)
+    per = est["experiments"]
+    assert "bf16" in est["far"] and "inductor-fp32" not in est["far"]
+    assert per["bf16"]["trials"] == 1 and per["bf16"]["timed_steps"] <= 2
+    assert per["bf16"]["timed_steps"] < per["baseline"]["timed_steps"]
+    assert per["baseline"]["trials"] == per["inductor-fp32"]["trials"] == 2
+    # a seed sweep's 3 seeds: one trial each
+    assert {per[e]["trials"] for e in per if e.startswith("acc-")} == {1}
+    assert est["planned_trials"] == sum(v["trials"] for v in per.values())
+    assert est["planned_trials"] < 2 * len(per)
+    assert sum(g["trials"] for g in est["groups"].values()) == est["planned_trials"]
+    # only those that ran the minimum may go on in the adaptive rounds
+    assert est["adaptive_experiments"] == sum(1 for v in per.values() if v["trials"] == 2)
+    text = estimate.format_estimate(estimate.with_rounds(est, 2, 4), 2)
+    low = est["planned_trials"]
+    high = low + 2 * est["adaptive_experiments"]
+    assert f"{low} trials: 2 per experiment, fewer for" in text
+    assert f"adaptive rounds: {low} to {high} trials" in text
+    # once a first trial has run, what it did counts, not the prediction
+    known = estimate.total(st.experiments, 2, avx2, envs=st.envs, far_known={"bf16": False})
+    assert known["experiments"]["bf16"]["trials"] == 2
+    assert known["planned_trials"] == est["planned_trials"] + 1
