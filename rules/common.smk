@@ -86,7 +86,11 @@ def trial_priority(wildcards):
 # experiment whose first trial stopped far from its baseline runs no other (FAR_STOPS:
 # those that may; the first round's report, a checkpoint, comes after every trial 0).
 FIRST_TRIALS = rounds.first_trials(STUDY.experiments, MIN_TRIALS)
-FAR_STOPS = {e["id"] for e in STUDY.experiments if far.baseline_of(e, STUDY.experiments)}
+FAR_STOPS = {
+    e["id"]
+    for e in STUDY.experiments
+    if far.baseline_of(e, STUDY.experiments) and rounds.one_trial_when_far(e, SETTINGS["margin"])
+}
 
 
 def round_experiments(k):

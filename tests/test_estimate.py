@@ -244,3 +244,7 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     known = estimate.total(st.experiments, 2, avx2, envs=st.envs, far_known={"bf16": False})
     assert known["experiments"]["bf16"]["trials"] == 2
     assert known["planned_trials"] == est["planned_trials"] + 1
+    # a far stop within the margin settles nothing: the bf16 rungs run their trials
+    wide = estimate.total(st.experiments, 2, avx2, envs=st.envs, margin=0.6)
+    assert wide["experiments"]["bf16"]["trials"] == 2 and "bf16" not in wide["far"]
+    assert wide["experiments"]["bf16"]["timed_steps"] == per["bf16"]["timed_steps"]

@@ -220,3 +220,9 @@ def test_a_first_trial_far_from_its_baseline_is_its_last(tmp_path):
     (tmp_path / "torn" / "trial0.json").write_text("{")
     names = ["bf16", "near", "failed", "torn", "missing"]
     assert rounds.stopped_far(tmp_path, names) == {"bf16"}
+
+
+def test_a_far_stop_within_the_margin_settles_nothing():
+    assert rounds.one_trial_when_far({"far_stop": 1.5}, 0.03)
+    assert not rounds.one_trial_when_far({"far_stop": 1.25}, 0.3)  # beyond 1.25 is not 1.3
+    assert not rounds.one_trial_when_far({"far_stop": None}, 0.03)

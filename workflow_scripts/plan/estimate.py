@@ -393,11 +393,13 @@ def total(
     collectives: int = 0,
     done: Iterable[tuple[str, int]] = (),
     far_known: Mapping[str, bool] | None = None,
+    margin: float = 0.03,
 ) -> dict:
     """Every trial's estimate, summed per group and for the study, with the jobs around
     them (calibrations, the collectives, the report; environment and image builds are
     not included). ``done``: (experiment, trial) pairs that already have a record;
-    ``far_known``: whether each experiment whose first trial ran stopped it far.
+    ``far_known``: whether each experiment whose first trial ran stopped it far;
+    ``margin``: the verdicts' (a far stop within it leaves the trials as they are).
     Each experiment runs ``trials``, but a seed sweep's seeds share them
     (``rounds.first_trials``) and a run predicted far from its baseline runs one trial
     that stops at its first timed steps (:func:`predicted_far`); the others may go on
@@ -415,7 +417,8 @@ def total(
         is_far = spec["id"] in far_ones
         first = trial(spec, machine, far=is_far)
         later = trial(spec, machine, later=True, far=is_far)["seconds"]
-        n = 1 if is_far else firsts[str(spec["id"])]
+        last = is_far and rounds.one_trial_when_far(spec, margin)
+        n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
         if n >= trials:
             later_round_s += later
@@ -442,7 +445,7 @@ def total(
         "later_round_s": round(later_round_s, 1),
         "planned_trials": planned,
         "adaptive_experiments": adaptive,
-        "far": sorted(far_ones),
+        "far": sorted(e for e in far_ones if per_experiment[e]["trials"] == 1),
         "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
         "setup": setup,
         "experiments": per_experiment,
@@ -453,7 +456,8 @@ def total(
 def predicted_far(experiments: list[Mapping], machine: Machine) -> set[str]:
     """The experiments whose predicted step time is beyond their ``far_stop`` of their
     baseline's (trial/far.py: the same work per step): their trials stop at their first
-    timed steps, and their first trial is their last (plan/rounds.py)."""
+    timed steps, and (``far_stop`` beyond the margin) their first trial is their last
+    (plan/rounds.py)."""
     by_id = {s["id"]: s for s in experiments}
     out = set()
     for spec in experiments:
@@ -622,6 +626,7 @@ def for_study(study, results: Path | str = "results", measure: bool = True) -> d
         envs=list(study.envs),
         collectives=len(variants),
         done=done_trials(preflight.under(results, settings), study.experiments, trials),
+        margin=float(settings.get("margin", 0.03)),
     )
     return with_rounds(est, trials, rounds.cap(settings))
 

@@ -105,7 +105,13 @@ def line(
     stopped = rounds.stopped_far(records, first_done)
     far_known = {e: e in stopped for e in first_done}
     est = estimate.total(
-        experiments, trials, machine, envs=study.envs, done=done, far_known=far_known
+        experiments,
+        trials,
+        machine,
+        envs=study.envs,
+        done=done,
+        far_known=far_known,
+        margin=float(study.settings.get("margin", 0.03)),
     )
     # the same estimate's prediction for the trials done, against their wall time
     per = est["experiments"]

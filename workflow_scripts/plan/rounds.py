@@ -14,7 +14,8 @@ Below the minimum, two things stop an experiment sooner. A seed sweep's seeds ar
 configuration's replicates (:func:`first_trials`: 3 seeds of 1 trial each make 3 trials).
 And an experiment whose first trial stopped timing far from its baseline (``far_stop``:
 the 95 % interval of its mean step time wholly beyond 1.5x its group's first, either
-way) runs no other trial (:func:`stopped_far`): bf16 where it is emulated, 20x slower,
+way) runs no other trial (:func:`stopped_far`; where the factor lies beyond the
+verdicts' margin, :func:`one_trial_when_far`): bf16 where it is emulated, 20x slower,
 is as certain of that after one trial as after two. Its other comparisons rest on that
 one trial, their intervals from the spread its kin's other experiments measured.
 
@@ -77,6 +78,14 @@ def first_trials(specs: Iterable[Mapping], trials: int) -> dict[str, int]:
 
 #: why a trial's timed steps ended when it was far from its baseline (rank/harness.py)
 FAR = "far_from_baseline"
+
+
+def one_trial_when_far(spec: Mapping, margin: float) -> bool:
+    """Whether a first trial that stops far from its baseline is the experiment's last:
+    where its ``far_stop`` lies beyond the verdicts' margin (1.5x against ±3 %), being
+    beyond it settles the comparison; a factor within the margin settles nothing."""
+    factor = spec.get("far_stop")
+    return bool(factor) and float(factor) > 1 + float(margin)
 
 
 def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
