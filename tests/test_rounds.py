@@ -119,7 +119,10 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
 
 def test_far_is_beyond_the_factor_either_way_with_the_whole_interval():
     ref = {"step_time_s": 1.0, "factor": 1.5}
-    assert not metrics.far_beyond(ref, [3.0])  # 2 timed steps at least
+    # one step has no interval: far only where slower by the factor squared (2.25x)
+    assert metrics.far_beyond(ref, [3.0]) and not metrics.far_beyond(ref, [2.0])
+    assert not metrics.far_beyond(ref, [0.1])  # a faster run costs less: no 1-step stop
+    assert not metrics.far_beyond(ref, [])
     assert metrics.far_beyond(ref, [3.0, 3.1])  # two that agree: 1 df, yet ~3x slower
     assert not metrics.far_beyond(ref, [2.0, 3.0])  # two that do not: t(1) = 12.7
     assert metrics.far_beyond(ref, [3.0, 3.1, 2.9])  # ~3x slower
@@ -207,18 +210,21 @@ def test_a_seed_sweeps_seeds_are_its_replicates():
 
 
 def test_a_first_trial_far_from_its_baseline_is_its_last(tmp_path):
-    def record(experiment, status="ok", stop="far_from_baseline"):
+    def record(experiment, status="ok", stop="far_from_baseline", step=40.0):
         folder = tmp_path / experiment
         folder.mkdir()
-        body = {"status": status, "metrics": {"stop_reason": stop}}
+        metrics = {"stop_reason": stop, "step_time_s": {"median": step}}
+        body = {"status": status, "metrics": metrics, "far_from": {"step_time_s": 1.0}}
         (folder / "trial0.json").write_text(json.dumps(body))
 
-    record("bf16")
+    record("bf16")  # 40x slower than its baseline
     record("near", stop="precision")
     record("failed", status="error")
+    # far faster: it costs less than its baseline, and may be the answer: its trials run
+    record("fast", step=0.4)
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / "trial0.json").write_text("{")
-    names = ["bf16", "near", "failed", "torn", "missing"]
+    names = ["bf16", "near", "failed", "fast", "torn", "missing"]
     assert rounds.stopped_far(tmp_path, names) == {"bf16"}
 
 

@@ -249,12 +249,13 @@ def _backend(spec: Mapping) -> backends.Backend:
     return backends.get(name if name in backends.names() else "eager")
 
 
-def trial(spec: Mapping, machine: Machine, later: bool = False, far: bool = False) -> dict:
+def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | None = None) -> dict:
     """The predicted wall time of one attempt of this trial, with its parts: from its
     measured pre-flight where there is one (its wall time, plus the steps the whole
     trial runs beyond it at its measured step time), else from the model below.
     ``later``: a later trial, which carries its first trial's one-off work; ``far``:
-    one far from its baseline, which stops at its first timed steps."""
+    the step time over its baseline's of one far from it, which stops at its first
+    timed steps (one where it is slower by ``far_stop`` squared, else two)."""
     env = spec.get("env") or "upstream"
     pre = machine.preflight.get(spec.get("id"))
     ranks, threads = _world(spec)
@@ -294,7 +295,8 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: bool = Fals
         if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
         if far:
-            timed_steps = min(timed_steps, metrics.MIN_FAR_STEPS)
+            squared = float(spec.get("far_stop") or math.inf) ** 2
+            timed_steps = min(timed_steps, 1 if far > squared else metrics.MIN_FAR_STEPS)
     start = machine.process_start(env)
     if ranks > 1 or launchers.get(spec.get("launcher") or "none").distributed:
         start = start * 1.5 + TORCHRUN_S
@@ -401,8 +403,8 @@ def total(
     ``far_known``: whether each experiment whose first trial ran stopped it far;
     ``margin``: the verdicts' (a far stop within it leaves the trials as they are).
     Each experiment runs ``trials``, but a seed sweep's seeds share them
-    (``rounds.first_trials``) and a run predicted far from its baseline runs one trial
-    that stops at its first timed steps (:func:`predicted_far`); the others may go on
+    (``rounds.first_trials``) and a run predicted far slower than its baseline runs one
+    trial that stops at its first timed steps (:func:`predicted_far`); the others may go on
     in the adaptive rounds (``later_round_s``: one more round of them)."""
     done = set(done)
     groups: dict[str, dict] = {}
@@ -410,14 +412,16 @@ def total(
     trials_s = remaining = later_round_s = 0.0
     planned = adaptive = 0
     firsts = rounds.first_trials(experiments, trials)
-    far_ones = {e for e in predicted_far(experiments, machine) if e not in (far_known or {})} | {
-        e for e, stopped in (far_known or {}).items() if stopped
-    }
+    known = far_known or {}
+    predicted = predicted_far(experiments, machine)
+    # (a first trial that stopped far, slower: as predicted, or far beyond the factor)
+    far_ones = {e: r for e, r in predicted.items() if known.get(e, True)}
+    far_ones.update({e: math.inf for e, stopped in known.items() if stopped})
     for spec in experiments:
-        is_far = spec["id"] in far_ones
-        first = trial(spec, machine, far=is_far)
-        later = trial(spec, machine, later=True, far=is_far)["seconds"]
-        last = is_far and rounds.one_trial_when_far(spec, margin)
+        ratio = far_ones.get(spec["id"])
+        first = trial(spec, machine, far=ratio)
+        later = trial(spec, machine, later=True, far=ratio)["seconds"]
+        last = bool(ratio and ratio > 1) and rounds.one_trial_when_far(spec, margin)
         n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
         if n >= trials:
@@ -453,13 +457,14 @@ def total(
     }
 
 
-def predicted_far(experiments: list[Mapping], machine: Machine) -> set[str]:
+def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, float]:
     """The experiments whose predicted step time is beyond their ``far_stop`` of their
-    baseline's (trial/far.py: the same work per step): their trials stop at their first
-    timed steps, and (``far_stop`` beyond the margin) their first trial is their last
+    baseline's (trial/far.py: the same work per step), with that ratio (their step
+    time over the baseline's): their trials stop at their first timed steps, and where
+    slower (``far_stop`` beyond the margin) their first trial is their last
     (plan/rounds.py)."""
     by_id = {s["id"]: s for s in experiments}
-    out = set()
+    out = {}
     for spec in experiments:
         base = by_id.get(far_stop.baseline_of(spec, experiments))
         if base is None or not far_stop.same_work(spec, base):
@@ -467,7 +472,7 @@ def predicted_far(experiments: list[Mapping], machine: Machine) -> set[str]:
         ratio = trial(spec, machine)["step_s"] / trial(base, machine)["step_s"]
         factor = float(spec["far_stop"])
         if ratio > factor or ratio < 1 / factor:
-            out.add(spec["id"])
+            out[spec["id"]] = ratio
     return out
 
 
@@ -532,7 +537,7 @@ def _planned(est: Mapping, trials: int) -> str:
         text += f", fewer for {len(fewer)}"
         parts = []
         if far_n:
-            parts.append(f"{far_n} predicted far from their baseline: 1 trial")
+            parts.append(f"{far_n} predicted far slower than their baseline: 1 trial")
         if len(fewer) > far_n:
             parts.append("a seed sweep's seeds: its replicates")
         text += f" ({'; '.join(parts)})"

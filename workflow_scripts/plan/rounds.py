@@ -12,11 +12,13 @@ report's comparisons (trials on each side) and its summary (one row per trial).
 
 Below the minimum, two things stop an experiment sooner. A seed sweep's seeds are its
 configuration's replicates (:func:`first_trials`: 3 seeds of 1 trial each make 3 trials).
-And an experiment whose first trial stopped timing far from its baseline (``far_stop``:
-the 95 % interval of its mean step time wholly beyond 1.5x its group's first, either
-way) runs no other trial (:func:`stopped_far`; where the factor lies beyond the
-verdicts' margin, :func:`one_trial_when_far`): bf16 where it is emulated, 20x slower,
-is as certain of that after one trial as after two. Its other comparisons rest on that
+And an experiment whose first trial stopped timing far slower than its baseline
+(``far_stop``: the 95 % interval of its mean step time wholly beyond 1.5x its group's
+first of the same work, or its one step beyond 1.5x squared) runs no other trial
+(:func:`stopped_far`; where the factor lies beyond the verdicts' margin,
+:func:`one_trial_when_far`): bf16 where it is emulated, 40x slower, is as certain of
+that after one trial as after two. (A run far faster than its baseline runs its trials:
+it costs less than its baseline, and may be the headline.) Its other comparisons rest on that
 one trial, their intervals from the spread its kin's other experiments measured.
 
 Stopping on the data this way (optional stopping) makes the 95 % intervals somewhat
@@ -90,18 +92,28 @@ def one_trial_when_far(spec: Mapping, margin: float) -> bool:
 
 def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     """The experiments whose first trial (``<records>/<id>/trial0.json``, ok) stopped
-    timing far from its baseline (``far_stop``, trial/far.py): that one trial decides
-    the comparison its speed was checked against, and it runs no other."""
+    timing far slower than its baseline (``far_stop``, trial/far.py): that one trial
+    decides the comparison its speed was checked against, and it runs no other. (A run
+    far faster than its baseline runs its trials: it costs less than the baseline, and
+    it may be the answer, the headline's fastest configuration.)"""
     out = set()
     for experiment in experiments:
         try:
             record = read_json(Path(records) / experiment / "trial0.json", want=None)
         except (OSError, ValueError):
             continue
-        metrics = record.get("metrics") if isinstance(record, dict) else None
-        if record.get("status") == "ok" and (metrics or {}).get("stop_reason") == FAR:
+        if not isinstance(record, dict) or record.get("status") != "ok":
+            continue
+        metrics = record.get("metrics") or {}
+        step = (metrics.get("step_time_s") or {}).get("median")
+        base = (record.get("far_from") or {}).get("step_time_s")
+        if metrics.get("stop_reason") == FAR and _finite(step) and _finite(base) and step > base:
             out.add(experiment)
     return out
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:

@@ -697,7 +697,7 @@ def early_stop(spec: dict, step_times: list[float]) -> str | None:
     precision = spec.get("step_precision")
     # far first: where the budget ends the same steps, the record says the trial was far
     # (one trial then decides it: plan/rounds.py)
-    if far_from and len(step_times) >= metrics.MIN_FAR_STEPS:
+    if far_from and step_times:
         if not ranks.agree(not metrics.far_beyond(far_from, step_times)):
             return "far_from_baseline"
     if budget and len(step_times) >= min(2, spec["steps"]):

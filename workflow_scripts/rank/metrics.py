@@ -42,9 +42,11 @@ def throughput(samples_per_step: int, step_times: list[float]) -> float:
 
 #: the fewest timed steps a precision stop looks at (a spread needs a few)
 MIN_PRECISION_STEPS = 3
-#: the fewest a far stop looks at: two give an interval (Student's t at 1 df, 12.7, makes
-#: it wide unless the steps agree), and a rung 20x from its baseline (bf16 where it is
-#: emulated: ~80 s a ResNet-50 step on 2 AVX2 cores) needs no third step to show it
+#: the fewest a far stop's interval looks at: two give one (Student's t at 1 df, 12.7,
+#: makes it wide unless the steps agree), and a rung 20x from its baseline needs no third
+#: step to show it. One step has no interval: it stops a run only when slower than its
+#: baseline by the factor squared (bf16 where it is emulated: 40x slower on 2 AVX2
+#: cores, a BERT-base step ~8 min); a run faster than its baseline costs less than it
 MIN_FAR_STEPS = 2
 #: Student's t at 97.5 % (a two-sided 95 % interval) for 1-30 degrees of freedom; beyond,
 #: the normal's 1.96 is within 2 % (standard library only: no scipy in a rank's process)
@@ -82,9 +84,12 @@ def known_within(values: list[float], precision: float | None) -> bool:
 def far_beyond(far: dict | None, step_times: list[float]) -> bool:
     """Whether the 95 % interval of the mean of ``step_times`` (2 at least) puts the
     speedup over ``far``'s baseline (``step_time_s``: its median step) wholly beyond
-    ``factor`` either way (``trial/far.py``)."""
-    if not far or len(step_times) < MIN_FAR_STEPS:
+    ``factor`` either way (``trial/far.py``); or, from one step, whether that step is
+    slower than the baseline's by ``factor`` squared."""
+    if not far or not step_times:
         return False
+    if len(step_times) < MIN_FAR_STEPS:
+        return step_times[0] > float(far["step_time_s"]) * float(far["factor"]) ** 2
     mean, half = statistics.fmean(step_times), relative_half_width(step_times)
     if not math.isfinite(half) or mean <= 0:
         return False
