@@ -9,7 +9,8 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
 
     step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
                x bf16/fp32 ratio (bf16 runs) + STEP_OVERHEAD_S
-    timed    = steps x step, cut by time_budget_s as the harness cuts it (>= 2 steps)
+    timed    = steps x step, cut by time_budget_s as the harness cuts it (>= 2 steps),
+               and the warm-up too (>= 1 step)
     trial    = process start (x1.5 + TORCHRUN_S for torchrun's launcher and rendezvous)
                + HARNESS_S + the setup's imports + FLOP count (one sample's step)
                + probes + compile
@@ -294,6 +295,9 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
         budget = spec.get("time_budget_s")
         if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
+            # the warm-up ends once its steps took the budget (rank/harness.py)
+            least = 2 if compiled and spec.get("dropout") and not serving else 1
+            untimed = min(warmup, max(least, math.ceil(budget / step)))
         if far:
             squared = float(spec.get("far_stop") or math.inf) ** 2
             timed_steps = min(timed_steps, 1 if far > squared else metrics.MIN_FAR_STEPS)

@@ -195,12 +195,13 @@ class GradientCheck:
         """The first step's batch, as the data gave it (before any device or layout)."""
         self.batch = (x, y)
 
-    def inspect(self, net, step: int) -> None:
+    def inspect(self, net, step: int, first_timed: int) -> None:
         """Called inside step ``step`` (from 0), its gradients in place: the first step's
-        are kept, the first timed step's are counted."""
+        are kept, the first timed step's (``first_timed``: the warm-up's length) are
+        counted."""
         if step == 0:
             self.after_first_step(net)
-        if step == self.spec["warmup_steps"]:
+        if step == first_timed:
             self.after_first_timed_step(net, step)
 
     def after_first_step(self, net) -> None:

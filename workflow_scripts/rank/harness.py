@@ -588,6 +588,8 @@ class Steps:
     when they ended."""
 
     total: int  # the steps the loop was to run (max_steps cuts a run short)
+    warmup: int = 0  # its untimed steps: warmup_steps, or fewer (short_warmup)
+    warmup_s: float = 0.0  # their time
     started: float = math.nan  # its clock (perf_counter) at the first step
     step_times: list[float] = dataclasses.field(default_factory=list)  # the timed steps
     losses: list[float] = dataclasses.field(default_factory=list)  # every step's (warm-up too)
@@ -654,13 +656,15 @@ def run_steps(trainer: Trainer, progress=None) -> Steps:
     spec, epochs = trainer.spec, trainer.epochs
     # max_steps cuts the run short (a pre-flight); the schedule stays the whole run's
     steps = Steps(total=min(trainer.total_steps, spec.get("max_steps") or trainer.total_steps))
+    steps.warmup = trainer.warmup_run = spec["warmup_steps"]
     scored_at = set()  # where the training is scored (time to accuracy; the last: after it)
     if epochs:
         steps.stop_reason = "epochs"
         scored_at = set(schedule.eval_points(spec, trainer.batches.steps_per_epoch)[:-1])
     steps.started = time.perf_counter()
-    for i in range(steps.total):
-        if i == spec["warmup_steps"]:  # other work on our CPUs from here: between steps
+    i = 0
+    while i < steps.total:
+        if i == steps.warmup:  # other work on our CPUs from here: between steps
             steps.window_start = contention.snapshot()
         stop = None if epochs else early_stop(spec, steps.step_times)
         if stop:
@@ -674,18 +678,40 @@ def run_steps(trainer: Trainer, progress=None) -> Steps:
             steps.compiles_at_first_step = compile_stats(spec)
             if trainer.check is not None:
                 trainer.check.first_loss = value
-        if i >= spec["warmup_steps"]:
+        if i >= steps.warmup:
             steps.step_times.append(elapsed)
             if trainer.workload.text:
                 steps.tokens.append(text_tokens(trainer.last[0]))
+        elif not epochs:
+            steps.warmup_s += elapsed
+            if short_warmup(spec, i + 1, steps.warmup_s):
+                # the warm-up ends here: the steps it leaves out are not timed either
+                steps.total -= steps.warmup - (i + 1)
+                steps.warmup = trainer.warmup_run = i + 1
         if i + 1 in scored_at:
             t0 = time.perf_counter()
             steps.curve.append(curve_point(trainer, i + 1, steps.training_time(t0)))
             steps.scoring_s += time.perf_counter() - t0
+        i += 1
     steps.train_time_s = steps.training_time(time.perf_counter())
     threads = trainer.torch.get_num_threads()
     steps.other_work = contention.measure(steps.window_start, contention.snapshot(), threads)
     return steps
+
+
+def short_warmup(spec: dict, done: int, seconds: float) -> bool:
+    """Whether the warm-up ends after its first ``done`` steps, short of
+    ``warmup_steps``: where they took ``time_budget_s`` already (a step that slow, bf16
+    where it is emulated, 40x fp32's, paid its one-off costs in the first, and a second
+    warm-up step of a BERT-base would take 8 minutes more), after one step at least (two
+    for a compiled run with dropout: its first runs without dropout, the gradient
+    check's, and the second compiles again with it). Every rank decides together."""
+    budget = spec.get("time_budget_s")
+    compiled = spec.get("compile") not in (None, "none")
+    redrop = compiled and spec.get("dropout") and spec.get("mode", "train") == "train"
+    if not budget or done < (2 if redrop else 1) or done >= spec["warmup_steps"]:
+        return False
+    return ranks.agree(seconds >= budget)
 
 
 def early_stop(spec: dict, step_times: list[float]) -> str | None:
@@ -714,8 +740,8 @@ def checked_step(trainer: Trainer, i: int, total: int, progress=None) -> tuple[f
     """``timed_step``, with the gradient check's look at the gradients of the first step
     and of the first timed one, and the checked first step without dropout."""
     check = trainer.check
-    if check is not None and i in (0, trainer.spec["warmup_steps"]):
-        trainer.inspect = functools.partial(check.inspect, trainer.net, i)
+    if check is not None and i in (0, trainer.warmup_run):
+        trainer.inspect = functools.partial(check.inspect, trainer.net, i, trainer.warmup_run)
     without_dropout = i == 0 and trainer.checked_without_dropout
     if without_dropout:
         trainer.model.eval()
@@ -735,7 +761,7 @@ def after_steps(trainer: Trainer, steps: Steps) -> dict:
     probe_after = probe_or_error(spec.get("probe_size"))
     if not steps.step_times:
         raise RuntimeError(
-            f"no timed step ran ({steps.total} steps, of which warmup_steps {spec['warmup_steps']})"
+            f"no timed step ran ({steps.total} steps, of which warm-up {steps.warmup})"
         )
     accuracy = epochs_accuracy(trainer, steps) if trainer.epochs else {}
     checks = trainer.checks()
@@ -808,6 +834,7 @@ def record_metrics(spec: dict, steps: Steps, before: dict, after: dict) -> dict:
         "flops_error": before["flops_error"],
         **text,
         "steps_timed": len(step_times),
+        "warmup_steps_run": steps.warmup,
         "time_budget_hit": steps.budget_hit,
         "stop_reason": steps.stop_reason,
         "step_time_half_width": metrics.relative_half_width(step_times),

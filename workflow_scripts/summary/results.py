@@ -215,6 +215,13 @@ def _measurement() -> list[Result]:
         Result("pct_of_peak", "number", m, "%", "achieved over the ceiling", stat="median"),
         Result("measurement_error", "text", m, help="why a figure is not one", stat="distinct"),
         Result("steps_timed", "integer", m, help="timed steps (fewer under a time budget)"),
+        Result(
+            "warmup_steps_run",
+            "integer",
+            m,
+            help="untimed steps run: warmup_steps, or fewer where they took time_budget_s",
+            source=("metrics", "warmup_steps_run"),
+        ),
         Result("time_budget_hit", "flag", m, help="the time budget ended the steps"),
         Result(
             "stop_reason",
@@ -222,7 +229,7 @@ def _measurement() -> list[Result]:
             m,
             help="why the timed steps ended: steps (all asked), time_budget, precision "
             "(step_precision reached), far_from_baseline (beyond far_stop of its group's "
-            "first) or epochs",
+            "first of the same work) or epochs",
             source=("metrics", "stop_reason"),
             stat="distinct",
         ),
