@@ -132,7 +132,9 @@ class Trainer:
         # gradients (the gradient check), its seconds in untimed_s
         self.inspect = None
         self.untimed_s = 0.0
+        # the learning rate's warm-up steps; the untimed ones this run took (run_steps)
         self.warmup_steps = schedule.warmup_steps(spec, spe)
+        self.warmup_run = spec["warmup_steps"]
         # (a hook inside a compiled graph would change the graph; a TorchScript or
         # quantized graph module has none to hook)
         plain = spec["compile"] == "none" and spec["precision"] != "int8"
