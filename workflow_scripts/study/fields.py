@@ -640,7 +640,8 @@ FIELDS: dict[str, Field] = {
             "warmup_steps",
             {"type": "integer", "minimum": 1},
             3,
-            "untimed steps first (allocation, compilation)",
+            "untimed steps first (allocation, compilation); fewer where they took "
+            "time_budget_s already (one at least; two for a compiled run with dropout)",
             tag=_prefixed("warmup"),
             column=True,
             label="warm-up steps",
