@@ -83,8 +83,9 @@ def trial_priority(wildcards):
 
 
 # Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
-# experiment whose first trial stopped far from its baseline runs no other (FAR_STOPS:
-# those that may; the first round's report, a checkpoint, comes after every trial 0).
+# experiment whose first trial stopped far slower than its baseline runs no other
+# (FAR_STOPS: those that may, their far_stop beyond the margin; the first round's
+# report, a checkpoint, comes after every trial 0).
 FIRST_TRIALS = rounds.first_trials(STUDY.experiments, MIN_TRIALS)
 FAR_STOPS = {
     e["id"]
@@ -96,7 +97,7 @@ FAR_STOPS = {
 def round_experiments(k):
     """The experiments with a trial k: every one in the first round; below the minimum
     (``trials``), every one but a seed sweep's beyond its share and those whose first
-    trial stopped far from their baseline; then those that a comparison still undecided
+    trial stopped far slower than their baseline; then those that a comparison still undecided
     after round k-1 names (that round's report is a checkpoint;
     workflow_scripts/plan/rounds.py)."""
     if k == 0:
