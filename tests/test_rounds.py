@@ -107,9 +107,10 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
     assert far.baseline_of(by_id["base"], specs) is None  # the group's first itself
     assert far.baseline_of(by_id["acc-bf16"], specs) is None  # epochs: never cut short
     assert far.baseline_of(by_id["nofar"], specs) is None  # far_stop null
-    # another batch is other work: measured against the group's first of its own work
-    assert far.baseline_of(by_id["big"], specs) is None
-    assert far.baseline_of(by_id["big-bf16"], specs) == "big"
+    # another batch is other work: the trial tells (its inputs stay the same whatever
+    # the group's first becomes, so that editing it reruns no other experiment)
+    assert far.baseline_of(by_id["big"], specs) == "base"
+    assert not far.same_work(by_id["big-bf16"], by_id["base"])
     # a launcher (and its allocator) runs the same step faster or slower
     assert far.baseline_of(by_id["tcmalloc"], specs) == "base"
     assert far.same_work(by_id["bf16"], by_id["base"])

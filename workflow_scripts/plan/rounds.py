@@ -14,7 +14,7 @@ Below the minimum, two things stop an experiment sooner. A seed sweep's seeds ar
 configuration's replicates (:func:`first_trials`: 3 seeds of 1 trial each make 3 trials).
 And an experiment whose first trial stopped timing far slower than its baseline
 (``far_stop``: the 95 % interval of its mean step time wholly beyond 1.5x its group's
-first of the same work, or its one step beyond 1.5x squared) runs no other trial
+first, of the same work, or its one step beyond 1.5x squared) runs no other trial
 (:func:`stopped_far`; where the factor lies beyond the verdicts' margin,
 :func:`one_trial_when_far`): bf16 where it is emulated, 40x slower, is as certain of
 that after one trial as after two. (A run far faster than its baseline runs its trials:

@@ -229,7 +229,7 @@ def _measurement() -> list[Result]:
             m,
             help="why the timed steps ended: steps (all asked), time_budget, precision "
             "(step_precision reached), far_from_baseline (beyond far_stop of its group's "
-            "first of the same work) or epochs",
+            "first, of the same work) or epochs",
             source=("metrics", "stop_reason"),
             stat="distinct",
         ),

@@ -3,7 +3,7 @@ beyond ``far_stop`` times its baseline's speed, either way.
 
 A rung 20x slower than the run it is compared with (bf16 where it is emulated) is as
 certain of that after two timed steps as after eight, and after one trial as after
-two. Its baseline is the first experiment of its group that times the same work per
+two. Its baseline is its group's first experiment when both time the same work per
 step (same workload, batch, ranks and nodes; not an epochs run): that experiment's
 first trial's record is the trial's ``ancient`` input (a rerun of it reruns nothing
 else). The rank (``rank/harness.py``) stops when the 95 % interval of its mean step
@@ -30,15 +30,13 @@ SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes")
 
 def baseline_of(spec: Mapping, specs: Iterable[Mapping]) -> str | None:
     """The experiment whose first trial a trial of ``spec`` may measure itself against:
-    the first of its group that times the same work per step (:func:`same_work`);
-    None when ``far_stop`` is off, for an epochs run, or for that first itself. (An edit
-    that changes which experiment that is changes the trial's inputs: Snakemake reruns
-    it, against its new baseline.)"""
+    its group's first; None when ``far_stop`` is off, for an epochs run, or for the
+    group's first itself. Whether the two time the same work per step is the trial's
+    to tell (:func:`reference`), so that editing the group's first reruns no other
+    experiment (the set of a trial's inputs stays the same)."""
     if not spec.get("far_stop") or spec.get("epochs"):
         return None
-    first = next(
-        (s for s in specs if s.get("group") == spec.get("group") and same_work(s, spec)), None
-    )
+    first = next((s for s in specs if s.get("group") == spec.get("group")), None)
     if first is None or first["id"] == spec["id"]:
         return None
     return str(first["id"])
