@@ -468,12 +468,19 @@ def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, flo
     slower (``far_stop`` beyond the margin) their first trial is their last
     (plan/rounds.py)."""
     by_id = {s["id"]: s for s in experiments}
+    step: dict[str, float] = {}  # each experiment's predicted step, once
+
+    def step_of(spec: Mapping) -> float:
+        if spec["id"] not in step:
+            step[spec["id"]] = trial(spec, machine)["step_s"]
+        return step[spec["id"]]
+
     out = {}
     for spec in experiments:
         base = by_id.get(far_stop.baseline_of(spec, experiments))
         if base is None or not far_stop.same_work(spec, base):
             continue
-        ratio = trial(spec, machine)["step_s"] / trial(base, machine)["step_s"]
+        ratio = step_of(spec) / step_of(base)
         factor = float(spec["far_stop"])
         if ratio > factor or ratio < 1 / factor:
             out[spec["id"]] = ratio

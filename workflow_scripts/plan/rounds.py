@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..util import read_json
+from ..util import finite, read_json
 
 #: the verdict that asks for another round
 UNDECIDED = "undecided"
@@ -107,13 +107,9 @@ def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
         metrics = record.get("metrics") or {}
         step = (metrics.get("step_time_s") or {}).get("median")
         base = (record.get("far_from") or {}).get("step_time_s")
-        if metrics.get("stop_reason") == FAR and _finite(step) and _finite(base) and step > base:
+        if metrics.get("stop_reason") == FAR and finite(step) and finite(base) and step > base:
             out.add(experiment)
     return out
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
