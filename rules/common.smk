@@ -171,7 +171,8 @@ def experiment_inputs(wildcards):
     reference probe if it runs the noise probe (ancient(), so that a new calibration
     reruns no experiment), the record of the run whose trained weights it serves, a
     later trial's first trial's record (ancient(): a rerun of trial 0 reruns no other)
-    and the first trial's record of the run it stops early against (far_stop)."""
+    and its far pointer, to the first trial's record of the run it stops early against
+    (far_stop; trial/far.py)."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
         inputs = image_inputs_of(images.image_for(spec))
@@ -187,10 +188,24 @@ def experiment_inputs(wildcards):
         inputs["weights_from"] = f"{RESULTS}/records/{spec['weights_from']}/trial0.json"
     if int(wildcards.trial) > 0:  # what a later trial carries from its first (carry.py)
         inputs["first_trial"] = ancient(f"{RESULTS}/records/{spec['id']}/trial0.json")
-    far_baseline = far.baseline_of(spec, STUDY.experiments)
-    if far_baseline:  # far from it, a trial stops early (far.py)
-        inputs["far_baseline"] = ancient(f"{RESULTS}/records/{far_baseline}/trial0.json")
+    if far.has_pointer(spec, STUDY.experiments):  # far from it, a trial stops early
+        inputs["far_baseline"] = ancient(far_pointer(spec["id"]))
     return inputs
+
+
+def far_pointer(experiment):
+    return f"{RESULTS}/far/{experiment}.json"
+
+
+def far_baseline_id(wildcards):
+    return far.baseline_of(STUDY.by_id[wildcards.experiment], STUDY.experiments) or ""
+
+
+def far_baseline_inputs(wildcards):
+    """The first trial's record of the run a trial stops early against (ancient: a rerun
+    of it reruns nothing else); none where no earlier run of the group does its work."""
+    baseline = far_baseline_id(wildcards)
+    return {"record": ancient(f"{RESULTS}/records/{baseline}/trial0.json")} if baseline else {}
 
 
 def env_inputs(wildcards):
@@ -333,6 +348,7 @@ REPORT_RESOURCES = sizing.setup("report")
 # (cluster.build_on: compute; the build rules' localrule: BUILDS_LOCAL).
 localrules:
     wheelhouse,
+    far_baseline,
     image_folder,
     digits,
     report,

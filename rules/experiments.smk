@@ -88,6 +88,26 @@ rule run_experiment:
         progress.report(STUDY)
 
 
+# A trial's far pointer (workflow_scripts/trial/far.py): the first run before it in its
+# group that times the same work per step, whose first trial it stops early against.
+# Which run that is depends on the others' settings: editing one reruns this pointer
+# (its input and param), never the trial (the pointer is the trial's ancient input).
+rule far_baseline:
+    input:
+        unpack(far_baseline_inputs),
+    output:
+        pointer=far_pointer("{experiment}"),
+    log:
+        f"{LOGS}/far/{{experiment}}.log",
+    priority: SETUP_PRIORITY
+    params:
+        baseline=far_baseline_id,
+    run:
+        far.write_pointer(
+            output.pointer, wildcards.experiment, params.baseline, input.get("record"), log[0]
+        )
+
+
 # The allreduce microbenchmark, one job per process-group variant (config
 # `collectives`): latency and bus bandwidth from 1 KiB to 100 MiB, with the machine to
 # itself like a trial. Its settings are a param: editing them reruns it.

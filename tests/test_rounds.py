@@ -99,7 +99,7 @@ def test_another_round_runs_exactly_what_an_undecided_comparison_names(tmp_path)
     assert rounds.going_on(write_comparisons(tmp_path / "none.csv", []), ran) == []
 
 
-def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
+def test_a_trial_stops_early_against_the_first_run_of_its_group_doing_the_same_work():
     st = study_of()
     specs = st.experiments
     by_id = st.by_id
@@ -107,15 +107,38 @@ def test_a_trial_stops_early_against_its_groups_first_for_the_same_work():
     assert far.baseline_of(by_id["base"], specs) is None  # the group's first itself
     assert far.baseline_of(by_id["acc-bf16"], specs) is None  # epochs: never cut short
     assert far.baseline_of(by_id["nofar"], specs) is None  # far_stop null
-    # another batch is other work: the trial tells (its inputs stay the same whatever
-    # the group's first becomes, so that editing it reruns no other experiment)
-    assert far.baseline_of(by_id["big"], specs) == "base"
+    # another batch is other work: the first earlier run at that batch
+    assert far.baseline_of(by_id["big"], specs) is None
+    assert far.baseline_of(by_id["big-bf16"], specs) == "big"
     assert not far.same_work(by_id["big-bf16"], by_id["base"])
     # a launcher (and its allocator) runs the same step faster or slower
     assert far.baseline_of(by_id["tcmalloc"], specs) == "base"
     assert far.same_work(by_id["bf16"], by_id["base"])
     assert not far.same_work(by_id["big"], by_id["base"])
     assert not far.same_work(by_id["acc"], by_id["acc-bf16"])
+    # a trial's input is its own pointer, whatever the other runs' settings: every run
+    # but its group's first, an epochs run and one with far_stop off
+    pointed = [e["id"] for e in specs if far.has_pointer(e, specs)]
+    assert pointed == ["bf16", "big", "big-bf16", "tcmalloc"]
+
+
+def test_a_trial_follows_its_far_pointer_to_its_baselines_first_trial(tmp_path):
+    spec = {"id": "bf16", "far_stop": 1.5}
+    record = tmp_path / "records/base/trial0.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(
+        '{"status": "ok", "trial": 0, "spec": {"id": "base"},'
+        ' "metrics": {"step_time_s": {"median": 0.25}}}'
+    )
+    pointer, log = tmp_path / "far/bf16.json", tmp_path / "logs/far/bf16.log"
+    far.write_pointer(pointer, "bf16", "base", str(record), log)
+    assert json.loads(pointer.read_text())["record"] == "../records/base/trial0.json"
+    assert "base's first trial" in log.read_text()
+    assert far.reference(pointer, spec)["step_time_s"] == 0.25
+    # none: no early stop, and the log says why
+    far.write_pointer(pointer, "bf16", "", None, log)
+    assert far.reference(pointer, spec) is None
+    assert "no earlier run of its group" in log.read_text()
 
 
 def test_far_is_beyond_the_factor_either_way_with_the_whole_interval():

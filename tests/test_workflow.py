@@ -354,14 +354,15 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # no trial waits for another experiment's files, but a served model for the first
         # trial of the run that trains its weights; a later trial for its own first
         # (what it carries from it: workflow_scripts/trial/carry.py); and a trial that
-        # stops early far from its group's first for that one's first (trial/far.py)
+        # may stop early far from its baseline for its own far pointer (trial/far.py)
         source = specs[experiment]["weights_from"]
         records_in = re.findall(r"results/records/[^ ,]+", job["input"])
         expected = [f"results/records/{source}/trial0.json"] if source else []
         expected += [f"results/records/{experiment}/trial0.json"] if trial else []
-        first = far.baseline_of(specs[experiment], loaded.experiments)
-        expected += [f"results/records/{first}/trial0.json"] if first else []
         assert sorted(records_in) == sorted(expected)
+        pointers = re.findall(r"results/far/[^ ,]+", job["input"])
+        pointed = far.has_pointer(specs[experiment], loaded.experiments)
+        assert pointers == ([f"results/far/{experiment}.json"] if pointed else [])
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
@@ -379,6 +380,39 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     setup = [j for j in jobs if j["rule"] in setup_rules]
     assert {j["rule"] for j in setup} == setup_rules
     assert all(j["priority"] == 4 for j in setup)
+
+
+def test_a_trial_waits_for_its_far_baseline_through_a_pointer_of_its_own(tmp_path):
+    """The default study: each trial that may stop early far from its baseline reads its
+    own pointer (results/far/<id>.json), which waits for the first trial of the first
+    earlier run of its group doing the same work (bf16 GPT-2 for fp32 GPT-2's, a served
+    BERT-base at batch 16 for eager BERT-base's at batch 16)."""
+    wd = copy_workflow(tmp_path / "wf")
+    jobs = dry_run_jobs(wd)
+    loaded = study.load_study(study.read_config(wd / "config.yaml"))
+    specs = loaded.by_id
+    records = r"results/records/[^ ,]+"
+    pointers = {
+        j["wildcards"].split("experiment=", 1)[1]: re.findall(records, j.get("input", ""))
+        for j in jobs
+        if j["rule"] == "far_baseline"
+    }
+    assert pointers and set(pointers) == {
+        e for e, spec in specs.items() if far.has_pointer(spec, loaded.experiments)
+    }
+    for experiment, records in pointers.items():
+        baseline = far.baseline_of(specs[experiment], loaded.experiments)
+        assert records == ([f"results/records/{baseline}/trial0.json"] if baseline else [])
+        if baseline:
+            assert far.same_work(specs[experiment], specs[baseline])
+    assert pointers["gpt2-bf16"] == ["results/records/gpt2/trial0.json"]
+    served = pointers["frozen-bert-base-bs16-bf16"]
+    assert served == ["results/records/infer-bert-base-bs16-fp32/trial0.json"]
+    for job in jobs:
+        if job["rule"] == "run_experiment" and job["wildcards"].endswith("trial=0"):
+            experiment = job["wildcards"].split("experiment=", 1)[1].split(",")[0]
+            expected = [f"results/far/{experiment}.json"] if experiment in pointers else []
+            assert re.findall(r"results/far/[^ ,]+", job["input"]) == expected
 
 
 def test_calibration_is_an_ancient_input(tmp_path):

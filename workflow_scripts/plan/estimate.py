@@ -93,9 +93,9 @@ DIGITS_TEST_IMAGES = 360
 #: an INT8 model's preparation (export or observers, convert) or a TorchScript trace and
 #: freeze, beyond its calibration's forward passes
 SERVE_PREPARE_S = 3.0
-#: the forward passes a served model's checks run after the steps (the agreement batch
-#: and the fp32 reference's, the oneDNN trace)
-SERVE_CHECK_STEPS = 3
+#: the forward passes a served model's checks run after the steps (one: its logits on
+#: the agreement batch, with the oneDNN trace), beside the fp32 eager reference's
+SERVE_CHECK_STEPS = 1
 
 
 def forward_flops(spec: Mapping) -> float | None:
@@ -355,7 +355,8 @@ def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: 
     preparation or the TorchScript trace, and the checks after the steps."""
     from ..rank import inference
 
-    seconds = SERVE_CHECK_STEPS * step
+    fp32_forward = (flops * batch / (rate * 1e9) if flops else step) + STEP_OVERHEAD_S
+    seconds = SERVE_CHECK_STEPS * step + fp32_forward  # (and the reference's logits)
     if spec.get("precision") == "int8":
         seconds += inference.CALIBRATION_BATCHES * step * 2 + SERVE_PREPARE_S
     elif spec.get("ipex_torchscript"):
@@ -365,7 +366,6 @@ def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: 
         text = spec.get("data") == "keywords"
         train = workloads.KEYWORDS_TRAIN if text else DIGITS_TRAIN_IMAGES
         held_out = workloads.KEYWORDS_TEST if text else DIGITS_TEST_IMAGES
-        fp32_forward = (flops * batch / (rate * 1e9) if flops else 1.0) + STEP_OVERHEAD_S
         if not spec.get("weights_from"):  # (served weights are loaded, not trained)
             seconds += epochs * math.ceil(train / batch) * 3 * fp32_forward
         seconds += 2 * math.ceil(held_out / batch) * step

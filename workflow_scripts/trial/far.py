@@ -3,23 +3,29 @@ beyond ``far_stop`` times its baseline's speed, either way.
 
 A rung 20x slower than the run it is compared with (bf16 where it is emulated) is as
 certain of that after two timed steps as after eight, and after one trial as after
-two. Its baseline is its group's first experiment when both time the same work per
-step (same workload, batch, ranks and nodes; not an epochs run): that experiment's
-first trial's record is the trial's ``ancient`` input (a rerun of it reruns nothing
-else). The rank (``rank/harness.py``) stops when the 95 % interval of its mean step
-time, from at least 2 timed steps, lies wholly beyond the factor; the record says so
-(``stop_reason: far_from_baseline``, ``far_from``: the baseline, its trial and step
-time, the factor), and the experiment runs no other trial (``plan/rounds.py``).
+two. Its baseline is the first run listed before it in its group that times the same
+work per step (same workload, batch, ranks and nodes; not an epochs run): bf16 GPT-2
+against fp32 GPT-2, a served BERT-base at batch 16 against eager BERT-base at batch 16.
+Which run that is depends on the other runs' settings, so a trial does not take that
+run's record as its input: it takes its own far pointer (``results/far/<id>.json``,
+written by the ``far_baseline`` rule from the baseline's first trial's record, an
+``ancient`` input) and follows it. Editing another run reruns that bookkeeping, never
+the trial (the set of a trial's inputs stays the same). The rank
+(``rank/harness.py``) stops when the 95 % interval of its mean step time, from at least
+2 timed steps, lies wholly beyond the factor; the record says so (``stop_reason:
+far_from_baseline``, ``far_from``: the baseline, its trial and step time, the factor),
+and the experiment runs no other trial (``plan/rounds.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..study.fields import compare_keys
-from ..util import read_json
+from ..util import read_json, write_json_atomic
 
 #: the spec key that hands the rank its baseline's step time (the record's own key)
 SPEC_KEY = "far_from"
@@ -28,18 +34,63 @@ SPEC_KEY = "far_from"
 SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes")
 
 
-def baseline_of(spec: Mapping, specs: Iterable[Mapping]) -> str | None:
-    """The experiment whose first trial a trial of ``spec`` may measure itself against:
-    its group's first; None when ``far_stop`` is off, for an epochs run, or for the
-    group's first itself. Whether the two time the same work per step is the trial's
-    to tell (:func:`reference`), so that editing the group's first reruns no other
-    experiment (the set of a trial's inputs stays the same)."""
+def baseline_of(spec: Mapping, specs: Sequence[Mapping]) -> str | None:
+    """The experiment whose first trial a trial of ``spec`` measures itself against: the
+    first one listed before it in its group that times the same work per step; None
+    when ``far_stop`` is off, for an epochs run, or where no earlier run of the group
+    does the same work."""
+    if not has_pointer(spec, specs):
+        return None
+    for other in specs:
+        if other["id"] == spec["id"]:
+            return None
+        if other.get("group") == spec.get("group") and same_work(other, spec):
+            return str(other["id"])
+    return None
+
+
+def has_pointer(spec: Mapping, specs: Sequence[Mapping]) -> bool:
+    """Whether a trial of ``spec`` reads a far pointer: ``far_stop`` on, not an epochs
+    run, and not its group's first (whatever the other runs' settings are)."""
     if not spec.get("far_stop") or spec.get("epochs"):
-        return None
+        return False
     first = next((s for s in specs if s.get("group") == spec.get("group")), None)
-    if first is None or first["id"] == spec["id"]:
+    return first is not None and first["id"] != spec["id"]
+
+
+def write_pointer(
+    path: Path | str,
+    experiment: str,
+    baseline: str | None,
+    record: str | None,
+    log: Path | str | None = None,
+) -> None:
+    """The far pointer of ``experiment``: its baseline and that one's first trial's
+    record (relative to the pointer's folder), or none; ``log``: a line that says which."""
+    path = Path(path)
+    data: dict = {"experiment": experiment, "baseline": baseline or None, "record": None}
+    if baseline and record:
+        data["record"] = os.path.relpath(Path(record).resolve(), path.parent.resolve())
+    else:
+        data["why"] = "no earlier run of its group times the same work per step"
+    write_json_atomic(path, data)
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        said = f"{baseline}'s first trial" if data["record"] else f"none: {data.get('why')}"
+        Path(log).write_text(f"[far] {experiment} stops early against {said}\n")
+
+
+def _followed(path: Path) -> dict | None:
+    """The record at ``path``, or the one the far pointer at ``path`` points to."""
+    try:
+        data = read_json(path, want=None)
+        if isinstance(data, dict) and "status" not in data and "record" in data:
+            if not data["record"]:
+                return None
+            data = read_json(path.parent / str(data["record"]), want=None)
+    except (OSError, ValueError):
         return None
-    return str(first["id"])
+    return data if isinstance(data, dict) else None
 
 
 def same_work(a: Mapping, b: Mapping) -> bool:
@@ -51,14 +102,12 @@ def same_work(a: Mapping, b: Mapping) -> bool:
 
 def reference(path: Path | str | None, spec: Mapping) -> dict | None:
     """What the rank compares its steps with: the baseline record's median step time
-    (an ok record of the same work per step with one; None otherwise: no early stop)."""
+    (``path``: the record, or a far pointer to it; an ok record of the same work per
+    step with one; None otherwise: no early stop)."""
     if not path or not spec.get("far_stop"):
         return None
-    try:
-        record = read_json(Path(path), want=None)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("status") != "ok":
+    record = _followed(Path(path))
+    if record is None or record.get("status") != "ok":
         return None
     if not isinstance(record.get("spec"), dict) or not same_work(record["spec"], spec):
         return None
