@@ -87,7 +87,7 @@ def steps_text(row: Mapping) -> str:
         if reason == "precision":
             why = "step time known within step_precision"
         elif reason == "far_from_baseline":
-            why = "already beyond far_stop of its group's first"
+            why = "already beyond far_stop of its baseline"
         text += f" of {int(steps)} ({why})"
     return text
 

@@ -717,7 +717,8 @@ FIELDS: dict[str, Field] = {
             {"anyOf": [{"type": "number", "minimum": 1.1}, {"type": "null"}]},
             None,
             "stop timing once the trial's first timed steps put it beyond this factor of the "
-            "speed of its group's first experiment (of the same work per step), either way "
+            "speed of the first experiment before it in its group doing the same work per "
+            "step, either way "
             "(the 95 % interval of the mean of 2 steps or more wholly beyond; or one step "
             "slower by the factor squared): so far from its baseline, more steps change no "
             "verdict, and where its first trial stops so, slower, it runs no other; null: "

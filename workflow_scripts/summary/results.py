@@ -228,8 +228,8 @@ def _measurement() -> list[Result]:
             "text",
             m,
             help="why the timed steps ended: steps (all asked), time_budget, precision "
-            "(step_precision reached), far_from_baseline (beyond far_stop of its group's "
-            "first, of the same work) or epochs",
+            "(step_precision reached), far_from_baseline (beyond far_stop of its baseline, "
+            "the first run before it in its group doing the same work) or epochs",
             source=("metrics", "stop_reason"),
             stat="distinct",
         ),
