@@ -97,8 +97,9 @@ FAR_STOPS = {
 def round_experiments(k):
     """The experiments with a trial k: every one in the first round; below the minimum
     (``trials``), every one but a seed sweep's beyond its share and those whose first
-    trial stopped far slower than their baseline; then those that a comparison still undecided
-    after round k-1 names (that round's report is a checkpoint;
+    trial stopped far slower than their baseline; then those that a comparison still
+    undecided after round k-1 names, or one the headline states whose interval is not yet
+    within the margin (that round's report is a checkpoint;
     workflow_scripts/plan/rounds.py)."""
     if k == 0:
         return STUDY.ids

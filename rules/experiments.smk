@@ -4,8 +4,9 @@
 # asks for"). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
 # Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority;
-# after `trials`, only the experiments a comparison still undecided names run another
-# round, up to `max_trials` (round_experiments, rules/common.smk).
+# after `trials`, only the experiments a comparison still undecided names (or one the
+# headline states, not yet within the margin) run another round, up to `max_trials`
+# (round_experiments, rules/common.smk).
 # After each, a progress line: trials done of all, elapsed, the time left (progress.py).
 # A trial whose noise probe falls below noise_threshold x the reference probe is
 # run again (noise_retries times at most); these two settings are read in the run

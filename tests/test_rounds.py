@@ -75,10 +75,27 @@ def write_comparisons(path, rows):
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
-        for baseline, experiment, verdict in rows:
+        for baseline, experiment, verdict, *more in rows:
             w.writerow({"kind": "step", "baseline": baseline, "experiment": experiment,
-                        "verdict": verdict})  # fmt: skip
+                        "verdict": verdict, **(more[0] if more else {})})  # fmt: skip
     return path
+
+
+def test_the_headlines_comparisons_go_on_until_their_interval_is_within_the_margin(tmp_path):
+    wide = {"ratio": 2.0, "ci_low": 1.88, "ci_high": 2.13, "margin": 0.03}  # about ±6 %
+    narrow = {"ratio": 1.5, "ci_low": 1.47, "ci_high": 1.53, "margin": 0.03}  # ±2 %
+    table = write_comparisons(
+        tmp_path / "comparisons.csv",
+        [
+            ("base", "best", "faster", {**wide, "headline": True}),  # the answer: not yet
+            ("base", "bf16", "faster", {**narrow, "headline": True}),  # known well enough
+            ("base", "other", "faster", {**wide, "headline": False}),  # decided: stops
+            ("gpt2", "gpt2-fast", "faster", {**wide, "margin": 0.1, "headline": True}),
+        ],
+    )
+    ran = ["base", "best", "bf16", "other", "gpt2", "gpt2-fast"]
+    assert rounds.wide_headline_pairs(table) == [("base", "best")]
+    assert rounds.going_on(table, ran) == ["base", "best"]
 
 
 def test_another_round_runs_exactly_what_an_undecided_comparison_names(tmp_path):

@@ -252,6 +252,16 @@ def test_the_quick_study_says_how_sure_each_comparison_is(quick_study):
     best = re.search(r'<b id="hl-best">([^<]*)</b>', quick_study.html).group(1)
     if best != "baseline":  # (on a machine where every rung is slower, the baseline)
         assert "so no configuration is known to beat the baseline yet" in quick_study.html
+    # the pairs the headline states are marked (the adaptive rounds measure them until
+    # their interval is within the margin): its fastest configuration against the
+    # baseline, and each family's fastest training run against its fp32 eager run
+    stated = table[table["headline"]]
+    pairs = set(zip(stated["baseline"], stated["experiment"], strict=True))
+    assert best == "baseline" or ("baseline", best) in pairs
+    for line in re.findall(r"the fastest training run is <b>([^<]+)</b>[^<]*<b>[^<]*</b> its "
+                           r"fp32 eager run \(([^;]+);", quick_study.html):  # fmt: skip
+        assert (line[1], line[0]) in pairs or line[0] == line[1], line
+    assert not table[~table["headline"]].empty
     assert '<section id="comparisons">' in quick_study.html
 
 

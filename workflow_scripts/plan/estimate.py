@@ -522,7 +522,8 @@ def format_estimate(est: Mapping, trials: int) -> str:
         lines.append(
             f"[estimate] adaptive rounds: {low} to {high} trials "
             f"({trials} to {adaptive['max_trials']} per experiment: more only where a "
-            f"comparison is still undecided), so about {human(est['total_s'])} to "
+            "comparison is still undecided or the headline's is not yet within the "
+            f"margin), so about {human(est['total_s'])} to "
             f"{human(adaptive['total_s'])}"
         )
     if est["remaining_trials_s"] < est["trials_s"]:

@@ -132,7 +132,8 @@ def line(
         if most > trials:
             return text + (
                 f"; the {total} trials of the minimum are done: more (up to {most} each) only "
-                "where a comparison is still undecided"
+                "where a comparison is still undecided or the headline's is not yet within "
+                "the margin"
             )
         return text + "; every trial is done"
     missing = total - len(done)

@@ -2,19 +2,23 @@
 
 Trials run in rounds (trial 0 of every experiment, then trial 1, ...). Every experiment
 runs ``trials`` of them (the minimum). After that, round k runs only the experiments
-that a comparison still undecided after round k-1 names, on either side: the round
-report of round k-1 (``results/rounds/<k-1>/comparisons.csv``, a Snakemake checkpoint)
-decides, with the report's own intervals and verdicts (``report/uncertainty.py``).
-A decided comparison (faster, slower or the same within the margin) needs no more
-trials; one whose side failed has no figure and is no comparison. The rounds end at
-``max_trials`` or when nothing is undecided. What a figure rests on is in the
-report's comparisons (trials on each side) and its summary (one row per trial).
+that a comparison still undecided after round k-1 names, on either side, or a
+comparison the headline states (its ``headline`` column) whose interval still reaches
+beyond ±the margin: the study's answer is measured until it is known that well. The
+round report of round k-1 (``results/rounds/<k-1>/comparisons.csv``, a Snakemake
+checkpoint) decides, with the report's own intervals and verdicts
+(``report/uncertainty.py``). Any other decided comparison (faster, slower or the same
+within the margin) needs no more trials; one whose side failed has no figure and is
+no comparison. The rounds end at ``max_trials`` or when nothing is left to measure.
+What a figure rests on is in the report's comparisons (trials on each side) and its
+summary (one row per trial).
 
 Below the minimum, two things stop an experiment sooner. A seed sweep's seeds are its
 configuration's replicates (:func:`first_trials`: 3 seeds of 1 trial each make 3 trials).
 And an experiment whose first trial stopped timing far slower than its baseline
-(``far_stop``: the 95 % interval of its mean step time wholly beyond 1.5x its group's
-first, of the same work, or its one step beyond 1.5x squared) runs no other trial
+(``far_stop``: the 95 % interval of its mean step time wholly beyond 1.5x its
+baseline's, the first run before it in its group doing the same work, or its one step
+beyond 1.5x squared) runs no other trial
 (:func:`stopped_far`; where the factor lies beyond the verdicts' margin,
 :func:`one_trial_when_far`): bf16 where it is emulated, 40x slower, is as certain of
 that after one trial as after two. (A run far faster than its baseline runs its trials:
@@ -122,11 +126,39 @@ def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
         ]
 
 
+def wide_headline_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
+    """The (baseline, experiment) pairs of a comparisons.csv that the headline states
+    (``headline``) with an interval wider than ±its margin: decided or not, the study's
+    answer is still measured until it is known that well (or the cap)."""
+    with open(comparisons_csv, newline="", encoding="utf-8") as f:
+        return [
+            (row["baseline"], row["experiment"])
+            for row in csv.DictReader(f)
+            if str(row.get("headline")).lower() == "true" and _wider_than_margin(row)
+        ]
+
+
+def _wider_than_margin(row: dict) -> bool:
+    """Whether the interval of a comparisons.csv row reaches beyond ±its margin of its
+    ratio, either way (no interval: wider)."""
+    try:
+        ratio, low, high = (float(row[k]) for k in ("ratio", "ci_low", "ci_high"))
+        margin = float(row["margin"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if not (finite(ratio) and ratio > 0 and finite(margin)):
+        return False
+    if not (finite(low) and finite(high) and low > 0):
+        return True
+    return max(high / ratio, ratio / low) - 1 > margin
+
+
 def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
     """The experiments of ``ran`` (those with a trial in the round just ended) that
-    an undecided comparison of that round's ``comparisons.csv`` names, in ``ran``'s
-    order."""
-    named = {e for pair in undecided_pairs(comparisons_csv) for e in pair}
+    an undecided comparison of that round's ``comparisons.csv`` names, or a comparison
+    the headline states with an interval wider than its margin; in ``ran``'s order."""
+    pairs = undecided_pairs(comparisons_csv) + wide_headline_pairs(comparisons_csv)
+    named = {e for pair in pairs for e in pair}
     return [e for e in ran if e in named]
 
 

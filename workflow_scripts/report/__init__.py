@@ -53,7 +53,7 @@ from .formatting import (
     fmt_text,
 )
 from .formatting import trials_text as trials_text  # tests use it
-from .headline import headline_html
+from .headline import headline_html, headline_pairs
 from .html import (
     CAPTIONS_DIR,
     CSS,
@@ -226,7 +226,7 @@ def build_report(
         machine_sections.append(section)
 
     found = stated_comparisons(stats_sp, baseline, ladder, matrix, compiled)
-    comparisons = comparisons_frame(found)
+    comparisons = comparisons_frame(found, headline_pairs(stats_sp, baseline, diverging))
     comparisons.to_csv(comparisons_path, index=False)
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [

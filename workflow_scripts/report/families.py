@@ -200,11 +200,11 @@ def families_section(stats: pd.DataFrame, baseline: str | None) -> Section:
     )
 
 
-def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list[str]:
-    """The headline's line per family: its fastest training run against its own fp32
-    eager run (diverging runs left out)."""
+def family_picks(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list:
+    """Per family, its fastest training run against its own fp32 eager run (diverging
+    runs left out): (family, comparison, the run's row, the fp32 eager run's id)."""
     train = training_rows(stats)
-    lines = []
+    picks = []
     for fam in workloads.FAMILIES:
         rows = train[train.apply(family, axis=1) == fam] if len(train) else train
         rows = rows[~rows["experiment"].isin(list(diverging))] if len(rows) else rows
@@ -215,9 +215,16 @@ def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[
             )
             if not isnan(_ratio(c))
         ]
-        if not scored:
-            continue
-        c, best, ref = max(scored, key=lambda s: s[0].ratio)
+        if scored:
+            picks.append((fam, *max(scored, key=lambda s: s[0].ratio)))
+    return picks
+
+
+def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list[str]:
+    """The headline's line per family: its fastest training run against its own fp32
+    eager run (diverging runs left out)."""
+    lines = []
+    for fam, c, best, ref in family_picks(stats, baseline, diverging):
         tokens = tokens_per_s(best)
         rate = f"{fmt_num(best['sps_median'])} samples/s"
         if not isnan(tokens):
@@ -337,13 +344,12 @@ def served_table(stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cells)
 
 
-def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
-    """The headline's lines for inference, per family: the fastest served run at batch 1
-    (its p50 latency) and at the largest batch (its throughput), each against its fp32
-    eager run of the same model and batch; an INT8 winner with what it did to the
-    logits or the accuracy."""
+def inference_picks(stats: pd.DataFrame, baseline: str | None) -> list:
+    """Per family, the fastest served run at batch 1 and at the largest batch, each
+    against its fp32 eager run of the same model and batch: (family, batch, comparison,
+    the run's row, the fp32 eager run's id)."""
     rows = inference_rows(stats)
-    lines = []
+    picks = []
     for fam in workloads.FAMILIES:
         mine = rows[rows.apply(family, axis=1) == fam] if len(rows) else rows
         if not len(mine):
@@ -357,11 +363,24 @@ def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
             )
             if not isnan(_ratio(c)) and not isnan(r.get("batch_size"))
         ]
-        parts = []
         batches = sorted({int(r["batch_size"]) for _, r, _ in scored})
         for batch in dict.fromkeys([b for b in batches if b == 1] + batches[-1:]):
-            c, best, ref = max((s for s in scored if int(s[1]["batch_size"]) == batch),
-                               key=lambda s: s[0].ratio)  # fmt: skip
+            best = max((s for s in scored if int(s[1]["batch_size"]) == batch),
+                       key=lambda s: s[0].ratio)  # fmt: skip
+            picks.append((fam, batch, *best))
+    return picks
+
+
+def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
+    """The headline's lines for inference, per family: the fastest served run at batch 1
+    (its p50 latency) and at the largest batch (its throughput), each against its fp32
+    eager run of the same model and batch; an INT8 winner with what it did to the
+    logits or the accuracy."""
+    picks = inference_picks(stats, baseline)
+    lines = []
+    for fam in workloads.FAMILIES:
+        parts = []
+        for _, batch, c, best, ref in (p for p in picks if p[0] == fam):
             if batch == 1:
                 rate = f"p50 {fmt_num(_ms(best.get('step_time_median_s')))} ms"
             else:

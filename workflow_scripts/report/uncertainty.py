@@ -97,7 +97,7 @@ class Comparison:
 
 
 COLUMNS = [f.name for f in fields(Comparison) if f.name not in ("margin", "spread", "df")]
-COLUMNS += ["confidence", "margin", "df", "spread"]
+COLUMNS += ["confidence", "margin", "df", "spread", "headline"]
 
 
 @dataclass(frozen=True)
@@ -295,16 +295,20 @@ def compared_text(base: Mapping | None, row: Mapping) -> str:
     return between(base, row).text()
 
 
-def comparisons_frame(found: Iterable[Comparison]) -> pd.DataFrame:
+def comparisons_frame(
+    found: Iterable[Comparison], headline: Iterable[tuple[str, str]] = ()
+) -> pd.DataFrame:
     """``comparisons.csv``: one row per distinct (kind, baseline, experiment), each with
-    the spread its interval used."""
-    rows, seen = [], set()
+    the spread its interval used, and whether the headline states its pair
+    (``headline``: those (baseline, experiment) pairs)."""
+    rows, seen, stated = [], set(), set(headline)
     for c in found:
         key = (c.kind, c.baseline, c.experiment)
         if key in seen or c.baseline == c.experiment or isnan(c.ratio):
             continue
         seen.add(key)
-        rows.append({**asdict(c), "confidence": CONFIDENCE})
+        on_top = (c.baseline, c.experiment) in stated
+        rows.append({**asdict(c), "confidence": CONFIDENCE, "headline": on_top})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

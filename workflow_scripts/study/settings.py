@@ -313,7 +313,8 @@ SETTINGS: dict[str, Setting] = {
             None,
             "the cap of the adaptive rounds: after `trials` (2 at least: one trial each "
             "decides nothing), another round runs each experiment that a comparison still "
-            "undecided names, up to this many trials (null, or not above `trials`: no "
+            "undecided names, or one the headline states whose interval is not yet within "
+            "±`margin`, up to this many trials (null, or not above `trials`: no "
             "adaptive rounds)",
             structured=True,
         ),
