@@ -116,31 +116,39 @@ def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     return out
 
 
+def _rows(comparisons_csv: Path | str) -> list[dict]:
+    with open(comparisons_csv, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
 def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
     """The (baseline, experiment) pairs of a comparisons.csv still undecided."""
-    with open(comparisons_csv, newline="", encoding="utf-8") as f:
-        return [
-            (row["baseline"], row["experiment"])
-            for row in csv.DictReader(f)
-            if row.get("verdict") == UNDECIDED
-        ]
+    return _undecided(_rows(comparisons_csv))
+
+
+def _undecided(rows: list[dict]) -> list[tuple[str, str]]:
+    return [(r["baseline"], r["experiment"]) for r in rows if r.get("verdict") == UNDECIDED]
 
 
 def wide_headline_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
     """The (baseline, experiment) pairs of a comparisons.csv that the headline states
     (``headline``) with an interval wider than ±its margin: decided or not, the study's
     answer is still measured until it is known that well (or the cap)."""
-    with open(comparisons_csv, newline="", encoding="utf-8") as f:
-        return [
-            (row["baseline"], row["experiment"])
-            for row in csv.DictReader(f)
-            if str(row.get("headline")).lower() == "true" and _wider_than_margin(row)
-        ]
+    return _wide_headline(_rows(comparisons_csv))
+
+
+def _wide_headline(rows: list[dict]) -> list[tuple[str, str]]:
+    return [
+        (r["baseline"], r["experiment"])
+        for r in rows
+        if str(r.get("headline")).lower() == "true" and _wider_than_margin(r)
+    ]
 
 
 def _wider_than_margin(row: dict) -> bool:
-    """Whether the interval of a comparisons.csv row reaches beyond ±its margin of its
-    ratio, either way (no interval: wider)."""
+    """Whether the interval of a comparisons.csv row reaches beyond ±its margin around
+    its ratio, either way (no interval: wider), by the rule of the verdict "the same"
+    (report/uncertainty.py: within 1/(1+m) to 1+m), here around the ratio."""
     try:
         ratio, low, high = (float(row[k]) for k in ("ratio", "ci_low", "ci_high"))
         margin = float(row["margin"])
@@ -150,15 +158,15 @@ def _wider_than_margin(row: dict) -> bool:
         return False
     if not (finite(low) and finite(high) and low > 0):
         return True
-    return max(high / ratio, ratio / low) - 1 > margin
+    return max(high / ratio, ratio / low) > 1 + margin
 
 
 def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
     """The experiments of ``ran`` (those with a trial in the round just ended) that
     an undecided comparison of that round's ``comparisons.csv`` names, or a comparison
     the headline states with an interval wider than its margin; in ``ran``'s order."""
-    pairs = undecided_pairs(comparisons_csv) + wide_headline_pairs(comparisons_csv)
-    named = {e for pair in pairs for e in pair}
+    rows = _rows(comparisons_csv)
+    named = {e for pair in _undecided(rows) + _wide_headline(rows) for e in pair}
     return [e for e in ran if e in named]
 
 

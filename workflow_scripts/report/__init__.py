@@ -30,7 +30,14 @@ from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_recor
 from .compare import backend_matrix, compiled_pairs, previous_steps
 from .comparisons import comparisons_section, stated_comparisons
 from .distributed import distributed_section
-from .families import families_section, family_lines, inference_lines, inference_section
+from .families import (
+    families_section,
+    family_lines,
+    family_picks,
+    inference_lines,
+    inference_picks,
+    inference_section,
+)
 from .figures import (
     NO_DATA,
     PLOT_NAMES,
@@ -226,7 +233,10 @@ def build_report(
         machine_sections.append(section)
 
     found = stated_comparisons(stats_sp, baseline, ladder, matrix, compiled)
-    comparisons = comparisons_frame(found, headline_pairs(stats_sp, baseline, diverging))
+    trained = family_picks(stats_sp, baseline, diverging)
+    served = inference_picks(stats_sp, baseline)
+    stated = [p[1] for p in trained] + [p[2] for p in served]  # (their comparisons)
+    comparisons = comparisons_frame(found, headline_pairs(stats_sp, baseline, diverging, stated))
     comparisons.to_csv(comparisons_path, index=False)
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [
@@ -250,7 +260,7 @@ def build_report(
     ]
     headline = headline_html(
         rich, records, stats, baseline, costs, check, compiled, machine_summary,
-        family_lines(stats_sp, baseline, diverging) + inference_lines(stats_sp, baseline),
+        family_lines(trained) + inference_lines(served),
         comparisons,
     )  # fmt: skip
     provenance = provenance_html(frame, records)

@@ -220,11 +220,11 @@ def family_picks(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[
     return picks
 
 
-def family_lines(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list[str]:
+def family_lines(picks: list) -> list[str]:
     """The headline's line per family: its fastest training run against its own fp32
-    eager run (diverging runs left out)."""
+    eager run (``picks``: :func:`family_picks`)."""
     lines = []
-    for fam, c, best, ref in family_picks(stats, baseline, diverging):
+    for fam, c, best, ref in picks:
         tokens = tokens_per_s(best)
         rate = f"{fmt_num(best['sps_median'])} samples/s"
         if not isnan(tokens):
@@ -371,12 +371,11 @@ def inference_picks(stats: pd.DataFrame, baseline: str | None) -> list:
     return picks
 
 
-def inference_lines(stats: pd.DataFrame, baseline: str | None) -> list[str]:
+def inference_lines(picks: list) -> list[str]:
     """The headline's lines for inference, per family: the fastest served run at batch 1
     (its p50 latency) and at the largest batch (its throughput), each against its fp32
-    eager run of the same model and batch; an INT8 winner with what it did to the
-    logits or the accuracy."""
-    picks = inference_picks(stats, baseline)
+    eager run of the same model and batch (``picks``: :func:`inference_picks`); an INT8
+    winner with what it did to the logits or the accuracy."""
     lines = []
     for fam in workloads.FAMILIES:
         parts = []

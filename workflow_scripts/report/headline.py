@@ -5,13 +5,12 @@ undermines it (budget-cut runs, noise, diverging losses)."""
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from .compare import config_text, geomean, workload_text
-from .families import family_picks, inference_picks
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
 from .stats import OK, baseline_sps, best_like_baseline
@@ -20,20 +19,20 @@ from .values import isnan
 
 
 def headline_pairs(
-    stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]
+    stats: pd.DataFrame,
+    baseline: str | None,
+    diverging: Sequence[str],
+    stated: Iterable[Comparison],
 ) -> set[tuple[str, str]]:
     """The (baseline, experiment) pairs whose ratio the headline states: the fastest
-    configuration against the baseline, and each family's fastest training run and
-    fastest served runs against their fp32 eager runs (the adaptive rounds measure
-    these until their interval is within the margin: plan/rounds.py)."""
-    pairs = set()
+    configuration against the baseline, and those its family lines state (each
+    family's fastest training and served runs against their fp32 eager runs:
+    ``families.family_picks``, ``inference_picks``). The adaptive rounds measure these
+    until their interval is within the margin (plan/rounds.py)."""
+    pairs = {(c.baseline, c.experiment) for c in stated}
     best = best_like_baseline(stats, baseline, diverging) if len(stats) else None
-    if best is not None and baseline is not None and best["experiment"] != baseline:
+    if best is not None and baseline is not None:
         pairs.add((str(baseline), str(best["experiment"])))
-    for _, c, _, _ in family_picks(stats, baseline, diverging):
-        pairs.add((c.baseline, c.experiment))
-    for _, _, c, _, _ in inference_picks(stats, baseline):
-        pairs.add((c.baseline, c.experiment))
     return {p for p in pairs if p[0] != p[1]}
 
 
