@@ -140,8 +140,15 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     assert trials_of(wd, "one") == [0] and trials_of(wd, "two") == [0, 1], why
     table = pd.read_csv(wd / "results/comparisons.csv")
     pair = table[(table["baseline"] == "two") & (table["experiment"] == "one")].iloc[0]
-    assert (pair["n_baseline"], pair["n_experiment"]) == (2, 1) and pair["ratio"] < 1 / 1.25
-    assert len(pd.read_csv(wd / "results/summary.csv")) == 3
+    summary = pd.read_csv(wd / "results/summary.csv")
+    assert len(summary) == 3
+    # "two" rests on its 2 trials but one the noise check flagged (this shared machine
+    # flags one now and then: the study uses the clean ones, all where the flagged are
+    # the more), "one" on its one
+    noisy = summary.loc[summary["experiment"] == "two", "noisy"].astype(bool)
+    used = 2 if noisy.sum() > (~noisy).sum() else int((~noisy).sum())
+    assert (pair["n_baseline"], pair["n_experiment"]) == (used, 1), summary.to_string()
+    assert pair["ratio"] < 1 / 1.25
     # the second round waited for the first's report (a checkpoint), then ran only "two"
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/two/trial1.json").stat().st_mtime
