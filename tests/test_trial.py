@@ -17,6 +17,7 @@ import pytest
 
 from workflow_scripts import calibration, trial
 from workflow_scripts.rank import contention, probe
+from workflow_scripts.trial.reference import clean_calibration
 
 FAKE_HARNESS = """#!{python}
 import json, os, sys
@@ -238,6 +239,21 @@ WRONG_TYPES = [
     {"provenance": {"cpu_model": 5, "flags": 3}},
     {"train_proxy": "x"},
 ]
+
+
+def test_a_nested_field_named_like_a_mapping_is_read_as_what_it_is():
+    """``pilot`` is a mapping in a ceiling row (each dtype's pilot rate) and a number or a
+    note deeper (a convolution's pilot GFLOP/s, why bf16 was skipped): the calibrate
+    rule writes both, and neither is left out; a ceiling row's own of the wrong type is."""
+    row = {"threads": 2, "pilot": {"fp32": 80.0, "bf16": 2.5},
+           "skipped": {"bf16": {"pilot": "emulated: its pilot ran at 2.52 GFLOP/s"}},
+           "conv": {"fp32": {"gflops": 120.0, "pilot": 66.8},
+                    "bf16": {"gflops": None, "pilot": 1.0, "skipped": "predicted"}}}  # fmt: skip
+    data, dropped = clean_calibration({**REFERENCE, "ceiling": [row]})
+    assert dropped == [] and data["ceiling"] == [row]
+    wrong = {**row, "pilot": 3.0, "skipped": "x"}
+    dropped = clean_calibration({**REFERENCE, "ceiling": [wrong]})[1]
+    assert sorted(dropped) == ["ceiling[].pilot", "ceiling[].skipped"]
 
 
 @pytest.mark.parametrize("wrong", WRONG_TYPES, ids=[",".join(w) for w in WRONG_TYPES])

@@ -35,6 +35,7 @@ from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
 from workflow_scripts.study.config import flat_study
 from workflow_scripts.trial import far
+from workflow_scripts.trial.reference import clean_calibration
 
 pytestmark = pytest.mark.slow
 
@@ -162,6 +163,10 @@ def test_every_trial_probed_the_machine_and_placed_itself_on_the_roofline(quick_
         ]
         # measured in the environment's image
         assert calibration["env_name"] == quick_study.images[images.env_image(env)]["name"]
+        # and read whole by the trials it judges: no field of it taken for a wrong type
+        assert clean_calibration(calibration)[1] == [], env
+    logs = (quick_study.wd / "logs/experiments").glob("*/trial*.log")
+    assert not [p for p in logs if "of the wrong type" in p.read_text()]
 
 
 def test_accuracy_runs_train_to_their_scores(quick_study):

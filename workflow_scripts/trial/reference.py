@@ -42,8 +42,11 @@ def node_reference(
 
 
 #: a calibration's fields that hold lists of measurements, and those that hold mappings
+#: (where they hold them: at the top or in a row of a list; deeper, the same name may
+#: hold a number or a note, e.g. ``ceiling[].conv.fp32.pilot``, a pilot's GFLOP/s)
 _LISTS = {"entries", "ceiling"}
 _MAPPINGS = {"provenance", "train_proxy", "sizes", "skipped", "emulated", "pilot", "notes"}
+_MAPPINGS_AT = ("", "entries[]", "ceiling[]")
 _NUMBERS = {"size", "threads", "repeats", "default_threads"}
 _NUMBER_SUFFIXES = ("_gflops", "_s", "_size", "_over_fp32")
 
@@ -66,7 +69,7 @@ def _clean(value: Any, where: str, dropped: list[str]) -> Any:
             if len(kept) < len(item):
                 dropped.append(f"{at}[] (not mappings)")
             item = kept
-        elif key in _MAPPINGS and not isinstance(item, dict | None):
+        elif key in _MAPPINGS and where in _MAPPINGS_AT and not isinstance(item, dict | None):
             dropped.append(at)
             continue
         elif (key in _NUMBERS or key.endswith(_NUMBER_SUFFIXES)) and not (
