@@ -19,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "containers"]
+#: the workflow as a user's checkout runs it (profiles/default: read on every run)
+WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "containers",
+                  "profiles/default"]  # fmt: skip
 REQUIRED_COLUMNS = [
     "experiment", "trial", "backend", "status", "samples_per_s", "step_time_median_s",
     "step_time_p90_s", "step_time_p95_s", "step_time_p99_s", "step_time_stdev_s",

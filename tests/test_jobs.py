@@ -24,3 +24,14 @@ def test_an_entry_points_own_message_reaches_the_job(tmp_path):
     assert "ModuleNotFoundError: No module named 'workflow_scripts.no_such_module'" in str(
         failed.value
     )
+
+
+def test_the_entry_point_watches_snakemake_and_no_process_above_it():
+    """Where Snakemake runs the job's block in its own process (the workflow profile's
+    force-use-threads), the entry point watches that process alone: above it is whoever
+    started the study. In a process of the job's own (spawned by Snakemake, or a cluster
+    job's), that process, its shell and Snakemake."""
+    assert jobs.lifeline_levels(["snakemake", "--cores", "all"]) == 1
+    spawned = ["snakemake", "--target-jobs", "a:i=0", "--mode", "subprocess"]
+    assert jobs.lifeline_levels(spawned) == jobs.LIFELINE_LEVELS == 3
+    assert jobs.lifeline_levels(["snakemake", "--mode=remote"]) == 3

@@ -132,7 +132,7 @@ def run_through_slurm(
 @pytest.mark.torch
 def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     wd = copy_workflow(tmp_path / "wf")
-    shutil.copytree(REPO / "profiles", wd / "profiles")
+    shutil.copytree(REPO / "profiles", wd / "profiles", dirs_exist_ok=True)
     run = run_through_slurm(wd)
     assert run.returncode == 0, run.stdout[-8000:]
     cpus = node_cpus()
@@ -282,7 +282,7 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert other.returncode == 0 and "nothing started from" in other.stdout
     assert cluster("status", slurm).returncode == 0
     wd = copy_workflow(tmp_path / "wf")
-    shutil.copytree(REPO / "profiles", wd / "profiles")
+    shutil.copytree(REPO / "profiles", wd / "profiles", dirs_exist_ok=True)
     quick = flat_study(study.read_config(wd / "config.yaml")["presets"]["quick"])
     ddp = {"experiments": [e for e in quick["experiments"] if e["id"] == "baseline"],
            "sweeps": [s for s in quick["sweeps"] if s.get("name") == "ddp"],
@@ -377,7 +377,7 @@ def test_jobs_lost_whole_become_records(slurm, tmp_path):
     the profile's retry asks SLURM's accounting what became of each and writes its
     record, and the study completes."""
     wd = copy_workflow(tmp_path / "wf")
-    shutil.copytree(REPO / "profiles", wd / "profiles")
+    shutil.copytree(REPO / "profiles", wd / "profiles", dirs_exist_ok=True)
     cmd = snakemake_cmd(wd, LOST, "--set-resources", "run_experiment:runtime=1")
     proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -485,15 +486,23 @@ def running(needle: str) -> list[int]:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_a_killed_snakemake_leaves_no_trial_running_and_the_rerun_repeats_it(sig, tmp_path):
+@pytest.mark.parametrize(
+    "sig,profile",
+    [(signal.SIGKILL, "default"), (signal.SIGINT, "default"), (signal.SIGKILL, "none")],
+)
+def test_a_killed_snakemake_leaves_no_trial_running_and_the_rerun_repeats_it(
+    sig, profile, tmp_path
+):
     """Snakemake killed (SIGKILL) or interrupted (Ctrl-C: SIGINT) in the middle of a
     trial: the trial's processes go with it, the trial leaves no record, the finished
     trial stays, and the rerun plans exactly the unfinished one. (SIGTERM asks
-    Snakemake to finish its running jobs first: the trial completes and is kept.)"""
+    Snakemake to finish its running jobs first: the trial completes and is kept.) With
+    the workflow's default profile the job runs in a thread of Snakemake's process;
+    without it (``--workflow-profile none``), in a Snakemake process spawned for it."""
     wd = copy_workflow(tmp_path / "wf")
     (wd / "config.yaml").write_text(KILL_CONFIG)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"envs_root={ENVS_ROOT}"]
+    cmd += [] if profile == "default" else ["--workflow-profile", profile]
     first = ["--prioritize", "results/records/fast/trial0.json"]  # fast, then slow
     proc = subprocess.Popen([*cmd, *first], cwd=wd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -525,3 +534,30 @@ def test_a_killed_snakemake_leaves_no_trial_running_and_the_rerun_repeats_it(sig
     jobs = dry_run_jobs(wd, f"envs_root={ENVS_ROOT}")
     planned = [j["wildcards"] for j in jobs if j["rule"] == "run_experiment"]
     assert planned == ["experiment=slow, trial=0"]
+
+
+@pytest.mark.torch
+def test_a_study_outlives_the_shell_that_started_it(tmp_path):
+    """``snakemake ... &`` from a shell that then ends (a terminal closed under nohup):
+    the study goes on and its trial ends with its record. The trial watches Snakemake,
+    not whoever started it (the job runs in a thread of Snakemake's own process)."""
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "config.yaml").write_text(KILL_CONFIG.replace("steps: 1000000", "steps: 400"))
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"envs_root={ENVS_ROOT}"]
+    slow_log = wd / "logs/experiments/slow/trial0.log"
+    # the shell starts the study in the background, waits until the slow trial is timing
+    # its steps, and ends
+    script = (
+        f"{shlex.join(cmd)} > run.log 2>&1 & echo $! > snakemake.pid\n"
+        f"until grep -q 'step 5/' {shlex.quote(str(slow_log))} 2>/dev/null; do sleep 0.2; done"
+    )
+    subprocess.run(["bash", "-c", script], cwd=wd, timeout=600, check=True)
+    pid = int((wd / "snakemake.pid").read_text())
+    deadline = time.monotonic() + 600
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    path = wd / "results/records/slow/trial0.json"
+    assert path.exists(), (wd / "run.log").read_text()[-3000:]  # no record: it was stopped
+    record = json.loads(path.read_text())
+    assert record["status"] == "ok", (record.get("error"), (wd / "run.log").read_text()[-3000:])
+    assert len(record["step_times_s"]) == 400  # every step it asked for

@@ -14,8 +14,12 @@ as ``python -m workflow_scripts.jobs <module> <argv>``, in a process of its own:
   workflow waited for ever, ignoring SIGTERM;
 - the process has a main thread, where the study's signal handlers can be installed
   (Snakemake runs a ``run:`` block in a worker thread, where none can), and it stays
-  in the job's process group, so a terminal's Ctrl-C reaches it. It watches three
-  processes above it: the job's process, its shell and Snakemake.
+  in the job's process group, so a terminal's Ctrl-C reaches it. It watches the
+  processes above it up to Snakemake (:func:`lifeline_levels`): Snakemake alone where
+  the block runs in a thread of Snakemake's own process (``force-use-threads``, the
+  workflow profile's setting: a local job then costs no second Snakemake reading the
+  workflow again, 2-3 s a job); else the job's process, its shell and Snakemake (a
+  job Snakemake spawned, or a cluster job's).
 
 ``STUDY_FAIL_JOBS`` (a comma-separated list of modules, or ``all``) makes the named
 entry points fail before they start: how the tests prove that every rule's failure
@@ -38,7 +42,9 @@ from .runtimes.base import LIFELINE_VAR, REPO_ROOT
 #: where the entry point's process writes its failure message for the job
 ERROR_FILE_VAR = "STUDY_JOB_ERROR_FILE"
 FAIL_VAR = "STUDY_FAIL_JOBS"
-#: processes above the entry point's that it watches: the job's, its shell, Snakemake
+#: processes above the entry point's that it watches in a job's own process (one Snakemake
+#: spawned, ``--mode subprocess``, or a cluster job's, ``--mode remote``): the job's, its
+#: shell, Snakemake
 LIFELINE_LEVELS = 3
 
 
@@ -66,7 +72,7 @@ def run_entry(module: str, argv: Sequence[str]) -> None:
     entry point's message) when it ends non-zero."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env[LIFELINE_VAR] = str(LIFELINE_LEVELS)
+    env[LIFELINE_VAR] = str(lifeline_levels(sys.argv))
     with tempfile.TemporaryDirectory(prefix="study-job-") as tmp:
         error_file = Path(tmp) / "error.txt"
         env[ERROR_FILE_VAR] = str(error_file)
@@ -78,6 +84,16 @@ def run_entry(module: str, argv: Sequence[str]) -> None:
     if code:
         why = message or "no message; see the job's log"
         raise JobFailed(f"{module} failed (exit code {code}): {why}")
+
+
+def lifeline_levels(argv: Sequence[str]) -> int:
+    """How many processes above the entry point's it watches, from the command line of
+    the process running the ``run:`` block (``argv``): in a job's own process (Snakemake
+    gives it ``--mode``), that process, its shell and Snakemake; in Snakemake's main
+    process (its thread), Snakemake alone: above it is whoever started the study (a
+    terminal that may close under ``nohup``), not part of the job."""
+    job_process = any(a == "--mode" or a.startswith("--mode=") for a in argv)
+    return LIFELINE_LEVELS if job_process else 1
 
 
 def describe(exc: BaseException) -> str:
