@@ -136,3 +136,37 @@ def test_a_model_quantized_in_part_says_so(upstream_env, make_spec, tmp_path):
     assert serving["weight_layers"] == 2 * 4 + 1  # per block c_attn, c_proj, c_fc, c_proj
     assert serving["onednn"]["int8_primitives"] == 1, serving["onednn"]["primitives"]
     assert records.flatten(rec)["int8_share"] == pytest.approx(1 / 9)
+
+
+PRETRAIN = """
+import torch
+from workflow_scripts import workloads
+from workflow_scripts.rank import inference, models
+
+class Batches:
+    steps_per_epoch = 3
+
+    def __next__(self):
+        return torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+
+spec = {"epochs": 1, "optimizer": "sgd", "lr": 0.01, "lr_schedule": "constant",
+        "optimizer_impl": "default", "lr_warmup_steps": 0, "lr_warmup_epochs": 0}
+done = inference.pretrain(spec, models.build("cnn"), Batches(), workloads.get("cnn"))
+assert done["steps"] == 3 and done["final_loss"] > 0, done
+"""
+
+
+def test_the_model_trained_before_serving_reads_its_loss_without_a_warning(upstream_env):
+    """The served model's pre-training (``inference.pretrain``) reads its last loss
+    without torch's warning about a tensor that requires grad (once in every serving
+    trial's log); any UserWarning fails it here."""
+    import subprocess
+
+    from tests.runs import REPO
+
+    proc = subprocess.run(
+        [upstream_env["python"], "-W", "error::UserWarning", "-c", PRETRAIN],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -122,7 +122,7 @@ def pretrain(spec: dict, model, batches, w: workloads.Workload) -> dict:
         "epochs": spec["epochs"],
         "steps": steps,
         "train_s": time.perf_counter() - t0,
-        "final_loss": float(loss) if loss is not None else None,
+        "final_loss": float(loss.detach()) if loss is not None else None,
     }
 
 
