@@ -5,8 +5,11 @@ IPEX's TorchScript path."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
+from tests.runs import REPO
 from workflow_scripts.summary import records
 
 from .test_harness import assert_ok, run
@@ -158,12 +161,8 @@ assert done["steps"] == 3 and done["final_loss"] > 0, done
 
 def test_the_model_trained_before_serving_reads_its_loss_without_a_warning(upstream_env):
     """The served model's pre-training (``inference.pretrain``) reads its last loss
-    without torch's warning about a tensor that requires grad (once in every serving
-    trial's log); any UserWarning fails it here."""
-    import subprocess
-
-    from tests.runs import REPO
-
+    without torch's warning about a tensor that requires grad (it was in the log of the
+    run that trains a served model); any UserWarning fails it here."""
     proc = subprocess.run(
         [upstream_env["python"], "-W", "error::UserWarning", "-c", PRETRAIN],
         cwd=REPO, capture_output=True, text=True, timeout=300,
