@@ -76,9 +76,12 @@ print(json.dumps({{"ok": True}}))
     # overrun its prediction by what one matmul costs more than predicted: x3 margin)
     per_count = len(probe.DTYPES) * 3 * budget + 10
     assert cal["elapsed"] < len(cal["ceiling"]) * per_count + 20, cal["elapsed"]
-    proxy = cal["train_proxy"]
-    assert proxy["seconds"]["fp32"] > 0 and proxy["bf16_over_fp32"] > 0
-    assert proxy["elapsed_s"] < 2 * probe.PROXY_BUDGET_S + 5
+    # the bf16/fp32 ratios the estimate scales by: a convolution net's, a transformer's
+    for key, shape in (("train_proxy", probe.PROXY_SHAPE), ("text_proxy", probe.TEXT_PROXY_SHAPE)):
+        proxy = cal[key]
+        assert proxy["shape"] == list(shape)
+        assert proxy["seconds"]["fp32"] > 0 and proxy["bf16_over_fp32"] > 0
+        assert proxy["elapsed_s"] < 2 * probe.PROXY_BUDGET_S + 5
 
 
 def test_the_probe_skips_a_dtype_over_its_budget_and_says_why(upstream_env):

@@ -64,6 +64,23 @@ def test_one_trial_by_hand(make_spec):
     assert est["basis"] == "calibration" and not est["capped"]
 
 
+def test_bf16_scales_by_the_ratio_of_the_models_kind(make_spec):
+    """A text model's bf16 step scales by the calibration's transformer proxy, a vision
+    model's by its convolution one; a calibration from before the text proxy scales both
+    by the convolution one."""
+    cal = {**calibration(bf16_ratio=15.0), "text_proxy": {"bf16_over_fp32": 40.0}}
+    older = calibration(bf16_ratio=15.0)
+    for model, extra, ratio in (("resnet50", {"image_size": 224}, 15.0),
+                                ("bert-base", {"seq_len": 128}, 40.0)):  # fmt: skip
+        fp32 = {**make_spec(model=model, batch_size=8, steps=8, **extra), "time_budget_s": None}
+        bf16 = {**fp32, "precision": "bf16"}
+        a = estimate.trial(fp32, machine(cal))["step_s"] - estimate.STEP_OVERHEAD_S
+        b = estimate.trial(bf16, machine(cal))["step_s"] - estimate.STEP_OVERHEAD_S
+        assert b == pytest.approx(ratio * a, rel=1e-3), model
+        c = estimate.trial(bf16, machine(older))["step_s"] - estimate.STEP_OVERHEAD_S
+        assert c == pytest.approx(15.0 * a, rel=1e-3), model
+
+
 def test_bf16_scales_by_the_measured_ratio_and_budget_and_timeout_cut(make_spec):
     fp32 = make_spec(model="resnet50", image_size=224, batch_size=16, steps=8)
     fp32["time_budget_s"] = None

@@ -238,6 +238,7 @@ WRONG_TYPES = [
     {"provenance": []},
     {"provenance": {"cpu_model": 5, "flags": 3}},
     {"train_proxy": "x"},
+    {"text_proxy": ["x"]},
 ]
 
 

@@ -209,12 +209,16 @@ class Machine:
         all_cpus = self.quick if finite(self.quick) else 50.0 * self.cpus
         return all_cpus * min(threads, self.cpus) / self.cpus
 
-    def bf16_ratio(self, env: str) -> float:
-        """A bf16 autocast training step's time over fp32's."""
-        cal = self.calibration(env)
-        ratio = ((cal or {}).get("train_proxy") or {}).get("bf16_over_fp32")
-        if finite(ratio) and ratio > 0:
-            return float(ratio)
+    def bf16_ratio(self, env: str, text: bool = False) -> float:
+        """A bf16 autocast training step's time over fp32's, from the calibration's proxy
+        of the model's kind (``text``: a transformer's MLP block, else a convolution net;
+        a calibration from before the text proxy: the convolution one)."""
+        cal = self.calibration(env) or {}
+        proxies = ("text_proxy", "train_proxy") if text else ("train_proxy",)
+        for key in proxies:
+            ratio = (cal.get(key) or {}).get("bf16_over_fp32")
+            if finite(ratio) and ratio > 0:
+                return float(ratio)
         return BF16_NATIVE_RATIO if self.native else BF16_EMULATED_RATIO
 
     def process_start(self, env: str) -> float:
@@ -236,6 +240,15 @@ class Machine:
 
 
 # --------------------------------------------------------------------------- one trial
+
+
+def _text(spec: Mapping) -> bool:
+    """Whether the spec's model is a text model (the estimate's bf16 proxy: a
+    transformer's, not a convolution net's)."""
+    try:
+        return bool(workloads.get(spec.get("model")).text)
+    except (KeyError, ValueError, TypeError):
+        return False
 
 
 def _world(spec: Mapping) -> tuple[int, int]:
@@ -276,7 +289,7 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
     else:
         step = flops * batch / (rate * 1e9)
         if spec.get("precision") == "bf16":
-            step *= machine.bf16_ratio(env)
+            step *= machine.bf16_ratio(env, _text(spec))
         step += STEP_OVERHEAD_S
     if spec.get("data") == "image_folder":
         step += 0.003 * batch  # decoding and resizing with PIL
@@ -318,7 +331,8 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
         "timed": timed_steps * step,
     }
     parts["compile"] += backend.estimate_trace_s  # its graph, traced in the first steps
-    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, machine.bf16_ratio(env))
+    bf16 = machine.bf16_ratio(env, _text(spec))
+    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16)
     if serving:
         parts["serve"] = _serve_s(spec, step, flops, batch, rate)
     carried = 0.0

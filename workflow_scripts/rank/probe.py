@@ -394,41 +394,79 @@ def conv_ceiling(dtype: str, min_seconds: float, budget_s: float | None) -> dict
     return {"gflops": conv_gflops(dtype, CONV_SHAPE, min_seconds), "pilot": pilot}
 
 
-# A small convolutional training step, what the study's time estimate scales by
-# precision: batch 8 of 64 x 32 x 32 activations through two 3x3 convolutions (64
-# channels) and a linear head, forward + backward, in fp32 and under bf16 autocast.
-PROXY_SHAPE = (8, 64, 32, 32)
+# Two small training steps, what the study's time estimate scales by precision (the
+# bf16/fp32 ratio differs by the kind of network: on a 2-core AVX2 EPYC, bf16 emulated,
+# a 32-px convolution net ran 36x slower in bf16, a 56-px one 13x, ResNet-50 at 224 px
+# 10x, a transformer's MLP block 43x and BERT-base 36x):
+# - the vision models': batch 8 of 64 x 56 x 56 activations (ResNet's first stage)
+#   through two 3x3 convolutions (64 channels) with batch norm, pooled into a linear head;
+# - the text models': 256 tokens of 768 through a transformer's MLP block (a linear to
+#   4x, GELU, back, layer norm) and a linear head.
+# Forward + backward, in fp32 and under bf16 autocast.
+PROXY_SHAPE = (8, 64, 56, 56)
+TEXT_PROXY_SHAPE = (256, 768)
 PROXY_BUDGET_S = 4.0
 
 
 def proxy_flops(shape: tuple[int, int, int, int] = PROXY_SHAPE) -> float:
-    """FLOPs of one proxy training step (2 per multiply-add; backward = 2 forwards)."""
+    """FLOPs of one convolutional proxy step (2 per multiply-add; backward = 2 forwards)."""
     batch, channels, height, width = shape
     conv = 2.0 * channels * channels * 9 * height * width * batch
-    head = 2.0 * channels * height * width * 10 * batch
+    head = 2.0 * channels * 10 * batch
     return 3.0 * (2 * conv + head)
 
 
+def text_proxy_flops(shape: tuple[int, int] = TEXT_PROXY_SHAPE) -> float:
+    """FLOPs of one text proxy step (2 per multiply-add; backward = 2 forwards)."""
+    tokens, width = shape
+    return 3.0 * 2.0 * tokens * (2 * width * 4 * width + width * 10)
+
+
 def train_proxy(budget_s: float = PROXY_BUDGET_S, shape=PROXY_SHAPE) -> dict:
-    """Seconds per proxy training step in fp32 and under bf16 autocast, and their ratio:
-    how much slower (or faster) this CPU trains a convolutional network in bf16 than in
-    fp32 (about 2x faster with AVX-512 BF16; much slower where bf16 is emulated). Each
-    precision: one warm-up step, then timed steps (the fastest kept) while they fit
-    their share of ``budget_s``; a precision whose warm-up alone overran it keeps that
-    one step's time."""
+    """Seconds per convolutional proxy training step in fp32 and under bf16 autocast,
+    and their ratio: how much slower (or faster) this CPU trains a convolutional network
+    in bf16 than in fp32 (about 2x faster with AVX-512 BF16; much slower where bf16 is
+    emulated). See :func:`proxy_seconds` for how each precision is timed."""
     import torch
     from torch import nn
 
-    batch, channels, height, width = shape
+    batch, channels, _, _ = shape
     gen = torch.Generator().manual_seed(1234)
     model = nn.Sequential(
+        nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
         nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(channels * height * width, 10),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10),
     )  # fmt: skip
     x = torch.randn(*shape, generator=gen)
     y = torch.randint(0, 10, (batch,), generator=gen)
-    out: dict = {"shape": list(shape), "flops": proxy_flops(shape), "seconds": {}}
+    return proxy_seconds(model, x, y, proxy_flops(shape), shape, budget_s)
+
+
+def text_proxy(budget_s: float = PROXY_BUDGET_S, shape=TEXT_PROXY_SHAPE) -> dict:
+    """The same for a transformer's MLP block (the text models' estimate)."""
+    import torch
+    from torch import nn
+
+    tokens, width = shape
+    gen = torch.Generator().manual_seed(1234)
+    model = nn.Sequential(
+        nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width),
+        nn.LayerNorm(width), nn.Linear(width, 10),
+    )  # fmt: skip
+    x = torch.randn(*shape, generator=gen)
+    y = torch.randint(0, 10, (tokens,), generator=gen)
+    return proxy_seconds(model, x, y, text_proxy_flops(shape), shape, budget_s)
+
+
+def proxy_seconds(model, x, y, flops: float, shape, budget_s: float) -> dict:
+    """Seconds per training step of ``model`` on ``(x, y)`` in fp32 and under bf16
+    autocast, and their ratio. Each precision: one warm-up step, then timed steps (the
+    fastest kept) while they fit their share of ``budget_s``; a precision whose warm-up
+    alone overran it keeps that one step's time."""
+    import torch
+    from torch import nn
+
+    out: dict = {"shape": list(shape), "flops": flops, "seconds": {}}
     t_start = time.perf_counter()
     for precision in ("fp32", "bf16"):
         share = budget_s / 2
@@ -576,6 +614,7 @@ def calibrate(
             )
     torch.set_num_threads(default)
     proxy = train_proxy() if ceiling_sizes else None
+    text = text_proxy() if ceiling_sizes else None
     main = next(
         (e for e in entries if e["threads"] == default),
         entries[0] if entries else {},
@@ -589,6 +628,7 @@ def calibrate(
         "entries": entries,
         "ceiling": ceilings,
         "train_proxy": proxy,
+        "text_proxy": text,
         "repeats": repeats,
         "min_seconds": min_seconds,
         "default_threads": default,

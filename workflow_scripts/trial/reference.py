@@ -45,7 +45,16 @@ def node_reference(
 #: (where they hold them: at the top or in a row of a list; deeper, the same name may
 #: hold a number or a note, e.g. ``ceiling[].conv.fp32.pilot``, a pilot's GFLOP/s)
 _LISTS = {"entries", "ceiling"}
-_MAPPINGS = {"provenance", "train_proxy", "sizes", "skipped", "emulated", "pilot", "notes"}
+_MAPPINGS = {
+    "provenance",
+    "train_proxy",
+    "text_proxy",
+    "sizes",
+    "skipped",
+    "emulated",
+    "pilot",
+    "notes",
+}
 _MAPPINGS_AT = ("", "entries[]", "ceiling[]")
 _NUMBERS = {"size", "threads", "repeats", "default_threads"}
 _NUMBER_SUFFIXES = ("_gflops", "_s", "_size", "_over_fp32")
