@@ -164,6 +164,17 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     bf16 = [s for s in st.experiments if s["precision"] == "bf16"]
     emulated = sum(estimate.trial(s, avx2)["seconds"] for s in bf16)
     assert sum(estimate.trial(s, native)["seconds"] for s in bf16) < emulated / 3
+    # the user reads what the bf16 runs cost where they are slow, and only there
+    share = est["bf16"]
+    assert share["experiments"] == len(bf16) and 0 < share["seconds"] < est["trials_s"]
+    line = next(x for x in text.splitlines() if "bf16 trains slower" in x)
+    assert f"its {len(bf16)} runs take about" in line and "emulated" in line
+    assert f"{estimate.BF16_EMULATED_RATIO:.0f}x fp32's" in line
+    assert "bf16 trains slower" not in estimate.format_estimate(faster, st.settings["trials"])
+    # a calibration where bf16 is slower on a CPU with AVX-512 BF16 says so, not "emulated"
+    slow = estimate.Machine({"upstream": calibration(bf16_ratio=1.5)}, None, 2, ["avx512_bf16"])
+    said = estimate.format_estimate(estimate.total(bf16[:1], 2, slow, envs=["upstream"]), 2)
+    assert "bf16 trains slower than fp32 here (a step 1.5x fp32's): its 1 run takes" in said
 
 
 def test_groups_sum_and_records_already_made_are_not_remaining():

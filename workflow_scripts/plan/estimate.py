@@ -435,6 +435,7 @@ def total(
     # (a first trial that stopped far, slower: as predicted, or far beyond the factor)
     far_ones = {e: r for e, r in predicted.items() if known.get(e, True)}
     far_ones.update({e: math.inf for e, stopped in known.items() if stopped})
+    bf16 = {"seconds": 0.0, "experiments": 0, "ratios": []}
     for spec in experiments:
         ratio = far_ones.get(spec["id"])
         first = trial(spec, machine, far=ratio)
@@ -442,6 +443,10 @@ def total(
         last = bool(ratio and ratio > 1) and rounds.one_trial_when_far(spec, margin)
         n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
+        if spec.get("precision") == "bf16":
+            bf16["seconds"] += first["seconds"] + later * (n - 1)
+            bf16["experiments"] += 1
+            bf16["ratios"].append(machine.bf16_ratio(spec.get("env") or "upstream", _text(spec)))
         if n >= trials:
             later_round_s += later
             adaptive += 1
@@ -472,6 +477,12 @@ def total(
         "setup": setup,
         "experiments": per_experiment,
         "basis": _basis(machine, envs, per_experiment),
+        "bf16": {
+            "seconds": round(bf16["seconds"], 1),
+            "experiments": bf16["experiments"],
+            "ratio": [min(bf16["ratios"]), max(bf16["ratios"])] if bf16["ratios"] else None,
+            "native": machine.native,
+        },
     }
 
 
@@ -549,8 +560,30 @@ def format_estimate(est: Mapping, trials: int) -> str:
         lines.append(
             f"[estimate]   {name}: {human(g['seconds'])} ({n} trial{'' if n == 1 else 's'})"
         )
+    slow = _bf16_line(est)
+    if slow:
+        lines.append(slow)
     lines.append(f"[estimate] basis: {'; '.join(est['basis'])} (rough: see the report)")
     return "\n".join(lines)
+
+
+def _bf16_line(est: Mapping) -> str | None:
+    """Where bf16 trains slower than fp32 (as where it is emulated: no AVX-512 BF16 or
+    AMX), what the bf16 runs cost of the trials, so that a user can leave them out to
+    fit a budget."""
+    bf16 = est.get("bf16") or {}
+    ratio = bf16.get("ratio")
+    if not ratio or ratio[0] <= 1 or not bf16.get("experiments"):
+        return None
+    low, high = (f"{r:.1f}x" if r < 10 else f"{r:.0f}x" for r in ratio)
+    times = low if low == high else f"{low} to {high}"
+    n = bf16["experiments"]
+    why = "" if bf16.get("native") else ": emulated, this CPU has no AVX-512 BF16 or AMX"
+    return (
+        f"[estimate] bf16 trains slower than fp32 here (a step {times} fp32's{why}): "
+        f"its {n} {'run takes' if n == 1 else 'runs take'} about {human(bf16['seconds'])} of the "
+        f"{human(est['trials_s'])} of trials"
+    )
 
 
 def _planned(est: Mapping, trials: int) -> str:
