@@ -395,9 +395,9 @@ def conv_ceiling(dtype: str, min_seconds: float, budget_s: float | None) -> dict
 
 
 # Two small training steps, what the study's time estimate scales by precision (the
-# bf16/fp32 ratio differs by the kind of network: on a 2-core AVX2 EPYC, bf16 emulated,
-# a 32-px convolution net ran 36x slower in bf16, a 56-px one 13x, ResNet-50 at 224 px
-# 10x, a transformer's MLP block 43x and BERT-base 36x):
+# bf16/fp32 ratio differs by the kind of network: on a 2-vCPU AVX2 EPYC, bf16 emulated,
+# a 32-px convolution net ran 36x slower in bf16, a 56-px one 13-16x, ResNet-50 at 224 px
+# 9-12x, a transformer's MLP block 43x and BERT-base 40x):
 # - the vision models': batch 8 of 64 x 56 x 56 activations (ResNet's first stage)
 #   through two 3x3 convolutions (64 channels) with batch norm, pooled into a linear head;
 # - the text models': 256 tokens of 768 through a transformer's MLP block (a linear to
