@@ -42,16 +42,32 @@ def fake_python(tmp_path: Path, script: str) -> dict:
     return {"name": "fake", "prefix": str(folder), "python": str(python)}
 
 
-def alive(pid: int) -> bool:
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command's name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process(pid: int) -> tuple[int, str | None]:
+    """A process as the tests follow it: its pid and its start time (a pid the kernel
+    hands to a new process once this one is gone is not this one: during the whole
+    suite pids wrap around within seconds)."""
+    fields = _stat(pid)
+    return pid, fields[19] if fields else None
+
+
+def alive(proc: int | tuple[int, str | None]) -> bool:
+    pid, start = proc if isinstance(proc, tuple) else (proc, None)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie (not yet reaped by its adopter) runs nothing any more
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = _stat(pid)
+    # a zombie (not yet reaped by its adopter) runs nothing any more; another process
+    # under the same pid is not this one
+    return bool(fields) and fields[0] != "Z" and (start is None or fields[19] == start)
 
 
 def wait_for(condition, timeout: float = 30.0) -> bool:
@@ -85,12 +101,12 @@ def start_hanging_trial(make_spec, tmp_path: Path):
         start_new_session=True, env=tmp,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
-    run_pids = [int(p) for p in pids.read_text().split()]
+    run_pids = [process(int(p)) for p in pids.read_text().split()]
     assert all(alive(p) for p in run_pids)
     return proc, run_pids
 
 
-def assert_nothing_left(tmp_path: Path, run_pids: list[int]) -> None:
+def assert_nothing_left(tmp_path: Path, run_pids: list[tuple[int, str | None]]) -> None:
     assert wait_for(lambda: not any(alive(p) for p in run_pids), 20), "the run outlived its job"
     assert not (tmp_path / "records/t/trial0.json").exists(), "an interrupted trial wrote a record"
     assert not list((tmp_path / "records").rglob("*.json"))
@@ -140,7 +156,7 @@ def test_a_job_killed_before_it_told_its_watchdog_leaves_no_run_behind(tmp_path)
         cwd=REPO_ROOT, start_new_session=True,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
-    run_pids = [int(p) for p in pids.read_text().split()]
+    run_pids = [process(int(p)) for p in pids.read_text().split()]
     proc.kill()
     proc.wait(timeout=30)
     assert wait_for(lambda: not any(alive(p) for p in run_pids), 20), "the run outlived its job"
@@ -159,7 +175,7 @@ def test_a_job_whose_starter_is_gone_stops(make_spec, tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip())
-    run_pids = [int(p) for p in pids.read_text().split()]
+    run_pids = [process(int(p)) for p in pids.read_text().split()]
     proc.kill()
     proc.wait(timeout=30)
     assert_nothing_left(tmp_path, run_pids)
@@ -301,7 +317,7 @@ def test_an_interrupted_calibration_writes_no_reference(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip())
-    run_pids = [int(p) for p in pids.read_text().split()]
+    run_pids = [process(int(p)) for p in pids.read_text().split()]
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "no reference written" in err
