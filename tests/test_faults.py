@@ -50,16 +50,19 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def process(pid: int) -> tuple[int, str | None]:
-    """A process as the tests follow it: its pid and its start time (a pid the kernel
-    hands to a new process once this one is gone is not this one: during the whole
-    suite pids wrap around within seconds)."""
-    fields = _stat(pid)
-    return pid, fields[19] if fields else None
+def run_processes(pids: Path) -> list[tuple[int, str | None]]:
+    """The processes a fake run wrote into ``pids``, as the tests follow them: each one's
+    pid and start time (a pid the kernel hands to a new process once this one is gone is
+    not this one: during the whole suite pids wrap around within seconds)."""
+    out = []
+    for pid in map(int, pids.read_text().split()):
+        fields = _stat(pid)
+        out.append((pid, fields[19] if fields else None))
+    return out
 
 
-def alive(proc: int | tuple[int, str | None]) -> bool:
-    pid, start = proc if isinstance(proc, tuple) else (proc, None)
+def alive(proc: tuple[int, str | None]) -> bool:
+    pid, start = proc
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -101,7 +104,7 @@ def start_hanging_trial(make_spec, tmp_path: Path):
         start_new_session=True, env=tmp,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
-    run_pids = [process(int(p)) for p in pids.read_text().split()]
+    run_pids = run_processes(pids)
     assert all(alive(p) for p in run_pids)
     return proc, run_pids
 
@@ -156,7 +159,7 @@ def test_a_job_killed_before_it_told_its_watchdog_leaves_no_run_behind(tmp_path)
         cwd=REPO_ROOT, start_new_session=True,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip()), "the run never started"
-    run_pids = [process(int(p)) for p in pids.read_text().split()]
+    run_pids = run_processes(pids)
     proc.kill()
     proc.wait(timeout=30)
     assert wait_for(lambda: not any(alive(p) for p in run_pids), 20), "the run outlived its job"
@@ -175,7 +178,7 @@ def test_a_job_whose_starter_is_gone_stops(make_spec, tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip())
-    run_pids = [process(int(p)) for p in pids.read_text().split()]
+    run_pids = run_processes(pids)
     proc.kill()
     proc.wait(timeout=30)
     assert_nothing_left(tmp_path, run_pids)
@@ -317,7 +320,7 @@ def test_an_interrupted_calibration_writes_no_reference(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     assert wait_for(lambda: pids.exists() and pids.read_text().strip())
-    run_pids = [process(int(p)) for p in pids.read_text().split()]
+    run_pids = run_processes(pids)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "no reference written" in err
