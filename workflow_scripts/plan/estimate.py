@@ -275,6 +275,9 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
     ranks, threads = _world(spec)
     total_threads = (threads or max(1, machine.cpus // ranks)) * ranks
     rate = machine.fp32_rate(env, min(total_threads, machine.cpus)) * EFFICIENCY
+    # the FLOP count's one step: eager fp32 at batch 1, whatever the run's backend and
+    # precision (rank/harness.py count_flops_per_sample)
+    count_rate = rate
     backend = _backend(spec)
     rate *= backend.estimate_speed
     compiled = spec.get("compile") not in (None, "none")
@@ -324,7 +327,7 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
             + machine.setup_import(env)
             + WORKER_START_S * int(spec.get("num_workers") or 0)
         ),
-        "flop_count": (step - STEP_OVERHEAD_S) / batch + 2 * STEP_OVERHEAD_S,
+        "flop_count": (flops / (count_rate * 1e9) if flops else 1.0 / batch) + 2 * STEP_OVERHEAD_S,
         "probes": PROBE_S * 2 if int(spec.get("probe_size") or 0) > 0 else 0.0,
         "compile": (compile_s(spec.get("model")) if compiled else 0.0),
         "warmup": untimed * step,
