@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,51 @@ def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
     assert runtimes.resolve("auto") == ("local", None)
     monkeypatch.delenv(runtimes.RESOLVED_VAR)
     assert runtimes.resolve("auto") == ("podman", None)
+
+
+def test_a_lock_whose_wheels_are_in_the_wheelhouse_asks_pip_nothing(tmp_path, monkeypatch):
+    """The wheelhouse rule reruns whenever a lock is newer than its copy (a fresh
+    checkout): where every pin is there already, as a wheel this interpreter installs
+    with a hash the lock allows, pip is not run (no index, no download); where one is
+    missing, of another platform or of another hash, pip is (here with no index: it
+    fails, and says so)."""
+    house, out, log = (
+        tmp_path / "wheelhouse",
+        tmp_path / "wheelhouse/locks/a.txt",
+        tmp_path / "a.log",
+    )
+    house.mkdir()
+    wheel = house / "tiny_pkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel's bytes")
+    other = house / "other-2.0-cp311-cp311-win_amd64.whl"  # not this machine's
+    other.write_bytes(b"another platform")
+    lock = tmp_path / "a.txt"
+
+    def write_lock(*pins: tuple[str, Path]) -> None:
+        lock.write_text("".join(
+            f"{name} \\\n    --hash=sha256:{images.sha256_file(path)} \\\n"
+            f"    --hash=sha256:{'0' * 64}\n    # via -r a.in\n"
+            for name, path in pins
+        ))  # fmt: skip
+
+    write_lock(("Tiny.Pkg==1.0", wheel))
+    info = images.fill_wheelhouse(lock, house, out, log)
+    assert info["downloaded"] is False and out.read_text() == lock.read_text()
+    assert "nothing to download" in log.read_text() and "pip download" not in log.read_text()
+    assert (house / ".sha256" / wheel.name).exists()  # its hash, kept for the next time
+
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds nothing, offline
+    for pins in ([("Tiny.Pkg==1.0", wheel), ("other==2.0", other)],  # a Windows wheel
+                 [("tiny-pkg==1.1", wheel)]):  # another version  # fmt: skip
+        write_lock(*pins)
+        log.unlink()
+        with pytest.raises(images.ImageError, match="pip exit"):
+            images.fill_wheelhouse(lock, house, out, log)
+        assert "pip download" in log.read_text()
+    # the same file rewritten: its kept hash is not trusted, the lock's no longer holds
+    write_lock(("tiny-pkg==1.0", wheel))
+    wheel.write_bytes(b"other bytes, another hash")
+    assert images.fetched_already(lock, house) is None
+    # a lock with more than pins (a marker): pip reads it
+    lock.write_text(f'tiny-pkg==1.0 ; python_version > "3" --hash=sha256:{"0" * 64}\n')
+    assert images.lock_pins(lock) is None

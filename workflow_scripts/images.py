@@ -36,6 +36,7 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -143,10 +144,82 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+#: a hashed lock's pin, continuation lines joined: ``name==version --hash=sha256:...``
+_PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)")
+
+
+def lock_pins(lock: Path) -> list[tuple[str, str, set[str]]] | None:
+    """A hashed lock's pins: (name, version, the sha256s it allows) each; None where a
+    line is anything else (an option, a marker, extras, a URL: pip reads those)."""
+    pins = []
+    for line in lock.read_text().replace("\\\n", " ").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _PIN.fullmatch(line)
+        if m is None:
+            return None
+        pins.append((m[1], m[2], set(re.findall(r"sha256:([0-9a-f]{64})", m[3]))))
+    return pins
+
+
+def known_sha256(path: Path) -> str:
+    """``sha256_file``, kept beside the wheelhouse (``.sha256/<name>``) for as long as the
+    file keeps its size and mtime: a lock's wheels are gigabytes (torch and its CUDA
+    libraries, ~12 s to hash here), and the builds check every hash again anyway."""
+    st = path.stat()
+    key = f"{st.st_size} {st.st_mtime_ns}"
+    kept = path.parent / ".sha256" / path.name
+    try:
+        size_mtime, digest = kept.read_text().rsplit(" ", 1)
+        if size_mtime == key:
+            return digest
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    kept.parent.mkdir(exist_ok=True)
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}")
+    tmp.write_text(f"{key} {digest}")
+    tmp.replace(kept)  # whole or not at all: the wheelhouse jobs of other locks run beside
+    return digest
+
+
+def fetched_already(lock: Path, wheelhouse: Path) -> int | None:
+    """How many pins of ``lock`` the wheelhouse holds already, each as a wheel this
+    interpreter installs (its tags, as ``pip download`` picks) with a hash the lock
+    allows; None where one is missing or the lock is more than pins (pip runs then)."""
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
+
+    pins = lock_pins(lock)
+    if not pins:
+        return None
+    tags = set(sys_tags())
+    wheels: dict[tuple, list[Path]] = {}
+    for path in wheelhouse.glob("*.whl"):
+        try:
+            name, version, _, wheel_tags = parse_wheel_filename(path.name)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wheel_tags & tags:
+            wheels.setdefault((name, version), []).append(path)
+    for name, version, hashes in pins:
+        try:
+            found = wheels.get((canonicalize_name(name), Version(version)), [])
+        except InvalidVersion:
+            return None
+        if not any(known_sha256(path) in hashes for path in found):
+            return None
+    return len(pins)
+
+
 def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
     """Download every wheel of a hashed lock into the wheelhouse (the host's pip and
     settings; wheels already there are checked and kept), then copy the lock to
-    ``out`` (the builds read the lock from the wheelhouse)."""
+    ``out`` (the builds read the lock from the wheelhouse). A lock whose every wheel is
+    there already (``fetched_already``: a checkout's newer lock, a wheelhouse shared
+    by several workflow copies) asks pip nothing: no index, no download."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -156,9 +229,15 @@ def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
         "-r", str(lock), "-d", str(wheelhouse),
     ]  # fmt: skip
     t0 = time.perf_counter()
+    present = fetched_already(lock, wheelhouse)
     with open(log, "a") as logf:
-        print(f"$ {' '.join(cmd)}", file=logf, flush=True)
-        rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT).returncode
+        if present:
+            print(f"every wheel of {lock} is in {wheelhouse} with a hash it allows "
+                  f"({present} pins): nothing to download", file=logf)  # fmt: skip
+            rc = 0
+        else:
+            print(f"$ {' '.join(cmd)}", file=logf, flush=True)
+            rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         raise ImageError(f"filling the wheelhouse from {lock} failed (pip exit {rc}); see {log}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +247,7 @@ def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
         "lock_sha256": sha256_file(lock),
         "wheelhouse": str(wheelhouse),
         "download_s": round(time.perf_counter() - t0, 1),
+        "downloaded": not present,
     }
     with open(log, "a") as logf:
         print(json.dumps(info), file=logf)
