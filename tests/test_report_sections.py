@@ -435,6 +435,9 @@ def test_records_without_an_estimate_say_so(tmp_path):
     sid, heading, content = timing_section(frame)
     assert sid == "study-time" and "estimate vs measured" in heading
     assert "n/a: no record holds both an estimate and its wall time" in content
+    # what the estimate is made of, as plan/estimate.py makes it
+    assert "a transformer's MLP block for the text models" in content
+    assert "the FLOP count (one eager fp32 step of one sample)" in content
 
 
 def test_configurations_that_read_alike_are_told_apart(tmp_path):
