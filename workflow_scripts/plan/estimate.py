@@ -2,9 +2,10 @@
 
 Each trial's wall time is predicted from its spec and what this machine measured:
 the calibration of its environment (``results/calibration/<env>.json``: the fp32
-matmul ceiling per thread count, the bf16/fp32 ratio of a small convolutional
-training step, the cost of starting a process there), or, before a calibration
-exists, a quick fp32 matmul in this process and the CPU's flags (bf16 native with
+matmul ceiling per thread count, the bf16/fp32 ratio of a small training step of the
+model's kind, the cost of starting a process there), or, before a calibration exists,
+a quick fp32 matmul in this process (one thread's rate by its own CPU time, times the
+CPUs: a busy neighbour does not move it) and the CPU's flags (bf16 native with
 AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
 
     step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
@@ -31,7 +32,9 @@ Host side, standard library only (numpy, if present, for the quick measurement).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -141,22 +144,42 @@ def train_flops_per_sample(spec: Mapping) -> float | None:
 # --------------------------------------------------------------------------- machine
 
 
-def quick_fp32_gflops(size: int = 512, min_seconds: float = 0.2) -> float | None:
-    """This process's fp32 matmul rate with numpy (BLAS, all CPUs): the estimate's
-    basis before a calibration exists (~0.2 s)."""
+def quick_fp32_gflops(
+    size: int = 512, min_seconds: float = 0.2, cpus: int | None = None
+) -> float | None:
+    """This machine's fp32 matmul rate with numpy (BLAS), the estimate's basis before a
+    calibration exists (~0.2 s): one thread's rate, timed by that thread's own CPU
+    time, times ``cpus`` (default: the CPUs this process may use). A busy neighbour
+    takes wall time from a measurement, not its thread's CPU time: timed by the wall on
+    all CPUs, the same dry run read 6.0 h, 15.3 h, 46.9 h and 73.1 h as the machine's
+    load changed. None without numpy."""
     try:
         import numpy as np
     except ImportError:
         return None
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # (BLAS then uses its own threads: the rate is still this thread's)
+        threadpool_limits = None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
-    a @ b
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < min_seconds:
+    limit = threadpool_limits(limits=1) if threadpool_limits else contextlib.nullcontext()
+    with limit:
         a @ b
-        reps += 1
-    return 2.0 * size**3 * reps / (time.perf_counter() - t0) / 1e9
+        reps, c0, w0 = 0, time.thread_time(), time.perf_counter()
+        # at least min_seconds of this thread's CPU time, at most 10x that of the wall
+        while time.thread_time() - c0 < min_seconds and (
+            time.perf_counter() - w0 < 10 * min_seconds or reps < 2
+        ):
+            a @ b
+            reps += 1
+        cpu = time.thread_time() - c0
+    if cpu <= 0:
+        return None
+    return 2.0 * size**3 * reps / cpu / 1e9 * max(1, cpus)
 
 
 def bf16_native(flags: Iterable[str]) -> bool:
@@ -660,8 +683,9 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
     results = Path(results)
     calibrations = read_calibrations(results, list(study.envs))
     quick = None
+    cpus = len(sysinfo.plan_cpus())
     if measure and not all(isinstance(c, dict) and c.get("ceiling") for c in calibrations.values()):
-        quick = quick_fp32_gflops()
+        quick = quick_fp32_gflops(cpus=cpus)
     measured = {}
     if not study.settings.get("preflight"):
         root = preflight.under(results, {"preflight": True}) / "records"
@@ -669,7 +693,7 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
     return Machine(
         calibrations,
         quick,
-        len(sysinfo.plan_cpus()),
+        cpus,
         sysinfo.topology().get("cpu_flags") or [],
         container=study.settings.get("runtime") != "local",
         preflight=measured,
@@ -718,10 +742,11 @@ def for_trial(
 
     env = spec.get("env") or "upstream"
     calibrated = isinstance(reference, Mapping) and reference.get("ceiling")
+    cpus = len(sysinfo.plan_cpus())
     machine = Machine(
         {env: reference if calibrated else None},
-        None if calibrated else quick_fp32_gflops(),
-        len(sysinfo.plan_cpus()),
+        None if calibrated else quick_fp32_gflops(cpus=cpus),
+        cpus,
         sysinfo.topology().get("cpu_flags") or [],
         container=container,
     )
