@@ -8,9 +8,10 @@
 # headline states, not yet within the margin) run another round, up to `max_trials`
 # (round_experiments, rules/common.smk).
 # After each, a progress line: trials done of all, elapsed, the time left (progress.py).
-# A trial whose noise probe falls below noise_threshold x the reference probe is
-# run again (noise_retries times at most); these two settings are read in the run
-# block rather than passed as params, so changing them reruns no experiment.
+# A trial whose noise probe is an outlier below its peers' (results/probes/, the study's
+# trials probed the same way; workflow_scripts/trial/peers.py) by at least
+# 1 - noise_threshold is run again (noise_retries times at most); these two settings are
+# read in the run block rather than passed as params, so changing them reruns no experiment.
 
 
 # The reference noise probe of each environment: 3 probes (median) per probe size and

@@ -21,11 +21,11 @@ def small_study(trials: int = 2) -> study.Study:
     return study.load_study(config)
 
 
-def write_record(results, exp: str, trial: int, wall: float | None) -> None:
+def write_record(results, exp: str, trial: int, wall: float | None, **more) -> None:
     path = results / "records" / exp / f"trial{trial}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     # the record's own estimate (the trial's, from the calibration alone) is not used
-    record = {"status": "ok", "trial_wall_s": wall, "estimate": {"seconds": 1e6}}
+    record = {"status": "ok", "trial_wall_s": wall, "estimate": {"seconds": 1e6}, **more}
     path.write_text(json.dumps(record))
 
 
@@ -60,6 +60,46 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
     bounded = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
     ratio = float(re.search(r"x (\d+\.\d+): measured", bounded).group(1))
     assert ratio == progress.RATIO_BOUNDS[1]
+
+
+def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
+    s = small_study()
+    m = machine(calibration())
+    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    # a trial run three times (two attempts discarded as disturbed) took 3x its estimate,
+    # of which 2x were the reruns: the time left is scaled by 1.00, not 3
+    a = predicted["a"]["seconds"]
+    write_record(tmp_path, "a", 0, wall=3 * a, retry_wall_s=2 * a)
+    write_record(tmp_path, "b", 0, wall=predicted["b"]["seconds"])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert "x 1.00: measured/estimated so far, noise reruns left out" in text
+
+
+def test_trials_that_disagree_give_a_range(tmp_path):
+    s = small_study()
+    m = machine(calibration())
+    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    write_record(tmp_path, "a", 0, wall=0.5 * predicted["a"]["seconds"])
+    write_record(tmp_path, "b", 0, wall=3.0 * predicted["b"]["seconds"])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    found = re.search(r"about (\S+ \S+) left, (\S+ \S+) to (\S+ \S+) \(the estimate", text)
+    assert found, text
+    # two trials that agree: one figure
+    write_record(tmp_path, "b", 0, wall=0.5 * predicted["b"]["seconds"])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert re.search(r"about \S+ \S+ left \(the estimate", text), text
+
+
+def test_the_last_line_says_how_much_of_the_time_was_measuring(tmp_path):
+    s = small_study(trials=1)
+    metrics = {"train_time_s": 4.0, "time_to_first_step_s": 1.0}
+    write_record(tmp_path, "a", 0, wall=10.0, metrics=metrics)
+    write_record(tmp_path, "b", 0, wall=10.0, metrics=metrics, retry_wall_s=5.0)
+    write_record(tmp_path, "c", 0, wall=5.0, metrics=metrics)
+    text = progress.line(s, tmp_path, started=0.0, now=45.0, machine=machine(calibration()))
+    # 3 x 3 s of steps (the first step of each left out) of 25 s of trials, 45 s of run
+    assert "measuring 36% of the trials' wall time (9 s of 25 s in the step loops" in text
+    assert "noise reruns 5 s, 20%), 20% of this run's; every trial is done" in text
 
 
 def test_every_trial_done(tmp_path):

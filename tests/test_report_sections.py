@@ -440,6 +440,31 @@ def test_records_without_an_estimate_say_so(tmp_path):
     assert "the FLOP count (one eager fp32 step of one sample)" in content
 
 
+def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():
+    from workflow_scripts.report.headline import _noise
+    from workflow_scripts.report.timing import timing_section
+
+    records = []
+    for k, retry in enumerate((0.0, 30.0)):
+        r = make("baseline", k, 10.0)
+        r["metrics"].update(train_time_s=24.2, time_to_first_step_s=4.2)
+        r.update(estimate={"seconds": 40.0}, trial_wall_s=40.0 + retry, retry_wall_s=retry)
+        r["discarded_attempts"] = [{"attempt": 1}] if retry else []
+        records.append(r)
+    frame = rec.summary_frame(records)
+    assert list(frame["measuring_s"]) == [20.0, 20.0]
+    assert list(frame["retry_wall_s"]) == [0.0, 30.0]
+    plain = re.sub(r"<[^>]+>", "", timing_section(frame)[2])
+    # 30 s of reruns in 110 s of trials; 2 x 20 s in the step loops after the first step
+    assert (
+        "the noise reruns (attempts discarded as disturbed, and the pauses after them) "
+        "30 s, 27.3%" in plain
+    )
+    assert "took 40 s: a measurement efficiency of 36% of the trials' wall time" in plain
+    line = re.sub(r"<[^>]+>", "", _noise(frame, pd.DataFrame(), records))
+    assert "1 attempt discarded and rerun, 27% of the trials' wall time (0.5 of 1.8 min)" in line
+
+
 def test_configurations_that_read_alike_are_told_apart(tmp_path):
     """Two configurations the backend table's words do not tell apart (fixed and dynamic
     padding, SGD and AdamW: the default study's BERT-base runs) get a row each, named by

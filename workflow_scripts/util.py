@@ -21,6 +21,18 @@ def finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def measuring_seconds(metrics: Any) -> float | None:
+    """How long a trial measured (a record's ``metrics``): its step loop (warm-up and
+    timed steps, scoring and checking left out) less the first step, which pays the
+    one-off costs (allocation, compilation); None where the record does not say."""
+    if not isinstance(metrics, dict):
+        return None
+    loop, first = metrics.get("train_time_s"), metrics.get("time_to_first_step_s")
+    if not finite(loop) or loop <= 0:
+        return None
+    return max(0.0, float(loop) - (float(first) if finite(first) else 0.0))
+
+
 def int_list(text: str) -> list[int]:
     """``'1024,2048'`` -> ``[1024, 2048]`` (empty items ignored)."""
     return [int(x) for x in text.split(",") if x.strip()]

@@ -6,7 +6,10 @@ The rest is the study's estimate for the trials without a record (``estimate.tot
 from the calibrations and the pre-flight), scaled by how far the same estimate was off
 for the trials done so far (their wall time, each record's ``trial_wall_s``, against
 what the same estimate predicts for them): an estimate that was 1.5x optimistic for
-the first trials is taken as 1.5x optimistic for the others. (Not against each
+the first trials is taken as 1.5x optimistic for the others. A trial's noise reruns
+(``retry_wall_s``) are left out of its wall time: one trial run three times says
+nothing of the others. Where the trials' own ratios disagree (a few, or unlike ones),
+the line gives the range that their spread allows. (Not against each
 record's own estimate, made by the trial from the calibration alone: scaling the
 pre-flight's estimate by that ratio corrected it twice, to 69 min left where 2.8 h
 were.) Host side, standard library only; the records are read once each (cached by
@@ -15,12 +18,14 @@ path and modification time), so a line costs milliseconds in a long run.
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..util import finite, read_json
+from ..util import finite, measuring_seconds, read_json
 from . import estimate, rounds
 
 #: when this run started (seconds since the epoch), set once by the main process and
@@ -29,6 +34,8 @@ STARTED_VAR = "STUDY_STARTED_AT"
 #: the correction applied to the estimate stays within these bounds (a few odd trials
 #: must not turn "2 h left" into "2 days left")
 RATIO_BOUNDS = (0.2, 5.0)
+#: the time left is given as a range too where the trials' ratios make it this uncertain
+RANGE_FROM = 1.15
 
 _cache: dict[str, tuple[int, float | None]] = {}
 
@@ -46,8 +53,19 @@ def started_at() -> float:
 _MISSING = object()
 
 
+def _times(record) -> tuple[float | None, float, float | None]:
+    """A record's (wall time without its noise reruns, their time, its step loop's time
+    less the first step): None where it does not say."""
+    if not isinstance(record, dict):
+        return None, 0.0, None
+    wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
+    retry = float(retry) if finite(retry) and retry > 0 else 0.0
+    kept = float(wall) - retry if finite(wall) and wall - retry > 0 else None
+    return kept, retry, measuring_seconds(record.get("metrics"))
+
+
 def _wall(path: Path):
-    """A record's wall time (None when it has none); ``_MISSING`` without a record."""
+    """A record's times (``_times``); ``_MISSING`` without a record."""
     try:
         mtime = path.stat().st_mtime_ns
     except OSError:
@@ -59,29 +77,58 @@ def _wall(path: Path):
     try:
         record = read_json(path, want=None)
     except (OSError, ValueError):
-        return None
-    wall = record.get("trial_wall_s") if isinstance(record, dict) else None
-    wall = float(wall) if finite(wall) and wall > 0 else None
-    _cache[key] = (mtime, wall)
-    return wall
+        return None, 0.0, None
+    times = _times(record)
+    _cache[key] = (mtime, times)
+    return times
 
 
 def measure(
     experiments: Iterable[Mapping], trials: int, results: Path
-) -> tuple[list[tuple[str, int]], dict[tuple[str, int], float]]:
-    """The (experiment, trial) pairs with a record, and the wall time of those whose
-    record has one."""
+) -> tuple[list[tuple[str, int]], dict[tuple[str, int], tuple[float | None, float, float | None]]]:
+    """The (experiment, trial) pairs with a record, and the times of each (``_times``)."""
     done: list[tuple[str, int]] = []
-    walls: dict[tuple[str, int], float] = {}
+    times: dict[tuple[str, int], tuple] = {}
     for spec in experiments:
         for k in range(trials):
-            wall = _wall(results / "records" / spec["id"] / f"trial{k}.json")
-            if wall is _MISSING:
+            got = _wall(results / "records" / spec["id"] / f"trial{k}.json")
+            if got is _MISSING:
                 continue
             done.append((spec["id"], k))
-            if wall is not None:
-                walls[(spec["id"], k)] = wall
-    return done, walls
+            times[(spec["id"], k)] = got
+    return done, times
+
+
+def spread_of(ratios: list[float]) -> float:
+    """The half-width (log units, about 95 %) of the mean of ``ratios``' logs; 0 with
+    fewer than two."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    if len(logs) < 2:
+        return 0.0
+    return 2.0 * statistics.stdev(logs) / math.sqrt(len(logs))
+
+
+def efficiency(times: Iterable[tuple], elapsed: float) -> str:
+    """The study's measurement efficiency: its trials' step loops (warm-up after the
+    first step, and the timed steps) over the trials' wall time and over this run's; ""
+    where no record says."""
+    times = list(times)
+    measuring = sum(t[2] for t in times if t[2] is not None)
+    wall = sum((t[0] or 0.0) + t[1] for t in times)
+    retries = sum(t[1] for t in times)
+    if measuring <= 0 or wall <= 0:
+        return ""
+    text = (
+        f"; measuring {100 * measuring / wall:.0f}% of the trials' wall time "
+        f"({estimate.human(measuring)} of {estimate.human(wall)} in the step loops"
+    )
+    if retries > 0:
+        text += f"; noise reruns {estimate.human(retries)}, {100 * retries / wall:.0f}%"
+    if elapsed > 0:
+        text += f"), {100 * measuring / elapsed:.0f}% of this run's"
+    else:
+        text += ")"
+    return text
 
 
 def line(
@@ -97,7 +144,9 @@ def line(
     results = Path(results)
     trials = int(study.settings["trials"])
     experiments = study.experiments
-    done, walls = measure(experiments, trials, preflight.under(results, study.settings))
+    done, times = measure(experiments, trials, preflight.under(results, study.settings))
+    # each trial without its noise reruns: a rerun is not extrapolated to the whole study
+    walls = {key: t[0] for key, t in times.items() if t[0] is not None}
     if machine is None:
         machine = estimate.study_machine(study, results, measure=False)
     records = preflight.under(results, study.settings) / "records"
@@ -115,10 +164,11 @@ def line(
     )
     # the same estimate's prediction for the trials done, against their wall time
     per = est["experiments"]
-    est_sum = sum(
-        per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
-        for e, k in walls
-    )
+
+    def predicted(e: str, k: int) -> float:
+        return per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
+
+    est_sum = sum(predicted(e, k) for e, k in walls)
     wall_sum = sum(walls.values())
     total = est["planned_trials"]
     elapsed = (now if now is not None else time.time()) - (
@@ -129,6 +179,7 @@ def line(
     left = est["remaining_trials_s"]
     if len(done) >= total:
         most = rounds.cap(study.settings)
+        text += efficiency(times.values(), elapsed)
         if most > trials:
             return text + (
                 f"; the {total} trials of the minimum are done: more (up to {most} each) only "
@@ -140,10 +191,18 @@ def line(
     trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"
     if est_sum > 0:
         ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+        # how sure that ratio is, from how much the trials' own ratios vary: a range
+        # where the trials so far disagree (few of them, or unlike ones)
+        half = spread_of([w / predicted(e, k) for (e, k), w in walls.items() if predicted(e, k)])
+        span = ""
+        if half > math.log(RANGE_FROM):
+            low = min(max(ratio * math.exp(-half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+            high = min(max(ratio * math.exp(half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+            span = f", {estimate.human(left * low)} to {estimate.human(left * high)}"
         return (
-            text + f"; about {estimate.human(left * ratio)} left (the estimate of "
+            text + f"; about {estimate.human(left * ratio)} left{span} (the estimate of "
             f"{estimate.human(left)} for the {trials_left}, "
-            f"x {ratio:.2f}: measured/estimated so far)"
+            f"x {ratio:.2f}: measured/estimated so far, noise reruns left out)"
         )
     return text + f"; about {estimate.human(left)} left (the estimate, nothing measured yet)"
 

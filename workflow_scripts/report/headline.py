@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..util import finite
 from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
@@ -254,6 +255,15 @@ def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> 
         for r in records
         if isinstance(r, Mapping) and isinstance(r.get("discarded_attempts"), list)
     )
+    walls = [r for r in records if isinstance(r, Mapping) and finite(r.get("trial_wall_s"))]
+    wall = sum(float(r["trial_wall_s"]) for r in walls)
+    retried = sum(float(r["retry_wall_s"]) for r in walls if finite(r.get("retry_wall_s")))
+    cost = (
+        f", {100 * retried / wall:.0f}% of the trials' wall time ({retried / 60:.1f} of "
+        f"{wall / 60:.1f} min)"
+        if discarded and wall > 0
+        else ""
+    )
     fate = " and left out of the medians"
     if used:
         fate = (
@@ -265,7 +275,7 @@ def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> 
     return (
         f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as "
         f"disturbed{fate}; {discarded} attempt{'s' if discarded != 1 else ''} discarded and "
-        "rerun (see Measurement noise)."
+        f"rerun{cost} (see Measurement noise)."
     )
 
 

@@ -39,6 +39,8 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
         _est=_num(frame, "estimate_s"),
         _wall=_num(frame, "trial_wall_s"),
         _probe=_num(frame, "probe_s"),
+        _retry=_num(frame, "retry_wall_s"),
+        _measuring=_num(frame, "measuring_s"),
         _attempts=_num(frame, "attempts"),
     )
     sub = sub[sub["_est"].notna() & sub["_wall"].notna()]
@@ -54,6 +56,8 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
                 "estimate_sum_s": part["_est"].sum(),
                 "wall_sum_s": part["_wall"].sum(),
                 "probe_sum_s": part["_probe"].fillna(0).sum(),
+                "retry_sum_s": part["_retry"].fillna(0).sum(),
+                "measuring_sum_s": part["_measuring"].fillna(0).sum(),
             }
         )
     return pd.DataFrame(rows)
@@ -73,7 +77,8 @@ def timing_section(frame: pd.DataFrame) -> Section:
         "FLOP count (one eager fp32 step of one sample), the noise probes and a compile. "
         "Each record keeps its trial's estimate beside its real wall time "
         "(every attempt); a ratio above 1 means the trial took longer than predicted. "
-        "Noisy reruns are not predicted.</p>"
+        "Noisy reruns are not predicted (each record's <code>retry_wall_s</code> says what "
+        "they cost).</p>"
     )
     if not len(table):
         return (
@@ -83,7 +88,8 @@ def timing_section(frame: pd.DataFrame) -> Section:
             "time (records made before the estimate existed).</p>",
         )
     est, wall = table["estimate_sum_s"].sum(), table["wall_sum_s"].sum()
-    probes = table["probe_sum_s"].sum()
+    probes, retries = table["probe_sum_s"].sum(), table["retry_sum_s"].sum()
+    measuring = table["measuring_sum_s"].sum()
     worst = table.assign(r=table["wall_s"] / table["estimate_s"])
     over, under = worst.loc[worst["r"].idxmax()], worst.loc[worst["r"].idxmin()]
     counts = (
@@ -94,7 +100,11 @@ def timing_section(frame: pd.DataFrame) -> Section:
         f"<b>{html.escape(str(under['experiment']))}</b> "
         f"{_off(under['wall_s'], under['estimate_s'])}. "
         f"The noise probes (before and after the steps) took <b>{_minutes(probes)}</b>, "
-        f"{100 * probes / wall:.1f}% of the trials' wall time.</p>"
+        f"{100 * probes / wall:.1f}% of the trials' wall time; the noise reruns (attempts "
+        f"discarded as disturbed, and the pauses after them) <b>{_minutes(retries)}</b>, "
+        f"{100 * retries / wall:.1f}%. Measuring (the step loops after their first step: "
+        f"warm-up and timed steps) took <b>{_minutes(measuring)}</b>: a measurement "
+        f"efficiency of <b>{100 * measuring / wall:.0f}%</b> of the trials' wall time.</p>"
         if wall > 0
         else ""
     )

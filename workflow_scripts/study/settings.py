@@ -341,15 +341,18 @@ SETTINGS: dict[str, Setting] = {
             "noise_threshold",
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             0.85,
-            "a trial whose probe ran below this fraction of the reference (or of the "
-            "median of comparable trials) was disturbed",
+            "the least drop that counts as a disturbance: a trial whose probe ran below "
+            "this fraction of what its peers (this study's trials probed the same way) "
+            "ordinarily read, and beyond their ordinary spread, was disturbed (before "
+            "there are peers: below half the calibration's); the report's median of "
+            "comparable trials likewise",
             structured=True,
         ),
         Setting(
             "noise_retries",
             {"type": "integer", "minimum": 0},
             2,
-            "how often a trial whose probe fell below the reference is run again",
+            "how often a disturbed trial (noise_threshold) is run again",
             structured=True,
         ),
         Setting(

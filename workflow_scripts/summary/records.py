@@ -275,6 +275,8 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     row["step_time_cv"] = stdev / mean if mean > 0 else math.nan
     row["estimate_s"] = _num(_as_dict(record.get("estimate")).get("seconds"))
     row["attempts"] = _int_or_nan(record.get("attempts"))
+    measuring = util.measuring_seconds(metrics)
+    row["measuring_s"] = measuring if measuring is not None else math.nan
     discarded = record.get("discarded_attempts")
     row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
     return row

@@ -253,6 +253,21 @@ def _measurement() -> list[Result]:
             "the trial's whole wall time",
             ("trial_wall_s",),
         ),
+        Result(
+            "retry_wall_s",
+            "number",
+            m,
+            "s",
+            "of it, the discarded attempts and the pauses after them (noise reruns)",
+            ("retry_wall_s",),
+        ),
+        Result(
+            "measuring_s",
+            "number",
+            m,
+            "s",
+            "of it, in the step loop after the first step: warm-up and timed steps",
+        ),
         Result("estimate_s", "number", m, "s", "the estimate of its wall time"),
         Result(
             "tokens_per_sample",

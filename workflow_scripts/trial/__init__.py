@@ -6,7 +6,8 @@ yaml included), never inside a rank. Read it top to bottom: ``entry`` (the rule'
 command line and ``main``) -> ``reference`` (the calibration it is judged against) ->
 ``policy`` (attempts until one is not disturbed) -> ``attempt`` (one run: the
 launcher's commands in the runtime, with ``environment``) -> ``outcome`` (how it ended,
-the record) and ``noise`` (the signals, the ceiling).
+the record) and ``noise`` (the signals, against ``peers``: what such a probe
+ordinarily reads here; the ceiling).
 
  A trial is the
 command lines of its ranks (from its launcher, ``workflow_scripts/launchers``),
@@ -17,9 +18,10 @@ launcher), or a ``crashed``/``timeout`` record with the tail of the output when 
 process died without one.
 
 Noise: a trial was disturbed when one of three signals says so (:func:`noise_check`):
-its noise probe just before the steps, or the one just after them, ran below
-``noise_threshold`` times the reference's fp32 rate (the calibration the workflow
-measures once per environment), or other work took more than ``1 - noise_threshold``
+its noise probe just before the steps, or the one just after them, was an outlier
+below what its peers ordinarily read (the study's trials probed the same way, by at
+least ``1 - noise_threshold``; before there are peers, below half the calibration's
+rate: ``peers.py``), or other work took more than ``1 - noise_threshold``
 of its threads' CPU time during the timed steps (``workflow_scripts.rank.contention``). A
 disturbed trial is run again after a pause, at most ``max_retries`` times. The
 discarded attempts stay in the record (``discarded_attempts``, with the signal that

@@ -1,11 +1,12 @@
 """Was the trial disturbed? The three noise signals (the probe before and after the
-steps, other work during them) against the environment's reference, and the trial's
-share of the measured matmul ceiling."""
+steps, against what such a probe ordinarily reads here: ``peers.py``; other work during
+the steps), and the trial's share of the measured matmul ceiling."""
 
 from __future__ import annotations
 
 from ..rank import probe
 from ..util import finite
+from . import peers
 from .reference import measured_on
 
 PROBE_BEFORE = "probe before steps"
@@ -13,20 +14,43 @@ PROBE_AFTER = "probe after steps"
 OTHER_WORK = "other work during steps"
 
 
-def probe_signal(name: str, result, reference: dict | None, threshold: float) -> dict | None:
-    """A probe's fp32 rate against the reference; None when there is nothing to compare."""
+def probe_signal(
+    name: str, result, reference: dict | None, threshold: float, level: dict | None = None
+) -> dict | None:
+    """A probe's fp32 rate against what such a probe ordinarily reads here: the median of
+    its peers (``level``, :func:`peers.ordinary`) where there are enough of them, else
+    the calibration's reference; None when there is nothing to compare. Its
+    ``threshold`` is the share of that level below which it was disturbed
+    (:func:`peers.bound`)."""
     rate = result.get("fp32_gflops") if isinstance(result, dict) else None
-    if reference is None or not finite(rate):
+    if (reference is None and level is None) or not finite(rate):
         return None
-    ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
-    check = {"signal": name, "fp32_gflops": rate, "reference": how}
-    check["reference_node_type"] = measured_on(reference)
+    limit = peers.bound(level, threshold)
+    if level is not None:
+        ref = level["level"]
+        how = (
+            f"the median of {level['peers']} peer probes (this study's trials measured the "
+            f"same way), spread {100 * level['spread']:.1f}%"
+        )
+        check = {"signal": name, "fp32_gflops": rate, "reference": how, "basis": "peers",
+                 "peers": level["peers"], "spread": level["spread"]}  # fmt: skip
+    else:
+        ref, how = probe.reference_rate(reference, result.get("size"), result.get("threads"))
+        check = {"signal": name, "fp32_gflops": rate, "reference": how, "basis": "calibration"}
+    check["reference_node_type"] = measured_on(reference) if reference else None
+    check["threshold"] = limit
     if ref is None or ref <= 0:
         return {**check, "reference_fp32_gflops": None, "ratio": None, "passed": None}
     ratio = rate / ref
-    check.update(reference_fp32_gflops=ref, ratio=ratio, passed=ratio >= threshold)
+    check.update(reference_fp32_gflops=ref, ratio=ratio, passed=ratio >= limit)
+    against = (
+        f"the median {ref:.1f} GFLOP/s of {level['peers']} peer probes (spread "
+        f"{100 * level['spread']:.1f}%)"
+        if level is not None
+        else f"the reference {ref:.1f} GFLOP/s ({how})"
+    )
     check["detail"] = (
-        f"{name}: fp32 {rate:.1f} GFLOP/s = {ratio:.2f} x the reference {ref:.1f} GFLOP/s ({how})"
+        f"{name}: fp32 {rate:.1f} GFLOP/s = {ratio:.2f} x {against}, below {limit:.2f}"
     )
     return check
 
@@ -40,20 +64,29 @@ def work_signal(work, threshold: float) -> dict | None:
     detail = (
         f"{OTHER_WORK}: other processes took {work['other_cpu_s']:.1f} CPU s on the run's "
         f"{work['cpus']} CPUs in {work['wall_s']:.1f} s, {100 * work['share']:.0f}% of its "
-        f"{work['threads']} threads' time"
+        f"{work['threads']} threads' time, more than {1 - threshold:.2f}"
     )
     return {"signal": OTHER_WORK, "ratio": ratio, "passed": ratio >= threshold,
-            "detail": detail}  # fmt: skip
+            "threshold": threshold, "detail": detail}  # fmt: skip
 
 
-def noise_check(record: dict, reference: dict | None, threshold: float) -> dict | None:
+def noise_check(
+    record: dict, reference: dict | None, threshold: float, levels: dict | None = None
+) -> dict | None:
     """Every noise signal of an ok record; None when none can be judged (a failed run,
-    no probes and no /proc). ``passed`` is False when any signal failed, and
-    ``caught_by`` names those; the probe before the steps keeps its fields at the top."""
+    no probes and no /proc). ``levels``: the ordinary level of each probe signal
+    (``before``, ``after``: :func:`peers.ordinary`; absent: judged by the calibration).
+    ``passed`` is False when any signal failed, and ``caught_by`` names those; the
+    probe before the steps keeps its fields at the top."""
     if record.get("status") != "ok":
         return None
-    before = probe_signal(PROBE_BEFORE, record.get("probe"), reference, threshold)
-    after = probe_signal(PROBE_AFTER, record.get("probe_after"), reference, threshold)
+    levels = levels or {}
+    before = probe_signal(
+        PROBE_BEFORE, record.get("probe"), reference, threshold, levels.get("before")
+    )
+    after = probe_signal(
+        PROBE_AFTER, record.get("probe_after"), reference, threshold, levels.get("after")
+    )
     work = work_signal(record.get("other_work"), threshold)
     signals = [x for x in (before, after, work) if x]
     if not signals:
@@ -67,14 +100,13 @@ def noise_check(record: dict, reference: dict | None, threshold: float) -> dict 
     }
     if before:
         keys = ("fp32_gflops", "reference", "reference_fp32_gflops", "ratio",
-                "reference_node_type")  # fmt: skip
+                "reference_node_type", "basis")  # fmt: skip
         check.update({k: before[k] for k in keys})
     return check
 
 
 def noise_reason(check: dict) -> str:
-    failed = [x["detail"] for x in check["signals"] if x["passed"] is False]
-    return "; ".join(failed) + f", below the threshold {check['threshold']:g}"
+    return "; ".join(x["detail"] for x in check["signals"] if x["passed"] is False)
 
 
 def with_ceiling(record: dict, reference: dict | None) -> dict:

@@ -15,7 +15,7 @@ from ..study import machine
 from ..study.settings import NOISE_RETRIES as MAX_RETRIES
 from ..study.settings import NOISE_THRESHOLD
 from ..util import write_json_atomic
-from . import carry, far, lost
+from . import carry, far, lost, peers
 from .attempt import attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure
@@ -119,13 +119,26 @@ def _run(
     started = time.monotonic()
     discarded: list[dict] = []
     attempt = 1
+    probe_log = peers.log_path(out, spec.get("env") or env_info.get("name") or "env")
+    node = sysinfo.node_type()
+    own = (spec["id"], trial)
     while True:
+        attempt_started = time.monotonic()
         record = with_ceiling(
             attempt_once(rank_spec, env_info, out, log, trial, data_path, attempt, cache_plan),
             reference,
         )
         record["spec"] = spec  # (what it carried: the record's own key)
-        check = noise_check(record, reference, noise_threshold)
+        line = peers.line_for(record, spec["id"], trial, attempt, node)
+        levels = {}
+        if line is not None:  # what its peers ordinarily read, then its own for later trials
+            seen = peers.read(probe_log)
+            kind = {k: line[k] for k in ("size", "threads", "world", "node")}
+            levels = {
+                s: peers.ordinary(peers.peer_rates(seen, kind, s, own)) for s in peers.SIGNALS
+            }
+            peers.append(probe_log, line)
+        check = noise_check(record, reference, noise_threshold, levels)
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > max_retries:
             break
@@ -151,6 +164,8 @@ def _run(
         attempt += 1
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
+    # what the discarded attempts and the pauses after them cost (0 without a rerun)
+    record["retry_wall_s"] = round(attempt_started - started, 3)
     # how long the trial took here (every attempt, the pauses between them) beside
     # what the study predicted before it ran (one attempt)
     record["trial_wall_s"] = round(time.monotonic() - started, 3)

@@ -1,0 +1,158 @@
+"""What this machine's noise probe ordinarily reads, from the study's own trials.
+
+A trial's probe runs in a different moment from the calibration's (after its model and
+data were set up, in a process of its own), and on a small VM it reads lower as a rule:
+on a 2-vCPU Xeon the calibration's probe was 285.8 GFLOP/s and the quick study's trials
+read 182-234 (0.64-0.82x) with nothing else running, so a fixed 0.85 of the calibration
+called half of them disturbed. The evidence is the trials' own probes: every attempt of
+every trial appends its probe rates to ``<results>/probes/<env>.jsonl`` (one short line,
+appended whole), and a later trial's probe is judged against its *peers* there, those
+measured the same way (probe size, threads, ranks, node type), other trials than its
+own:
+
+- with at least :data:`MIN_PEERS`, the peers' median is the ordinary level and their
+  robust spread ``s`` (1.4826 x the median absolute deviation of the log rates, at
+  least :data:`SPREAD_FLOOR`) says how far an ordinary probe strays: a probe is
+  disturbed when it is below ``min(noise_threshold, exp(-OUTLIER_K * s))`` x the level,
+  an outlier among its kind and a drop of at least ``1 - noise_threshold``;
+- with fewer, the calibration is the only level there is, and a probe is disturbed only
+  below :data:`COLD_START` x it: on these machines another process busy on one of two
+  cores halves a 2-thread probe, where an ordinary trial probe read 0.64-0.82x.
+
+The log is a side file of the records, never a rule's input or output: deleting it only
+restarts the evidence (a trial still runs, judged against the calibration).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..util import finite
+
+#: peers needed before their median is the level a probe is judged against
+MIN_PEERS = 4
+#: how many robust spreads below the peers' median a probe must be to be an outlier
+OUTLIER_K = 3.0
+#: the least spread taken (log units): a run of near-identical probes must not make a
+#: 3 % dip an outlier
+SPREAD_FLOOR = 0.02
+#: before there are peers: a probe below this share of the calibration was disturbed
+COLD_START = 0.5
+#: the most recent lines read (the log of a long study stays cheap to read)
+RECENT = 400
+#: the two probe signals' names in a log line
+SIGNALS = ("before", "after")
+
+
+def log_path(out: Path, env: str) -> Path:
+    """The probe log of environment ``env`` for the record ``out``
+    (``<results>/records/<experiment>/trial<k>.json`` -> ``<results>/probes/<env>.jsonl``;
+    a record elsewhere: ``probes/`` beside its folder)."""
+    records = Path(out).parent.parent
+    base = records.parent if records.name == "records" else records
+    return base / "probes" / f"{env}.jsonl"
+
+
+def kind_of(probe: dict | None, world: int, node: str) -> dict | None:
+    """How a probe was measured (its kind); None for no probe."""
+    if not isinstance(probe, dict) or not finite(probe.get("fp32_gflops")):
+        return None
+    return {"size": probe.get("size"), "threads": probe.get("threads"), "world": world,
+            "node": node}  # fmt: skip
+
+
+def append(path: Path, line: dict) -> None:
+    """Add one line to the log, whole (a single write with O_APPEND: lines of trials
+    writing at once do not interleave); a log that cannot be written is no error."""
+    data = (json.dumps(line, sort_keys=True) + "\n").encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def read(path: Path) -> list[dict]:
+    """The log's last :data:`RECENT` lines that parse as mappings (a torn or edited line
+    is skipped); none when there is no log."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 512 * RECENT))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = text.splitlines()
+    if size > 512 * RECENT:
+        lines = lines[1:]  # the first may be cut
+    out = []
+    for raw in lines[-RECENT:]:
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def peer_rates(lines: Iterable[dict], kind: dict, signal: str, own: tuple[str, int]) -> list[float]:
+    """The ``signal`` rates of the lines of ``kind``, other trials' than ``own``."""
+    rates = []
+    for line in lines:
+        if (line.get("experiment"), line.get("trial")) == own:
+            continue
+        if any(line.get(k) != v for k, v in kind.items()):
+            continue
+        rate = line.get(signal)
+        if finite(rate) and rate > 0:
+            rates.append(float(rate))
+    return rates
+
+
+def ordinary(rates: list[float]) -> dict | None:
+    """The ordinary level of a kind of probe (the median) and its robust spread (log
+    units); None with fewer than :data:`MIN_PEERS` rates."""
+    rates = [r for r in rates if finite(r) and r > 0]
+    if len(rates) < MIN_PEERS:
+        return None
+    logs = [math.log(r) for r in rates]
+    centre = statistics.median(logs)
+    mad = statistics.median(abs(x - centre) for x in logs)
+    return {"level": statistics.median(rates), "spread": max(1.4826 * mad, SPREAD_FLOOR),
+            "peers": len(rates)}  # fmt: skip
+
+
+def bound(level: dict | None, threshold: float) -> float:
+    """The share of the level below which a probe was disturbed: with peers, an outlier
+    among them that is also a drop of at least ``1 - threshold``; without, the cold
+    start's (:data:`COLD_START`, or the setting where it is stricter still)."""
+    if level is None:
+        return min(threshold, COLD_START)
+    return min(threshold, math.exp(-OUTLIER_K * level["spread"]))
+
+
+def line_for(record: dict, experiment: str, trial: int, attempt: int, node: str) -> dict | None:
+    """The log line of one attempt (None when it ran no probe)."""
+    world = (record.get("checks") or {}).get("world_size") or 1
+    kind = kind_of(record.get("probe"), world, node) or kind_of(
+        record.get("probe_after"), world, node
+    )
+    if kind is None:
+        return None
+    rates = {}
+    for signal, key in zip(SIGNALS, ("probe", "probe_after"), strict=True):
+        probe = record.get(key)
+        rate = probe.get("fp32_gflops") if isinstance(probe, dict) else None
+        rates[signal] = float(rate) if finite(rate) else None
+    return {**kind, **rates, "experiment": experiment, "trial": trial, "attempt": attempt}
