@@ -6,7 +6,7 @@ from pathlib import Path
 
 from workflow_scripts import collectives, envs, images, jobs
 from workflow_scripts.cluster import sizing
-from workflow_scripts.plan import progress, rounds
+from workflow_scripts.plan import order, progress, rounds
 from workflow_scripts.trial import far
 
 SETTINGS = STUDY.settings
@@ -51,8 +51,16 @@ PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_siz
 # trial k+1 of any: the trial's priority falls with its index, and the jobs that
 # experiments wait for (environments, image folder, calibration) come before all of
 # them, so no trial k+1 can start while a trial k still waits for its environment.
+# Within a round the question comes first (workflow_scripts/plan/order.py): the
+# headline's group, then each other group's first run, then the rest cheapest first.
 # Priorities change no job's inputs, so they never cause a rerun.
-SETUP_PRIORITY = len(TRIALS) + 1
+RUN_ORDER = order.run_order(STUDY.experiments, order.trial_seconds(STUDY))
+ORDER_RANK = {experiment: i for i, experiment in enumerate(RUN_ORDER)}
+# the priorities of one round: its experiments' (1 .. n), and the report after it (n+1)
+ROUND_LEVELS = len(RUN_ORDER) + 1
+SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS
+# the experiments of the first provisional report (results/rounds/first/)
+QUESTION = order.question(STUDY.experiments)
 
 
 wildcard_constraints:
@@ -76,10 +84,12 @@ def calibration(env):
 
 
 def trial_priority(wildcards):
-    """Trial 0 highest: len(TRIALS) for trial 0 down to 1 for the last. Positive: the
-    ilp scheduler's objective rewards starting a job by its priority, and would
-    rather start nothing than a job of negative priority."""
-    return len(TRIALS) - int(wildcards.trial)
+    """Trial 0 highest, the question first within a round: each round has its level of
+    ROUND_LEVELS priorities, trial 0's the highest. Positive: the ilp scheduler's
+    objective rewards starting a job by its priority, and would rather start nothing
+    than a job of negative priority."""
+    level = (len(TRIALS) - int(wildcards.trial)) * ROUND_LEVELS
+    return level + len(RUN_ORDER) - ORDER_RANK[wildcards.experiment]
 
 
 # Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
@@ -145,8 +155,36 @@ def round_records(wildcards):
 
 
 def round_priority(wildcards):
-    """The priority of the round's trials (trial_priority)."""
-    return len(TRIALS) - int(wildcards.round)
+    """Above every trial of its round, below every trial of the round before (which
+    have all run when it can): it runs as soon as its round ends."""
+    return (len(TRIALS) - int(wildcards.round)) * ROUND_LEVELS + len(RUN_ORDER) + 1
+
+
+# The question first: a provisional report of the first round's question (QUESTION:
+# the headline's group and every other group's first run) as soon as their first
+# trials have run, before the rest of the study.
+def first_records(wildcards):
+    return [f"{RESULTS}/records/{experiment}/trial0.json" for experiment in QUESTION]
+
+
+def first_priority(wildcards):
+    """Above every trial 0 outside the question (the last of which it waits for)."""
+    return len(TRIALS) * ROUND_LEVELS + len(RUN_ORDER) - len(QUESTION) + 1
+
+
+def first_title(wildcards):
+    return (
+        f"Provisional report: the first trial of the headline's experiments and of every "
+        f"group's baseline ({len(QUESTION)} of {len(RUN_ORDER)} experiments; the study "
+        "goes on; its report: results/report/index.html)"
+    )
+
+
+def first_reports():
+    """The question's provisional report, where the study has more than its question."""
+    if len(QUESTION) >= len(RUN_ORDER):
+        return []
+    return [f"{RESULTS}/rounds/first/report/index.html"]
 
 
 def round_title(wildcards):
@@ -354,6 +392,7 @@ localrules:
     digits,
     report,
     round_report,
+    first_report,
 
 
 BUILDS_LOCAL = sizing.builds_local(SETTINGS)

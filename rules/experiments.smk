@@ -3,7 +3,8 @@
 # timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
 # asks for"). The launcher always writes a record, also for a failed,
 # crashed or timed-out run, so one bad experiment never stops the study.
-# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority;
+# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority,
+# the question first within a round (workflow_scripts/plan/order.py);
 # after `trials`, only the experiments a comparison still undecided names (or one the
 # headline states, not yet within the margin) run another round, up to `max_trials`
 # (round_experiments, rules/common.smk).

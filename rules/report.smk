@@ -98,3 +98,29 @@ checkpoint round_report:
         title=round_title,
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
+
+
+# The question first: the first trials of the headline's group and of every group's
+# baseline, reported as soon as they have run (rules/common.smk, QUESTION).
+rule first_report:
+    input:
+        records=first_records,
+    output:
+        summary=f"{RESULTS}/rounds/first/summary.csv",
+        comparisons=f"{RESULTS}/rounds/first/comparisons.csv",
+        html=f"{RESULTS}/rounds/first/report/index.html",
+    log:
+        f"{LOGS}/round_report/first.log",
+    priority: first_priority
+    resources:
+        cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
+        mem_mb=REPORT_RESOURCES["mem_mb"],
+        runtime=REPORT_RESOURCES["runtime"],
+    params:
+        prices=prices_json(),
+        name=SETTINGS["report"].get("name"),
+        noise_threshold=SETTINGS["noise_threshold"],
+        margin=SETTINGS["margin"],
+        title=first_title,
+    run:
+        jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

@@ -150,6 +150,8 @@ class QuickStudy:
     collectives: dict[str, dict]
     html: str
     comparisons: pd.DataFrame  # every comparison the report states (comparisons.csv)
+    first: pd.DataFrame  # the question's provisional report's summary (rounds/first/)
+    first_written: float  # when that report was written (its page's mtime)
 
     @property
     def output(self) -> str:
@@ -169,4 +171,6 @@ class QuickStudy:
             read_folder(results / "images"), read_folder(results / "calibration"),
             read_folder(results / "collectives"), (results / "report/index.html").read_text(),
             pd.read_csv(results / "comparisons.csv"),
+            pd.read_csv(results / "rounds/first/summary.csv"),
+            (results / "rounds/first/report/index.html").stat().st_mtime,
         )  # fmt: skip

@@ -4,6 +4,7 @@ from the estimate scaled by what the trials done so far measured against theirs.
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from workflow_scripts import study
@@ -119,3 +120,16 @@ def test_the_start_is_set_once_and_inherited(monkeypatch):
     assert progress.started_at() == first  # what every job's process inherits
     monkeypatch.setenv(progress.STARTED_VAR, "12.5")
     assert progress.started_at() == 12.5
+
+
+def test_the_line_says_when_the_first_answer_was_written(tmp_path):
+    s = small_study()
+    m = machine(calibration())
+    text = progress.line(s, tmp_path, started=1000.0, now=2000.0, machine=m)
+    assert "first answer" not in text
+    page = tmp_path / progress.FIRST_REPORT
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    os.utime(page, (1600.0, 1600.0))
+    text = progress.line(s, tmp_path, started=1000.0, now=2000.0, machine=m)
+    assert f"(the question's first answer: {page}, written 10 min into this run)" in text

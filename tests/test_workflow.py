@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +33,7 @@ from tests.runs import (
     mtimes,
 )
 from workflow_scripts import images, study
+from workflow_scripts.plan import order
 from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
 from workflow_scripts.study.config import flat_study
@@ -286,6 +288,25 @@ def test_each_trial_is_estimated_and_no_two_measurements_overlap(quick_study):
         assert end <= start, spans
 
 
+def test_the_question_runs_first_and_is_answered_first(quick_study):
+    """Within the round, the headline's group and every group's baseline ran before the
+    rest, and their provisional report was written before any other trial started."""
+    loaded = study.load_study(study.read_config(quick_study.wd / "config.yaml", ["preset=quick"]))
+    question = order.question(loaded.experiments)
+    assert 1 < len(question) < len(loaded.experiments)
+    started = {
+        e: datetime.fromisoformat(r["provenance"]["launched_at"]).timestamp()
+        for e, r in quick_study.records.items()
+    }
+    rest = [t for e, t in started.items() if e not in question]
+    assert max(started[e] for e in question) <= min(rest)
+    assert sorted(quick_study.first["experiment"]) == sorted(question)
+    assert max(started[e] for e in question) <= quick_study.first_written <= min(rest) + 1
+    assert "the question's first answer: results/rounds/first/report/index.html" in (
+        quick_study.output
+    )
+
+
 @pytest.mark.torch
 def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path):
     """The local runtime end to end (its environments through their rule, found built by
@@ -351,8 +372,9 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
 
 
 def test_trials_run_in_rounds_by_priority(tmp_path):
-    """Trial k of every experiment before trial k+1 of any: priorities, not dependencies
-    (Snakemake's dry run does not select jobs, so the order itself shows only in a run)."""
+    """Trial k of every experiment before trial k+1 of any, the question first within a
+    round: priorities, not dependencies (Snakemake's dry run does not select jobs, so the
+    order itself shows only in a run)."""
     wd = copy_workflow(tmp_path / "wf")
     # (no adaptive rounds; far_stop null: with it, trials after the first wait for the
     # first round, whose far runs stop there)
@@ -363,10 +385,12 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     # every experiment 3 trials, a seed sweep's seeds one each (3 seeds: 3 trials)
     planned = plan_rounds.first_trials(loaded.experiments, 3)
     assert len(runs) == sum(planned.values()) and set(planned.values()) == {1, 3}
+    tier = order.tiers(loaded.experiments)
+    priority = {}
     for job in runs:
         trial = int(job["wildcards"].rsplit("trial=", 1)[1])
         experiment = job["wildcards"].split("experiment=", 1)[1].split(",")[0]
-        assert job["priority"] == 3 - trial
+        priority[(experiment, trial)] = job["priority"]
         # no trial waits for another experiment's files, but a served model for the first
         # trial of the run that trains its weights; a later trial for its own first
         # (what it carries from it: workflow_scripts/trial/carry.py); and a trial that
@@ -382,12 +406,30 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
+    # every trial k above every trial k+1; within a round, by tier (plan/order.py): the
+    # headline's group, each other group's first run, their ladders, the rest
+    by_round = [[p for (e, k), p in priority.items() if k == t] for t in range(3)]
+    assert all(min(by_round[t]) > max(by_round[t + 1]) for t in range(2))
+    for t in range(3):
+        of = [(tier[e], -p) for (e, k), p in priority.items() if k == t]
+        assert [x for x, _ in sorted(of, key=lambda x: x[1])] == sorted(x for x, _ in of)
+    assert len(set(priority.values())) == len(priority)
+    question = [e for e in specs if tier[e] <= order.BASELINES]
+    assert order.question(loaded.experiments) == question
+    assert question[0] == "baseline" and "bert-base" in question and "bf16" in question
+    # the question's first report: as soon as its trials 0 have run, before the rest
+    (first,) = [j for j in jobs if j["rule"] == "first_report"]
+    records = re.findall(r"results/records/([^ ,/]+)/trial(\d+)\.json", first["input"])
+    assert sorted(records) == sorted((e, "0") for e in question)
+    rest = [priority[(e, 0)] for e in specs if e not in question]
+    assert max(rest) < first["priority"] <= min(priority[(e, 0)] for e in question)
     # after each round but the last, a provisional report of the rounds so far, as soon
     # as the round ends (its priority: above every trial of the next round)
     rounds = sorted((j for j in jobs if j["rule"] == "round_report"), key=lambda j: j["wildcards"])
     assert [j["wildcards"] for j in rounds] == ["round=0", "round=1"]
     for k, job in enumerate(rounds):
-        assert job["priority"] == 3 - k
+        assert max(by_round[k]) < job["priority"] < min(by_round[k - 1] if k else [math.inf])
+        assert job["priority"] > max(by_round[k + 1])
         trials = set(re.findall(r"results/records/[^ ,/]+/trial(\d+)\.json", job["input"]))
         assert trials == {str(t) for t in range(k + 1)}
         n = sum(min(k + 1, planned[e]) for e in specs)
@@ -395,7 +437,7 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     setup_rules = {"build_env", "image_folder", "digits", "calibrate"}
     setup = [j for j in jobs if j["rule"] in setup_rules]
     assert {j["rule"] for j in setup} == setup_rules
-    assert all(j["priority"] == 4 for j in setup)
+    assert min(j["priority"] for j in setup) > max(priority.values())
 
 
 def test_a_trial_waits_for_its_far_baseline_through_a_pointer_of_its_own(tmp_path):
@@ -446,6 +488,8 @@ def test_calibration_is_an_ancient_input(tmp_path):
     outputs += [wd / f"results/report/{n}" for n in ("index.html", "ladder.svg", "batch_size.svg")]
     outputs += [wd / f"results/report/{n}.svg" for n in ("num_workers", "threads", "backends")]
     outputs += [wd / "results/report/roofline.svg"]
+    outputs += [wd / f"results/rounds/first/{n}" for n in
+                ("summary.csv", "comparisons.csv", "report/index.html")]  # fmt: skip
     now = time.time()
     for i, path in enumerate(outputs):  # each newer than what it is made from
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@
   calibrations and pre-flight (``snakemake -n`` prints it).
 - :mod:`.rounds`: the adaptive rounds (another trial only where a comparison is still
   undecided) and the time budget.
+- :mod:`.order`: the order a round runs in, the question first (job priorities).
 - :mod:`.progress`: the progress line after every trial (done, elapsed, left).
 
 The calibration job itself (the reference probes the estimate reads) is

@@ -99,6 +99,22 @@ def measure(
     return done, times
 
 
+#: the question's provisional report (rules/common.smk, plan/order.py)
+FIRST_REPORT = Path("rounds") / "first" / "report" / "index.html"
+
+
+def first_answer(results: Path, elapsed: float, now: float | None = None) -> str:
+    """Where the question's provisional report is and when it was written in this run
+    ("" before it exists)."""
+    try:
+        written = (results / FIRST_REPORT).stat().st_mtime
+    except OSError:
+        return ""
+    since = elapsed - ((now if now is not None else time.time()) - written)
+    when = f"{estimate.human(since)} into this run" if since >= 0 else "before this run"
+    return f" (the question's first answer: {results / FIRST_REPORT}, written {when})"
+
+
 def spread_of(ratios: list[float]) -> float:
     """The half-width (log units, about 95 %) of the mean of ``ratios``' logs; 0 with
     fewer than two."""
@@ -176,6 +192,7 @@ def line(
     )
     text = f"[progress] {len(done)} of {total} trials have a record, {estimate.human(elapsed)} "
     text += "elapsed in this run"
+    text += first_answer(preflight.under(results, study.settings), elapsed, now)
     left = est["remaining_trials_s"]
     if len(done) >= total:
         most = rounds.cap(study.settings)

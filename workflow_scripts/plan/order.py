@@ -1,0 +1,84 @@
+"""The order the study runs its trials in: the question first.
+
+Within a round (trial k of every experiment before trial k+1 of any), the experiments
+run in four tiers:
+
+0. the headline's: the study's first group (the optimization ladder on the main model,
+   where the study's baseline is), in the order written;
+1. each other group's first run, in the order of the groups: the baseline every
+   comparison of that family is made against (the transformer ladder's fp32 eager run,
+   inference's first row, DDP's first layout, ...);
+2. the runs that do the same work per step as their group's first (its ladder: the
+   transformer ladder's rungs, inference's other stacks at the same batch, DDP's other
+   process groups; not an epochs run's seeds), cheapest first (the estimate of one
+   trial), so that every minute of measurement adds as many comparisons to the answer
+   as it can;
+3. the rest (sweeps, seeds, other shapes), cheapest first.
+
+The order written breaks ties.
+
+After the first round's tiers 0 and 1 the study writes a provisional report of them
+(``results/rounds/first/``): the headline's comparisons and every family's baseline,
+before the bulk of the study. Priorities change no job's inputs: the order never reruns
+anything, and a stopped study resumes in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..trial import far
+
+HEADLINE, BASELINES, LADDERS, REST = 0, 1, 2, 3
+
+
+def tiers(experiments: Sequence[Mapping]) -> dict[str, int]:
+    """Each experiment's tier (the module docstring)."""
+    first_group = experiments[0].get("group") if experiments else None
+    firsts: dict = {}
+    out = {}
+    for spec in experiments:
+        group = spec.get("group")
+        first = firsts.setdefault(group, spec)
+        if group == first_group:
+            out[spec["id"]] = HEADLINE
+        elif first is spec:
+            out[spec["id"]] = BASELINES
+        elif not first.get("epochs") and far.same_work(first, spec):
+            out[spec["id"]] = LADDERS
+        else:
+            out[spec["id"]] = REST
+    return out
+
+
+def run_order(experiments: Sequence[Mapping], seconds: Mapping[str, float]) -> list[str]:
+    """The experiments' ids in the order they run within a round: by tier, the first two
+    in the order written, the others by ``seconds`` (a trial's estimate; unknown: last)."""
+    tier = tiers(experiments)
+    written = {spec["id"]: i for i, spec in enumerate(experiments)}
+
+    def key(spec: Mapping) -> tuple:
+        i = spec["id"]
+        cost = seconds.get(i) if tier[i] >= LADDERS else 0.0
+        return (tier[i], cost if cost is not None else float("inf"), written[i])
+
+    return [spec["id"] for spec in sorted(experiments, key=key)]
+
+
+def question(experiments: Sequence[Mapping]) -> list[str]:
+    """The experiments of tiers 0 and 1 (the first provisional report's), as written."""
+    tier = tiers(experiments)
+    return [spec["id"] for spec in experiments if tier[spec["id"]] < LADDERS]
+
+
+def trial_seconds(study) -> dict[str, float]:
+    """One trial's estimated seconds per experiment (the calibrations under results/ if
+    there are any, else a rate per CPU: only the order matters here); empty where the
+    estimate cannot be made (the order is then tiers and the order written)."""
+    from . import estimate
+
+    try:
+        machine = estimate.study_machine(study, study.results, measure=False)
+        return {s["id"]: estimate.trial(s, machine)["seconds"] for s in study.experiments}
+    except Exception:  # noqa: BLE001 - the order is advice, never a failure
+        return {}
