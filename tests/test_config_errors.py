@@ -5,6 +5,7 @@ nothing is created under results/. Suspicious but legal values get a warning."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -244,3 +245,29 @@ def test_a_budget_caps_the_adaptive_rounds_and_says_what_it_buys(wd):
     for bad in ("1 hour", "-1h", "2d"):
         out = failed(dry_run(wd, f"budget={bad}", study=part))
         assert "config error at budget" in out, out[-2000:]
+
+
+def test_a_budget_below_the_minimum_runs_the_question_first_and_says_what_it_leaves_out(wd):
+    """A budget that does not cover every experiment's minimum trials keeps the study's
+    order (the question first: plan/order.py) as far as the estimate fits, and says
+    which experiments it leaves out, by group, before anything runs."""
+    part = {
+        "trials": 2,
+        "max_trials": 2,
+        "defaults": {"far_stop": None, "model": "cnn", "image_size": 32},
+        "groups": {
+            "ladder": {"runs": [{"id": "base"}, {"id": "bf16", "precision": "bf16"}]},
+            "other": {"runs": [{"id": "o-base"}, {"id": "o-bf16", "precision": "bf16"},
+                               {"name": "o-batch", "batch_size": [4, 16]}]},
+        },
+    }  # fmt: skip
+    tight = dry_run(wd, "budget=1s", study=part)
+    assert jobs(tight) == 6  # 2 trials of the question's 3: base, bf16, o-base
+    planned = re.findall(r"experiment=([\w-]+), trial=\d", tight.stdout)
+    assert sorted(set(planned)) == ["base", "bf16", "o-base"]
+    said = [x for x in tight.stderr.splitlines() if x.startswith("[budget]")]
+    assert "runs the first 3 of its 6 experiments in its order, the question first" in said[0]
+    assert said[0].endswith("leaves out 3: other (3)"), said
+    assert said[1].startswith("[budget] what it runs: about ")
+    roomy = dry_run(wd, "budget=10000h", study=part)
+    assert jobs(roomy) == 12 and "leaves out" not in roomy.stderr

@@ -700,14 +700,17 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
     )
 
 
-def for_study(study, results: Path | str = "results", measure: bool = True) -> dict:
+def for_study(
+    study, results: Path | str = "results", measure: bool = True, machine: Machine | None = None
+) -> dict:
     """The estimate of a loaded study (``study.Study``) on this machine, from the
-    calibrations under ``results`` (a quick measurement for what has none)."""
+    calibrations under ``results`` (a quick measurement for what has none), or from
+    ``machine`` (one already measured: several estimates of one plan agree)."""
     from ..study import preflight
 
     results = Path(results)
     settings = study.settings
-    machine = study_machine(study, results, measure)
+    machine = machine or study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
     est = total(

@@ -132,13 +132,49 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
         except StudyConfigError as exc:
             raise WorkflowError(str(exc)) from None
         print_estimate(study, est)
-    elif os.environ.get(MAX_TRIALS_VAR):  # the main process's budget plan
-        study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
+    else:  # the main process's budget plan
+        if os.environ.get(MAX_TRIALS_VAR):
+            study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
+        if os.environ.get(LEFT_OUT_VAR):
+            leave_out(study, os.environ[LEFT_OUT_VAR].split(","))
     return study
 
 
 #: the adaptive rounds' cap a budget allowed, for every job's process
 MAX_TRIALS_VAR = "STUDY_MAX_TRIALS"
+#: the experiments a budget left out (comma-separated ids), for every job's process
+LEFT_OUT_VAR = "STUDY_LEFT_OUT"
+
+
+def leave_out(study: Study, ids: list[str]) -> None:
+    """The study without the experiments ``ids``."""
+    gone = set(ids)
+    study.experiments = [s for s in study.experiments if s["id"] not in gone]
+    study.__post_init__()
+
+
+def within_budget(study: Study, per: dict, room_s: float) -> tuple[list[str], list[str]]:
+    """The experiments whose minimum trials fit in ``room_s`` seconds, in the order the
+    study runs them (the question first: plan/order.py) and never fewer than the
+    question, and those left out: the rest of the order from the first that does not
+    fit, and any whose served weights come from one left out."""
+    from ..plan import order
+
+    seconds = {e: v["seconds"] for e, v in per.items()}
+    question = set(order.question(study.experiments))
+    kept, used = [], 0.0
+    for e in order.run_order(study.experiments, seconds):
+        v = per.get(e) or {}
+        cost = v.get("seconds", 0.0) + v.get("later_seconds", 0.0) * (v.get("trials", 1) - 1)
+        if e not in question and used + cost > room_s:
+            break
+        kept.append(e)
+        used += cost
+    keep = set(kept)
+    for spec in study.experiments:  # a served model needs the run that trains its weights
+        if spec["id"] in keep and spec.get("weights_from") and spec["weights_from"] not in keep:
+            keep.discard(spec["id"])
+    return [e for e in study.ids if e in keep], [e for e in study.ids if e not in keep]
 
 
 def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
@@ -158,7 +194,8 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
         raise StudyConfigError(f"config error at budget: {exc}") from None
     low, high = int(settings["trials"]), rounds.cap(settings)
     try:
-        est = estimate.for_study(study, results)
+        machine = estimate.study_machine(study, results)
+        est = estimate.for_study(study, results, machine=machine)
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[budget] no estimate ({type(exc).__name__}: {exc}): max_trials alone caps "
               "the rounds", file=sys.stderr)  # fmt: skip
@@ -173,10 +210,28 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     margin = settings["margin"]
     human = estimate.human
     if fits is None:
+        room, all_specs = budget - setup_s, list(study.experiments)
+        for _ in range(5):  # the estimate of what is left may differ: fit it again
+            kept, left = within_budget(study, est["experiments"], room)
+            trial = copy.copy(study)
+            leave_out(trial, left)
+            over = estimate.for_study(trial, results, machine=machine)["total_s"] - budget
+            if over <= 0 or not left and len(kept) == len(all_specs):
+                break
+            room -= over
         print(f"[budget] {settings['budget']} does not cover the {low} trials every experiment "
-              f"runs (about {human(est['total_s'])} here): the study runs those, "
-              "with no adaptive rounds; lower trials, steps or the experiments to fit",
-              file=sys.stderr)  # fmt: skip
+              f"runs (about {human(est['total_s'])} here): the study runs the first "
+              f"{len(kept)} of its {n} experiments in its order, the question first (the "
+              "headline's group, every group's baseline, their ladders, the rest cheapest "
+              f"first), with no adaptive rounds, and leaves out {len(left)}: "
+              f"{_by_group(study, left)}", file=sys.stderr)  # fmt: skip
+        if left:
+            leave_out(study, left)
+            os.environ[LEFT_OUT_VAR] = ",".join(left)
+            est = estimate.for_study(study, results, machine=machine)
+            n = len(study.experiments)
+            print(f"[budget] what it runs: about {human(est['total_s'])} here",
+                  file=sys.stderr)  # fmt: skip
         fits = low
     else:
         print(f"[budget] {settings['budget']}: {low} to {fits} trials per experiment fit "
@@ -190,6 +245,18 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     settings["max_trials"] = fits
     os.environ[MAX_TRIALS_VAR] = str(fits)
     return estimate.with_rounds(est, low, rounds.cap(settings))
+
+
+def _by_group(study: Study, ids: list[str]) -> str:
+    """``ids`` counted by group, in the order of the groups."""
+    if not ids:
+        return "none"
+    groups: dict[str, int] = {}
+    for spec in study.experiments:
+        if spec["id"] in ids:
+            key = spec.get("group") or spec["id"]
+            groups[key] = groups.get(key, 0) + 1
+    return ", ".join(f"{g} ({k})" for g, k in groups.items())
 
 
 def planned_for(node) -> str:
