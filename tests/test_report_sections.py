@@ -465,6 +465,33 @@ def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():
     assert "1 attempt discarded and rerun, 27% of the trials' wall time (0.5 of 1.8 min)" in line
 
 
+def test_where_the_trials_time_went_part_by_part():
+    from workflow_scripts.report.timing import PARTS, time_parts, time_parts_frame, timing_section
+
+    r = make("baseline", 0, 10.0)
+    r["metrics"].update(wall_s=30.0, import_s=2.0, flops_count_s=3.0, setup_s=1.0,
+                        grad_check_s=4.0, time_to_first_step_s=5.0, train_time_s=17.0)  # fmt: skip
+    r["probe"] = {"seconds": 0.5}
+    r["probe_after"] = {"seconds": 0.5}
+    r["provenance"] = {**r["provenance"], "process_wall_s": 34.0}
+    r.update(trial_wall_s=50.0, retry_wall_s=15.0, estimate={"seconds": 40.0})
+    parts = time_parts(r)
+    assert list(parts) == [name for name, _ in PARTS]
+    assert parts["noise reruns"] == 15.0 and parts["process start and exit"] == 4.0
+    assert parts["measuring"] == 12.0 and parts["first step"] == 5.0
+    # 30 s of harness: 2 + 3 + 1 + 1 (probes) + 4 + 5 + 12 = 28, the rest 2; policy 1
+    assert parts["the rest of the harness"] == pytest.approx(2.0)
+    assert parts["the trial policy"] == pytest.approx(1.0)
+    assert sum(parts.values()) == pytest.approx(50.0)
+    table = time_parts_frame([r, r, {"status": "failed"}])
+    assert table.set_index("part").loc["measuring", "seconds"] == 24.0
+    assert table["share"].sum() == pytest.approx(1.0)
+    plain = re.sub(r"<[^>]+>", " ", timing_section(rec.summary_frame([r]), [r])[2])
+    assert "Where the trials' time went" in plain
+    row = r"measuring\s+warm-up after the first step, and the timed steps\s+12 s\s+24.0%"
+    assert re.search(row, plain), plain
+
+
 def test_configurations_that_read_alike_are_told_apart(tmp_path):
     """Two configurations the backend table's words do not tell apart (fixed and dynamic
     padding, SGD and AdamW: the default study's BERT-base runs) get a row each, named by

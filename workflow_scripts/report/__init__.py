@@ -253,7 +253,7 @@ def build_report(
         distributed_section(stats_sp, collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
         comparisons_section(comparisons, stats),
-        timing_section(frame),
+        timing_section(frame, records),
         other_section(stats_sp, baseline),
         failures_section(frame, records),
         summary_section(frame),

@@ -1,12 +1,15 @@
 """The study's own cost: each trial's wall time against the estimate made before it ran
-(``workflow_scripts.plan.estimate``), and the share of it the noise probes took."""
+(``workflow_scripts.plan.estimate``), the share of it the noise probes and reruns took,
+and where the trials' time went, part by part (:func:`time_parts`)."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
+from ..util import finite, measuring_seconds
 from .formatting import fmt_int, fmt_num
 from .html import table_html
 from .values import isnan
@@ -30,6 +33,79 @@ def _off(measured: float, estimated: float) -> str:
     if isnan(measured) or isnan(estimated) or estimated <= 0:
         return ""
     return f"{measured / estimated:.2f}×"
+
+
+#: the parts of a trial's wall time, in the order they happen, with what each is
+PARTS = (
+    ("noise reruns", "attempts discarded as disturbed, and the pauses after them"),
+    ("process start and exit", "the interpreter, the container, the launcher, exiting"),
+    ("import torch", "in the measured process"),
+    ("FLOP count", "one eager fp32 step of one sample (trial 0; later trials carry it)"),
+    ("setup", "the model, the data, the backend's preparation"),
+    ("compile-pool wait", "IPEX's import starts Inductor's workers: waited out"),
+    ("noise probes", "dense matmuls before and after the steps"),
+    ("gradient check", "eager references of the first step (trial 0; later trials carry it)"),
+    ("first step", "one-off costs: allocation, compilation"),
+    ("measuring", "warm-up after the first step, and the timed steps"),
+    ("scoring", "held-out accuracy during an epochs run"),
+    ("the rest of the harness", "what the parts above leave of the harness's time"),
+    ("the trial policy", "around the process: the record, the compile cache"),
+)
+
+
+def _n(value) -> float:
+    return float(value) if finite(value) and value > 0 else 0.0
+
+
+def time_parts(record: Mapping) -> dict[str, float] | None:
+    """Where one trial's wall time (``trial_wall_s``) went, part by part (:data:`PARTS`);
+    None for a record without its wall time."""
+    wall = record.get("trial_wall_s")
+    if not finite(wall) or wall <= 0:
+        return None
+    m = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
+    prov = record.get("provenance") if isinstance(record.get("provenance"), Mapping) else {}
+    retry = _n(record.get("retry_wall_s"))
+    process = _n(prov.get("process_wall_s"))
+    harness = min(_n(m.get("wall_s")), process) if process else _n(m.get("wall_s"))
+    probes = sum(_n(p.get("seconds")) for p in (record.get("probe"), record.get("probe_after"))
+                 if isinstance(p, Mapping))  # fmt: skip
+    measuring = measuring_seconds(m) or 0.0
+    inside = {
+        "import torch": _n(m.get("import_s")),
+        "FLOP count": _n(m.get("flops_count_s")),
+        "setup": _n(m.get("setup_s")),
+        "compile-pool wait": _n(m.get("compile_pool_wait_s")),
+        "noise probes": probes,
+        "gradient check": _n(m.get("grad_check_s")),
+        "first step": _n(m.get("time_to_first_step_s")) if measuring else 0.0,
+        "measuring": measuring,
+        "scoring": _n(m.get("scoring_s")),
+    }
+    parts = {"noise reruns": retry, "process start and exit": max(0.0, process - harness)}
+    parts.update(inside)
+    parts["the rest of the harness"] = max(0.0, harness - sum(inside.values()))
+    parts["the trial policy"] = max(0.0, wall - retry - (process or harness))
+    return parts
+
+
+def time_parts_frame(records: Iterable[Mapping]) -> pd.DataFrame:
+    """Each part's seconds summed over the trials, and its share of their wall time."""
+    sums = dict.fromkeys((name for name, _ in PARTS), 0.0)
+    wall = 0.0
+    for record in records:
+        parts = time_parts(record) if isinstance(record, Mapping) else None
+        if parts is None:
+            continue
+        wall += float(record["trial_wall_s"])
+        for name, seconds in parts.items():
+            sums[name] += seconds
+    rows = [
+        {"part": name, "what": what, "seconds": sums[name],
+         "share": sums[name] / wall if wall > 0 else float("nan")}
+        for name, what in PARTS
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -63,8 +139,22 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timing_section(frame: pd.DataFrame) -> Section:
-    """How long the trials took against what the study predicted before they ran."""
+def parts_html(records: Iterable[Mapping]) -> str:
+    """The table of where the trials' time went (empty without records that say)."""
+    parts = time_parts_frame(records)
+    if not len(parts) or not (parts["seconds"] > 0).any():
+        return ""
+    rows = [
+        {"part": r["part"], "what it is": r["what"], "time": _minutes(r["seconds"]),
+         "share of the trials' wall time": f"{100 * r['share']:.1f}%"}
+        for _, r in parts.iterrows()
+    ]  # fmt: skip
+    return "<h3>Where the trials' time went</h3>" + table_html(pd.DataFrame(rows))
+
+
+def timing_section(frame: pd.DataFrame, records: Iterable[Mapping] = ()) -> Section:
+    """How long the trials took against what the study predicted before they ran, and
+    where that time went (``records``)."""
     table = timing_frame(frame)
     intro = (
         "<p>Before anything runs, the study predicts its wall time on this machine (printed "
@@ -125,5 +215,5 @@ def timing_section(frame: pd.DataFrame) -> Section:
     return (
         "study-time",
         "The study's own cost: time estimate vs measured",
-        intro + counts + table_html(pd.DataFrame(rows)),
+        intro + counts + table_html(pd.DataFrame(rows)) + parts_html(records),
     )
