@@ -67,3 +67,51 @@ def test_a_carried_check_still_judges_its_own_gradients():
     assert gradcheck.problem(got, None, "bf16", ["bias_k"]) is None
     got["without_gradient"] = ["weight"]
     assert "trained 2 of 3" in gradcheck.problem(got, None, "bf16", ["bias_k"])
+
+
+def test_a_dynamically_padded_first_trial_carries_no_flop_count(tmp_path):
+    # its flops_per_sample is the count scaled to its batches' padded lengths: taken as
+    # the count, a later trial would scale it again
+    path = first(tmp_path)
+    record = json.loads(path.read_text())
+    record["spec"] = {"padding": "dynamic"}
+    path.write_text(json.dumps(record))
+    carried, _ = carry.from_first_trial(path)
+    assert carried == {"from": "trial 0", "negligible": ["bias_k"]}
+
+
+def test_a_first_trial_takes_the_flop_count_of_its_workload_from_another(tmp_path):
+    """Trial 0 of one experiment counts its workload's FLOPs and leaves them; trial 0 of
+    another experiment of the same workload (any precision, backend or batch) carries
+    them; another input shape, model or environment counts for itself."""
+    spec = {"id": "a", "env": "upstream", "model": "resnet50", "mode": "train",
+            "image_size": 224, "seq_len": None, "batch_size": 16}  # fmt: skip
+    out = tmp_path / "results" / "records" / "a" / "trial0.json"
+    assert carry.shared_flops(out, spec) is None
+    counted = {"status": "ok", "spec": spec,
+               "metrics": {"flops_per_sample": 1.2e10, "flops_error": None,
+                           "flops_count_s": 3.5}}  # fmt: skip
+    carry.share_flops(out, spec, counted)
+    assert carry.flops_path(out, spec).parent == tmp_path / "results" / "flops"
+    other = {**spec, "id": "b", "precision": "bf16", "batch_size": 32, "backend": "ipex"}
+    out_b = tmp_path / "results" / "records" / "b" / "trial0.json"
+    assert carry.shared_flops(out_b, other) == {
+        "from": "a trial 0 (the same workload)", "flops_per_sample": 1.2e10
+    }  # fmt: skip
+    for differs in ({"image_size": 128}, {"model": "resnet18"}, {"env": "ipex"},
+                    {"mode": "inference"}):  # fmt: skip
+        assert carry.shared_flops(out_b, {**other, **differs}) is None, differs
+    # only a count made here is left: not a carried one, a failed one or a scaled one
+    for record in (
+        {**counted, "carried": {"from": "x"}},
+        {**counted, "status": "failed"},
+        {**counted, "spec": {**spec, "padding": "dynamic"}},
+        {**counted, "metrics": {**counted["metrics"], "flops_error": "TypeError: x"}},
+    ):
+        spec_c = {**spec, "image_size": 64}
+        carry.share_flops(out, spec_c, record)
+        assert carry.shared_flops(out, spec_c) is None
+    # a file that holds another workload's count (a hash collision, a hand edit): ignored
+    path = carry.flops_path(out, {**spec, "image_size": 96})
+    path.write_text(json.dumps({"workload": {"model": "x"}, "flops_per_sample": 5.0}))
+    assert carry.shared_flops(out, {**spec, "image_size": 96}) is None

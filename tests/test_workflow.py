@@ -307,6 +307,24 @@ def test_the_question_runs_first_and_is_answered_first(quick_study):
     )
 
 
+def test_a_workloads_flop_count_is_counted_once(quick_study):
+    """A first trial takes its FLOP count from the first trial of the same workload that
+    counted it (trial/carry.py): the same count, no counting time."""
+    shared = {e: r for e, r in quick_study.records.items() if (r.get("carried") or {}).get(
+        "from", "").endswith("(the same workload)")}  # fmt: skip
+    assert len(shared) >= 5, sorted(quick_study.records)
+    for experiment, record in shared.items():
+        source = record["carried"]["from"].split(" trial 0")[0]
+        counted = quick_study.records[source]
+        assert counted["metrics"]["flops_count_s"] > 0 and "carried" not in counted
+        assert record["metrics"]["flops_count_s"] == 0.0
+        assert record["carried"]["flops_per_sample"] == counted["metrics"]["flops_per_sample"]
+        assert record["spec"]["model"] == counted["spec"]["model"], experiment
+        # the gradient check of a first trial is its own, in full
+        if record["gradient_check"]:
+            assert "comparison_from" not in record["gradient_check"], experiment
+
+
 @pytest.mark.torch
 def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path):
     """The local runtime end to end (its environments through their rule, found built by

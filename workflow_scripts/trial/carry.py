@@ -14,6 +14,13 @@ incorrect or had no usable comparison, carries nothing: the later trial checks i
 The record says what it carried and from where (``carried``, and the gradient check's
 ``comparison_from``).
 
+The FLOP count is the same for every run of one workload (it is one eager fp32 step of
+one sample, whatever the run's precision, backend or batch: ``rank/harness.py``), so a
+first trial takes it from another experiment's first trial too (:func:`shared_flops`):
+the first of a workload to count it leaves it in ``<results>/flops/`` (a side file,
+keyed by the environment, model, mode and input shape), and the others carry it from
+there (``carried.from`` names that experiment). Deleting the folder only counts again.
+
 A compiled run's compile cache, too (:func:`compile_cache_plan`): trial 0 compiles into
 an empty folder beside its record (``compile-cache``, emptied at each of its attempts,
 so its compile latency is always a cold one); a later trial starts from a copy of it
@@ -26,15 +33,81 @@ own sources. The record's ``provenance.compile_cache`` says which (``fresh``, an
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
-from ..util import read_json
+from ..util import read_json, write_json_atomic
 
 #: the spec key that hands the rank what it carries (stripped from the record's spec)
 SPEC_KEY = "carried"
 #: the folder beside trial 0's record where it leaves its compile cache
 CACHE_FOLDER = "compile-cache"
+#: the folder beside ``records/`` where first trials leave their FLOP counts
+FLOPS_FOLDER = "flops"
+
+
+def workload_key(spec: dict) -> dict:
+    """What a FLOP count depends on: the environment (its torch and transformers), the
+    model, the mode and the input's shape (the image size or the sequence length)."""
+    key = {k: spec.get(k) for k in ("env", "model", "mode", "image_size", "seq_len")}
+    return key
+
+
+def flops_path(out: Path, spec: dict) -> Path:
+    """Where the FLOP count of ``spec``'s workload is kept, for the record ``out``."""
+    key = json.dumps(workload_key(spec), sort_keys=True)
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    records = Path(out).parent.parent
+    base = records.parent if records.name == "records" else records
+    return base / FLOPS_FOLDER / f"{name}.json"
+
+
+def counted_as_is(record: dict) -> bool:
+    """Whether a record's ``flops_per_sample`` is the count itself: with dynamic padding
+    it is the count scaled to the lengths the batches were padded to, which a trial that
+    took it as its count would scale again (``rank/harness.py``, ``text_metrics``)."""
+    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    return spec.get("padding") != "dynamic"
+
+
+def shared_flops(out: Path, spec: dict) -> dict | None:
+    """What a first trial carries from another experiment's first trial of the same
+    workload: ``{"flops_per_sample", "from"}``; None where none has counted it."""
+    try:
+        kept = read_json(flops_path(out, spec), want=None)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("workload") != workload_key(spec):
+        return None
+    flops = kept.get("flops_per_sample")
+    if not isinstance(flops, (int, float)) or isinstance(flops, bool) or not flops > 0:
+        return None
+    return {"from": f"{kept.get('experiment')} trial 0 (the same workload)",
+            "flops_per_sample": float(flops)}  # fmt: skip
+
+
+def share_flops(out: Path, spec: dict, record: dict) -> None:
+    """Leave a first trial's own FLOP count for the other experiments of its workload."""
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    flops = metrics.get("flops_per_sample")
+    counted = metrics.get("flops_count_s")
+    if record.get("status") != "ok" or metrics.get("flops_error") or record.get("carried"):
+        return
+    if not counted_as_is(record):
+        return
+    if not isinstance(flops, (int, float)) or isinstance(flops, bool) or not flops > 0:
+        return
+    if not isinstance(counted, (int, float)) or not counted > 0:
+        return  # (not counted here)
+    try:
+        write_json_atomic(flops_path(out, spec), {
+            "workload": workload_key(spec), "flops_per_sample": flops,
+            "experiment": spec.get("id"), "counted_s": counted,
+        })  # fmt: skip
+    except OSError:
+        pass
 
 
 def compile_cache_plan(spec: dict, out: Path, trial: int, first_trial: Path | None) -> dict:
@@ -82,7 +155,12 @@ def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
         carried["negligible"] = list(comparison.get("negligible") or [])
     metrics = first.get("metrics") if isinstance(first.get("metrics"), dict) else {}
     flops = metrics.get("flops_per_sample")
-    if isinstance(flops, (int, float)) and flops > 0 and not metrics.get("flops_error"):
+    if (
+        isinstance(flops, (int, float))
+        and flops > 0
+        and not metrics.get("flops_error")
+        and counted_as_is(first)
+    ):
         carried["flops_per_sample"] = flops
     if len(carried) == 1:
         return None, None

@@ -105,6 +105,9 @@ def _run(
 ) -> dict:
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
+    shared = carry.shared_flops(out, spec) if trial == 0 else None
+    if shared:  # another first trial of the same workload counted its FLOPs
+        carried = shared
     rank_spec = {**spec, carry.SPEC_KEY: carried} if carried else spec
     far_from = far.reference(far_baseline, spec)
     if far_from:
@@ -165,12 +168,16 @@ def _run(
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
     # what the discarded attempts and the pauses after them cost (0 without a rerun)
-    record["retry_wall_s"] = round(attempt_started - started, 3)
+    record["retry_wall_s"] = round(attempt_started - started, 3) if attempt > 1 else 0.0
     # how long the trial took here (every attempt, the pauses between them) beside
     # what the study predicted before it ran (one attempt)
     record["trial_wall_s"] = round(time.monotonic() - started, 3)
     record["estimate"] = expected
     carry.complete(record, carried, first)
+    if shared:
+        record["carried"] = shared
+    elif trial == 0:
+        carry.share_flops(out, spec, record)
     if far_from:
         record[far.SPEC_KEY] = far_from
     record["warnings"] = [memory] if memory else []
