@@ -125,11 +125,19 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
     hostile = '=HYPERLINK("http://evil","x")'
     records = [make("baseline", k, 10.0 + k, group=hostile) for k in range(2)]
     records += [make("bf16", 0, 20.0, group="@SUM(1+1)", precision="bf16")]
+    # a rung that adds a knob: its comparison's change reads "+ channels_last"
+    records += [make("cl", k, 12.0 + k, group=hostile, channels_last=True) for k in range(2)]
     loaded = rec.load_records(write(tmp_path, records))
     report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert set(summary["group"]) == {"'" + hostile, "'@SUM(1+1)"}
     assert (summary["samples_per_s"] > 0).all()  # numbers as they were
+    # comparisons.csv too: a change that starts with + or - (what a rung adds or drops)
+    comparisons = pd.read_csv(tmp_path / "comparisons.csv")
+    changes = comparisons["change"].dropna().astype(str)
+    assert not changes.str.startswith(("=", "+", "-", "@")).any(), changes
+    assert "'+ channels_last" in set(changes), changes
+    assert (comparisons["ratio"] > 0).all()
 
 
 # --------------------------------------------------------------------------- plan-time limits

@@ -237,7 +237,7 @@ def build_report(
     served = inference_picks(stats_sp, baseline)
     stated = [p[1] for p in trained] + [p[2] for p in served]  # (their comparisons)
     comparisons = comparisons_frame(found, headline_pairs(stats_sp, baseline, diverging, stated))
-    comparisons.to_csv(comparisons_path, index=False)
+    spreadsheet_safe(comparisons).to_csv(comparisons_path, index=False)
     sweeps, not_run = sweep_sections(stats_sp, baseline, svgs)
     sections = [
         ladder_section(ladder, baseline, base, svgs["ladder"]),
