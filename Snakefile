@@ -41,6 +41,6 @@ rule all:
     input:
         summary=f"{RESULTS}/summary.csv",
         report=f"{RESULTS}/report/index.html",
-        first=first_reports(),
+        stages=stage_reports(),
         rounds=round_reports(),
         images=expand("results/images/{image}.json", image=IMAGES),

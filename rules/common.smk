@@ -59,8 +59,8 @@ ORDER_RANK = {experiment: i for i, experiment in enumerate(RUN_ORDER)}
 # the priorities of one round: its experiments' (1 .. n), and the report after it (n+1)
 ROUND_LEVELS = len(RUN_ORDER) + 1
 SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS
-# the experiments of the first provisional report (results/rounds/first/)
-QUESTION = order.question(STUDY.experiments)
+# the first round's provisional reports (results/rounds/<stage>/): their experiments
+STAGES = order.stages(STUDY.experiments)
 
 
 wildcard_constraints:
@@ -70,6 +70,7 @@ wildcard_constraints:
     experiment="|".join(STUDY.ids),
     trial=r"\d+",
     round=r"\d+",
+    stage="|".join(STAGES) or "none",
     variant="|".join(COLLECTIVES) or "none",
 
 
@@ -160,31 +161,32 @@ def round_priority(wildcards):
     return (len(TRIALS) - int(wildcards.round)) * ROUND_LEVELS + len(RUN_ORDER) + 1
 
 
-# The question first: a provisional report of the first round's question (QUESTION:
-# the headline's group and every other group's first run) as soon as their first
-# trials have run, before the rest of the study.
-def first_records(wildcards):
-    return [f"{RESULTS}/records/{experiment}/trial0.json" for experiment in QUESTION]
+# The question first: provisional reports of the first round's stages (STAGES: the
+# headline's group, then every group's baseline and ladder besides) as soon as their
+# first trials have run, before the rest of the study.
+def stage_records(wildcards):
+    return [
+        f"{RESULTS}/records/{experiment}/trial0.json" for experiment in STAGES[wildcards.stage]
+    ]
 
 
-def first_priority(wildcards):
-    """Above every trial 0 outside the question (the last of which it waits for)."""
-    return len(TRIALS) * ROUND_LEVELS + len(RUN_ORDER) - len(QUESTION) + 1
+def stage_priority(wildcards):
+    """Above every trial 0 outside the stage (its experiments lead the run order); the
+    last of its own it waits for anyway."""
+    return len(TRIALS) * ROUND_LEVELS + len(RUN_ORDER) - len(STAGES[wildcards.stage]) + 1
 
 
-def first_title(wildcards):
+def stage_title(wildcards):
+    words = order.STAGE_WORDS[wildcards.stage]
+    n = len(STAGES[wildcards.stage])
     return (
-        f"Provisional report: the first trial of the headline's experiments and of every "
-        f"group's baseline ({len(QUESTION)} of {len(RUN_ORDER)} experiments; the study "
+        f"Provisional report: {words} ({n} of {len(RUN_ORDER)} experiments; the study "
         "goes on; its report: results/report/index.html)"
     )
 
 
-def first_reports():
-    """The question's provisional report, where the study has more than its question."""
-    if len(QUESTION) >= len(RUN_ORDER):
-        return []
-    return [f"{RESULTS}/rounds/first/report/index.html"]
+def stage_reports():
+    return [f"{RESULTS}/rounds/{stage}/report/index.html" for stage in STAGES]
 
 
 def round_title(wildcards):
@@ -392,7 +394,7 @@ localrules:
     digits,
     report,
     round_report,
-    first_report,
+    stage_report,
 
 
 BUILDS_LOCAL = sizing.builds_local(SETTINGS)

@@ -100,18 +100,19 @@ checkpoint round_report:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
 
 
-# The question first: the first trials of the headline's group and of every group's
-# baseline, reported as soon as they have run (rules/common.smk, QUESTION).
-rule first_report:
+# The question first: the first trials of the headline's group, then of every group's
+# baseline and ladder besides, reported as soon as they have run (rules/common.smk,
+# STAGES; workflow_scripts/plan/order.py).
+rule stage_report:
     input:
-        records=first_records,
+        records=stage_records,
     output:
-        summary=f"{RESULTS}/rounds/first/summary.csv",
-        comparisons=f"{RESULTS}/rounds/first/comparisons.csv",
-        html=f"{RESULTS}/rounds/first/report/index.html",
+        summary=f"{RESULTS}/rounds/{{stage}}/summary.csv",
+        comparisons=f"{RESULTS}/rounds/{{stage}}/comparisons.csv",
+        html=f"{RESULTS}/rounds/{{stage}}/report/index.html",
     log:
-        f"{LOGS}/round_report/first.log",
-    priority: first_priority
+        f"{LOGS}/round_report/{{stage}}.log",
+    priority: stage_priority
     resources:
         cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
         mem_mb=REPORT_RESOURCES["mem_mb"],
@@ -121,6 +122,6 @@ rule first_report:
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
         margin=SETTINGS["margin"],
-        title=first_title,
+        title=stage_title,
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

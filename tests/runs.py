@@ -150,8 +150,9 @@ class QuickStudy:
     collectives: dict[str, dict]
     html: str
     comparisons: pd.DataFrame  # every comparison the report states (comparisons.csv)
-    first: pd.DataFrame  # the question's provisional report's summary (rounds/first/)
-    first_written: float  # when that report was written (its page's mtime)
+    # the first round's provisional reports (rounds/<stage>/): their summary, and when
+    # each was written (its page's mtime)
+    stages: dict[str, tuple[pd.DataFrame, float]]
 
     @property
     def output(self) -> str:
@@ -171,6 +172,7 @@ class QuickStudy:
             read_folder(results / "images"), read_folder(results / "calibration"),
             read_folder(results / "collectives"), (results / "report/index.html").read_text(),
             pd.read_csv(results / "comparisons.csv"),
-            pd.read_csv(results / "rounds/first/summary.csv"),
-            (results / "rounds/first/report/index.html").stat().st_mtime,
+            {stage: (pd.read_csv(results / f"rounds/{stage}/summary.csv"),
+                     (results / f"rounds/{stage}/report/index.html").stat().st_mtime)
+             for stage in ("first", "families")},
         )  # fmt: skip

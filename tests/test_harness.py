@@ -194,8 +194,10 @@ def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path, calib
     assert m["ceiling_dtype"] == "fp32" and m["ceiling_gflops"] == ceiling["fp32_gflops"]
     assert m["pct_of_peak"] == pytest.approx(100 * m["achieved_gflops"] / ceiling["fp32_gflops"])
     assert 0 < m["pct_of_peak"] <= 100 and "measurement_error" not in m
-    # the noise signals: a probe after the steps too, and other work during them
-    assert rec["probe_after"]["fp32_gflops"] > 0
+    # the noise signals: a probe after the steps too (fp32 alone: what they read), and
+    # other work during them
+    assert rec["probe_after"]["fp32_gflops"] > 0 and "bf16_gflops" not in rec["probe_after"]
+    assert rec["probe"]["fp32_gflops"] > 0 and "bf16_gflops" in rec["probe"]
     work = rec["other_work"]
     assert work["cpus"] == len(os.sched_getaffinity(0)) and work["threads"] == threads
     assert work["wall_s"] >= sum(rec["step_times_s"]) and work["own_cpu_s"] > 0

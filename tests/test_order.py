@@ -41,6 +41,9 @@ def test_the_headline_group_then_each_groups_baseline_then_ladders_then_the_rest
         "acc-seed0": order.BASELINES, "acc-seed1": order.REST,
     }  # fmt: skip
     assert order.question(s.experiments) == ["base", "bf16", "o-base", "acc-seed0"]
+    assert order.stages(s.experiments) == {
+        "first": ["base", "bf16"], "families": ["base", "bf16", "o-base", "o-bf16", "acc-seed0"]
+    }  # fmt: skip
     # within a tier past the question: the cheapest first; the order written breaks ties
     seconds = {"o-batch-bs4": 30.0, "o-batch-bs16": 10.0, "acc-seed1": 10.0, "o-bf16": 99.0}
     assert order.run_order(s.experiments, seconds) == [
@@ -71,3 +74,11 @@ def test_the_default_study_asks_its_question_first():
     assert set(seconds) == set(s.ids) and all(v > 0 for v in seconds.values())
     run = order.run_order(s.experiments, seconds)
     assert sorted(run) == sorted(s.ids) and run[: len(question)] == question
+
+
+def test_a_stage_that_adds_nothing_or_holds_everything_is_left_out():
+    one_group = study.load_study({"experiments": [{"id": "a"}, {"id": "b", "threads": 1}]})
+    assert order.stages(one_group.experiments) == {}  # the report is its only report
+    two = study.load_study({"groups": {"g": {"runs": [{"id": "a"}]},
+                                       "h": {"runs": [{"id": "b"}]}}})  # fmt: skip
+    assert order.stages(two.experiments) == {"first": ["a"]}  # families: the whole study

@@ -289,19 +289,22 @@ def test_each_trial_is_estimated_and_no_two_measurements_overlap(quick_study):
 
 
 def test_the_question_runs_first_and_is_answered_first(quick_study):
-    """Within the round, the headline's group and every group's baseline ran before the
-    rest, and their provisional report was written before any other trial started."""
+    """Within the round, the headline's group ran before the rest, and so did every
+    group's baseline and ladder; each stage's provisional report was written before any
+    trial after it started."""
     loaded = study.load_study(study.read_config(quick_study.wd / "config.yaml", ["preset=quick"]))
-    question = order.question(loaded.experiments)
-    assert 1 < len(question) < len(loaded.experiments)
+    stages = order.stages(loaded.experiments)
+    assert list(stages) == ["first", "families"]
     started = {
         e: datetime.fromisoformat(r["provenance"]["launched_at"]).timestamp()
         for e, r in quick_study.records.items()
     }
-    rest = [t for e, t in started.items() if e not in question]
-    assert max(started[e] for e in question) <= min(rest)
-    assert sorted(quick_study.first["experiment"]) == sorted(question)
-    assert max(started[e] for e in question) <= quick_study.first_written <= min(rest) + 1
+    for name, inside in stages.items():
+        rest = [t for e, t in started.items() if e not in inside]
+        assert max(started[e] for e in inside) <= min(rest), name
+        summary, written = quick_study.stages[name]
+        assert sorted(summary["experiment"]) == sorted(inside)
+        assert max(started[e] for e in inside) <= written <= min(rest) + 1, name
     assert "the question's first answer: results/rounds/first/report/index.html" in (
         quick_study.output
     )
@@ -435,12 +438,18 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     question = [e for e in specs if tier[e] <= order.BASELINES]
     assert order.question(loaded.experiments) == question
     assert question[0] == "baseline" and "bert-base" in question and "bf16" in question
-    # the question's first report: as soon as its trials 0 have run, before the rest
-    (first,) = [j for j in jobs if j["rule"] == "first_report"]
-    records = re.findall(r"results/records/([^ ,/]+)/trial(\d+)\.json", first["input"])
-    assert sorted(records) == sorted((e, "0") for e in question)
-    rest = [priority[(e, 0)] for e in specs if e not in question]
-    assert max(rest) < first["priority"] <= min(priority[(e, 0)] for e in question)
+    # the first round's stages: the headline's group, then every group's baseline and
+    # ladder besides, each reported as soon as its trials 0 have run, before the rest
+    stages = {j["wildcards"]: j for j in jobs if j["rule"] == "stage_report"}
+    assert sorted(stages) == ["stage=families", "stage=first"]
+    for name, top in (("first", order.HEADLINE), ("families", order.LADDERS)):
+        job = stages[f"stage={name}"]
+        inside = [e for e in specs if tier[e] <= top]
+        records = re.findall(r"results/records/([^ ,/]+)/trial(\d+)\.json", job["input"])
+        assert sorted(records) == sorted((e, "0") for e in inside)
+        outside = [priority[(e, 0)] for e in specs if e not in inside]
+        assert max(outside) < job["priority"] <= min(priority[(e, 0)] for e in inside)
+    assert len(re.findall("records/", stages["stage=first"]["input"])) == 12  # the ladder
     # after each round but the last, a provisional report of the rounds so far, as soon
     # as the round ends (its priority: above every trial of the next round)
     rounds = sorted((j for j in jobs if j["rule"] == "round_report"), key=lambda j: j["wildcards"])
@@ -506,8 +515,8 @@ def test_calibration_is_an_ancient_input(tmp_path):
     outputs += [wd / f"results/report/{n}" for n in ("index.html", "ladder.svg", "batch_size.svg")]
     outputs += [wd / f"results/report/{n}.svg" for n in ("num_workers", "threads", "backends")]
     outputs += [wd / "results/report/roofline.svg"]
-    outputs += [wd / f"results/rounds/first/{n}" for n in
-                ("summary.csv", "comparisons.csv", "report/index.html")]  # fmt: skip
+    outputs += [wd / f"results/rounds/{stage}/{n}" for stage in ("first", "families")
+                for n in ("summary.csv", "comparisons.csv", "report/index.html")]  # fmt: skip
     now = time.time()
     for i, path in enumerate(outputs):  # each newer than what it is made from
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,10 @@ run in four tiers:
 
 The order written breaks ties.
 
-After the first round's tiers 0 and 1 the study writes a provisional report of them
-(``results/rounds/first/``): the headline's comparisons and every family's baseline,
-before the bulk of the study. Priorities change no job's inputs: the order never reruns
+As soon as the first round's tier 0 has run, the study writes a provisional report of
+it (``results/rounds/first/``: the headline's comparisons), and again after tiers 0-2
+(``results/rounds/families/``: every family's baseline and ladder besides), before the
+rest of the study (:func:`stages`). Priorities change no job's inputs: the order never reruns
 anything, and a stopped study resumes in the same order.
 """
 
@@ -66,9 +67,36 @@ def run_order(experiments: Sequence[Mapping], seconds: Mapping[str, float]) -> l
 
 
 def question(experiments: Sequence[Mapping]) -> list[str]:
-    """The experiments of tiers 0 and 1 (the first provisional report's), as written."""
+    """The experiments of tiers 0 and 1 (the headline's group and every other group's
+    first run: what a budget never leaves out), as written."""
     tier = tiers(experiments)
     return [spec["id"] for spec in experiments if tier[spec["id"]] < LADDERS]
+
+
+#: the provisional reports of the first round, by stage: the tiers each one waits for
+STAGES = {"first": HEADLINE, "families": LADDERS}
+#: what each stage's report holds, for its title
+STAGE_WORDS = {
+    "first": "the first trial of the headline's group",
+    "families": "the first trial of the headline's group and of every group's baseline "
+    "and ladder",
+}
+
+
+def stages(experiments: Sequence[Mapping]) -> dict[str, list[str]]:
+    """The first round's provisional reports (``results/rounds/<stage>/``): each stage's
+    experiments (tiers up to :data:`STAGES`'), as written; a stage that holds the whole
+    study, or no more than the stage before it, is left out (the report, or that
+    stage's, says it)."""
+    tier = tiers(experiments)
+    out: dict[str, list[str]] = {}
+    last = 0
+    for name, top in STAGES.items():
+        ids = [spec["id"] for spec in experiments if tier[spec["id"]] <= top]
+        if last < len(ids) < len(experiments):
+            out[name] = ids
+            last = len(ids)
+    return out
 
 
 def trial_seconds(study) -> dict[str, float]:

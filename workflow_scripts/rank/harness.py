@@ -483,13 +483,13 @@ def achieved_gflops(flops_per_sample: float | None, samples_per_s: float) -> flo
     return flops_per_sample * samples_per_s / 1e9 if ok else None
 
 
-def probe_or_error(size) -> dict | None:
+def probe_or_error(size, dtypes: tuple[str, ...] = probe.DTYPES) -> dict | None:
     """The noise probe in this process now (None when the spec has none); a probe that
     fails must not fail the run."""
     if not size:
         return None
     try:
-        return probe.run(int(size))
+        return probe.run(int(size), dtypes=dtypes)
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
@@ -761,7 +761,8 @@ def after_steps(trainer: Trainer, steps: Steps) -> dict:
     process group."""
     spec = trainer.spec
     ranks.barrier()  # and probe again together: was the machine still quiet at the end?
-    probe_after = probe_or_error(spec.get("probe_size"))
+    # (fp32 alone: the noise signals read fp32; the bf16 rate is the probe before's)
+    probe_after = probe_or_error(spec.get("probe_size"), dtypes=("fp32",))
     if not steps.step_times:
         raise RuntimeError(
             f"no timed step ran ({steps.total} steps, of which warm-up {steps.warmup})"

@@ -180,11 +180,12 @@ def run(
     size: int = DEFAULT_SIZE,
     min_seconds: float = MIN_SECONDS,
     budget_s: float | None = PROBE_BUDGET_S,
+    dtypes: tuple[str, ...] = DTYPES,
 ) -> dict:
     """One probe in this process, with its current threads (the record's ``probe``):
-    fp32's rate at ``size``, and each other dtype's unless its pilot predicts that
-    measuring it would take longer than ``budget_s`` (None: no limit); then its rate is
-    None and ``skipped`` says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against
+    fp32's rate at ``size``, and each other dtype of ``dtypes`` unless its pilot predicts
+    that measuring it would take longer than ``budget_s`` (None: no limit); then its rate
+    is None and ``skipped`` says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against
     0.3 s for fp32)."""
     import torch
 
@@ -192,7 +193,7 @@ def run(
     t0 = time.perf_counter()
     rates: dict = {}
     skipped: dict = {}
-    for d in DTYPES:
+    for d in dtypes:
         if budget_s is not None:
             pilot, cost = pilot_cost(d, size, min_seconds, budget_s)
             # fp32 is always measured: the noise signals read it, and a disturbed machine

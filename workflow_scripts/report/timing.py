@@ -64,6 +64,8 @@ def time_parts(record: Mapping) -> dict[str, float] | None:
     if not finite(wall) or wall <= 0:
         return None
     m = record.get("metrics") if isinstance(record.get("metrics"), Mapping) else {}
+    unchecked = record.get("unchecked_metrics")  # (an incorrect run's own figures)
+    m = {**(unchecked if isinstance(unchecked, Mapping) else {}), **m}
     prov = record.get("provenance") if isinstance(record.get("provenance"), Mapping) else {}
     retry = _n(record.get("retry_wall_s"))
     process = _n(prov.get("process_wall_s"))
