@@ -165,9 +165,7 @@ def round_priority(wildcards):
 # headline's group, then every group's baseline and ladder besides) as soon as their
 # first trials have run, before the rest of the study.
 def stage_records(wildcards):
-    return [
-        f"{RESULTS}/records/{experiment}/trial0.json" for experiment in STAGES[wildcards.stage]
-    ]
+    return [f"{RESULTS}/records/{experiment}/trial0.json" for experiment in STAGES[wildcards.stage]]
 
 
 def stage_priority(wildcards):

@@ -78,8 +78,7 @@ STAGES = {"first": HEADLINE, "families": LADDERS}
 #: what each stage's report holds, for its title
 STAGE_WORDS = {
     "first": "the first trial of the headline's group",
-    "families": "the first trial of the headline's group and of every group's baseline "
-    "and ladder",
+    "families": "the first trial of every group's baseline and ladder",
 }
 
 
