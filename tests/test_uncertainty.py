@@ -254,7 +254,8 @@ def test_comparisons_csv_lists_what_the_report_states(tmp_path):
     assert steps.loc["bf16", "verdict"] == "faster"
     assert steps.loc["bf16-cl", "baseline"] == "bf16"
     assert steps.loc["bf16-cl", "verdict"] == "same"
-    assert steps.loc["bf16-cl", "change"] == "+ channels_last"
+    # (written through the formula guard: a leading + would start a spreadsheet formula)
+    assert steps.loc["bf16-cl", "change"] == "'+ channels_last"
     assert (steps["n_baseline"] > 1).all() and (table["df"] == 2 + 1 + 1).all()
     # another model is never divided by the baseline
     assert not ((table["experiment"] == "resnet18") & (table["baseline"] == "baseline")).any()

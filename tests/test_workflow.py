@@ -254,7 +254,7 @@ def test_the_quick_study_says_how_sure_each_comparison_is(quick_study):
     assert {"baseline", "step", "reference", "group", "backend", "compile"} <= set(table["kind"])
     steps = table[table["kind"] == "step"].set_index("experiment")
     assert steps.loc["bf16-cl", "baseline"] == "bf16"
-    assert steps.loc["bf16-cl", "change"] == "+ channels_last"
+    assert steps.loc["bf16-cl", "change"] == "'+ channels_last"  # (the formula guard)
     assert (table["n_baseline"] == 1).all() and (table["n_experiment"] == 1).all()
     assert set(table["verdict"]) == {"undecided"} and table["ci_low"].isna().all()
     best = re.search(r'<b id="hl-best">([^<]*)</b>', quick_study.html).group(1)
