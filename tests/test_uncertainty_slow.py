@@ -22,17 +22,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 #: two experiments of identical settings and one of twice the threads, through the real
 #: workflow (the quick preset's tiny CNN, at a batch that takes a while): two trials
-#: each, then the adaptive rounds, up to eight, where a comparison is still undecided.
+#: each, then the adaptive rounds, up to MOST, where a comparison is still undecided.
 #: The identical pair runs on one thread of the 2-vCPU machines this suite runs on: a
 #: 2-thread trial shares both with everything else on the machine (snakemake itself, other
 #: tenants), and its throughput varied by 10 % from one process to the next here and by
-#: 19 % on a CI host, against 5 % for 1 thread (docs/measurement.md). The margin is what
-#: this tiny CNN's trials allow in eight rounds: at such spreads the same within ±3 %
+#: 19 % on a CI host, against 5 % for 1 thread (docs/measurement.md); on a 2-vCPU Xeon
+#: VM with AMX the 1-thread trials varied by 15-17 % too (their probes 90-156 GFLOP/s
+#: with nothing else running), where eight trials each left the twin undecided (0.86x
+#: [0.73-1.01], the old code's run there too failed). MOST rounds give the method the
+#: trials that such a spread needs for ±30 %: at such spreads the same within ±3 %
 #: would take some 30-70 trials each
+MOST = 16
 AA_STUDY = """
 runtime: local
 trials: 2
-max_trials: 8
+max_trials: {most}
 margin: 0.3
 collectives: {variants: []}
 sweeps: []
@@ -41,7 +45,7 @@ experiments:
   - {id: first, group: aa, threads: 1}
   - {id: twin, group: aa, threads: 1}
   - {id: two-threads, group: aa, threads: 2}
-"""
+""".replace("{most}", str(MOST))
 
 
 def trials_of(wd, experiment: str) -> list[int]:
@@ -69,12 +73,12 @@ def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_en
     assert two["baseline"] == "first" and two["verdict"] == "faster", two.to_dict()
     assert two["ci_low"] > 1.0 and two["change"] == "threads 1→2"
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to eight trials; twice the threads is
+    # round's comparisons left undecided, up to MOST trials; twice the threads is
     # decided early and stops (its far stop, 1.25x, lies within the margin, ±30 %: it
     # settles nothing, so its first trial is not its last; FAR_STUDY below)
-    assert len(trials_of(wd, "two-threads")) < 8, why
+    assert len(trials_of(wd, "two-threads")) < MOST, why
     ran = ["first", "twin", "two-threads"]
-    for k in range(1, 7):
+    for k in range(1, MOST - 1):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
         going_on = [e for e in ran if k + 1 in trials_of(wd, e)]
         if not going_on:
@@ -85,27 +89,37 @@ def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_en
         undecided = {e for pair in pairs for e in pair}
         assert going_on == [e for e in ran if e in undecided], (k, going_on, undecided)
         page = (wd / f"results/rounds/{k}/report/index.html").read_text()
-        assert f"Provisional report: the first {k + 1} of 2 to 8 trials" in page
+        assert f"Provisional report: the first {k + 1} of 2 to {MOST} trials" in page
         assert len(pd.read_csv(wd / f"results/rounds/{k}/summary.csv")) == sum(
             len([t for t in trials_of(wd, e) if t <= k]) for e in ("first", "twin", "two-threads")
         )
         ran = going_on
-    assert all(max(trials_of(wd, e)) <= 7 for e in ("first", "twin"))
+    assert all(max(trials_of(wd, e)) <= MOST - 1 for e in ("first", "twin"))
     assert len(summary) == sum(len(trials_of(wd, e)) for e in ("first", "twin", "two-threads"))
     assert int(twin["n_experiment"]) <= len(trials_of(wd, "twin"))
-    assert not (wd / "results/rounds/7").exists()
+    assert not (wd / f"results/rounds/{MOST - 1}").exists()
     # the first round's provisional report came before any second trial
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/first/trial1.json").stat().st_mtime
-    # far from its baseline (2 threads of 1: 1.5-1.8x here, beyond 1.25), a trial stops timing
-    # after its first timed steps, and its record says why and against what
+    # far from its baseline (2 threads of 1: 1.3-1.9x here, beyond 1.25), a trial stops
+    # timing after its first timed steps, and its record says why and against what; one
+    # whose slow steps kept its mean's interval from lying wholly beyond the factor (a
+    # noisy VM: steps up to 2.4x its median) times all its steps, as the rule says
+    first = json.loads((wd / "results/records/first/trial0.json").read_text())
+    stopped = 0
     for k in trials_of(wd, "two-threads"):
         record = json.loads((wd / f"results/records/two-threads/trial{k}.json").read_text())
         m, far = record["metrics"], record["far_from"]
-        assert m["stop_reason"] == "far_from_baseline", m
-        assert 2 <= m["steps_timed"] < 30 and far["baseline"] == "first" and far["factor"] == 1.25
-        first = json.loads((wd / "results/records/first/trial0.json").read_text())
+        assert far["baseline"] == "first" and far["factor"] == 1.25
         assert far["step_time_s"] == first["metrics"]["step_time_s"]["median"]
+        if m["stop_reason"] == "far_from_baseline":
+            assert 2 <= m["steps_timed"] < 30, m
+            stopped += 1
+        else:
+            assert m["stop_reason"] == "steps" and m["steps_timed"] == 30, m
+            slowest = m["step_time_s"]["mean"] * (1 + m["step_time_half_width"])
+            assert far["step_time_s"] / slowest < 1.25 * 1.02, m
+    assert stopped >= len(trials_of(wd, "two-threads")) / 2
     assert "far_from" not in json.loads((wd / "results/records/first/trial0.json").read_text())
     # nothing changed: a second run does nothing, the adaptive rounds included
     again = subprocess.run([*cmd, "-n"], cwd=wd, capture_output=True, text=True, timeout=600)
