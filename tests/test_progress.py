@@ -22,6 +22,12 @@ def small_study(trials: int = 2) -> study.Study:
     return study.load_study(config)
 
 
+def predicted_study():
+    """The small study, the machine it is estimated on and each experiment's estimate."""
+    s, m = small_study(), machine(calibration())
+    return s, m, estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+
+
 def write_record(results, exp: str, trial: int, wall: float | None, **more) -> None:
     path = results / "records" / exp / f"trial{trial}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,10 +46,8 @@ def test_nothing_done_yet_says_the_estimate(tmp_path):
 
 
 def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
-    s = small_study()
-    m = machine(calibration())
+    s, m, predicted = predicted_study()
     # the two trials done took twice what the same estimate predicts for them
-    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
     write_record(tmp_path, "a", 0, wall=2 * predicted["a"]["seconds"])
     write_record(tmp_path, "b", 0, wall=2 * predicted["b"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
@@ -64,9 +68,7 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
 
 
 def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
-    s = small_study()
-    m = machine(calibration())
-    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    s, m, predicted = predicted_study()
     # a trial run three times (two attempts discarded as disturbed) took 3x its estimate,
     # of which 2x were the reruns: the time left is scaled by 1.00, not 3
     a = predicted["a"]["seconds"]
@@ -77,9 +79,7 @@ def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
 
 
 def test_trials_that_disagree_give_a_range(tmp_path):
-    s = small_study()
-    m = machine(calibration())
-    predicted = estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    s, m, predicted = predicted_study()
     write_record(tmp_path, "a", 0, wall=0.5 * predicted["a"]["seconds"])
     write_record(tmp_path, "b", 0, wall=3.0 * predicted["b"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)

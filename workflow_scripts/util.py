@@ -21,6 +21,14 @@ def finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def beside_records(out: Path | str, name: str) -> Path:
+    """A study's side folder ``name`` for the trial record ``out``:
+    ``<results>/records/<experiment>/trial<k>.json`` -> ``<results>/<name>``; a record
+    elsewhere: ``<name>`` beside its folder."""
+    records = Path(out).parent.parent
+    return (records.parent if records.name == "records" else records) / name
+
+
 def measuring_seconds(metrics: Any) -> float | None:
     """How long a trial measured (a record's ``metrics``): its step loop (warm-up and
     timed steps, scoring and checking left out) less the first step, which pays the

@@ -38,7 +38,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..util import read_json, write_json_atomic
+from ..util import beside_records, read_json, write_json_atomic
 
 #: the spec key that hands the rank what it carries (stripped from the record's spec)
 SPEC_KEY = "carried"
@@ -51,17 +51,14 @@ FLOPS_FOLDER = "flops"
 def workload_key(spec: dict) -> dict:
     """What a FLOP count depends on: the environment (its torch and transformers), the
     model, the mode and the input's shape (the image size or the sequence length)."""
-    key = {k: spec.get(k) for k in ("env", "model", "mode", "image_size", "seq_len")}
-    return key
+    return {k: spec.get(k) for k in ("env", "model", "mode", "image_size", "seq_len")}
 
 
 def flops_path(out: Path, spec: dict) -> Path:
     """Where the FLOP count of ``spec``'s workload is kept, for the record ``out``."""
     key = json.dumps(workload_key(spec), sort_keys=True)
     name = hashlib.sha256(key.encode()).hexdigest()[:16]
-    records = Path(out).parent.parent
-    base = records.parent if records.name == "records" else records
-    return base / FLOPS_FOLDER / f"{name}.json"
+    return beside_records(out, FLOPS_FOLDER) / f"{name}.json"
 
 
 def counted_as_is(record: dict) -> bool:

@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..util import finite
+from ..util import beside_records, finite
 
 #: peers needed before their median is the level a probe is judged against
 MIN_PEERS = 4
@@ -53,9 +53,7 @@ def log_path(out: Path, env: str) -> Path:
     """The probe log of environment ``env`` for the record ``out``
     (``<results>/records/<experiment>/trial<k>.json`` -> ``<results>/probes/<env>.jsonl``;
     a record elsewhere: ``probes/`` beside its folder)."""
-    records = Path(out).parent.parent
-    base = records.parent if records.name == "records" else records
-    return base / "probes" / f"{env}.jsonl"
+    return beside_records(out, "probes") / f"{env}.jsonl"
 
 
 def kind_of(probe: dict | None, world: int, node: str) -> dict | None:
