@@ -199,6 +199,12 @@ def round_title(wildcards):
     )
 
 
+def round_look(wildcards):
+    """Which look at the comparisons a round's report is: the first after the
+    minimum's trials (the provisional ones before: the first too)."""
+    return max(1, int(wildcards.round) - MIN_TRIALS + 2)
+
+
 def round_reports():
     """The provisional reports of the rounds every experiment runs (but the last); the
     adaptive rounds' reports come in as the checkpoints the report's records wait for."""

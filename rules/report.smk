@@ -69,6 +69,8 @@ rule report:
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
         margin=SETTINGS["margin"],
+        looks=rounds.looks(SETTINGS),
+        look=rounds.looks(SETTINGS),
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
 
@@ -95,6 +97,8 @@ checkpoint round_report:
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
         margin=SETTINGS["margin"],
+        looks=rounds.looks(SETTINGS),
+        look=round_look,
         title=round_title,
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
@@ -122,6 +126,8 @@ rule stage_report:
         name=SETTINGS["report"].get("name"),
         noise_threshold=SETTINGS["noise_threshold"],
         margin=SETTINGS["margin"],
+        looks=rounds.looks(SETTINGS),
+        look=1,
         title=stage_title,
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)

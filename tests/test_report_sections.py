@@ -142,8 +142,9 @@ def test_the_headline_comes_first_with_its_numbers(page):
     # the fastest configuration whose losses do not diverge: run_cpu + tcmalloc
     assert headline_value(text, "best") == "runcpu-tcmalloc"
     assert headline_value(text, "sps") == "35.2"
-    # the baseline's median over its two clean trials (the noisy one left out): 11
-    assert headline_value(text, "speedup") == f"{35.2 / 11:.2f}×" == "3.20×"
+    # over the baseline's two clean trials (the noisy one left out), 10 and 12: the
+    # ratio of geometric means, the statistic its interval bounds
+    assert headline_value(text, "speedup") == f"{35.2 / math.sqrt(10 * 12):.2f}×" == "3.21×"
     # $0.1027/hour / (35.2 samples/s * 3600 s) * 1e6 = $0.81 per million samples
     assert headline_value(text, "cost") == f"${PRICE_A / (35.2 * 3600) * 1e6:.2f}" == "$0.81"
     assert "$2.59 for the baseline" in box  # 0.1027 / (11 * 3600) * 1e6
@@ -169,17 +170,21 @@ def test_the_ladder_compares_each_step_with_the_one_it_builds_on(page):
     table = html_tables(section(text, "ladder"))[0].set_index("experiment")
     step = "over the step it builds on"
     assert table.loc["baseline", step] == "—"
-    # each ratio with its 95 % interval (the spread of log throughput pooled over the
-    # run: here the baseline's two used trials alone, 1 degree of freedom) and a verdict
+    # each ratio (of geometric means) with its 95 % interval (the spread of log
+    # throughput: here the baseline's two used trials alone, 1 degree of freedom, the
+    # one-trial side borrowing it) and a verdict
     s = abs(math.log(12 / 10)) / math.sqrt(2)
     half = scipy.stats.t.ppf(0.975, 1) * s * math.sqrt(1 / 2 + 1)
-    interval = f"[{2 * math.exp(-half):.2f}–{2 * math.exp(half):.2f}], undecided"
-    assert table.loc["bf16", step] == f"2.00× over baseline: precision fp32→bf16 ({interval})"
+    ratio = 22 / math.sqrt(10 * 12)
+    interval = f"[{ratio * math.exp(-half):.2f}–{ratio * math.exp(half):.2f}], undecided"
+    assert (
+        table.loc["bf16", step] == f"{ratio:.2f}× over baseline: precision fp32→bf16 ({interval})"
+    )
     assert table.loc["bf16-cl", step].startswith("1.50× over bf16: + channels_last ([")
     assert table.loc["runcpu-tcmalloc", step].startswith(
         "1.07× over bf16-cl: launcher none→run_cpu, allocator default→tcmalloc (["
     )
-    assert table.loc["runcpu-tcmalloc", "speedup"].startswith("3.20× ([")
+    assert table.loc["runcpu-tcmalloc", "speedup"].startswith("3.21× ([")
     assert table.loc["runcpu-tcmalloc", "speedup"].endswith("], undecided)")
     # percentiles from too few timed steps are not numbers
     assert table.loc["baseline", "step p90 (s)"] == "n/a (8 steps)"
@@ -326,7 +331,7 @@ def test_two_machines_side_by_side(page):
     assert side.loc["runcpu-tcmalloc", "avx2-box: × own baseline"] == (
         "0.65× (undecided: one trial each, no interval)"
     )
-    assert side.loc["runcpu-tcmalloc", "avx512-box: × own baseline"].startswith("3.20× ([")
+    assert side.loc["runcpu-tcmalloc", "avx512-box: × own baseline"].startswith("3.21× ([")
     assert side.loc["baseline", "avx512-box: × own baseline"] == "1.00×"
     assert side.loc["runcpu-tcmalloc", "avx2-box: $/M samples"] == (
         f"${PRICE_B / (5.2 * 3600) * 1e6:.2f}"

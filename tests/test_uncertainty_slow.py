@@ -1,7 +1,8 @@
 """Every comparison with its interval and a verdict, through the real workflow
 (tests/test_uncertainty.py has the fast tests of workflow_scripts/report/uncertainty.py):
-a twin of an experiment is the same within the stated margin, twice its threads is faster, and the
-adaptive rounds run exactly what the last round left undecided."""
+a twin of an experiment is not faster or slower, twice its threads is faster, and the
+adaptive rounds run exactly what the last round left undecided; six twins crown
+none."""
 
 from __future__ import annotations
 
@@ -27,17 +28,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 #: 2-thread trial shares both with everything else on the machine (snakemake itself, other
 #: tenants), and its throughput varied by 10 % from one process to the next here and by
 #: 19 % on a CI host, against 5 % for 1 thread (docs/measurement.md); on a 2-vCPU Xeon
-#: VM with AMX the 1-thread trials varied by 15-17 % too (their probes 90-156 GFLOP/s
-#: with nothing else running), where eight trials each left the twin undecided (0.86x
-#: [0.73-1.01], the old code's run there too failed). MOST rounds give the method the
-#: trials that such a spread needs for ±30 %: at such spreads the same within ±3 %
-#: would take some 30-70 trials each
-MOST = 16
+#: VM with AMX the 1-thread trials varied by 15-17 % too. At such spreads "the same"
+#: within a margin of ±10 % would take some 40 trials each: the twin is asked to be
+#: no faster or slower (the same or undecided), twice the threads (1.3-1.9x) faster
+MOST = 6
 AA_STUDY = """
 runtime: local
 trials: 2
 max_trials: {most}
-margin: 0.3
+margin: 0.1
 collectives: {variants: []}
 sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
@@ -61,22 +60,20 @@ def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_en
     summary = pd.read_csv(wd / "results/summary.csv")
     spread = summary.groupby("experiment")["samples_per_s"].agg(["median", "min", "max"])
     why = f"{twin.to_dict()}\n{spread}\n{proc.stderr[-3000:]}"
-    # identical settings: the same within the stated margin, the interval holding 1.0
-    assert twin["baseline"] == "first" and twin["verdict"] == "same", why
-    # 1.0 within its interval: the 95 % interval misses it in 1 run of 20 by design (here
-    # once, at 2 trials each: 1.067x [1.010-1.128], spread 1.3 % on 2 df), so the test
-    # asks the 99.9 % interval, from the same ratio, spread and trials
+    # identical settings: not faster or slower (the same or undecided), the interval
+    # holding 1.0 (it misses in 1 run of 20 at most by design, so the test asks the
+    # 99.9 % interval, from the same ratio, spread and trials)
+    assert twin["baseline"] == "first" and twin["verdict"] in ("same", "undecided"), why
     half = scipy.stats.t.ppf(0.9995, twin["df"]) * twin["spread"]
     half *= math.sqrt(1 / twin["n_baseline"] + 1 / twin["n_experiment"])
-    assert math.exp(-half) < twin["ratio"] < math.exp(half) and twin["margin"] == 0.3, why
-    assert 1 / 1.3 <= twin["ci_low"] and twin["ci_high"] <= 1.3, why
+    assert math.exp(-half) < twin["ratio"] < math.exp(half) and twin["margin"] == 0.1, why
     assert two["baseline"] == "first" and two["verdict"] == "faster", two.to_dict()
     assert two["ci_low"] > 1.0 and two["change"] == "threads 1→2"
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to MOST trials; twice the threads is
-    # decided early and stops (its far stop, 1.25x, lies within the margin, ±30 %: it
-    # settles nothing, so its first trial is not its last; FAR_STUDY below)
-    assert len(trials_of(wd, "two-threads")) < MOST, why
+    # round's comparisons left undecided, up to MOST trials (twice the threads, far
+    # faster than its baseline, runs its trials: only a far slower first trial is the
+    # last, FAR_STUDY below)
+    assert len(trials_of(wd, "two-threads")) >= 2, why
     ran = ["first", "twin", "two-threads"]
     for k in range(1, MOST - 1):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
@@ -84,7 +81,7 @@ def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_en
         if not going_on:
             assert not decided_by.exists() or rounds.going_on(decided_by, ran) == []
             break
-        # (and those of a comparison the headline states, not yet within ±30 %)
+        # (and those of a comparison the headline states, not yet within ±10 %)
         pairs = rounds.undecided_pairs(decided_by) + rounds.wide_headline_pairs(decided_by)
         undecided = {e for pair in pairs for e in pair}
         assert going_on == [e for e in ran if e in undecided], (k, going_on, undecided)
@@ -170,3 +167,44 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
         again.stdout[-3000:] + again.stderr[-3000:]
     )
+
+
+#: a baseline and six twins of identical settings (the tiny CNN on one thread, few
+#: steps: a trial is mostly its process start): the headline must crown none, and no
+#: twin may come out faster or slower (the looks and the K candidates counted)
+TWINS = 6
+TWINS_STUDY = """
+runtime: local
+trials: 2
+max_trials: 3
+margin: 0.1
+collectives: {variants: []}
+sweeps: []
+defaults: {batch_size: 32, warmup_steps: 2, steps: 6, threads: 1, step_precision: null}
+experiments:
+  - {id: base, group: twins}
+""" + "".join(f"  - {{id: twin{i}, group: twins}}\n" for i in range(1, TWINS + 1))
+
+
+def test_through_snakemake_six_twins_crown_none_and_none_is_faster_or_slower(
+    upstream_env, tmp_path
+):
+    wd, _, proc = local_study(tmp_path / "wf", TWINS_STUDY, ENVS_ROOT)
+    table = pd.read_csv(wd / "results/comparisons.csv")
+    pairs = table.drop_duplicates(["baseline", "experiment"])
+    summary = pd.read_csv(wd / "results/summary.csv")
+    why = f"{pairs.to_string()}\n{summary[['experiment', 'samples_per_s']]}"
+    assert len(pairs[pairs["baseline"] == "base"]) == TWINS, why
+    assert not pairs["verdict"].isin(["faster", "slower"]).any(), why
+    assert not pairs["fdr_kept"].any(), why
+    # the final report's intervals: the last of two looks, 4/5 of the 5 %
+    assert (pairs["confidence"] == pytest.approx(1 - 0.05 * 4 / 5)).all(), why
+    page = (wd / "results/report/index.html").read_text()
+    head = page[page.index('class="headline"') : page.index("<nav>")]
+    # the fastest of the seven is "measured", not crowned: its interval over the six
+    # candidates does not clear the margin (or the base itself is the fastest)
+    assert "the fastest measured configuration" in head or '<b id="hl-best">base</b>' in head
+    assert "counting that it was picked as the fastest" not in head, head
+    # its runner-up is named where the two are not told apart
+    if '<b id="hl-best">base</b>' not in head:
+        assert 'id="hl-runner-up"' in head, head

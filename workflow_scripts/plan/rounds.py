@@ -25,9 +25,9 @@ that after one trial as after two. (A run far faster than its baseline runs its 
 it costs less than its baseline, and may be the headline.) Its other comparisons rest on that
 one trial, their intervals from the spread its kin's other experiments measured.
 
-Stopping on the data this way (optional stopping) makes the 95 % intervals somewhat
-optimistic; the cap bounds it, and the verdict's margin (±3 %) keeps "the same"
-from being declared on a wide interval.
+Stopping on the data this way (optional stopping) would make fixed 95 % intervals
+optimistic: each round's report is a look (:func:`looks`), and the looks share the
+5 % (``report/uncertainty.spent``), so that all of them together miss at most 5 %.
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ def cap(settings: Mapping) -> int:
     if high is None or low < 2:
         return low
     return max(low, int(high))
+
+
+def looks(settings: Mapping) -> int:
+    """How many rounds' reports may decide a comparison: the one after the minimum's
+    trials and one after each adaptive round (report/uncertainty.py spreads the 5 %
+    over them)."""
+    return cap(settings) - int(settings["trials"]) + 1 if adaptive(settings) else 1
 
 
 def adaptive(settings: Mapping) -> bool:
@@ -126,7 +133,7 @@ def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
     return _undecided(_rows(comparisons_csv))
 
 
-def _undecided(rows: list[dict]) -> list[tuple[str, str]]:
+def _undecided(rows: list) -> list[tuple[str, str]]:
     return [(r["baseline"], r["experiment"]) for r in rows if r.get("verdict") == UNDECIDED]
 
 
@@ -137,7 +144,7 @@ def wide_headline_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
     return _wide_headline(_rows(comparisons_csv))
 
 
-def _wide_headline(rows: list[dict]) -> list[tuple[str, str]]:
+def _wide_headline(rows: list) -> list[tuple[str, str]]:
     return [
         (r["baseline"], r["experiment"])
         for r in rows
@@ -145,7 +152,7 @@ def _wide_headline(rows: list[dict]) -> list[tuple[str, str]]:
     ]
 
 
-def _wider_than_margin(row: dict) -> bool:
+def _wider_than_margin(row: Mapping) -> bool:
     """Whether the interval of a comparisons.csv row reaches beyond ±its margin around
     its ratio, either way (no interval: wider), by the rule of the verdict "the same"
     (report/uncertainty.py: within 1/(1+m) to 1+m), here around the ratio."""
@@ -165,7 +172,12 @@ def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
     """The experiments of ``ran`` (those with a trial in the round just ended) that
     an undecided comparison of that round's ``comparisons.csv`` names, or a comparison
     the headline states with an interval wider than its margin; in ``ran``'s order."""
-    rows = _rows(comparisons_csv)
+    return continuing(_rows(comparisons_csv), ran)
+
+
+def continuing(rows: Iterable[Mapping], ran: Iterable[str]) -> list[str]:
+    """:func:`going_on` of a round's comparisons as rows (``comparisons.csv``'s)."""
+    rows = list(rows)
     named = {e for pair in _undecided(rows) + _wide_headline(rows) for e in pair}
     return [e for e in ran if e in named]
 

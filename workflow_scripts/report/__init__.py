@@ -180,6 +180,8 @@ def build_report(
     name: str | None = None,
     comparisons_path: Path | None = None,
     margin: float = MARGIN,
+    looks: int = 1,
+    look: int | None = None,
 ) -> dict:
     """Write the summary CSV, the plots (:data:`PLOT_NAMES`, the collectives', and the
     extra ones: losses, startup, machines), and the HTML page; return counts.
@@ -189,7 +191,9 @@ def build_report(
     CPU), priced at the first ``measured`` price; ``comparisons_path``: where every
     comparison the report states goes, with its interval and verdict (default:
     ``comparisons.csv`` beside the summary); ``margin``: within it, two throughputs
-    are the same (the verdicts, :mod:`uncertainty`)."""
+    are the same (the verdicts, :mod:`uncertainty`); ``looks``: how many rounds' reports
+    may decide a comparison, ``look``: which of them this report is (default: the last;
+    :func:`uncertainty.spent`)."""
     summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
     comparisons_path = Path(comparisons_path or summary_path.with_name("comparisons.csv"))
     for folder in (summary_path.parent, html_path.parent, plots_dir):
@@ -200,7 +204,7 @@ def build_report(
     price_list = parse_prices(prices)
     rich = enrich(frame, records)
 
-    stats = experiment_stats(rich, margin)
+    stats = experiment_stats(rich, margin, looks, look)
     # (an experiment split by node type, "<id> @ <node type>", has its id's findings)
     stats["in_effect"] = stats["experiment"].str.split(" @ ").str[0].map(in_effect(records))
     baseline = pick_baseline(stats)
@@ -301,6 +305,10 @@ COMMAND = Command(
             "trials' median"),
         Arg("margin", "params.margin", type=float, default=MARGIN,
             help="two throughputs within this fraction of each other are the same"),
+        Arg("looks", "params.looks", type=int, default=1,
+            help="how many rounds' reports may decide a comparison (max_trials - trials + 1)"),
+        Arg("look", "params.look", type=int, default=None,
+            help="which of those looks this report is (default: the last)"),
         Arg("title", "params.title", default=DEFAULT_TITLE),
         Arg("log", "log", type=Path, default=None, help="also append the result line here"),
     ),
@@ -343,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = build_report(
             records, args.summary, args.html, args.plots_dir, prices, args.title,
             args.noise_threshold, load_records(args.collectives), machines, name,
-            args.comparisons, args.margin,
+            args.comparisons, args.margin, args.looks, args.look,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))

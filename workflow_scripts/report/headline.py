@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -14,8 +15,8 @@ from ..util import finite
 from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
-from .stats import OK, baseline_sps, best_like_baseline
-from .uncertainty import VERDICTS, Comparison, between, counts
+from .stats import OK, baseline_sps, best_like_baseline, like_baseline
+from .uncertainty import VERDICTS, Comparison, between, bounds_text, counts
 from .values import isnan
 
 
@@ -35,6 +36,42 @@ def headline_pairs(
     if best is not None and baseline is not None:
         pairs.add((str(baseline), str(best["experiment"])))
     return {p for p in pairs if p[0] != p[1]}
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The headline's answer: the fastest of the ``k`` candidates that train the
+    baseline's workload (``best``; ``ref``: the baseline, or the best without one),
+    its comparison with the baseline (``against``, simultaneous over the candidates:
+    ``uncertainty.between``) and, where the second fastest is not known to be slower
+    than it at that confidence, the second's comparison with it (``runner_up``)."""
+
+    best: pd.Series
+    ref: pd.Series
+    k: int
+    against: Comparison
+    runner_up: Comparison | None
+
+    @property
+    def crowned(self) -> bool:
+        """Whether the best is known to beat the baseline (or is the baseline)."""
+        return self.best["experiment"] == self.ref["experiment"] or self.against.verdict == (
+            "faster"
+        )
+
+
+def pick(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str] = ()) -> Pick | None:
+    """The headline's :class:`Pick` (None: no candidate finished with a throughput)."""
+    candidates = like_baseline(stats, baseline, diverging) if len(stats) else stats
+    if not len(candidates):
+        return None
+    best = candidates.iloc[0]
+    ref = stats[stats["experiment"] == baseline].iloc[0] if baseline is not None else best
+    k = max(1, int((candidates["experiment"] != ref["experiment"]).sum()))
+    runner_up = between(best, candidates.iloc[1], candidates=k) if len(candidates) > 1 else None
+    if runner_up is not None and runner_up.verdict == "slower":
+        runner_up = None
+    return Pick(best, ref, k, between(ref, best, "baseline", candidates=k), runner_up)
 
 
 def _b(id_: str, text: str) -> str:
@@ -87,22 +124,22 @@ def headline_html(
         if check is None or not len(check)
         else (list(check.loc[check["verdict"] == "diverges", "experiment"]))
     )
-    best = best_like_baseline(stats, baseline, diverging) if len(stats) else None
+    answer = pick(stats, baseline, diverging)
     fastest = best_like_baseline(stats, baseline) if len(stats) else None
-    if best is None:
+    if answer is None:
         lead.append(": no configuration finished with a throughput (see Failures).")
     else:
-        ref = stats[stats["experiment"] == baseline].iloc[0] if baseline is not None else best
-        # crowned only when known to beat the baseline (uncertainty.py), else "measured"
-        known = best["experiment"] == ref["experiment"] or between(ref, best).verdict == "faster"
+        best, ref = answer.best, answer.ref
+        # crowned only when known to beat the baseline, else "measured"
         lead.append(
-            f", the fastest {'' if known else 'measured '}configuration of "
+            f", the fastest {'' if answer.crowned else 'measured '}configuration of "
             f"{html.escape(workload_text(ref))} is "
             f"{_b('best', str(best['experiment']))} ({html.escape(config_text(best))}) at "
             f"{_b('sps', fmt_num(best['sps_median']))} samples/s"
         )
+        lead.append(_runner_up(answer.runner_up))
         if not isnan(base) and base > 0:
-            lead.append(_against_baseline(ref, best, baseline, base))
+            lead.append(_against_baseline(answer, baseline, base))
         measured = costs[costs["throughput"] == "measured"] if len(costs) else costs
         if len(measured):
             c = measured.iloc[0]
@@ -147,12 +184,27 @@ def headline_html(
     return f'<div class="headline"><p class="lead">{"".join(lead)}</p><ul>{lis}</ul></div>'
 
 
-def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -> str:
+def _runner_up(c: Comparison | None) -> str:
+    """`` (or runner-up, 0.98× [0.93–1.03] of it: the two are not told apart)`` where the
+    second fastest is not known to be slower than the first (:func:`pick`)."""
+    if c is None:
+        return ""
+    interval = "" if isnan(c.ci_low) else f" [{bounds_text(c.ci_low, c.ci_high)}]"
+    return (
+        f" (or {_b('runner-up', c.experiment)}, {c.ratio:.2f}×{interval} of it: the two "
+        "are not told apart)"
+    )
+
+
+def _against_baseline(answer: Pick, baseline: Any, base: float) -> str:
     """``, 3.20× [2.9–3.5] the fp32 eager baseline (...): faster``; a fastest run not
-    known to beat the baseline says so."""
-    c = between(ref, best, "baseline")
-    ratio = f"{best['sps_median'] / base:.2f}×"
-    ci = "" if isnan(c.ci_low) else f" [{c.ci_low:.2f}–{c.ci_high:.2f}]"
+    known to beat the baseline says so. The interval is simultaneous over the
+    candidates the fastest was picked from (:func:`pick`)."""
+    c, best, k = answer.against, answer.best, answer.k
+    ratio = f"{(best['sps_median'] / base) if isnan(c.ratio) else c.ratio:.2f}×"
+    # (an interval simultaneous over the candidates: wider than the same pair's elsewhere)
+    of = f"; the fastest of {k}" if k > 1 else ""
+    ci = "" if isnan(c.ci_low) else f" [{bounds_text(c.ci_low, c.ci_high)}{of}]"
     text = (
         f", {_b('speedup', ratio)}{ci} the fp32 eager baseline ({html.escape(str(baseline))}, "
         f"{fmt_num(base)} samples/s"
@@ -160,7 +212,8 @@ def _against_baseline(ref: Mapping, best: Mapping, baseline: Any, base: float) -
     if best["experiment"] == baseline:
         return text + ")"
     if c.verdict == "faster":
-        return text + f"; {_b('verdict', 'faster')} at 95 % confidence)"
+        over = f", counting that it was picked as the fastest of {k}" if k > 1 else ""
+        return text + f"; {_b('verdict', 'faster')} at 95 % confidence{over})"
     if isnan(c.ci_low):
         why = " (one trial each: no interval)"
     elif c.verdict == "same":

@@ -78,9 +78,11 @@ def _step_cell(r) -> str:
     if parent is None or isnan(parent):
         return "—"
     compared = r.get("step_compared")
-    speed = fmt_speedup(r.get("step_speedup")) or "n/a"
+    stated = isinstance(compared, Comparison) and not isnan(compared.ratio)
+    # (with its interval: the comparison's ratio, the statistic the interval bounds)
+    speed = fmt_speedup(compared.ratio if stated else r.get("step_speedup")) or "n/a"
     text = f"{speed} over {parent}: {r.get('step_change')}"
-    if isinstance(compared, Comparison) and not isnan(compared.ratio):
+    if stated:
         text += f" ({compared.qualifier()})"
     return text
 

@@ -421,10 +421,11 @@ def backends_section(
             sps = fmt_spread(c["sps_median"], c["sps_min"], c["sps_max"], int(c["n_used"] or 0))
             text = f"{sps or 'no ok trial'} ({c['experiment']})"
             if v != "eager" and not isnan(c["vs_eager"]):
-                text += f", {c['vs_eager']:.2f}× eager"
                 compared = c.get("compared")
-                if isinstance(compared, Comparison):
-                    text += f" ({compared.qualifier()})"
+                if isinstance(compared, Comparison) and not isnan(compared.ratio):
+                    text += f", {compared.ratio:.2f}× eager ({compared.qualifier()})"
+                else:
+                    text += f", {c['vs_eager']:.2f}× eager"
             row[heads[v]] = text
         rows.append(row)
     body = note + table_html(pd.DataFrame(rows))

@@ -78,9 +78,12 @@ def setting_columns() -> list[str]:
     return list(dict.fromkeys([*cols, *registry]))
 
 
-def experiment_stats(frame: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
+def experiment_stats(
+    frame: pd.DataFrame, margin: float = MARGIN, looks: int = 1, look: int | None = None
+) -> pd.DataFrame:
     """One row per experiment, in order of first appearance (with the run's spread and
-    the verdicts' ``margin`` on every row: :func:`uncertainty.with_spread`).
+    the verdicts' ``margin``, the ``looks`` at each comparison and which ``look`` this
+    is (default: the last) on every row: :func:`uncertainty.with_spread`).
 
     ``n_ok`` counts trials with status ok and a finite ``samples_per_s``, ``n_noisy``
     those of them marked noisy. The throughput (``sps_median``, ``sps_min``,
@@ -112,7 +115,7 @@ def experiment_stats(frame: pd.DataFrame, margin: float = MARGIN) -> pd.DataFram
         *OK_TEXT,
     ]
     # the run's pooled spread on every row: any two rows make a comparison (uncertainty.py)
-    return with_spread(pd.DataFrame(rows, columns=columns), margin)
+    return with_spread(pd.DataFrame(rows, columns=columns), margin, looks, look)
 
 
 def _with_trial_columns(frame: pd.DataFrame, first_cols: list[str]) -> pd.DataFrame:
@@ -388,7 +391,15 @@ def best_like_baseline(
     size or sequence length, no epochs); without a baseline, the first training run's
     (an inference run's samples/s is no training throughput). ``exclude``: experiments
     not to recommend (their losses diverge)."""
+    usable = like_baseline(stats, baseline, exclude)
+    return usable.iloc[0] if len(usable) else None
 
+
+def like_baseline(
+    stats: pd.DataFrame, baseline: str | None, exclude: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The candidates of :func:`best_like_baseline`, fastest first (the baseline among
+    them)."""
     usable = stats[stats["sps_median"].notna() & ~stats["experiment"].isin(list(exclude))]
     ref = None
     if baseline is not None and (stats["experiment"] == baseline).any():
@@ -397,10 +408,10 @@ def best_like_baseline(
         train = stats[stats["mode"].astype(str) != "inference"]
         ref = train.iloc[0] if len(train) else None
     if ref is not None:
-        usable = usable[[same_workload(ref, r) for _, r in usable.iterrows()]]
-    if not len(usable):
-        return None
-    return usable.loc[usable["sps_median"].idxmax()]
+        ref = ref.to_dict()
+        keep = [same_workload(ref, r) for r in usable.to_dict("records")]
+        usable = usable.loc[pd.Series(keep, index=usable.index, dtype=bool)]
+    return usable.sort_values("sps_median", ascending=False, kind="stable")
 
 
 def cost_frame(

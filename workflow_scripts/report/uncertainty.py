@@ -10,28 +10,45 @@ The method, stated once (docs/measurement.md and the report's
   steps within one process share its placement, its caches and its neighbours: they
   are correlated and make no interval on their own (as pyperf treats the values of one
   worker process).
-* **Log scale, one spread per kin.** Throughputs are compared as ratios, so on the
-  log scale. The ratio is of the medians over trials (as everywhere in the report).
-  The run-to-run spread ``s`` of a log throughput is pooled (``sum (n_i - 1) s_i^2 /
-  sum (n_i - 1)``, ``df = sum (n_i - 1)``) over the experiments with two used trials
-  or more of the pair's **kin** (:data:`KIN`: the same model on the same threads,
-  ranks and nodes, as both sides of the pair are; their trials vary alike): two
-  trials of one experiment say little about its spread, a dozen of its kin say much.
-  A kin pooled over fewer than :data:`MIN_KIN_DF` degrees of freedom gives way to the
-  pool over every experiment of the run where that one is the wider: one machine's
-  quiet kin must not narrow a noisy kin's interval (a 2-thread tiny CNN varied by 10 %
-  between processes where ResNet-50's rungs varied by 4 %, on one VM). With no
-  experiment of two trials there is no interval, and every verdict is ``undecided``.
-* **Interval.** ``ratio · exp(± t(0.975, df) · s · sqrt(1/n_a + 1/n_b))`` (Student's t,
-  from scipy; the median of two trials is their mean, and of more, a robust stand-in).
+* **Log scale; the statistic is the one the interval bounds.** Throughputs are compared
+  as ratios, so on the log scale: a comparison's ratio is of the two sides' geometric
+  means over trials (the mean of log throughput), the statistic whose standard error
+  the interval uses. (The tables' per-experiment figures stay medians.)
+* **Each side's own noise, borrowing from its like experiments as far as they agree.**
+  Each experiment's variance of log throughput is its own trials' (``n - 1`` degrees
+  of freedom) moderated towards a prior fitted over its **kin** (:data:`KIN`: the same
+  model, mode, precision, threads, ranks, nodes and data pipeline, where trials vary
+  alike; a kin of fewer than :data:`MIN_KIN_DF` degrees of freedom borrows from the
+  whole run): ``(d0 s0^2 + d s^2) / (d0 + d)`` with ``d0 + d`` degrees of freedom, the
+  empirical-Bayes estimate of limma (Smyth 2004). ``d0`` is estimated from how much the
+  kin's variances disagree beyond sampling: alike, the kin's pool counts fully (at most
+  its degrees of freedom); unlike (a few noisy members among quiet ones), ``d0`` is
+  small and each experiment's own trials count. An experiment's moderated variance is
+  never below its own: a quiet kin does not narrow a noisy experiment.
+* **Interval**: Welch's ``ratio · exp(± t(df) · sqrt(v_a/n_a + v_b/n_b))`` (Student's t
+  from scipy; Welch-Satterthwaite degrees of freedom, at most what the two sides' data
+  and their prior hold).
+* **The adaptive rounds' looks.** A comparison may be looked at after each round that
+  can stop it (``looks``: ``max_trials - trials + 1``); each look uses confidence
+  ``1 - 0.05 / looks`` (Bonferroni over the looks, a conservative alpha-spending), so
+  the chance that any look's interval misses, and so that the comparison stopped on a
+  wrong verdict, is at most 5 % whatever the stopping.
 * **Verdict**, against a margin ``m`` (the ``margin`` setting, 3 % by default:
   differences smaller than this are not worth a configuration change; it rides on
   the statistics frame beside the spread, so every comparison of a run uses the
   same one): ``same`` when the whole interval lies within
   ``[1/(1+m), 1+m]``; ``faster`` when it lies above ``1+m``; ``slower`` when below
-  ``1/(1+m)``; else ``undecided`` (more trials would tell). Two experiments with
-  identical settings come out ``same`` or ``undecided``: ``faster`` would need their
-  interval to clear the margin, not merely 1.0.
+  ``1/(1+m)``; else ``undecided`` (more trials would tell). For two identical
+  settings, ``faster`` or ``slower`` needs the interval to miss the truth by more than
+  the margin: at most 2.5 % of such comparisons each way (measured:
+  tests/benchmarks/verdicts.py).
+* **Many comparisons**: each has a p-value for "beyond the margin" (``p_value``, the
+  looks counted; below 0.05 exactly when its verdict is faster or slower), and the
+  report states how many of the faster or slower verdicts Benjamini-Hochberg keeps at a
+  5 % false discovery rate over the whole table (``fdr_kept``).
+* **The headline's fastest** is the largest of K candidates: its comparison with the
+  baseline uses confidence ``1 - 0.05 / (looks K)`` (simultaneous over the candidates),
+  and the runner-up is named beside it where the two are not told apart.
 """
 
 from __future__ import annotations
@@ -42,6 +59,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import pandas as pd
+from scipy import special as scipy_special
 from scipy import stats as scipy_stats
 
 from ..study.settings import SETTINGS
@@ -52,10 +70,15 @@ CONFIDENCE = 0.95
 #: the default margin within which two throughputs count as the same
 MARGIN: float = SETTINGS["margin"].default
 VERDICTS = ("faster", "slower", "same", "undecided")
-#: what makes experiments kin, whose trials vary alike: one spread is pooled over them
-KIN = ("model", "threads", "ranks", "nodes")
-#: a kin's pool with fewer degrees of freedom gives way to the run's where that is wider
+#: what makes experiments kin, whose trials vary alike: each experiment's variance is
+#: moderated towards a prior fitted over its kin (the noisier kinds of run, distributed,
+#: DataLoader, another precision, have their own)
+KIN = ("model", "mode", "precision", "threads", "ranks", "nodes", "data", "num_workers")
+#: a kin with fewer degrees of freedom borrows from the whole run instead
 MIN_KIN_DF = 4
+#: an experiment whose own variance is beyond its kin's at this level (an F test)
+#: borrows nothing from it
+UNLIKE = 0.10
 #: a verdict's words after a ratio ("1.12× [1.08–1.16], faster")
 VERDICT_WORDS = {
     "faster": "faster",
@@ -80,9 +103,15 @@ class Comparison:
     verdict: str
     change: str = ""
     margin: float = MARGIN
-    #: the spread of log throughput its interval used, and its degrees of freedom
+    #: the spread of log throughput its interval used (the root mean of the two sides'
+    #: variances), and its degrees of freedom (Welch's)
     spread: float = math.nan
-    df: int = 0
+    df: float = 0
+    #: the interval's confidence (the looks and the candidates counted)
+    confidence: float = CONFIDENCE
+    #: the p-value of "beyond the margin" (looks counted): below 1 - CONFIDENCE exactly
+    #: when the verdict is faster or slower
+    p_value: float = math.nan
 
     def text(self) -> str:
         """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
@@ -96,8 +125,9 @@ class Comparison:
         return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
 
-COLUMNS = [f.name for f in fields(Comparison) if f.name not in ("margin", "spread", "df")]
-COLUMNS += ["confidence", "margin", "df", "spread", "headline"]
+_LATER = ("margin", "spread", "df", "confidence", "p_value")
+COLUMNS = [f.name for f in fields(Comparison) if f.name not in _LATER]
+COLUMNS += ["confidence", "margin", "df", "spread", "headline", "p_value", "fdr_kept"]
 
 
 @dataclass(frozen=True)
@@ -153,22 +183,20 @@ def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
     return "undecided"
 
 
-def _median(values: Sequence[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+def _log_mean(values: Sequence[float]) -> float:
+    return sum(math.log(v) for v in values) / len(values)
 
 
 def interval(
     a: Sequence[float], b: Sequence[float], spread: Spread, confidence: float = CONFIDENCE
 ) -> tuple[float, float, float]:
-    """The ratio of ``b``'s median over ``a``'s and its interval (NaN where a side has
-    no value, or no spread is known)."""
+    """The ratio of ``b``'s geometric mean over ``a``'s and its interval from one
+    ``spread`` for both sides (NaN where a side has no value, or no spread is known)."""
     a = [float(v) for v in a if _positive(v)]
     b = [float(v) for v in b if _positive(v)]
     if not a or not b:
         return math.nan, math.nan, math.nan
-    d = math.log(_median(b) / _median(a))
+    d = _log_mean(b) - _log_mean(a)
     if not spread.df or isnan(spread.sd):
         return math.exp(d), math.nan, math.nan
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, spread.df))
@@ -181,7 +209,19 @@ def qualifier(lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 
     words = VERDICT_WORDS.get(verdict_, verdict_).format(margin=f"{100 * margin:g} %")
     if isnan(lo) or isnan(hi):
         return f"{words}: " + ("one trial each, no interval" if n <= 1 else "no interval")
-    return f"[{float(lo):.2f}–{float(hi):.2f}], {words}"
+    return f"[{bounds_text(lo, hi)}], {words}"
+
+
+#: beyond these, an interval's bound is shown as "<0.01" or ">99" (one trial against two,
+#: at a selection's confidence, reaches 10^5: no figure there says more than "wide")
+SHOWN = (0.01, 99.0)
+
+
+def bounds_text(lo: Any, hi: Any) -> str:
+    """``1.08–1.16``; ``<0.01–>99`` for an interval too wide to state."""
+    low = f"<{SHOWN[0]:g}" if float(lo) < SHOWN[0] else f"{float(lo):.2f}"
+    high = f">{SHOWN[1]:g}" if float(hi) > SHOWN[1] else f"{float(hi):.2f}"
+    return f"{low}–{high}"
 
 
 def ratio_text(
@@ -209,25 +249,152 @@ def kin_of(row: Mapping) -> str:
     return " · ".join(f"{k} {'' if isnan(row.get(k)) else row.get(k)}" for k in KIN)
 
 
-def with_spread(stats: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
-    """``stats`` with the run's pooled spread (``sps_spread``, ``sps_spread_df``), each
-    row's kin (``sps_kin``) and its kin's pooled spread (``sps_kin_spread``,
-    ``sps_kin_df``) and the verdicts' margin (``sps_margin``) on every row, so that any
-    two rows make a comparison (:func:`between`)."""
+def _kins(stats: pd.DataFrame) -> list[str]:
+    """:func:`kin_of` of every row."""
+    columns = [stats[k] if k in stats else [None] * len(stats) for k in KIN]
+    return [
+        " · ".join(f"{k} {'' if isnan(v) else v}" for k, v in zip(KIN, values, strict=True))
+        for values in zip(*columns, strict=True)
+    ]
+
+
+# ---- each experiment's own variance, moderated towards its kin's (limma's method) ----
+
+
+def _own(values: Sequence[float]) -> tuple[float, int]:
+    """The sample variance of the logs and its degrees of freedom (NaN, 0 below two)."""
+    logs = [math.log(v) for v in values if _positive(v)]
+    if len(logs) < 2:
+        return math.nan, 0
+    mean = sum(logs) / len(logs)
+    return sum((x - mean) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
+
+
+def _trigamma_inverse(x: float) -> float:
+    """``y`` with ``trigamma(y) = x`` (Newton's method, as limma's trigammaInverse)."""
+    if x > 1e7:
+        return 1 / math.sqrt(x)
+    if x < 1e-6:
+        return 1 / x
+    y = 0.5 + 1 / x
+    for _ in range(50):
+        tri = float(scipy_special.polygamma(1, y))
+        step = tri * (1 - tri / x) / float(scipy_special.polygamma(2, y))
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The prior of a kin's variances of log throughput: ``var`` with ``df`` degrees of
+    freedom (0: none, nothing to borrow)."""
+
+    var: float
+    df: float
+
+    @classmethod
+    def fitted(cls, owns: Iterable[tuple[float, int]]) -> Prior:
+        """The prior of sample variances with their degrees of freedom, by the method of
+        moments on their logs (limma's fitFDist, Smyth 2004): alike, their pool with all
+        its degrees of freedom; the more they disagree beyond what sampling explains, the
+        fewer degrees of freedom the prior carries."""
+        owns = [(v, d) for v, d in owns if d > 0 and finite_positive(v)]
+        total = sum(d for _, d in owns)
+        if not owns:
+            return cls(math.nan, 0)
+        pooled = sum(v * d for v, d in owns) / total
+        if len(owns) < 3:  # (too few to tell how much they disagree: their pool)
+            return cls(pooled, total)
+        e = [math.log(v) - float(scipy_special.digamma(d / 2)) + math.log(d / 2) for v, d in owns]
+        mean = sum(e) / len(e)
+        spread = sum((x - mean) ** 2 for x in e) / (len(e) - 1)
+        spread -= sum(float(scipy_special.polygamma(1, d / 2)) for _, d in owns) / len(owns)
+        if spread <= 0:
+            return cls(pooled, total)
+        d0 = 2 * _trigamma_inverse(spread)
+        if d0 >= total:
+            return cls(pooled, total)
+        return cls(math.exp(mean + float(scipy_special.digamma(d0 / 2)) - math.log(d0 / 2)), d0)
+
+    def moderated(self, var: float, df: int) -> tuple[float, float]:
+        """An experiment's variance ``var`` of ``df`` degrees of freedom moderated
+        towards this prior, never below its own, and its degrees of freedom; its own
+        alone where it is noisier than the prior beyond chance (an F test at
+        :data:`UNLIKE`: its kin is no evidence of its noise)."""
+        if not self.df:
+            return (var, df) if df else (math.nan, 0)
+        if not df:
+            return self.var, self.df
+        if var / self.var > float(scipy_special.fdtri(df, self.df, 1 - UNLIKE)):
+            return var, df
+        both = (self.df * self.var + df * var) / (self.df + df)
+        return max(both, var), self.df + df
+
+
+def finite_positive(v: Any) -> bool:
+    return not isnan(v) and math.isfinite(float(v)) and float(v) > 0
+
+
+def spent(look: int, looks: int) -> float:
+    """The share of the 5 % that look ``look`` (1 to ``looks``) of a comparison spends:
+    ``look^2 / sum(j^2)``, strict early and most at the last look, as O'Brien-Fleming's
+    boundaries (most comparisons run to the last; the shares sum to 1, so that all the
+    looks together miss at most 5 % of the time, whatever stopped a comparison)."""
+    looks = max(1, int(looks))
+    look = min(max(1, int(look)), looks)
+    return look**2 / sum(j**2 for j in range(1, looks + 1))
+
+
+def with_spread(
+    stats: pd.DataFrame, margin: float = MARGIN, looks: int = 1, look: int | None = None
+) -> pd.DataFrame:
+    """``stats`` with each row's moderated variance of log throughput (``sps_var``, its
+    degrees of freedom ``sps_var_df``, its prior's ``sps_prior_df``), the run's pooled
+    spread (``sps_spread``, ``sps_spread_df``), each row's kin (``sps_kin``) and its
+    kin's pooled spread (``sps_kin_spread``, ``sps_kin_df``), the verdicts' margin
+    (``sps_margin``), the looks at each comparison (``sps_looks``) and what this look
+    (default: the last) spends of the 5 % (``sps_alpha``, :func:`spent`) on every row,
+    so that any two rows make a comparison (:func:`between`)."""
     out = stats.copy()
     used = out["sps_used"] if "sps_used" in out else pd.Series([()] * len(out), dtype=object)
     used = [v if isinstance(v, (tuple, list)) else () for v in used]
     spread = Spread.pooled(used)
     out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
-    kins = [kin_of(r) for _, r in out.iterrows()]
-    members: dict[str, list] = {}
-    for kin, values in zip(kins, used, strict=True):
-        members.setdefault(kin, []).append(values)
-    pools = {kin: Spread.pooled(values) for kin, values in members.items()}
+    kins = _kins(out)
+    owns = [_own(v) for v in used]
+    members: dict[str, list[int]] = {}
+    for i, kin in enumerate(kins):
+        members.setdefault(kin, []).append(i)
+    pools = {kin: Spread.pooled([used[i] for i in rows]) for kin, rows in members.items()}
+    run_prior = Prior.fitted(owns)
+    priors, groups = {}, {}
+    for kin, rows in members.items():
+        groups[kin] = (kin, pools[kin].df)
+        if pools[kin].df >= MIN_KIN_DF:
+            priors[kin] = Prior.fitted([owns[i] for i in rows])
+            continue
+        groups[kin] = ("(the run)", spread.df)
+        if pools[kin].df and pools[kin].sd ** 2 > run_prior.var:
+            # a thin kin noisier than the run: the run's degrees of freedom, its variance
+            priors[kin] = Prior(pools[kin].sd ** 2, run_prior.df)
+        else:
+            priors[kin] = run_prior
+    moderated = [priors[k].moderated(*own) for k, own in zip(kins, owns, strict=True)]
     out["sps_kin"] = kins
     out["sps_kin_spread"] = [pools[k].sd for k in kins]
     out["sps_kin_df"] = [pools[k].df for k in kins]
+    out["sps_var"] = [v for v, _ in moderated]
+    out["sps_var_df"] = [d for _, d in moderated]
+    out["sps_own_df"] = [d for _, d in owns]
+    out["sps_prior_df"] = [priors[k].df for k in kins]
+    # where the prior was fitted, and the degrees of freedom all its data hold
+    out["sps_group"] = [groups[k][0] for k in kins]
+    out["sps_group_df"] = [groups[k][1] for k in kins]
     out["sps_margin"] = margin
+    out["sps_looks"] = max(1, int(looks))
+    out["sps_alpha"] = (1 - CONFIDENCE) * spent(looks if look is None else look, looks)
     return out
 
 
@@ -235,6 +402,20 @@ def margin_of(row: Mapping) -> float:
     """The margin of ``row``'s run (:func:`with_spread`; the default without one)."""
     margin = row.get("sps_margin")
     return MARGIN if isnan(margin) else float(margin)
+
+
+def looks_of(row: Mapping) -> int:
+    """How many times ``row``'s run looks at a comparison (:func:`with_spread`; 1
+    without)."""
+    looks = row.get("sps_looks")
+    return 1 if isnan(looks) else max(1, int(looks))
+
+
+def alpha_of(row: Mapping) -> float:
+    """What this look of ``row``'s run spends of the 5 % (:func:`with_spread`; all of
+    it without)."""
+    alpha = row.get("sps_alpha")
+    return 1 - CONFIDENCE if isnan(alpha) else float(alpha)
 
 
 def _spread_at(row: Mapping, sd_column: str, df_column: str) -> Spread:
@@ -254,17 +435,13 @@ def kin_spread_of(row: Mapping) -> Spread:
     return _spread_at(row, "sps_kin_spread", "sps_kin_df")
 
 
-def pair_spread(base: Mapping, row: Mapping) -> Spread:
-    """The spread a comparison of ``row`` over ``base`` uses: their kin's pool (both
-    kins' where they differ), or, with fewer than :data:`MIN_KIN_DF` degrees of
-    freedom in it, the wider of that and the run's pool."""
-    kin = kin_spread_of(row)
-    if base.get("sps_kin") != row.get("sps_kin"):
-        kin = kin + kin_spread_of(base)
-    run = spread_of(row)
-    if kin.df >= MIN_KIN_DF or not run.df:
-        return kin
-    return kin if kin.df and kin.sd > run.sd else run
+def variance_of(row: Mapping) -> tuple[float, float]:
+    """``row``'s moderated variance of log throughput and its degrees of freedom
+    (:func:`with_spread`; NaN, 0 without)."""
+    var, df = row.get("sps_var"), row.get("sps_var_df")
+    if isnan(var) or isnan(df) or not float(df):
+        return math.nan, 0
+    return float(var), float(df)
 
 
 def _used(row: Mapping) -> list[float]:
@@ -275,16 +452,63 @@ def _used(row: Mapping) -> list[float]:
     return [float(v) for v in values if _positive(v)]
 
 
-def between(base: Mapping, row: Mapping, kind: str = "", change: str = "") -> Comparison:
+def welch(base: Mapping, row: Mapping) -> tuple[float, float]:
+    """The standard error of ``row``'s mean log throughput less ``base``'s, and its
+    Welch-Satterthwaite degrees of freedom (NaN, 0 where a side has no variance), at
+    most what the data of the groups their priors were fitted on hold."""
+    (va, da), (vb, db) = variance_of(base), variance_of(row)
+    na, nb = len(_used(base)), len(_used(row))
+    if not (da and db and na and nb):
+        return math.nan, 0
+    qa, qb = va / na, vb / nb
+    se2 = qa + qb
+    if se2 <= 0:
+        return 0.0, da + db
+    df = se2**2 / (qa**2 / da + qb**2 / db)
+    held = {r.get("sps_group"): r.get("sps_group_df") for r in (base, row)}
+    held = [float(v) for v in held.values() if not isnan(v)]
+    if held and sum(held) > 0:
+        df = min(df, sum(held))
+    return math.sqrt(se2), df
+
+
+def between(
+    base: Mapping, row: Mapping, kind: str = "", change: str = "", candidates: int = 1
+) -> Comparison:
     """``row``'s throughput over ``base``'s, with its interval and verdict (against
-    ``row``'s run's margin)."""
+    ``row``'s run's margin, at confidence ``1 - alpha / candidates``: ``alpha``, what
+    this look spends, :func:`spent`; ``candidates``, how many experiments ``row`` was
+    picked as the fastest of)."""
     a, b = _used(base), _used(row)
-    spread = pair_spread(base, row)
-    ratio, lo, hi = interval(a, b, spread)
     margin = margin_of(row)
+    confidence = 1 - alpha_of(row) / max(1, int(candidates))
+    if not a or not b:
+        ratio = lo = hi = p = math.nan
+        se, df = math.nan, 0
+    else:
+        d = _log_mean(b) - _log_mean(a)
+        ratio, lo, hi, p = math.exp(d), math.nan, math.nan, math.nan
+        se, df = welch(base, row)
+        if df and not isnan(se):
+            # (scipy's t quantile and tail as its ufuncs: the simulation calls them often)
+            half = float(scipy_special.stdtrit(df, 0.5 + confidence / 2)) * se
+            lo, hi = math.exp(d - half), math.exp(d + half)
+            beyond = abs(d) - math.log1p(margin)
+            tail = (
+                0.5
+                if se == 0 and beyond == 0
+                else float(
+                    scipy_special.stdtr(
+                        df, -beyond / se if se else -math.copysign(math.inf, beyond)
+                    )
+                )
+            )
+            p = min(1.0, 2 * tail * (1 - CONFIDENCE) / (1 - confidence))
+    spread = math.sqrt(se**2 / (1 / len(a) + 1 / len(b))) if a and b and df else math.nan
     return Comparison(
         kind, str(base.get("experiment")), str(row.get("experiment")), ratio, lo, hi,
-        len(a), len(b), verdict(lo, hi, margin), change, margin, spread.sd, spread.df,
+        len(a), len(b), verdict(lo, hi, margin), change, margin, spread, round(df, 1),
+        confidence, p,
     )  # fmt: skip
 
 
@@ -299,8 +523,10 @@ def comparisons_frame(
     found: Iterable[Comparison], headline: Iterable[tuple[str, str]] = ()
 ) -> pd.DataFrame:
     """``comparisons.csv``: one row per distinct (kind, baseline, experiment), each with
-    the spread its interval used, and whether the headline states its pair
-    (``headline``: those (baseline, experiment) pairs)."""
+    the spread its interval used, whether the headline states its pair (``headline``:
+    those (baseline, experiment) pairs), and whether Benjamini-Hochberg keeps its
+    faster or slower verdict at a 5 % false discovery rate over the table
+    (``fdr_kept``, :func:`fdr_kept`)."""
     rows, seen, stated = [], set(), set(headline)
     for c in found:
         key = (c.kind, c.baseline, c.experiment)
@@ -309,8 +535,30 @@ def comparisons_frame(
         seen.add(key)
         # (an accuracy run's time to train is another ratio than the one stated)
         on_top = (c.baseline, c.experiment) in stated and c.kind != "time"
-        rows.append({**asdict(c), "confidence": CONFIDENCE, "headline": on_top})
-    return pd.DataFrame(rows, columns=COLUMNS)
+        rows.append({**asdict(c), "headline": on_top})
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["fdr_kept"] = fdr_kept(frame)
+    return frame
+
+
+def fdr_kept(frame: pd.DataFrame, rate: float = 1 - CONFIDENCE) -> list[bool]:
+    """Which rows' faster or slower verdicts Benjamini-Hochberg keeps at false discovery
+    ``rate`` over the table's distinct pairs (their ``p_value``; a pair stated twice
+    counts once, a row without a p-value is kept by none)."""
+    if not len(frame):
+        return []
+    p = pd.to_numeric(frame["p_value"], errors="coerce")
+    pair = list(zip(frame["baseline"], frame["experiment"], strict=True))
+    first: dict[tuple, float] = {}
+    for key, value in zip(pair, p, strict=True):
+        if not isnan(value):
+            first.setdefault(key, float(value))
+    ranked = sorted(first.values())
+    m = len(ranked)
+    cut = max((k for k in range(1, m + 1) if ranked[k - 1] <= k / m * rate), default=0)
+    bound = ranked[cut - 1] if cut else -1.0
+    decided = frame["verdict"].isin(["faster", "slower"])
+    return [bool(d) and not isnan(v) and float(v) <= bound for d, v in zip(decided, p, strict=True)]
 
 
 def counts(frame: pd.DataFrame) -> dict[str, int]:
@@ -319,21 +567,30 @@ def counts(frame: pd.DataFrame) -> dict[str, int]:
     return {v: int((pairs["verdict"] == v).sum()) if len(pairs) else 0 for v in VERDICTS}
 
 
-def method_text(spread: Spread, margin: float = MARGIN) -> str:
-    """The method in one sentence, with this run's spread and margin (HTML)."""
+def method_text(spread: Spread, margin: float = MARGIN, looks: int = 1, alpha: float = 0.05) -> str:
+    """The method in a few sentences, with this run's spread, margin and looks (HTML)."""
     pooled = (
-        "pooled over the pair's kin: the experiments of two trials or more of the same "
-        f"model on the same threads, ranks and nodes (with fewer than {MIN_KIN_DF} degrees "
-        "of freedom there, the wider of that and the pool over the whole run, here "
-        f"{100 * spread.sd:.1f} % with {spread.df} degrees of freedom; each pair's spread "
-        "is in the table)"
+        "each side's own variance of log throughput moderated towards its kin's (the "
+        "experiments of the same model, mode, precision, threads, ranks, nodes and data "
+        f"pipeline; with fewer than {MIN_KIN_DF} degrees of freedom there, the whole "
+        "run's), as far as the kin's variances agree, and never below the side's own "
+        f"(the run's pooled spread: {100 * spread.sd:.1f} % with {spread.df} "
+        f"degree{'s' if spread.df != 1 else ''} of freedom; each pair's is in the table)"
         if spread.df
         else "unknown: no experiment ran two usable trials, so no interval"
     )
+    looked = (
+        f"; each comparison may be looked at after {looks} rounds, which share the "
+        f"{100 * (1 - CONFIDENCE):g} % between them (this report's intervals are at "
+        f"{100 * (1 - alpha):.4g} %), so that all looks together miss at most "
+        f"{100 * (1 - CONFIDENCE):g} % of the time"
+        if looks > 1
+        else ""
+    )
     return (
-        "Each ratio is of medians over trials (separate processes; the steps "
+        "Each ratio is of geometric means over trials (separate processes; the steps "
         f"within a trial are not independent), with its {100 * CONFIDENCE:g} % interval "
-        f"from Student's t and the run-to-run spread of log throughput, {pooled}. "
+        f"from Welch's t and {pooled}{looked}. "
         f"<i>The same</i>: the whole interval lies within ±{100 * margin:g} %; "
         "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
         "<i>undecided</i>: anything else (more trials would tell)."
