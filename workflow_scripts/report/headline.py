@@ -189,7 +189,7 @@ def _runner_up(c: Comparison | None) -> str:
     second fastest is not known to be slower than the first (:func:`pick`)."""
     if c is None:
         return ""
-    interval = "" if isnan(c.ci_low) else f" [{bounds_text(c.ci_low, c.ci_high)}]"
+    interval = "" if isnan(c.ci_low) else html.escape(f" [{bounds_text(c.ci_low, c.ci_high)}]")
     return (
         f" (or {_b('runner-up', c.experiment)}, {c.ratio:.2f}×{interval} of it: the two "
         "are not told apart)"
@@ -204,7 +204,7 @@ def _against_baseline(answer: Pick, baseline: Any, base: float) -> str:
     ratio = f"{(best['sps_median'] / base) if isnan(c.ratio) else c.ratio:.2f}×"
     # (an interval simultaneous over the candidates: wider than the same pair's elsewhere)
     of = f"; the fastest of {k}" if k > 1 else ""
-    ci = "" if isnan(c.ci_low) else f" [{bounds_text(c.ci_low, c.ci_high)}{of}]"
+    ci = "" if isnan(c.ci_low) else html.escape(f" [{bounds_text(c.ci_low, c.ci_high)}{of}]")
     text = (
         f", {_b('speedup', ratio)}{ci} the fp32 eager baseline ({html.escape(str(baseline))}, "
         f"{fmt_num(base)} samples/s"
