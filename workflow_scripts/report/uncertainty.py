@@ -29,10 +29,9 @@ The method, stated once (docs/measurement.md and the report's
   from scipy; Welch-Satterthwaite degrees of freedom, at most what the two sides' data
   and their prior hold).
 * **The adaptive rounds' looks.** A comparison may be looked at after each round that
-  can stop it (``looks``: ``max_trials - trials + 1``); each look uses confidence
-  ``1 - 0.05 / looks`` (Bonferroni over the looks, a conservative alpha-spending), so
-  the chance that any look's interval misses, and so that the comparison stopped on a
-  wrong verdict, is at most 5 % whatever the stopping.
+  can stop it (``looks``: ``max_trials - trials + 1``); look ``k`` spends ``k^2 / sum
+  j^2`` of the 5 % (:func:`spent`, strict early as O'Brien-Fleming's boundaries), so
+  that all the looks together miss at most 5 % whatever stopped a comparison.
 * **Verdict**, against a margin ``m`` (the ``margin`` setting, 3 % by default:
   differences smaller than this are not worth a configuration change; it rides on
   the statistics frame beside the spread, so every comparison of a run uses the
@@ -47,8 +46,9 @@ The method, stated once (docs/measurement.md and the report's
   report states how many of the faster or slower verdicts Benjamini-Hochberg keeps at a
   5 % false discovery rate over the whole table (``fdr_kept``).
 * **The headline's fastest** is the largest of K candidates: its comparison with the
-  baseline uses confidence ``1 - 0.05 / (looks K)`` (simultaneous over the candidates),
-  and the runner-up is named beside it where the two are not told apart.
+  baseline uses confidence ``1 - alpha / K`` (``alpha``: what the look spends;
+  simultaneous over the candidates), and the runner-up is named beside it where the
+  two are not told apart (``report/headline.pick``).
 """
 
 from __future__ import annotations
@@ -140,33 +140,19 @@ class Spread:
 
     @classmethod
     def pooled(cls, samples: Iterable[Sequence[float]]) -> Spread:
-        ss, df = 0.0, 0
-        for values in samples:
-            logs = [math.log(v) for v in values if _positive(v)]
-            if len(logs) < 2:
-                continue
-            mean = sum(logs) / len(logs)
-            ss += sum((x - mean) ** 2 for x in logs)
-            df += len(logs) - 1
-        return cls.of(ss, df)
+        return cls.of([_own(values) for values in samples])
 
     @classmethod
-    def of(cls, ss: float, df: int) -> Spread:
-        """The spread of a sum of squares over ``df`` degrees of freedom."""
+    def of(cls, owns: Sequence[tuple[float, int]]) -> Spread:
+        """The pool of experiments' own variances with their degrees of freedom."""
+        ss = sum(var * df for var, df in owns if df)
+        df = sum(df for _, df in owns)
         return cls(math.sqrt(ss / df) if df else math.nan, df)
-
-    @property
-    def ss(self) -> float:
-        """The sum of squares it pools (0 without degrees of freedom)."""
-        return self.sd**2 * self.df if self.df else 0.0
-
-    def __add__(self, other: Spread) -> Spread:
-        """Two disjoint pools as one."""
-        return Spread.of(self.ss + other.ss, self.df + other.df)
 
 
 def _positive(v: Any) -> bool:
-    return not isnan(v) and float(v) > 0
+    """A throughput (or a variance) that counts: finite and above zero."""
+    return not isnan(v) and math.isfinite(float(v)) and float(v) > 0
 
 
 def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
@@ -244,13 +230,8 @@ def compared_cell(row: Mapping, column: str, ratio_column: str) -> str:
     return "" if isnan(ratio) else f"{float(ratio):.2f}×"
 
 
-def kin_of(row: Mapping) -> str:
-    """The kin an experiment's trials vary with (:data:`KIN`), as text."""
-    return " · ".join(f"{k} {'' if isnan(row.get(k)) else row.get(k)}" for k in KIN)
-
-
 def _kins(stats: pd.DataFrame) -> list[str]:
-    """:func:`kin_of` of every row."""
+    """The kin each row's trials vary with (:data:`KIN`), as text."""
     columns = [stats[k] if k in stats else [None] * len(stats) for k in KIN]
     return [
         " · ".join(f"{k} {'' if isnan(v) else v}" for k, v in zip(KIN, values, strict=True))
@@ -300,7 +281,7 @@ class Prior:
         moments on their logs (limma's fitFDist, Smyth 2004): alike, their pool with all
         its degrees of freedom; the more they disagree beyond what sampling explains, the
         fewer degrees of freedom the prior carries."""
-        owns = [(v, d) for v, d in owns if d > 0 and finite_positive(v)]
+        owns = [(v, d) for v, d in owns if d > 0 and _positive(v)]
         total = sum(d for _, d in owns)
         if not owns:
             return cls(math.nan, 0)
@@ -333,10 +314,6 @@ class Prior:
         return max(both, var), self.df + df
 
 
-def finite_positive(v: Any) -> bool:
-    return not isnan(v) and math.isfinite(float(v)) and float(v) > 0
-
-
 def spent(look: int, looks: int) -> float:
     """The share of the 5 % that look ``look`` (1 to ``looks``) of a comparison spends:
     ``look^2 / sum(j^2)``, strict early and most at the last look, as O'Brien-Fleming's
@@ -352,22 +329,23 @@ def with_spread(
 ) -> pd.DataFrame:
     """``stats`` with each row's moderated variance of log throughput (``sps_var``, its
     degrees of freedom ``sps_var_df``, its prior's ``sps_prior_df``), the run's pooled
-    spread (``sps_spread``, ``sps_spread_df``), each row's kin (``sps_kin``) and its
-    kin's pooled spread (``sps_kin_spread``, ``sps_kin_df``), the verdicts' margin
+    spread (``sps_spread``, ``sps_spread_df``), each row's kin (``sps_kin``), the group
+    its prior was fitted on and that group's degrees of freedom (``sps_group``,
+    ``sps_group_df``), the verdicts' margin
     (``sps_margin``), the looks at each comparison (``sps_looks``) and what this look
     (default: the last) spends of the 5 % (``sps_alpha``, :func:`spent`) on every row,
     so that any two rows make a comparison (:func:`between`)."""
     out = stats.copy()
     used = out["sps_used"] if "sps_used" in out else pd.Series([()] * len(out), dtype=object)
     used = [v if isinstance(v, (tuple, list)) else () for v in used]
-    spread = Spread.pooled(used)
-    out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
     kins = _kins(out)
     owns = [_own(v) for v in used]
+    spread = Spread.of(owns)
+    out["sps_spread"], out["sps_spread_df"] = spread.sd, spread.df
     members: dict[str, list[int]] = {}
     for i, kin in enumerate(kins):
         members.setdefault(kin, []).append(i)
-    pools = {kin: Spread.pooled([used[i] for i in rows]) for kin, rows in members.items()}
+    pools = {kin: Spread.of([owns[i] for i in rows]) for kin, rows in members.items()}
     run_prior = Prior.fitted(owns)
     priors, groups = {}, {}
     for kin, rows in members.items():
@@ -383,11 +361,8 @@ def with_spread(
             priors[kin] = run_prior
     moderated = [priors[k].moderated(*own) for k, own in zip(kins, owns, strict=True)]
     out["sps_kin"] = kins
-    out["sps_kin_spread"] = [pools[k].sd for k in kins]
-    out["sps_kin_df"] = [pools[k].df for k in kins]
     out["sps_var"] = [v for v, _ in moderated]
     out["sps_var_df"] = [d for _, d in moderated]
-    out["sps_own_df"] = [d for _, d in owns]
     out["sps_prior_df"] = [priors[k].df for k in kins]
     # where the prior was fitted, and the degrees of freedom all its data hold
     out["sps_group"] = [groups[k][0] for k in kins]
@@ -418,21 +393,12 @@ def alpha_of(row: Mapping) -> float:
     return 1 - CONFIDENCE if isnan(alpha) else float(alpha)
 
 
-def _spread_at(row: Mapping, sd_column: str, df_column: str) -> Spread:
-    sd, df = row.get(sd_column), row.get(df_column)
+def spread_of(row: Mapping) -> Spread:
+    """The run's pooled spread on ``row`` (:func:`with_spread`)."""
+    sd, df = row.get("sps_spread"), row.get("sps_spread_df")
     if isnan(sd) or isnan(df) or not int(df):
         return Spread(math.nan, 0)
     return Spread(float(sd), int(df))
-
-
-def spread_of(row: Mapping) -> Spread:
-    """The run's pooled spread on ``row`` (:func:`with_spread`)."""
-    return _spread_at(row, "sps_spread", "sps_spread_df")
-
-
-def kin_spread_of(row: Mapping) -> Spread:
-    """``row``'s kin's pooled spread (:func:`with_spread`)."""
-    return _spread_at(row, "sps_kin_spread", "sps_kin_df")
 
 
 def variance_of(row: Mapping) -> tuple[float, float]:
