@@ -155,6 +155,18 @@ def test_each_look_spends_a_share_of_the_five_percent():
         assert (c.p_value < 0.05) == (c.verdict in ("faster", "slower"))
 
 
+def test_an_interval_beyond_the_float_range_is_infinite_not_a_crash():
+    """Two trials against one, 1 degree of freedom, at the first of five looks (0.09 %
+    of the 5 %): the t quantile is about 700 and the bound e^1000 or more."""
+    frame = pd.DataFrame(
+        {"experiment": ["baseline", "other"], "sps_used": [(10.0, 1000.0), (500.0,)]}
+    )
+    base, other = uncertainty.with_spread(frame, MARGIN, looks=5, look=1).to_dict("records")
+    c = between(base, other)
+    assert c.ci_high == math.inf and c.ci_low >= 0 and c.verdict == "undecided"
+    assert c.qualifier() == "[<0.01–>99], undecided"
+
+
 def stats_of_look(trials: dict[str, list[float]], looks: int, look: int) -> pd.DataFrame:
     records = [make(e, k, v) for e, values in trials.items() for k, v in enumerate(values)]
     frame = rec.summary_frame(records)

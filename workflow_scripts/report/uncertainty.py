@@ -169,6 +169,12 @@ def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
     return "undecided"
 
 
+def _exp(x: float) -> float:
+    """``exp(x)``, infinite beyond the float range (an interval of one degree of freedom
+    at an early look's confidence reaches e^1000)."""
+    return math.exp(x) if x < 700 else math.inf
+
+
 def _log_mean(values: Sequence[float]) -> float:
     return sum(math.log(v) for v in values) / len(values)
 
@@ -187,7 +193,7 @@ def interval(
         return math.exp(d), math.nan, math.nan
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, spread.df))
     half *= spread.sd * math.sqrt(1 / len(a) + 1 / len(b))
-    return math.exp(d), math.exp(d - half), math.exp(d + half)
+    return math.exp(d), _exp(d - half), _exp(d + half)
 
 
 def qualifier(lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 0) -> str:
@@ -458,7 +464,7 @@ def between(
         if df and not isnan(se):
             # (scipy's t quantile and tail as its ufuncs: the simulation calls them often)
             half = float(scipy_special.stdtrit(df, 0.5 + confidence / 2)) * se
-            lo, hi = math.exp(d - half), math.exp(d + half)
+            lo, hi = _exp(d - half), _exp(d + half)
             beyond = abs(d) - math.log1p(margin)
             tail = (
                 0.5
