@@ -30,7 +30,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 #: 19 % on a CI host, against 5 % for 1 thread (docs/measurement.md); on a 2-vCPU Xeon
 #: VM with AMX the 1-thread trials varied by 15-17 % too. At such spreads "the same"
 #: within a margin of ±10 % would take some 40 trials each: the twin is asked to be
-#: no faster or slower (the same or undecided), twice the threads (1.3-1.9x) faster
+#: no faster or slower (the same or undecided), twice the threads (1.3-1.9x) faster.
+#: The twin never stops far (far_stop null): with the margin at ±10 % a far slower
+#: first trial would be its last, and one disturbed process (0.54x here once) would
+#: then decide the pair alone (FAR_STUDY tests that rule)
 MOST = 6
 AA_STUDY = """
 runtime: local
@@ -42,7 +45,7 @@ sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
 experiments:
   - {id: first, group: aa, threads: 1}
-  - {id: twin, group: aa, threads: 1}
+  - {id: twin, group: aa, threads: 1, far_stop: null}
   - {id: two-threads, group: aa, threads: 2}
 """.replace("{most}", str(MOST))
 
@@ -70,10 +73,8 @@ def test_through_snakemake_a_twin_is_the_same_and_two_threads_faster(upstream_en
     assert two["baseline"] == "first" and two["verdict"] == "faster", two.to_dict()
     assert two["ci_low"] > 1.0 and two["change"] == "threads 1→2"
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to MOST trials (twice the threads, far
-    # faster than its baseline, runs its trials: only a far slower first trial is the
-    # last, FAR_STUDY below)
-    assert len(trials_of(wd, "two-threads")) >= 2, why
+    # round's comparisons left undecided, up to MOST trials
+    assert 1 <= len(trials_of(wd, "two-threads")) <= MOST, why
     ran = ["first", "twin", "two-threads"]
     for k in range(1, MOST - 1):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
