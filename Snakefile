@@ -12,12 +12,17 @@ min_version("9.17")
 
 # The workflow's code, in the working directory (where Snakemake reads config.yaml).
 sys.path.insert(0, os.getcwd())
-from workflow_scripts.study import command_line_config, load_for_snakemake
+from workflow_scripts.study import (
+    command_line_config,
+    configfiles_given,
+    load_for_snakemake,
+)
 
 # What the command line set (--configfile files, then --config): Snakemake's `config`
 # holds it until the configfile statement below merges config.yaml under it. It wins
-# over a preset, as over config.yaml. (Also: config.yaml's YAML syntax, with its line.)
-COMMAND_LINE = command_line_config(config, "config.yaml")
+# over a preset, as over config.yaml. (Also: config.yaml and the --configfile files read
+# as plain data, bounded, a duplicate key with both lines.)
+COMMAND_LINE = command_line_config(config, "config.yaml", configfiles_given(sys.argv))
 
 
 configfile: "config.yaml"

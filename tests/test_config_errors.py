@@ -115,7 +115,7 @@ def test_whole_number_floats_and_nested_overrides(wd):
         ({"cpus": "4000-4001"}, "experiment x.cpus: '4000-4001' names CPUs 4000-4001"),
         (
             {"data": "image_folder", "data_dir": "/nonexistent/imgs"},
-            "experiment x.data_dir: '/nonexistent/imgs' is not a folder here",
+            "experiment x.data_dir: '/nonexistent/imgs' does not exist here",
         ),
         (
             {"data": "image_folder", "batch_size": 100000},

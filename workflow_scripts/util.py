@@ -115,8 +115,10 @@ def bare(value: Any) -> str:
 
 
 def show(value: Any) -> str:
-    """A value as the user wrote it in YAML, strings quoted (for messages)."""
-    return _excerpt(repr(value)) if isinstance(value, str) else bare(value)
+    """A value as the user wrote it in YAML, strings quoted (for messages), with what is
+    not ASCII as escapes: an id whose 'a' is a Cyrillic look-alike reads 'b\\u0430seline'
+    (and a line break '\\n'), never as a value that looks right."""
+    return _excerpt(ascii(value)) if isinstance(value, str) else bare(value)
 
 
 def shape_problem(value: Any, max_nodes: int, max_depth: int) -> str | None:

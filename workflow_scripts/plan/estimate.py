@@ -371,7 +371,7 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
         more = max(0, untimed + timed_steps - int(pre["steps"]))
         measured = max(0.0, float(pre["wall_s"]) - carried)
         parts = {"preflight": measured, "more_steps": more * step}
-    seconds = sum(parts.values())
+    seconds = uncapped = sum(parts.values())
     timeout = spec.get("timeout_s")
     capped = finite(timeout) and seconds > timeout
     if capped:
@@ -384,6 +384,7 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
         "parts": {k: round(v, 2) for k, v in parts.items()},
         "basis": "pre-flight" if pre else machine.basis(env),
         "capped": bool(capped),
+        "uncapped_s": round(uncapped, 2),
         "notes": notes,
     }
 

@@ -43,10 +43,12 @@ import jsonschema
 import yaml
 
 from .. import backends, launchers, workloads
+from ..plan import rounds
 from ..sysinfo import parse_cpu_list, plan_cpus
 from ..util import bare as _bare
 from ..util import shape_problem, show
 from . import preflight
+from .causes import given_fields, one_per_cause
 from .checks import check_spec, setting_warnings, weights_problems
 from .fields import (
     BUILTIN_DEFAULTS,
@@ -549,6 +551,14 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
         raise StudyConfigError(
             err("containers.base.image", "source registry needs an image, pinned by digest")
         )
+    if settings["budget"] and rounds.budget_seconds(settings["budget"]) <= 0:
+        raise StudyConfigError(
+            err(
+                "budget",
+                f"{show(settings['budget'])} is no time; allowed: a positive "
+                "duration such as 45min, 1h or 5400s (null: no budget)",
+            )  # fmt: skip
+        )
     settings["prices"] = [{"note": "", **p} for p in settings["prices"]]
     names = [p["name"] for p in settings["prices"]]
     for i, name in enumerate(names):
@@ -581,7 +591,9 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
             err("", f"preset {preset!r} has no experiments (give experiments, sweeps or groups)")
         )
     errors += _problems(items, settings)  # 4. the checks of what it expanded to
-    if errors:
+    if errors:  # (one line per cause: a default wrong for every experiment, once)
+        ids = [item.spec["id"] for item in items]
+        errors = one_per_cause(errors, ids, given_fields(defaults), len(items))
         raise StudyConfigError("\n".join(errors))
     specs = [item.spec for item in items]
     if settings["preflight"]:  # 5. the pre-flight: every experiment, the fewest steps

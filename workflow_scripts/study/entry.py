@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -17,59 +18,89 @@ import yaml
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
 from ..util import shape_problem
+from .causes import given_fields, one_per_cause
 from .config import (
     CONFIG_MAX_DEPTH,
     CONFIG_MAX_VALUES,
     Study,
     StudyConfigError,
     load_study,
+    merge_config,
     resolve_spec,
 )
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
+from .files import check_configfile, not_plain, read_config_file
 from .machine import check_machine
-from .schema import build_schema
+from .schema import build_schema, err
 
 #: what the study was planned for, set by Snakemake's own process for its jobs':
 #: ``host <name>`` (this machine) or ``nodes <description>`` (a SLURM partition's)
 PLANNED_FOR_VAR = "STUDY_PLANNED_FOR"
 
 
-def check_yaml(path: Path | str) -> None:
-    """A YAML file's syntax error as the user's message, with its line and column."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except RecursionError:
-        raise StudyConfigError(f"config error: {path} nests too deeply to read") from None
-    except OSError as exc:
-        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise StudyConfigError(
-            f"config error: {path} is not valid YAML{where}: {problem}"
-        ) from None
-    problem = shape_problem(data, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
-    if problem:
-        raise StudyConfigError(f"config error: {path} has {problem}: refused before reading it")
+def check_yaml(path: Path | str) -> dict:
+    """A config file the study reads itself, as plain data (:mod:`.files`): bounded
+    before it is parsed, a syntax error with its line and column, a duplicate key with
+    both lines."""
+    return read_config_file(path)
 
 
-def command_line_config(config: dict, configfile: str = "config.yaml") -> dict:
+def command_line_config(
+    config: dict, configfile: str = "config.yaml", configfiles: Sequence[str] = ()
+) -> dict:
     """For the Snakefile, before its ``configfile`` statement: what the command line set
     (the ``--configfile`` files, then ``--config``), with which Snakemake fills ``config``
     before that statement merges the workflow's own file under it. The study's loader
     lets it win over the selected preset, as Snakemake lets it win over config.yaml.
-    Also checks the workflow's config file's YAML syntax (with line and column) before
-    Snakemake reads it (Snakemake itself reads the command line's files first)."""
+    Also checks the workflow's config file (``configfile``) before Snakemake reads it,
+    and reads each of the command line's (``configfiles``, which Snakemake has parsed)
+    as the study reads its own (:mod:`.files`: a duplicate key, a value that is not plain
+    data, a templated file refused), and the values of both as plain data."""
     from snakemake.exceptions import WorkflowError
 
-    if Path(configfile).exists():
-        try:
+    try:
+        if Path(configfile).exists():
             check_yaml(configfile)
-        except StudyConfigError as exc:
-            raise WorkflowError(str(exc)) from None
+        for path in configfiles:
+            found = _as_given(path)
+            if found is not None:  # (else Snakemake, which read it, would have said)
+                check_configfile(found)
+        problem = shape_problem(config, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
+        if problem:
+            raise StudyConfigError(f"config error: the command line's config has {problem}")
+        problems = not_plain(config)
+        if problems:
+            raise StudyConfigError("\n".join(problems))
+    except StudyConfigError as exc:
+        raise WorkflowError(str(exc)) from None
     return copy.deepcopy(dict(config))
+
+
+def _as_given(path: str) -> Path | None:
+    """A ``--configfile`` as the user gave it: from here, else from the folder Snakemake
+    was started in (``--directory`` moves Snakemake before the Snakefile runs)."""
+    for where in (Path(path), Path(os.environ.get("PWD", ".")) / path):
+        if where.exists():
+            return where
+    return None
+
+
+def configfiles_given(argv: Sequence[str]) -> list[str]:
+    """The files Snakemake's command line (``argv``) gives with ``--configfile`` or
+    ``--configfiles`` (each takes one or more), in order."""
+    files: list[str] = []
+    taking = False
+    for arg in argv[1:]:
+        name, eq, value = arg.partition("=")
+        if name in ("--configfile", "--configfiles"):
+            taking = not eq
+            if eq:
+                files.append(value)
+        elif arg.startswith("-"):
+            taking = False
+        elif taking:
+            files.append(arg)
+    return files
 
 
 def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
@@ -129,9 +160,14 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
             print(line, file=sys.stderr)
         try:
             est = plan_budget(study)
+            est = print_estimate(study, est)
+            problems = endless(study, est)
+            if problems:
+                given = given_fields(study.defaults)
+                lines = one_per_cause(problems, study.ids, given, len(study.experiments))
+                raise StudyConfigError("\n".join(lines))
         except StudyConfigError as exc:
             raise WorkflowError(str(exc)) from None
-        print_estimate(study, est)
     else:  # the main process's budget plan
         if os.environ.get(MAX_TRIALS_VAR):
             study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
@@ -311,18 +347,49 @@ def plan_for_nodes(settings: dict):
     return node
 
 
-def print_estimate(study: Study, est: dict | None = None) -> None:
+def print_estimate(study: Study, est: dict | None = None) -> dict | None:
     """The study's expected wall time on this machine (``est``: one already made), before
-    anything runs (a dry run too). An estimate that cannot be made never stops the
-    workflow."""
+    anything runs (a dry run too), and that estimate. An estimate that cannot be made
+    never stops the workflow (None)."""
     from ..plan import estimate
 
     try:
         est = est or estimate.for_study(study, "results")
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[estimate] no estimate: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return
+        return None
     print(estimate.format_estimate(est, study.settings["trials"]), file=sys.stderr)
+    return est
+
+
+#: a trial whose estimate exceeds its timeout_s this many times, with nothing to stop its
+#: steps sooner, is refused: the estimate is within 2x of the measured time (docs/presets.md)
+ENDLESS = 4
+
+
+def endless(study: Study, est: dict | None) -> list[str]:
+    """The experiments whose trials would be killed at their ``timeout_s`` before they
+    record: their steps estimated (``est``) beyond :data:`ENDLESS` times it, with no
+    ``time_budget_s`` or ``step_precision`` to end them sooner."""
+    problems = []
+    per = (est or {}).get("experiments") or {}
+    for spec in study.experiments:
+        e = per.get(spec["id"]) or {}
+        timeout = spec.get("timeout_s")
+        if spec.get("time_budget_s") or spec.get("step_precision") or not timeout:
+            continue
+        if float(e.get("uncapped_s") or 0.0) > ENDLESS * float(timeout):
+            what = f"{spec['epochs']} epochs" if spec.get("epochs") else f"{spec['steps']} steps"
+            problems.append(
+                err(
+                    f"experiment {spec['id']}.timeout_s",
+                    f"{what} take more than {ENDLESS}x timeout_s {timeout} here (the "
+                    "estimate above), with time_budget_s and step_precision off: every "
+                    "trial would be killed before it records; lower steps, raise timeout_s "
+                    "or set time_budget_s",
+                )
+            )
+    return problems
 
 
 # ---------------------------------------------------------------------------
@@ -332,25 +399,21 @@ def print_estimate(study: Study, est: dict | None = None) -> None:
 def read_config(path: Path | str, sets: list[str] | None = None) -> dict:
     """config.yaml plus ``key=value`` overrides (values read as YAML, like Snakemake's
     ``--config``)."""
-    path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise StudyConfigError(f"config error: cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise StudyConfigError(f"config error: {path} is not valid YAML: {exc}") from exc
-    config = {} if config is None else config
-    if not isinstance(config, dict):
-        raise StudyConfigError(f"config error: {path} must hold a mapping")
-    for item in sets or []:
+    return {**read_config_file(path), **read_sets(sets or [])}
+
+
+def read_sets(sets: list[str]) -> dict:
+    """``key=value`` overrides, values read as YAML (like Snakemake's ``--config``)."""
+    out: dict = {}
+    for item in sets:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise StudyConfigError(f"config error: --set {item!r}: expected key=value")
         try:
-            config[key] = yaml.safe_load(value)
+            out[key] = yaml.safe_load(value)
         except yaml.YAMLError:
-            config[key] = value
-    return config
+            out[key] = value
+    return out
 
 
 def format_table(study: Study) -> str:
@@ -407,13 +470,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print the resolved specs as JSON")
     ap.add_argument("--schema", action="store_true", help="print the config schema (YAML)")
+    ap.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a file for snakemake --configfile, checked first (repeatable): bounded before "
+        "it is parsed (Snakemake parses it before any check of the study's), then loaded "
+        "over --config as snakemake would",
+    )
     args = ap.parse_args(argv)
     if args.schema:
         print(yaml.safe_dump(build_schema(), sort_keys=False, width=100), end="")
         return 0
     try:
         config = read_config(args.config, args.set)
-        study = load_study(config, base_dir=args.config.parent)
+        cli: dict = {}
+        for path in args.check:  # (then --set, as snakemake's --config after --configfile)
+            merge_config(cli, check_configfile(path))
+        if cli:
+            cli.update(read_sets(args.set))
+        merge_config(config, cli)
+        study = load_study(config, base_dir=args.config.parent, cli=cli)
     except StudyConfigError as exc:
         print(exc, file=sys.stderr)
         return 1

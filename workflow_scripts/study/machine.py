@@ -12,7 +12,9 @@ from pathlib import Path
 from .. import workloads
 from ..summary.machine_results import TooBig, result_files
 from ..sysinfo import cpu_list_str, parse_cpu_list, plan_cpus
+from .causes import given_fields, one_per_cause
 from .config import Study, StudyConfigError
+from .paths import folder_problem
 from .schema import err
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
@@ -187,6 +189,25 @@ def settings_ceilings(study: Study, memory: float | None) -> list[str]:
     return errors
 
 
+def path_problems(study: Study) -> list[str]:
+    """The folders the study builds in, each a folder that is or can be made and written
+    (:func:`.paths.folder_problem`): ``envs_root``, ``containers.wheelhouse`` and
+    ``containers.archive``."""
+    settings, containers = study.settings, study.settings["containers"]
+    folders = {
+        "envs_root": settings["envs_root"],
+        "containers.wheelhouse": containers["wheelhouse"],
+        "containers.archive": containers["archive"],
+    }
+    errors = []
+    for where, value in folders.items():
+        if value:
+            problem = folder_problem(study.path(value), write=True, create=True)
+            if problem:
+                errors.append(err(where, problem))
+    return errors
+
+
 def check_machine(study: Study, memory_mb: float | None = None) -> None:
     """Raise StudyConfigError with every problem at once; add warnings to the study.
     The CPUs are those it is planned on (a cluster's nodes' on a cluster), the memory
@@ -200,10 +221,16 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
     folder = study.settings["image_folder"]
     generated = folder["classes"] * folder["images_per_class"]
     errors += settings_ceilings(study, memory)
+    errors += path_problems(study)
     for i, machine in enumerate(study.settings["report"]["machines"]):
+        results = study.path(machine["results"])
+        problem = folder_problem(results, write=False, create=False, file_ok=True)
+        if problem:
+            errors.append(err(f"report.machines[{i}].results", problem))
+            continue
         try:
-            result_files(study.path(machine["results"]))
-        except TooBig as exc:
+            result_files(results)
+        except (TooBig, OSError) as exc:
             errors.append(err(f"report.machines[{i}].results", str(exc)))
     counted: dict[Path, int] = {}
     over_memory = study.settings["limits"]["over_memory"]
@@ -211,7 +238,8 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
         at = f"experiment {spec['id']}"
         errors += cpu_problems(spec, allowed)
         workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
-        if workers > WORKERS_PER_CPU * len(allowed):
+        too_many = workers > WORKERS_PER_CPU * len(allowed)
+        if too_many:  # (and their memory is no second cause)
             errors.append(
                 err(
                     f"{at}.num_workers",
@@ -223,8 +251,9 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
         if spec["data"] == "image_folder":
             if spec["data_dir"]:
                 path = study.path(spec["data_dir"])
-                if not path.is_dir():
-                    errors.append(err(f"{at}.data_dir", f"{str(path)!r} is not a folder here"))
+                problem = folder_problem(path, write=False, create=False)
+                if problem:
+                    errors.append(err(f"{at}.data_dir", f"{problem} here"))
                     continue
                 if path not in counted:
                     enough = max(
@@ -250,7 +279,7 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
                     )
                 )
         where = "each node has" if memory_mb else "this machine has"
-        warning = memory_warning(spec, memory, where)
+        warning = None if too_many else memory_warning(spec, memory, where)
         if warning and estimated_memory_mb(spec) > memory and not over_memory:
             errors.append(
                 f"config error at {warning.replace('the run may be killed', 'it would be killed')}"
@@ -258,5 +287,9 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
             )
         elif warning:
             study.warnings.append(f"config warning at {warning}")
-    if errors:
+    total = len(study.experiments)
+    given = given_fields(study.defaults)
+    study.warnings[:] = one_per_cause(study.warnings, study.ids, given, total, kind="warning")
+    if errors:  # (one line per cause: a default wrong for every experiment, once)
+        errors = one_per_cause(errors, study.ids, given, total)
         raise StudyConfigError("\n".join(errors))

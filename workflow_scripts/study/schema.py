@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import re
 from typing import Any
 
@@ -167,9 +168,20 @@ def _whole_pattern(validator, pattern: str, instance: Any, schema: dict):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-#: draft 2020-12 with :func:`_whole_pattern` (every validation of a config goes through it)
+def _finite_number(checker, instance: Any) -> bool:
+    """JSON's number: YAML's ``.nan`` and ``.inf`` are none (a NaN limit is no limit,
+    every comparison with it being false; JSON has neither)."""
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and (
+        not isinstance(instance, float) or math.isfinite(instance)
+    )
+
+
+#: draft 2020-12 with :func:`_whole_pattern`, and numbers finite (every validation of a
+#: config goes through it)
 StudyValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _whole_pattern}
+    jsonschema.Draft202012Validator,
+    {"pattern": _whole_pattern},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number),
 )
 
 
@@ -329,6 +341,9 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
         article = "an" if got[0] in "aeiou" else "a"
         if value is None:
             return [err(where, f"null is not allowed; allowed: {_allowed(error.schema)}")]
+        if isinstance(value, float) and not math.isfinite(value):
+            allowed = _allowed(error.schema)
+            return [err(where, f"{value} is not a finite number; allowed: {allowed}")]
         return [err(where, f"{_show(value)} is {article} {got}; allowed: {_allowed(error.schema)}")]
     if kind in ("maxLength", "maxProperties"):
         limit = error.validator_value
@@ -423,6 +438,7 @@ def coerce_strings(config: dict) -> dict:
         if isinstance(parsed, (dict, list, str)):
             continue
         _put(config, path, parsed)
-        if path in _error_paths(config):  # no better: keep what was given
+        nonfinite = isinstance(parsed, float) and not math.isfinite(parsed)
+        if path in _error_paths(config) and not nonfinite:  # no better: keep what was given
             _put(config, path, text)
     return config
