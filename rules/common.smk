@@ -360,6 +360,15 @@ def experiment_resource(name):
     return resource
 
 
+def trial_slurm_extra(wildcards, attempt):
+    """A trial's sbatch options: whole nodes, and where the study blocks its trials by
+    node (cluster.block_by_node), the node of its block (workflow_scripts/cluster/sizing.py)."""
+    spec = STUDY.by_id[wildcards.experiment]
+    index = STUDY.ids.index(wildcards.experiment)
+    node = sizing.block_node(SETTINGS, spec, index, int(wildcards.trial), attempt)
+    return experiment_resources(wildcards)["slurm_extra"] + node
+
+
 def job_attempt(wildcards, attempt):
     """Which attempt of its job this is (1; 2 when the profile's retry submits a job
     again that failed while Snakemake ran): a trial's retry records how an earlier job

@@ -70,7 +70,7 @@ rule run_experiment:
         nodes=experiment_resource("nodes"),
         mem_mb=experiment_resource("mem_mb"),
         runtime=experiment_resource("runtime"),
-        slurm_extra=experiment_resource("slurm_extra"),
+        slurm_extra=trial_slurm_extra,
         mpi=experiment_resource("mpi"),
         attempt=job_attempt,
     params:

@@ -176,6 +176,14 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     assert set(summary["slurm_job_id"].astype(int)) == set(trial_jobs.values())
     assert set(summary["hostname"]) <= set(NODES)
     assert summary["node_type"].notna().all()
+    # blocked by node (cluster.block_by_node): trial 0 of the i-th experiment ran on node
+    # i mod 2 of the partition's, as sinfo lists them (a several-node trial: on both)
+    listed = subprocess.run(["sinfo", "-h", "-N", "-p", "study", "-o", "%N"], capture_output=True,
+                            text=True, timeout=60).stdout.split()  # fmt: skip
+    for i, experiment in enumerate(planned.ids):
+        if planned.by_id[experiment]["nodes"] == 1:
+            host = records[experiment]["provenance"]["hostname"]
+            assert host == listed[i % len(listed)], (experiment, i, host, listed)
 
     # ... sized from the nodes (not this host), with the node's memory, on whole nodes
     # that no other job shared

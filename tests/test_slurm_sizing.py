@@ -303,3 +303,22 @@ def test_a_job_slurm_runs_elsewhere_than_its_plan_stops(monkeypatch):
     message = str(caught.value)
     assert message.startswith("config error at cluster.scheduler: this job runs in SLURM job 42")
     assert "planned for the host login-7" in message and "--profile profiles/slurm" in message
+
+
+def test_trials_are_blocked_by_node_where_the_study_knows_its_nodes(make_spec, monkeypatch):
+    one = make_spec(id="a")
+    across = make_spec(id="b", launcher="torchrun", ranks=1, threads=1, nodes=2)
+    on = settings()
+    monkeypatch.delenv(slurm.NODES_VAR, raising=False)
+    assert sizing.block_node(on, one, 0, 0) == ""  # no node list: SLURM places it
+    monkeypatch.setenv(slurm.NODES_VAR, "n1,n2,n3")
+    # trial k of the i-th experiment on node (k + i) mod 3: each experiment's trials
+    # rotate through the nodes, a round's trials spread over them
+    placed = [[sizing.block_node(on, one, i, k) for k in range(3)] for i in range(3)]
+    assert placed[0] == [" --nodelist=n1", " --nodelist=n2", " --nodelist=n3"]
+    assert placed[1] == [" --nodelist=n2", " --nodelist=n3", " --nodelist=n1"]
+    assert {row[0] for row in placed} == {" --nodelist=n1", " --nodelist=n2", " --nodelist=n3"}
+    # a job submitted again (its node may have failed), a several-node trial, blocking off
+    assert sizing.block_node(on, one, 0, 0, attempt=2) == ""
+    assert sizing.block_node(on, across, 0, 0) == ""
+    assert sizing.block_node(settings(block_by_node=False), one, 0, 0) == ""

@@ -350,3 +350,72 @@ def test_comparisons_csv_lists_what_the_report_states(tmp_path):
     decided = int((n["verdict"] != "undecided").sum())
     assert f'<b id="hl-decided">{decided}</b> of {len(n)} decided' in head
     assert '<b id="hl-verdict">faster</b> at 95 % confidence' in head
+
+
+# --------------------------------------------------------------------------- many nodes
+
+
+def stats_on_nodes(trials: dict[str, list[tuple[float, str]]]) -> pd.DataFrame:
+    """Experiment statistics from trials (throughput, the node it ran on)."""
+    records = []
+    for exp, values in trials.items():
+        for k, (sps, node) in enumerate(values):
+            record = make(exp, k, sps)
+            record["provenance"]["hostname"] = node
+            records.append(record)
+    frame = rec.summary_frame(records)
+    return experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+
+
+#: node b runs everything 20 % faster than node a; the experiments are otherwise equal
+#: (a little noise between trials)
+NOISE = (1.0, 1.01, 0.99, 1.005)
+
+
+def test_the_node_to_node_spread_is_fitted_from_experiments_on_several_nodes():
+    trials = {
+        f"e{i}": [(100 * f * (1.2 if k % 2 else 1.0), "ab"[k % 2]) for k, f in enumerate(NOISE)]
+        for i in range(6)
+    }
+    stats = stats_on_nodes(trials)
+    assert stats["sps_nodes"].iloc[0] == ("a", "b", "a", "b")
+    # two nodes 1.2x apart: effects of ± half the nodes' difference in mean log throughput
+    # (log 1.2 and the noise each node's trials drew), their standard deviation on 1 df
+    logs = [math.log(v * (1.2 if k % 2 else 1.0)) for k, v in enumerate(NOISE)]
+    apart = statistics.fmean(logs[1::2]) - statistics.fmean(logs[0::2])
+    assert stats["sps_node_df"].iloc[0] == 1
+    assert math.sqrt(stats["sps_node_var"].iloc[0]) == pytest.approx(apart / math.sqrt(2))
+    # blocked by node (each side half on a, half on b): nothing added, the same as one node
+    blocked = between(stats.loc["e0"], stats.loc["e1"])
+    assert blocked.node_spread == 0 and blocked.verdict != "faster"
+
+
+def test_sides_on_different_nodes_carry_the_node_to_node_spread():
+    """A twin whose trials all ran on the faster node: one machine's arithmetic would
+    call it 1.2x faster; its interval carries the node-to-node spread and does not."""
+    trials = {
+        f"e{i}": [(100 * f * (1.2 if k % 2 else 1.0), "ab"[k % 2]) for k, f in enumerate(NOISE)]
+        for i in range(6)
+    }
+    trials["base"] = [(100 * f, "a") for f in NOISE]
+    trials["twin"] = [(120 * f, "b") for f in NOISE]
+    stats = stats_on_nodes(trials)
+    pair = between(stats.loc["base"], stats.loc["twin"])
+    node_sd = math.sqrt(stats["sps_node_var"].iloc[0])
+    assert pair.node_spread == pytest.approx(node_sd * math.sqrt(2))
+    assert pair.ratio == pytest.approx(1.2, rel=0.01)
+    assert pair.ci_low < 1.0 < pair.ci_high and pair.verdict == "undecided", pair
+    # where no experiment ran on both nodes, node and experiment cannot be told apart:
+    # the run's spread between trials stands in for the nodes' (never nothing)
+    apart = stats_on_nodes({"base": trials["base"], "twin": trials["twin"]})
+    assert apart["sps_node_var"].iloc[0] == pytest.approx(apart["sps_spread"].iloc[0] ** 2)
+    assert between(apart.loc["base"], apart.loc["twin"]).node_spread > 0
+    # one machine: no node term at all
+    local = stats_of({"base": [100 * f for f in NOISE], "twin": [120 * f for f in NOISE]})
+    alone = between(local.loc["base"], local.loc["twin"])
+    assert alone.node_spread == 0 and alone.verdict == "faster"
+    # and the report's method says so, with the run's node-to-node spread
+    text = uncertainty.method_text(
+        Spread(0.01, 20), nodes=uncertainty.node_spread_of(stats.iloc[0])
+    )
+    assert f"{100 * node_sd:.1f} % apart from node to node (1 degree of freedom)" in text

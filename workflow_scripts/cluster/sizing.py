@@ -97,6 +97,25 @@ def experiment(spec: dict, settings: dict) -> dict:
     }
 
 
+def block_node(settings: dict, spec: dict, index: int, trial: int, attempt: int = 1) -> str:
+    """The ``--nodelist`` of trial ``trial`` of the ``index``-th experiment (``spec``)
+    where the study blocks its trials by node (``cluster.block_by_node``): node
+    ``(trial + index) mod N`` of the N nodes it was planned on (:data:`slurm.NODES_VAR`).
+    Each experiment's trials rotate through the nodes and a round's trials spread over
+    them; two experiments of as many trials (a multiple of N) share their nodes in equal
+    shares, and where shares differ the interval carries the node-to-node spread
+    (report/uncertainty.node_term). "" (SLURM places it): blocking off, no node list
+    (a cluster described in the config), a several-node trial, or a job submitted again
+    (its node may be the one that failed)."""
+    from . import slurm
+
+    names = [n for n in os.environ.get(slurm.NODES_VAR, "").split(",") if n]
+    c = settings.get("cluster") or {}
+    if not c.get("block_by_node") or not names or attempt > 1 or launchers.nodes(spec) > 1:
+        return ""
+    return f" --nodelist={names[(int(trial) + int(index)) % len(names)]}"
+
+
 def calibration(settings: dict) -> dict:
     from ..calibration import TIMEOUT_S
 

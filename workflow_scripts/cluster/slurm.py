@@ -18,6 +18,9 @@ from dataclasses import dataclass
 SINFO_FORMAT = "%N|%P|%c|%m|%f|%T"
 #: the environment variable that carries the node memory a study was planned for (MB)
 NODE_MEM_VAR = "STUDY_NODE_MEM_MB"
+#: the partition's nodes the study was planned on (comma-separated, sinfo's names), for
+#: every job's process: the trials' blocks (cluster/sizing.block_node)
+NODES_VAR = "STUDY_NODES"
 
 
 class ClusterError(Exception):

@@ -31,6 +31,7 @@ from .uncertainty import (
     looks_of,
     margin_of,
     method_text,
+    node_spread_of,
     spread_of,
 )
 from .values import isnan
@@ -93,7 +94,8 @@ def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple
     margin = margin_of(stats.iloc[0]) if len(stats) else MARGIN
     looks = looks_of(stats.iloc[0]) if len(stats) else 1
     alpha = alpha_of(stats.iloc[0]) if len(stats) else 0.05
-    note = f'<p class="note">{method_text(run_spread(stats), margin, looks, alpha)}</p>'
+    nodes = node_spread_of(stats.iloc[0]) if len(stats) else None
+    note = f'<p class="note">{method_text(run_spread(stats), margin, looks, alpha, nodes)}</p>'
     if not len(comparisons):
         return ("comparisons", title, note + '<p class="empty">No comparison to state.</p>')
     n = counts(comparisons)
@@ -118,7 +120,7 @@ def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple
             if isnan(r["ci_low"])
             else f"{bounds_text(r['ci_low'], r['ci_high'])} ({100 * r['confidence']:.4g} %)",
             "trials": f"{int(r['n_experiment'])} vs {int(r['n_baseline'])}",
-            "spread": "" if isnan(r["spread"]) else f"{100 * r['spread']:.1f} % ({r['df']:.3g} df)",
+            "spread": spread_text(r),
             "verdict": r["verdict"],
             "what differs": r["change"],
             "compared as": r["kind"],
@@ -135,6 +137,16 @@ def comparisons_section(comparisons: pd.DataFrame, stats: pd.DataFrame) -> tuple
         + table_html(pd.DataFrame(rows))
         + "</details>",
     )
+
+
+def spread_text(r) -> str:
+    """``6.1 % (4.2 df)``: the spread a pair's interval used, with what its sides' nodes
+    added where they differ (``; nodes 3.0 %``)."""
+    if isnan(r["spread"]):
+        return ""
+    node = r.get("node_spread")
+    nodes = "" if isnan(node) or not node else f"; nodes {100 * node:.1f} %"
+    return f"{100 * r['spread']:.1f} % ({r['df']:.3g} df{nodes})"
 
 
 def fdr_text(comparisons: pd.DataFrame) -> str:

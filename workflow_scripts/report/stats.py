@@ -98,7 +98,7 @@ def experiment_stats(
         for experiment, sub in frame.groupby("experiment", sort=False)
     ]
     columns = ["experiment", *first_cols, "n_trials", "n_ok", "n_noisy", "n_used", "noisy_used"]
-    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv", "sps_used"]
+    columns += ["statuses", "sps_median", "sps_min", "sps_max", "sps_cv", "sps_used", "sps_nodes"]
     columns += MEDIAN_COLS
     columns += COLD_COLS
     columns += ["train_time_s", "train_time_used", "test_accuracy", "test_accuracy_min"]
@@ -162,6 +162,10 @@ def _experiment_row(experiment: str, sub: pd.DataFrame, first_cols: list[str]) -
         row[f"sps_{key}"] = spread[key]
     # each used trial's throughput: what a comparison's interval rests on (uncertainty.py)
     row["sps_used"] = tuple(float(v) for v in used["_sps"].dropna())
+    # and the node each ran on (the interval carries the node-to-node spread where the
+    # two sides' nodes differ: uncertainty.node_term)
+    hosts = used.loc[used["_sps"].notna(), "hostname"] if "hostname" in used else ()
+    row["sps_nodes"] = tuple("" if h is None or h != h else str(h) for h in hosts)
     for col in MEDIAN_COLS:
         # the gradient check's figures also of a run with no usable trial (incorrect)
         of = pick if col in GRADIENT_COLS else used

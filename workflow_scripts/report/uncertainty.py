@@ -54,6 +54,7 @@ The method, stated once (docs/measurement.md and the report's
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -112,6 +113,10 @@ class Comparison:
     #: the p-value of "beyond the margin" (looks counted): below 1 - CONFIDENCE exactly
     #: when the verdict is faster or slower
     p_value: float = math.nan
+    #: what the interval's standard error carries for the sides' trials on different
+    #: nodes (the node-to-node spread times their imbalance, :func:`node_term`): 0 where
+    #: each side's trials lie on the same nodes in the same shares (one machine)
+    node_spread: float = 0.0
 
     def text(self) -> str:
         """``1.12× ([1.08–1.16], faster)``; ``1.07× (undecided: one trial each, no
@@ -125,9 +130,10 @@ class Comparison:
         return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
 
-_LATER = ("margin", "spread", "df", "confidence", "p_value")
+_LATER = ("margin", "spread", "df", "confidence", "p_value", "node_spread")
 COLUMNS = [f.name for f in fields(Comparison) if f.name not in _LATER]
 COLUMNS += ["confidence", "margin", "df", "spread", "headline", "p_value", "fdr_kept"]
+COLUMNS += ["node_spread"]
 
 
 @dataclass(frozen=True)
@@ -373,6 +379,10 @@ def with_spread(
     # where the prior was fitted, and the degrees of freedom all its data hold
     out["sps_group"] = [groups[k][0] for k in kins]
     out["sps_group_df"] = [groups[k][1] for k in kins]
+    nodes = out["sps_nodes"] if "sps_nodes" in out else pd.Series([()] * len(out), dtype=object)
+    nodes = [v if isinstance(v, (tuple, list)) else () for v in nodes]
+    node = node_spread(used, nodes, spread)
+    out["sps_node_var"], out["sps_node_df"] = node.sd**2, node.df
     out["sps_margin"] = margin
     out["sps_looks"] = max(1, int(looks))
     out["sps_alpha"] = (1 - CONFIDENCE) * spent(looks if look is None else look, looks)
@@ -407,6 +417,14 @@ def spread_of(row: Mapping) -> Spread:
     return Spread(float(sd), int(df))
 
 
+def node_spread_of(row: Mapping) -> Spread:
+    """The run's node-to-node spread on ``row`` (:func:`with_spread`; 0 df on one node)."""
+    var, df = row.get("sps_node_var"), row.get("sps_node_df")
+    if isnan(var) or isnan(df) or not int(df):
+        return Spread(math.nan, 0)
+    return Spread(math.sqrt(float(var)), int(df))
+
+
 def variance_of(row: Mapping) -> tuple[float, float]:
     """``row``'s moderated variance of log throughput and its degrees of freedom
     (:func:`with_spread`; NaN, 0 without)."""
@@ -424,23 +442,85 @@ def _used(row: Mapping) -> list[float]:
     return [float(v) for v in values if _positive(v)]
 
 
+def node_spread(used: list, nodes: list, fallback: Spread) -> Spread:
+    """The spread of log throughput from node to node, from every experiment's trials
+    (``used``) and the nodes they ran on (``nodes``, aligned): each node's effect fitted
+    with the experiments' means (log throughput = experiment + node + noise, by
+    alternating means), their standard deviation over the nodes on nodes - 1 degrees
+    of freedom (noise in each node's mean counted in it: wider, never narrower). None
+    from one node (0, 0); where no experiment has trials on two nodes the node effects
+    cannot be told from the experiments', and the run's pooled spread between trials
+    (``fallback``) stands in for them."""
+    trials = [
+        [(math.log(float(v)), str(n)) for v, n in zip(u, ns, strict=False) if _positive(v) and n]
+        for u, ns in zip(used, nodes, strict=True)
+    ]
+    names = sorted({n for t in trials for _, n in t})
+    if len(names) < 2:
+        return Spread(0.0, 0)
+    if not any(len({n for _, n in t}) > 1 for t in trials):
+        return fallback
+    effect = dict.fromkeys(names, 0.0)
+    for _ in range(NODE_ROUNDS):
+        means = [statistics.fmean(x - effect[n] for x, n in t) if t else 0.0 for t in trials]
+        residual: dict[str, list[float]] = {n: [] for n in names}
+        for t, mean in zip(trials, means, strict=True):
+            for x, n in t:
+                residual[n].append(x - mean)
+        effect = {n: statistics.fmean(r) if r else 0.0 for n, r in residual.items()}
+        centre = statistics.fmean(effect.values())
+        effect = {n: e - centre for n, e in effect.items()}
+    return Spread(statistics.stdev(effect.values()), len(names) - 1)
+
+
+#: rounds of alternating means that fit the node effects (:func:`node_spread`)
+NODE_ROUNDS = 25
+
+
+def node_term(base: Mapping, row: Mapping) -> tuple[float, float]:
+    """The variance the node effects add to ``row``'s mean log throughput less
+    ``base``'s, and its degrees of freedom: the run's node-to-node variance times the
+    sum of squared differences of the two sides' shares of trials on each node (0 where
+    each side ran on the same nodes in the same shares, 2 where each ran on one node of
+    its own). 0, 0 without the nodes of both sides."""
+    var, df = row.get("sps_node_var"), row.get("sps_node_df")
+    if isnan(var) or isnan(df) or not float(df) or not float(var):
+        return 0.0, 0
+    shares = []
+    for side in (base, row):
+        nodes = side.get("sps_nodes")
+        used = side.get("sps_used")
+        if not isinstance(nodes, (tuple, list)) or not isinstance(used, (tuple, list)):
+            return 0.0, 0
+        on = [str(n) for v, n in zip(used, nodes, strict=False) if _positive(v) and n]
+        if not on:
+            return 0.0, 0
+        shares.append({n: on.count(n) / len(on) for n in set(on)})
+    a, b = shares
+    imbalance = sum((a.get(n, 0.0) - b.get(n, 0.0)) ** 2 for n in set(a) | set(b))
+    return float(var) * imbalance, float(df)
+
+
 def welch(base: Mapping, row: Mapping) -> tuple[float, float]:
     """The standard error of ``row``'s mean log throughput less ``base``'s, and its
     Welch-Satterthwaite degrees of freedom (NaN, 0 where a side has no variance), at
-    most what the data of the groups their priors were fitted on hold."""
+    most what the data of the groups their priors were fitted on hold; with the
+    node-to-node variance where the sides' trials lie on different nodes
+    (:func:`node_term`, its degrees of freedom in Welch's sum)."""
     (va, da), (vb, db) = variance_of(base), variance_of(row)
     na, nb = len(_used(base)), len(_used(row))
     if not (da and db and na and nb):
         return math.nan, 0
     qa, qb = va / na, vb / nb
-    se2 = qa + qb
+    qn, dn = node_term(base, row)
+    se2 = qa + qb + qn
     if se2 <= 0:
         return 0.0, da + db
-    df = se2**2 / (qa**2 / da + qb**2 / db)
+    df = se2**2 / (qa**2 / da + qb**2 / db + (qn**2 / dn if dn else 0.0))
     held = {r.get("sps_group"): r.get("sps_group_df") for r in (base, row)}
     held = [float(v) for v in held.values() if not isnan(v)]
     if held and sum(held) > 0:
-        df = min(df, sum(held))
+        df = min(df, sum(held) + dn)
     return math.sqrt(se2), df
 
 
@@ -477,10 +557,11 @@ def between(
             )
             p = min(1.0, 2 * tail * (1 - CONFIDENCE) / (1 - confidence))
     spread = math.sqrt(se**2 / (1 / len(a) + 1 / len(b))) if a and b and df else math.nan
+    node = math.sqrt(node_term(base, row)[0]) if a and b else 0.0
     return Comparison(
         kind, str(base.get("experiment")), str(row.get("experiment")), ratio, lo, hi,
         len(a), len(b), verdict(lo, hi, margin), change, margin, spread, round(df, 1),
-        confidence, p,
+        confidence, p, node,
     )  # fmt: skip
 
 
@@ -539,8 +620,15 @@ def counts(frame: pd.DataFrame) -> dict[str, int]:
     return {v: int((pairs["verdict"] == v).sum()) if len(pairs) else 0 for v in VERDICTS}
 
 
-def method_text(spread: Spread, margin: float = MARGIN, looks: int = 1, alpha: float = 0.05) -> str:
-    """The method in a few sentences, with this run's spread, margin and looks (HTML)."""
+def method_text(
+    spread: Spread,
+    margin: float = MARGIN,
+    looks: int = 1,
+    alpha: float = 0.05,
+    nodes: Spread | None = None,
+) -> str:
+    """The method in a few sentences, with this run's spread, margin, looks and, from
+    trials on several nodes, its node-to-node spread (``nodes``) (HTML)."""
     pooled = (
         "each side's own variance of log throughput moderated towards its kin's (the "
         "experiments of the same model, mode, precision, threads, ranks, nodes and data "
@@ -559,10 +647,18 @@ def method_text(spread: Spread, margin: float = MARGIN, looks: int = 1, alpha: f
         if looks > 1
         else ""
     )
+    noded = (
+        f". The trials ran on several nodes, {100 * nodes.sd:.1f} % apart from node to node "
+        f"({nodes.df} degree{'s' if nodes.df != 1 else ''} of freedom): where a pair's "
+        "sides ran on different nodes, or in different shares, its interval carries that "
+        "spread too (the table's node spread)"
+        if nodes is not None and nodes.df and not isnan(nodes.sd)
+        else ""
+    )
     return (
         "Each ratio is of geometric means over trials (separate processes; the steps "
         f"within a trial are not independent), with its {100 * CONFIDENCE:g} % interval "
-        f"from Welch's t and {pooled}{looked}. "
+        f"from Welch's t and {pooled}{looked}{noded}. "
         f"<i>The same</i>: the whole interval lies within ±{100 * margin:g} %; "
         "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
         "<i>undecided</i>: anything else (more trials would tell)."

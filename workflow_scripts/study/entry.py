@@ -343,6 +343,7 @@ def plan_for_nodes(settings: dict):
         raise StudyConfigError(f"config error at cluster: {exc}") from None
     os.environ[PLAN_CPUS_VAR] = cpu_list_str(range(node.cpus))
     os.environ[slurm.NODE_MEM_VAR] = str(node.mem_mb)
+    os.environ[slurm.NODES_VAR] = ",".join(node.nodes)
     print(f"planned for {node.describe()}", file=sys.stderr)
     return node
 

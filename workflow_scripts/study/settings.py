@@ -214,6 +214,14 @@ CLUSTER = {
             "planned for it), slurm submitted to SLURM (planned for the nodes of the "
             "partition, asked of sinfo; --profile profiles/slurm sets it)",
         },
+        "block_by_node": {
+            "type": "boolean",
+            "description": "trials blocked by node: trial k of the i-th experiment runs on "
+            "node (k + i) mod N of the partition's N nodes (sinfo's, at plan time), so that "
+            "each experiment's trials rotate through the nodes, two experiments of as many "
+            "trials share their nodes in equal shares, and a round's trials spread over all "
+            "of them (a resubmitted job runs anywhere); false: SLURM places every trial",
+        },
         "build_on": {
             "enum": ["login", "compute"],
             "description": "where the environment (and image) builds run on a cluster: login "
@@ -402,6 +410,7 @@ SETTINGS: dict[str, Setting] = {
                 "network_interface": None,
                 "fabric_provider": DEFAULT_FABRIC_PROVIDER,
                 "scheduler": None,
+                "block_by_node": True,
                 "build_on": "login",
             },
             "on a SLURM cluster (--profile profiles/slurm): the partition, account and node "
