@@ -188,3 +188,9 @@ def no_shm_segment_left_behind():
         n for n in segments() - before if not shm.alive(int(shm.SEGMENT.match(n).group(1)))
     )
     assert not left, f"the tests left shared-memory segments in {shm.SHM}: {left}"
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory) -> Path:
+    """A copy of the workflow for a module's dry runs (tests/runs.py: dry_run)."""
+    return runs.copy_workflow(tmp_path_factory.mktemp("cfg") / "wf")

@@ -176,3 +176,69 @@ class QuickStudy:
                      (results / f"rounds/{stage}/report/index.html").stat().st_mtime)
              for stage in ("first", "families")},
         )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- bad configs
+
+
+def dry_run(wd: Path, *config: str, study: dict | None = None) -> subprocess.CompletedProcess:
+    """A dry run of the workflow copy ``wd`` (the study part ``study`` as a --configfile,
+    then ``config`` as --config values); it creates nothing."""
+    import yaml
+
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    if study is not None:
+        path = wd / "study.yaml"
+        path.write_text(yaml.safe_dump({"sweeps": [], **study}))
+        cmd += ["--configfile", str(path)]
+    cmd += ["--config", "runtime=local", *config]
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
+    assert not (wd / "results").exists()  # a dry run, and a bad config, create nothing
+    return proc
+
+
+def failed(proc: subprocess.CompletedProcess) -> str:
+    """The output of a run that stopped with a message, never a traceback."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    return out
+
+
+def jobs(proc: subprocess.CompletedProcess, rule: str = "run_experiment") -> int:
+    """How many jobs of ``rule`` a dry run planned."""
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == rule:
+            return int(parts[1])
+    return 0
+
+
+#: what a refused config may cost: seconds, and this much address space for Snakemake
+REFUSE_WITHIN_S = 60
+REFUSE_WITHIN_BYTES = 4 * 2**30
+
+
+def limited_dry_run(where: Path, *config: str, study: dict | None = None):
+    """:func:`dry_run` with an address-space limit on Snakemake, timed: (its run, seconds)."""
+    import resource
+    import time
+
+    import yaml
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (REFUSE_WITHIN_BYTES, REFUSE_WITHIN_BYTES))
+
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    if study is not None:
+        (where / "study.yaml").write_text(yaml.safe_dump({"sweeps": [], **study}))
+        cmd += ["--configfile", str(where / "study.yaml")]
+    cmd += ["--config", "runtime=local", *config]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=where, capture_output=True, text=True, timeout=300, preexec_fn=limit
+    )
+    took = time.monotonic() - t0
+    assert not (where / "results").exists()
+    return proc, took

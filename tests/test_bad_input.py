@@ -15,8 +15,7 @@ import time
 
 import pytest
 
-from tests.test_config_errors import failed, wd  # noqa: F401  (fixture)
-from tests.test_hostile_config import REFUSE_WITHIN_S, limited_dry_run
+from tests.runs import REFUSE_WITHIN_S, failed, limited_dry_run
 from workflow_scripts.study.causes import MOST_LINES, one_per_cause
 
 pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)
@@ -32,7 +31,7 @@ def refused(proc, took: float) -> str:
     return out
 
 
-def configfile(wd, text: str, name: str = "case.yaml") -> list[str]:  # noqa: F811
+def configfile(wd, text: str, name: str = "case.yaml") -> list[str]:
     (wd / name).write_text(text)
     return ["--configfile", name]
 
@@ -57,19 +56,19 @@ def configfile(wd, text: str, name: str = "case.yaml") -> list[str]:  # noqa: F8
         ("budget=0.000s", "config error at budget: '0.000s' is no time"),
     ],
 )
-def test_a_number_that_is_not_finite_or_no_time_is_refused(wd, override, expected):  # noqa: F811
+def test_a_number_that_is_not_finite_or_no_time_is_refused(wd, override, expected):
     out = refused(*limited_dry_run(wd, override))
     assert expected in out, out[-2000:]
 
 
-def test_a_json_configfile_with_nan_is_refused(wd):  # noqa: F811
+def test_a_json_configfile_with_nan_is_refused(wd):
     """(Python's JSON reader, Snakemake's first try, takes NaN and Infinity.)"""
     args = configfile(wd, json.dumps({"margin": float("nan")}), "case.json")
     out = refused(*limited_dry_run(wd, *args))
     assert "config error at margin: nan is not a finite number" in out, out[-2000:]
 
 
-def test_trials_that_could_never_finish_are_refused_with_the_reason(wd):  # noqa: F811
+def test_trials_that_could_never_finish_are_refused_with_the_reason(wd):
     endless = "defaults={steps: 100000000, time_budget_s: null, step_precision: null}"
     out = refused(*limited_dry_run(wd, endless))
     line = next(x for x in out.splitlines() if x.startswith("config error"))
@@ -89,12 +88,12 @@ def test_trials_that_could_never_finish_are_refused_with_the_reason(wd):  # noqa
         ("prices: [{name: x, usd_per_hour: 1, 2026-01-01: x}]\n", "is not text; a key is text"),
     ],
 )
-def test_a_value_that_is_not_plain_data_is_refused_with_its_path(wd, text, expected):  # noqa: F811
+def test_a_value_that_is_not_plain_data_is_refused_with_its_path(wd, text, expected):
     out = refused(*limited_dry_run(wd, *configfile(wd, text)))
     assert expected in out, out[-2000:]
 
 
-def test_a_key_given_twice_is_refused_with_both_lines(wd):  # noqa: F811
+def test_a_key_given_twice_is_refused_with_both_lines(wd):
     text = "trials: 2\nmargin: 0.05\n# the file's owner changed it\ntrials: 5\n"
     out = refused(*limited_dry_run(wd, *configfile(wd, text)))
     assert "case.yaml sets 'trials' twice in one mapping, at line 1 and line 4" in out, out
@@ -108,13 +107,13 @@ def test_a_key_given_twice_is_refused_with_both_lines(wd):  # noqa: F811
     assert "config.yaml sets 'margin' twice in one mapping" in out, out[-2000:]
 
 
-def test_a_templated_configfile_is_refused_and_said_to_have_run(wd):  # noqa: F811
+def test_a_templated_configfile_is_refused_and_said_to_have_run(wd):
     text = "__use_yte__: true\ntrials: ?1+1\n"
     out = refused(*limited_dry_run(wd, *configfile(wd, text)))
     assert "uses Snakemake's YAML templating (__use_yte__), which ran its Python" in out, out
 
 
-def test_a_look_alike_letter_is_shown_as_an_escape(wd):  # noqa: F811
+def test_a_look_alike_letter_is_shown_as_an_escape(wd):
     text = 'experiments: [{id: "b\u0430seline", group: x}]\nsweeps: []\n'
     out = refused(*limited_dry_run(wd, *configfile(wd, text)))
     assert "'b\\u0430seline' is not allowed" in out, out[-2000:]
@@ -147,13 +146,13 @@ def test_a_look_alike_letter_is_shown_as_an_escape(wd):  # noqa: F811
         ),
     ],
 )
-def test_a_folder_setting_that_is_no_folder_of_data_is_refused(wd, override, expected):  # noqa: F811
+def test_a_folder_setting_that_is_no_folder_of_data_is_refused(wd, override, expected):
     extra = ["sweeps=[]"] if override.startswith("experiments") else []
     out = refused(*limited_dry_run(wd, override, *extra))
     assert f"config error at {expected}" in out, out[-2000:]
 
 
-def test_a_folder_setting_that_can_be_made_is_planned(wd, tmp_path):  # noqa: F811
+def test_a_folder_setting_that_can_be_made_is_planned(wd, tmp_path):
     proc, _ = limited_dry_run(
         wd, f"envs_root={tmp_path}/new/envs", f"containers={{archive: {tmp_path}/archive}}"
     )
@@ -163,7 +162,7 @@ def test_a_folder_setting_that_can_be_made_is_planned(wd, tmp_path):  # noqa: F8
 # ------------------------------------------------------------------ one message per cause
 
 
-def test_a_default_wrong_for_every_experiment_is_one_line(wd):  # noqa: F811
+def test_a_default_wrong_for_every_experiment_is_one_line(wd):
     out = refused(*limited_dry_run(wd, 'defaults={cpus: "0-99999999999", num_workers: 100000}'))
     errors = [line for line in out.splitlines() if line.startswith("config error")]
     assert len(errors) == 2, out
@@ -222,7 +221,7 @@ def test_the_check_command_refuses_a_hostile_file_in_seconds_with_one_line(tmp_p
     assert proc.returncode == 0 and "trials 3" in proc.stdout, proc.stderr
 
 
-def test_unusual_but_valid_values_are_planned(wd):  # noqa: F811
+def test_unusual_but_valid_values_are_planned(wd):
     text = (
         "report: {name: 'CPU <b>study</b> & \"co\" (2026-01-01)'}\n"
         "margin: 1.0e-1\nbudget: 90min\nnoise_threshold: 0.5\n"

@@ -6,50 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.runs import copy_workflow
+from tests.runs import dry_run, failed, jobs
 from workflow_scripts import study
 
 pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)
-
-
-@pytest.fixture(scope="module")
-def wd(tmp_path_factory) -> Path:
-    return copy_workflow(tmp_path_factory.mktemp("cfg") / "wf")
-
-
-def dry_run(wd: Path, *config: str, study: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
-    if study is not None:
-        path = wd / "study.yaml"
-        path.write_text(yaml.safe_dump({"sweeps": [], **study}))
-        cmd += ["--configfile", str(path)]
-    cmd += ["--config", "runtime=local", *config]
-    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
-    assert not (wd / "results").exists()  # a dry run, and a bad config, create nothing
-    return proc
-
-
-def failed(proc: subprocess.CompletedProcess) -> str:
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-2000:]
-    assert "Traceback" not in out, out[-3000:]
-    return out
-
-
-def jobs(proc: subprocess.CompletedProcess, rule: str = "run_experiment") -> int:
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == rule:
-            return int(parts[1])
-    return 0
 
 
 def test_every_mistake_at_once(wd):

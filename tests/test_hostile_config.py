@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.test_config_errors import dry_run, failed, jobs, wd  # noqa: F401  (fixture)
+from tests.runs import REFUSE_WITHIN_S, dry_run, failed, jobs, limited_dry_run
 from workflow_scripts.plan.rounds import BUDGET_PATTERN
 from workflow_scripts.study import StudyConfigError, load_study
 from workflow_scripts.study.schema import StudyValidator, build_schema
@@ -100,7 +100,7 @@ def test_a_value_that_a_tool_could_read_as_an_option_is_refused(override, where)
     assert "is not allowed; allowed:" in str(info.value)
 
 
-def test_through_snakemake_a_hostile_mirror_is_refused_before_any_job(wd):  # noqa: F811
+def test_through_snakemake_a_hostile_mirror_is_refused_before_any_job(wd):
     proc = dry_run(wd, "containers={base: {mirror: '--customize-hook=touch /tmp/owned'}}")
     out = failed(proc)
     expected = (
@@ -142,36 +142,6 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
 
 # --------------------------------------------------------------------------- plan-time limits
 
-#: what a refused config may cost: seconds, and this much address space for Snakemake
-REFUSE_WITHIN_S = 60
-REFUSE_WITHIN_BYTES = 4 * 2**30
-
-
-def limited_dry_run(where, *config: str, study: dict | None = None):
-    """:func:`dry_run` with an address-space limit on Snakemake, timed."""
-    import resource
-    import subprocess
-    import sys
-    import time
-
-    import yaml
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (REFUSE_WITHIN_BYTES, REFUSE_WITHIN_BYTES))
-
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
-    if study is not None:
-        (where / "study.yaml").write_text(yaml.safe_dump({"sweeps": [], **study}))
-        cmd += ["--configfile", str(where / "study.yaml")]
-    cmd += ["--config", "runtime=local", *config]
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        cmd, cwd=where, capture_output=True, text=True, timeout=300, preexec_fn=limit
-    )
-    took = time.monotonic() - t0
-    assert not (where / "results").exists()
-    return proc, took
-
 
 def alias_bomb(levels: int = 30) -> str:
     """YAML whose aliases nest 2**levels values into a few lines."""
@@ -180,7 +150,7 @@ def alias_bomb(levels: int = 30) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_through_snakemake_an_alias_bomb_in_config_yaml_is_refused_in_seconds(wd):  # noqa: F811
+def test_through_snakemake_an_alias_bomb_in_config_yaml_is_refused_in_seconds(wd):
     original = (wd / "config.yaml").read_text()
     try:
         (wd / "config.yaml").write_text(original + "\n" + alias_bomb())
@@ -194,7 +164,7 @@ def test_through_snakemake_an_alias_bomb_in_config_yaml_is_refused_in_seconds(wd
     assert took < REFUSE_WITHIN_S and len(out) < 20_000
 
 
-def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(wd):  # noqa: F811
+def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(wd):
     """(A --configfile is read by Snakemake before the workflow's code: a bomb of lists
     reaches the workflow as shared objects; the file, read again as the study reads its
     own, is refused by its size before anything walks Snakemake's copy.)"""
@@ -240,14 +210,14 @@ def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(w
     ],
     ids=["sweep", "trials", "cpus", "long-value", "memory", "probe"],
 )
-def test_through_snakemake_what_a_config_asks_beyond_limits_is_refused(wd, study, expected):  # noqa: F811
+def test_through_snakemake_what_a_config_asks_beyond_limits_is_refused(wd, study, expected):
     proc, took = limited_dry_run(wd, study=study)
     out = failed(proc)
     assert expected in out, out[-2000:]
     assert took < REFUSE_WITHIN_S and len(out) < 20_000
 
 
-def test_the_limits_are_raised_on_purpose(wd):  # noqa: F811
+def test_the_limits_are_raised_on_purpose(wd):
     study = {"trials": 1, "experiments": [], "sweeps": [{"name": "s", "seed": list(range(30))}]}
     proc, _ = limited_dry_run(wd, "limits={experiments: 10}", study=study)
     assert "more than the limit of 10" in failed(proc)

@@ -9,8 +9,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 import workflow_scripts
 
 ROOT = Path(workflow_scripts.__file__).parent
@@ -242,32 +240,3 @@ def test_the_workflow_reads_only_documented_workflow_attributes():
         if bad:
             found[str(path.relative_to(REPO))] = bad
     assert not found, f"undocumented workflow attributes read (or the object handed over): {found}"
-
-
-def test_the_former_flat_names_import_as_the_grouped_modules():
-    """A host module grouped into a package (summary/, plan/, cluster/) still imports
-    under its former name, as the same module: code written against it keeps working."""
-    import importlib
-
-    for old, new in workflow_scripts.FORMER_NAMES.items():
-        former = importlib.import_module(f"workflow_scripts.{old}")
-        assert former is importlib.import_module(f"workflow_scripts.{new}"), old
-        # the module keeps its own name and spec: its relative imports resolve as before
-        assert former.__name__ == former.__spec__.name == f"workflow_scripts.{new}"
-    from workflow_scripts.estimate import for_study
-
-    from workflow_scripts import records
-    from workflow_scripts.summary import records as grouped
-
-    assert (
-        records is grouped
-        and for_study is importlib.import_module("workflow_scripts.plan.estimate").for_study
-    )
-    from workflow_scripts import cluster
-    from workflow_scripts.cluster import sizing, slurm
-
-    assert cluster.experiment is sizing.experiment and cluster.slurm is slurm
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        cluster.no_such_name  # noqa: B018
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("workflow_scripts.no_such_module")

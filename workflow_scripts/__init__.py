@@ -30,50 +30,9 @@ Rank-side and shared modules import nothing host-side (``tests/test_layout.py``)
 module imports another's private names or takes part in an import cycle.
 """
 
-import importlib.abc
-import importlib.util
-import sys
-
 #: the package that runs inside a backend environment (the rank side)
 RANK_SIDE = "rank"
 #: top-level modules and packages read on both sides (standard library only at import)
 SHARED = ("util", "sysinfo", "cli", "workloads", "backends", "launchers", "shm")
 
-#: the host modules' former flat names, from before they were grouped into packages:
-#: still importable under them (``from workflow_scripts import records``,
-#: ``workflow_scripts.estimate``), as the same module objects
-FORMER_NAMES = {
-    "results": "summary.results",
-    "records": "summary.records",
-    "machine_results": "summary.machine_results",
-    "slurm": "cluster.slurm",
-    "estimate": "plan.estimate",
-    "rounds": "plan.rounds",
-    "progress": "plan.progress",
-}
-
 __all__: list[str] = []
-
-
-class _FormerNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports a former name as the module it names now (:data:`FORMER_NAMES`)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        package, _, short = fullname.rpartition(".")
-        if package != __name__ or short not in FORMER_NAMES:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        short = spec.name.rpartition(".")[2]
-        module = importlib.import_module(f"{__name__}.{FORMER_NAMES[short]}")
-        spec.loader_state = module.__spec__  # its own, which the import system replaces
-        return module
-
-    def exec_module(self, module):
-        """The module it names now is already executed: give it back its own spec."""
-        module.__spec__ = module.__spec__.loader_state
-
-
-if not any(isinstance(f, _FormerNames) for f in sys.meta_path):
-    sys.meta_path.append(_FormerNames())

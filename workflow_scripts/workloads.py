@@ -269,8 +269,3 @@ def expected_padded_length(seq_len: int, batch_size: int, draws: int = 256) -> f
     lengths = sample_lengths(seq_len, draws * batch_size, 0)
     longest = [max(lengths[i : i + batch_size]) for i in range(0, len(lengths), batch_size)]
     return sum(longest) / len(longest)
-
-
-def training_defaults(name: str) -> dict:
-    """The optimizer, learning rate and schedule of ``name``'s family."""
-    return dict(TRAINING_DEFAULTS[get(name).family])
