@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_accelerate import bert
 from tests.test_distributed import TWO_CPUS
-from tests.test_harness import assert_ok, run
+from tests.trials import assert_ok, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

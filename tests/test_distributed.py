@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO, spec_of
 from tests.test_ccl import free_port
-from tests.test_harness import assert_ok, run
+from tests.trials import assert_ok, run
 from workflow_scripts import collectives, digits
 from workflow_scripts.rank import metrics
 

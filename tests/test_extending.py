@@ -209,7 +209,7 @@ print(json.dumps({
 def report_view(wd: Path, tmp_path: Path, runs: list[tuple[str, float, dict]]) -> dict:
     """Fixture records of ``runs`` (id, spec fields) through the copy's report code: the
     backend head-to-head rows, each loss curve's reference, a pair's differences."""
-    from tests.test_report import make, write
+    from tests.fixture_records import make, write
 
     records = []
     for exp, sps, spec in runs:
@@ -295,7 +295,7 @@ def test_a_result_figure_is_one_declaration(tmp_path):
     """A figure declared once in results.py is a typed column of summary.csv (after the
     measurement columns it joins), a median over the used trials in the report's
     experiment tables with its label and unit, and a column of the full summary."""
-    from tests.test_report import make, write
+    from tests.fixture_records import make, write
 
     wd = copy_workflow(tmp_path / "wf")
     before = snapshot(wd)
@@ -325,7 +325,7 @@ def test_a_result_figure_is_one_declaration(tmp_path):
     assert pd.isna(summary["data_wait_s"].iloc[3]) and summary["data_wait_s"].dtype == float
     # the report: the group's experiment table has it (the median of 3 trials: 0.50),
     # in the row of its experiment; the full summary has the column, every trial's value
-    from tests.test_report import html_tables
+    from tests.fixture_records import html_tables
 
     tables = html_tables((out / "index.html").read_text())
     (group,) = [t for t in tables if "data wait (s)" in t.columns]

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.test_harness import assert_ok, run
+from tests.trials import assert_ok, run
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

@@ -118,7 +118,7 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
     written quoted; numbers (negative ones too) stay numbers."""
     import pandas as pd
 
-    from tests.test_report import make, write
+    from tests.fixture_records import make, write
     from workflow_scripts import report
     from workflow_scripts.summary import records as rec
 
@@ -229,7 +229,7 @@ def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(
     """Records left by anything (a crash, a hand, another version) are read: a deeply
     nested, truncated or huge one is a crashed record naming the file, and the summary
     and report are still built."""
-    from tests.test_report import make, write
+    from tests.fixture_records import make, write
     from workflow_scripts import report
     from workflow_scripts.summary import records as rec
 
@@ -290,7 +290,7 @@ def test_another_machines_results_and_a_data_folder_are_searched_within_bounds(t
 def test_free_text_from_records_is_never_markup_in_the_report(tmp_path):
     """Groups, errors and ids come from configs and records, which anyone may have
     written: the report shows them as text, never as markup a browser would run."""
-    from tests.test_report import make, write
+    from tests.fixture_records import make, write
     from workflow_scripts import report
     from workflow_scripts.summary import records as rec
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.test_report import write
+from tests.fixture_records import write
 from workflow_scripts import report
 from workflow_scripts.summary import records as rec
 

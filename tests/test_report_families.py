@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.test_report import html_tables, make, write
+from tests.fixture_records import html_tables, make, write
 from tests.test_report_sections import section, trial
 from workflow_scripts import report
 from workflow_scripts.summary import records as rec

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from tests.test_report import PROVENANCE, html_tables, make, write
+from tests.fixture_records import PROVENANCE, html_tables, make, write
 from workflow_scripts import report
 from workflow_scripts.report import compare, formatting, machines, quality, stats
 from workflow_scripts.summary import records as rec

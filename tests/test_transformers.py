@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.test_harness import assert_ok, run
+from tests.trials import assert_ok, run
 from workflow_scripts import workloads
 from workflow_scripts.plan import estimate
 from workflow_scripts.runtimes.base import REPO_ROOT

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from tests.test_report import make, write
+from tests.fixture_records import make, write
 from workflow_scripts import report
 from workflow_scripts.rank import metrics as rank_metrics
 from workflow_scripts.report import uncertainty
