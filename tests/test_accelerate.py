@@ -4,15 +4,11 @@ the study writes and the ranks' variables under mpirun. (Real trials through
 
 from __future__ import annotations
 
+from tests.trials import bert
 from workflow_scripts import launchers
 from workflow_scripts.rank.distributed import ranks
 
 ACCELERATE = launchers.get("accelerate")
-
-
-def bert(make_spec, **fields) -> dict:
-    fields.setdefault("id", "bert")
-    return make_spec(model="bert-tiny", image_size=None, seq_len=32, **fields)
 
 
 def test_the_config_file_says_what_the_spec_asks(make_spec):

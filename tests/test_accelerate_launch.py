@@ -9,9 +9,7 @@ import json
 
 import pytest
 
-from tests.test_accelerate import bert
-from tests.test_distributed import TWO_CPUS
-from tests.trials import assert_ok, run
+from tests.trials import TWO_CPUS, assert_ok, bert, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

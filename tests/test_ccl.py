@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.trials import free_port
 from workflow_scripts import shm
 
 pytestmark = pytest.mark.slow
@@ -310,12 +310,6 @@ dist.destroy_process_group()
 info["destroyed"] = True
 write()
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def built_from(lib: Path) -> str | None:

@@ -10,14 +10,12 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, spec_of
-from tests.test_ccl import free_port
-from tests.trials import assert_ok, run
+from tests.trials import TWO_CPUS, assert_ok, free_port, rank_pids, run
 from workflow_scripts import collectives, digits
 from workflow_scripts.rank import metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
-TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 needs_two = pytest.mark.skipif(not TWO_CPUS, reason="two ranks need two CPUs")
 
 
@@ -345,24 +343,6 @@ def test_variant_names():
     assert collectives.env_of("gloo") == "upstream" and collectives.image_of("ccl-shm") == "oneccl"
     with pytest.raises(ValueError, match="allowed are gloo"):
         collectives.variant_spec("gloo-offload", 2, 60)
-
-
-def rank_pids(needle: str) -> list[int]:
-    """The pids of the training ranks (python run_trial.py ..., not torchrun above them)
-    whose command line holds ``needle``."""
-    pids = []
-    for proc in os.listdir("/proc"):
-        if not proc.isdigit():
-            continue
-        try:
-            argv = open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
-        except OSError:
-            continue
-        argv = argv.split("\0")
-        script = [a for a in argv[1:3] if not a.startswith("-")][:1]  # python [-u] script
-        if script and script[0].endswith("run_trial.py") and needle in " ".join(argv):
-            pids.append(int(proc))
-    return pids
 
 
 @needs_two

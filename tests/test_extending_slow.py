@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.extending import add_knob, add_toy_backend, python, study
 from tests.runs import copy_workflow
-from tests.test_extending import add_knob, add_toy_backend, python, study
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import components
-from tests.test_report_sections import PRICES, machine_a, machine_b, trial, write
+from tests.fixture_records import PRICES, machine_a, machine_b, trial, write
 from workflow_scripts import report
 from workflow_scripts.summary import records as rec
 
@@ -161,7 +161,7 @@ def test_inference_tables_show_int8_beside_fp32_in_full(page):
     """The inference section as a reader sees it: the speed table with each INT8 run's
     kernels and the table of what each served model computes, every column within the
     page's width, the INT8 runs of both stacks and their accuracy change in the text."""
-    from tests.test_report_families import served
+    from tests.fixture_records import served
 
     html, shots = page
     tmp = html.parent.parent / "inference"

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.fixture_records import html_tables, make, write
-from tests.test_report_sections import section, trial
+from tests.fixture_records import html_tables, make, section, served, trial, write
 from workflow_scripts import report
 from workflow_scripts.summary import records as rec
 
@@ -146,34 +145,6 @@ def test_without_a_ladder_the_headline_picks_a_training_run(tmp_path):
     report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
     page = (tmp_path / "index.html").read_text()
     assert '<b id="hl-best">bert-ipex</b>' in page
-
-
-def served(record: dict, cosine: float, int8: int | None = None, layers: int = 74,
-           accuracy: tuple[float, float] | None = None) -> dict:  # fmt: skip
-    """A fixture inference record with what its served model computed (the harness's
-    ``checks.serving``): logits against fp32 eager, oneDNN's INT8 kernels, and for a
-    model it trained, its held-out accuracy served and in fp32 eager."""
-    onednn = {"heavy_primitives": layers, "int8_primitives": int8 or 0, "bf16_primitives": 0,
-              "int8_isa": "AVX512-VNNI" if int8 else None}  # fmt: skip
-    record["checks"] = {
-        **record.get("checks", {}),
-        "serving": {
-            "agreement": {
-                "cosine": cosine,
-                "max_abs_diff": 0.05,
-                "reference_max_abs": 2.0,
-                "top1_agreement": 0.875,
-            },  # fmt: skip
-            "onednn": onednn,
-            "weight_layers": layers,
-            "reference_accuracy": accuracy[1] if accuracy else None,
-            "served_accuracy": accuracy[0] if accuracy else None,
-            "serve_s": 1.5,
-        },
-    }
-    if accuracy:
-        record["metrics"]["test_accuracy"] = accuracy[0]
-    return record
 
 
 def test_int8_side_by_side_with_what_it_did_to_the_model(tmp_path):

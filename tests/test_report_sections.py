@@ -7,7 +7,6 @@ test_report_browser.py; a study of each single experiment: test_report_sections_
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 import subprocess
@@ -17,113 +16,26 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from tests.fixture_records import PROVENANCE, html_tables, make, write
+from tests.fixture_records import (
+    PRICE_A,
+    PRICE_B,
+    build_page,
+    html_tables,
+    machine_a,
+    machine_b,
+    make,
+    section,
+    trial,
+    write,
+)
 from workflow_scripts import report
 from workflow_scripts.report import compare, formatting, machines, quality, stats
 from workflow_scripts.summary import records as rec
-
-LOSSES = [2.30, 2.25, 2.20, 2.15, 2.10, 2.05, 2.00, 1.95, 1.90, 1.85]
-PRICE_A = 0.1027
-PRICE_B = 0.2
-
-
-def trial(exp, k=0, sps=10.0, losses=LOSSES, steps_timed=8, probe=(180.0, 400.0), **spec):
-    """A fixture record: 8 timed steps asked, ``steps_timed`` run, a probe, losses."""
-    r = make(exp, k, sps, steps=8, preset="quick", **spec)
-    if sps is not None:
-        r["metrics"]["steps_timed"] = steps_timed
-        r["metrics"]["time_budget_hit"] = steps_timed < 8
-        r["probe"] = {"fp32_gflops": probe[0], "bf16_gflops": probe[1], "size": 1024}
-        r["probe"]["threads"] = 2
-        r["losses"] = list(losses)
-        r["step_times_s"] = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0, 1.0][:steps_timed]
-        r["probe"]["seconds"] = 0.5
-        r["attempts"] = 1
-        # the study's own cost: what was predicted before the trial ran, and its wall time
-        r["estimate"] = {"seconds": 16.0, "basis": "calibration"}
-        r["trial_wall_s"] = 20.0 + k
-    return r
-
-
-def machine_a():
-    """An AVX-512 BF16 machine, preset quick: the ladder, a budget-cut bf16, a noisy
-    baseline trial, a failed IPEX run, a compiled run whose losses diverge, another
-    model in another group; no sweeps."""
-    diverging = [2.30, 2.6, 3.4, 5.0, 9.0, 14.0, 20.0, 30.0, 45.0, 60.0]
-    return [
-        trial("baseline", 0, 10.0),
-        trial("baseline", 1, 12.0),
-        trial("baseline", 2, 4.0, probe=(60.0, 150.0)),  # disturbed: the peers' probes say so
-        trial("bf16", 0, 22.0, steps_timed=3, precision="bf16", claim_speedup=2.67),
-        trial("bf16-cl", 0, 33.0, precision="bf16", channels_last=True, claim_speedup=4.16),
-        trial(
-            "runcpu-tcmalloc", 0, 35.2, precision="bf16", channels_last=True,
-            launcher="run_cpu", allocator="tcmalloc", claim_speedup=4.28,
-        ),
-        trial(
-            "inductor-bf16-cl", 0, 40.0, losses=diverging, precision="bf16",
-            channels_last=True, backend="inductor", compile="inductor",
-        ),
-        trial("inductor-fp32", 0, 12.1, backend="inductor", compile="inductor"),
-        trial("ipex-baseline", 0, 9.0, backend="ipex", env="ipex"),
-        trial(
-            "ipex-optimize-bf16-cl", 0, None, status="failed", backend="ipex", env="ipex",
-            ipex_optimize=True, precision="bf16", channels_last=True,
-            error={"type": "RuntimeError", "message": "bf16 prepack needs AVX-512"},
-        ),
-        trial("resnet18", 0, 80.0, group="models", model="resnet18", image_size=64),
-    ]  # fmt: skip
-
-
-def machine_b():
-    """An AVX2-only machine, preset default: bf16 emulated (slower than fp32); bf16-cl
-    ran at another batch; an experiment machine A does not have."""
-    prov = copy.deepcopy(PROVENANCE)
-    prov.update(cpu_model="Intel Xeon E5-2686 v4", cpu_flags=["avx2", "fma"], logical_cpus=8)
-    records = [
-        trial("baseline", 0, 8.0),
-        trial("bf16", 0, 4.0, precision="bf16"),
-        trial("bf16-cl", 0, 5.0, precision="bf16", channels_last=True, batch_size=32),
-        trial(
-            "runcpu-tcmalloc", 0, 5.2, precision="bf16", channels_last=True,
-            launcher="run_cpu", allocator="tcmalloc",
-        ),
-        trial("xla-fp32", 0, 3.0, backend="xla", env="xla"),
-    ]  # fmt: skip
-    for r in records:
-        r["provenance"] = copy.deepcopy(prov)
-        r["spec"]["preset"] = "default"
-    return records
-
-
-PRICES = [
-    {"name": "this machine", "usd_per_hour": PRICE_A, "note": "assumed"},
-    {"name": "article: c7i.2xlarge", "usd_per_hour": 0.357, "throughput": "article"},
-]
-
-
-def build_page(tmp):
-    """Machine A's report, machine B beside it: the folder, the records, what
-    build_report returned and the page's HTML."""
-    write(tmp / "b", machine_b())
-    records = rec.load_records(write(tmp / "a", machine_a()))
-    out = report.build_report(
-        records, tmp / "summary.csv", tmp / "report" / "index.html", tmp / "report",
-        prices=PRICES, machines=[{"name": "avx2-box", "results": str(tmp / "b"),
-                                  "usd_per_hour": PRICE_B}], name="avx512-box",
-    )  # fmt: skip
-    text = (tmp / "report" / "index.html").read_text()
-    return tmp, records, out, text
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     return build_page(tmp_path_factory.mktemp("decisions"))
-
-
-def section(text, sid):
-    start = text.index(f'<section id="{sid}">')
-    return text[start : text.index("</section>", start)]
 
 
 def headline_value(text, key):

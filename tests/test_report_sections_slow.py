@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.test_report_sections import PRICES, build_page, machine_a, section, write
+from tests.fixture_records import PRICES, build_page, machine_a, section, write
 from workflow_scripts import report
 from workflow_scripts.report import quality
 from workflow_scripts.summary import records as rec

@@ -446,7 +446,7 @@ def test_ranks_killed_on_two_nodes_leave_nothing_in_dev_shm(slurm, oneccl_env, t
     here share this machine's /dev/shm and /tmp, but not their host names, under which
     each node's ranks register), and says so in its log."""
     from tests.conftest import spec_of
-    from tests.test_distributed import rank_pids
+    from tests.trials import rank_pids
     from workflow_scripts import shm
 
     spec = spec_of(id=f"shm-2n-{os.getpid()}", launcher="torchrun", ranks=1, threads=1,

@@ -4,6 +4,8 @@ record passes (:func:`assert_ok`), for the tests that train real steps."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 
 import pytest
 
@@ -47,3 +49,36 @@ def assert_ok(record: dict, torch: str = "2.14.") -> dict:
     assert prov["env_lock_sha256"] and prov["cpu_model"] and prov["logical_cpus"] >= 1
     assert prov["torch_num_threads"] >= 1
     return record
+
+
+#: whether this process may use two CPUs (the two-rank tests)
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+
+
+def bert(make_spec, **fields) -> dict:
+    fields.setdefault("id", "bert")
+    return make_spec(model="bert-tiny", image_size=None, seq_len=32, **fields)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_pids(needle: str) -> list[int]:
+    """The pids of the training ranks (python run_trial.py ..., not torchrun above them)
+    whose command line holds ``needle``."""
+    pids = []
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        argv = argv.split("\0")
+        script = [a for a in argv[1:3] if not a.startswith("-")][:1]  # python [-u] script
+        if script and script[0].endswith("run_trial.py") and needle in " ".join(argv):
+            pids.append(int(proc))
+    return pids
