@@ -1,18 +1,5 @@
-# One job per experiment trial. A job takes every core Snakemake was given, so
-# no two measurements ever overlap (overlapping runs on a small machine skewed
-# timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
-# asks for"). The launcher always writes a record, also for a failed,
-# crashed or timed-out run, so one bad experiment never stops the study.
-# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority,
-# the question first within a round (workflow_scripts/plan/order.py);
-# after `trials`, only the experiments a comparison still undecided names (or one the
-# headline states, not yet within the margin) run another round, up to `max_trials`
-# (round_experiments, rules/common.smk).
-# After each, a progress line: trials done of all, elapsed, the time left (progress.py).
-# A trial whose noise probe is an outlier below its peers' (results/probes/, the study's
-# trials probed the same way; workflow_scripts/trial/peers.py) by at least
-# 1 - noise_threshold is run again (noise_retries times at most); these two settings are
-# read in the run block rather than passed as params, so changing them reruns no experiment.
+# The measured jobs: the calibrations, the trials, their far pointers and the allreduce
+# benchmark.
 
 
 # The reference noise probe of each environment: 3 probes (median) per probe size and
@@ -54,6 +41,21 @@ rule calibrate:
         )
 
 
+# One job per experiment trial (run_experiment). A job takes every core Snakemake
+# was given, so no two measurements ever overlap (overlapping runs on a small machine skewed
+# timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
+# asks for"). The launcher always writes a record, also for a failed,
+# crashed or timed-out run, so one bad experiment never stops the study.
+# Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority,
+# the question first within a round (workflow_scripts/plan/order.py);
+# after `trials`, only the experiments a comparison still undecided names (or one the
+# headline states, not yet within the margin) run another round, up to `max_trials`
+# (round_experiments, rules/common.smk).
+# After each, a progress line: trials done of all, elapsed, the time left (progress.py).
+# A trial whose noise probe is an outlier below its peers' (results/probes/, the study's
+# trials probed the same way; workflow_scripts/trial/peers.py) by at least
+# 1 - noise_threshold is run again (noise_retries times at most); these two settings are
+# read in the run block rather than passed as params, so changing them reruns no experiment.
 rule run_experiment:
     input:
         unpack(experiment_inputs),
