@@ -540,6 +540,9 @@ def test_calibration_is_an_ancient_input(tmp_path):
     assert dry_run_jobs(wd, "preset=quick") == []
 
 
+#: a fast trial and a slow one, which the tests stop (the study refuses a trial whose
+#: steps would outlast 4x its timeout_s with every stop off: the slow one's 20,000 steps
+#: take a minute or more, well within it)
 KILL_CONFIG = """
 runtime: local
 trials: 1
@@ -548,7 +551,7 @@ defaults: {model: cnn, image_size: 32, batch_size: 8, warmup_steps: 1, probe_siz
            time_budget_s: null, step_precision: null, far_stop: null, timeout_s: 900}
 experiments:
   - {id: fast, steps: 2}
-  - {id: slow, steps: 1000000}
+  - {id: slow, steps: 20000}
 """
 
 
@@ -622,7 +625,7 @@ def test_a_study_outlives_the_shell_that_started_it(tmp_path):
     the study goes on and its trial ends with its record. The trial watches Snakemake,
     not whoever started it (the job runs in a thread of Snakemake's own process)."""
     wd = copy_workflow(tmp_path / "wf")
-    (wd / "config.yaml").write_text(KILL_CONFIG.replace("steps: 1000000", "steps: 400"))
+    (wd / "config.yaml").write_text(KILL_CONFIG.replace("steps: 20000", "steps: 400"))
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"envs_root={ENVS_ROOT}"]
     slow_log = wd / "logs/experiments/slow/trial0.log"
     # the shell starts the study in the background, waits until the slow trial is timing
