@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from .fields import FIELDS
+from .fields import BUILTIN_DEFAULTS, FIELDS
 
 #: the most lines a config's errors print (a screenful); the rest are counted
 MOST_LINES = 40
@@ -73,7 +73,7 @@ def one_per_cause(
         if key[0] == "line" or len(who[key]) < 2:
             out.append(line)
             continue
-        kind, field, msg = key
+        said, field, msg = key
         n = len(who[key])
         if n == total:
             many = f"all {total} experiments"
@@ -81,7 +81,7 @@ def one_per_cause(
             more = f" and {n - NAMED} more" if n > NAMED else ""
             many = f"{n} experiments: {', '.join(who[key][:NAMED])}{more}"
         where = f"defaults.{field}" if field in given else (field or "")
-        head = f"config {kind} at {where}: " if where else f"config {kind}: "
+        head = f"config {said} at {where}: " if where else f"config {said}: "
         out.append(f"{head}{msg} ({many})")
     if len(out) > MOST_LINES:
         left = len(out) - (MOST_LINES - 1)
@@ -92,7 +92,5 @@ def one_per_cause(
 def given_fields(defaults: dict) -> set[str]:
     """The fields a study's resolved ``defaults`` set otherwise than the built-in ones
     (the config's, a preset's or the command line's)."""
-    from .fields import BUILTIN_DEFAULTS
-
     unset = object()
     return {k for k, v in defaults.items() if BUILTIN_DEFAULTS.get(k, unset) != v}

@@ -63,6 +63,7 @@ from .schema import (
     build_schema,
     coerce_strings,
     err,
+    not_plain,
     path_key,
     schema_message,
     validate_schema,
@@ -619,6 +620,9 @@ def _validated(config: dict | None, cli: dict | None) -> tuple[dict, dict]:
         problem = shape_problem(value, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
         if problem:
             raise StudyConfigError(err("", f"{what} has {problem}: refused before reading it"))
+        problems = not_plain(value)  # (YAML's dates, sets, binary: with their path)
+        if problems:
+            raise StudyConfigError("\n".join(problems))
     cli = coerce_strings(_coerce_overrides(copy.deepcopy(dict(cli or {}))))
     config = _coerce_overrides(copy.deepcopy(dict(config)))
     merge_config(config, cli)

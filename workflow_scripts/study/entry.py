@@ -17,11 +17,8 @@ import yaml
 
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
-from ..util import shape_problem
 from .causes import given_fields, one_per_cause
 from .config import (
-    CONFIG_MAX_DEPTH,
-    CONFIG_MAX_VALUES,
     Study,
     StudyConfigError,
     load_study,
@@ -29,20 +26,13 @@ from .config import (
     resolve_spec,
 )
 from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
-from .files import check_configfile, not_plain, read_config_file
+from .files import check_configfile, read_config_file
 from .machine import check_machine
 from .schema import build_schema, err
 
 #: what the study was planned for, set by Snakemake's own process for its jobs':
 #: ``host <name>`` (this machine) or ``nodes <description>`` (a SLURM partition's)
 PLANNED_FOR_VAR = "STUDY_PLANNED_FOR"
-
-
-def check_yaml(path: Path | str) -> dict:
-    """A config file the study reads itself, as plain data (:mod:`.files`): bounded
-    before it is parsed, a syntax error with its line and column, a duplicate key with
-    both lines."""
-    return read_config_file(path)
 
 
 def command_line_config(
@@ -55,22 +45,16 @@ def command_line_config(
     Also checks the workflow's config file (``configfile``) before Snakemake reads it,
     and reads each of the command line's (``configfiles``, which Snakemake has parsed)
     as the study reads its own (:mod:`.files`: a duplicate key, a value that is not plain
-    data, a templated file refused), and the values of both as plain data."""
+    data, a templated file refused)."""
     from snakemake.exceptions import WorkflowError
 
     try:
         if Path(configfile).exists():
-            check_yaml(configfile)
+            read_config_file(configfile)
         for path in configfiles:
             found = _as_given(path)
             if found is not None:  # (else Snakemake, which read it, would have said)
                 check_configfile(found)
-        problem = shape_problem(config, CONFIG_MAX_VALUES, CONFIG_MAX_DEPTH)
-        if problem:
-            raise StudyConfigError(f"config error: the command line's config has {problem}")
-        problems = not_plain(config)
-        if problems:
-            raise StudyConfigError("\n".join(problems))
     except StudyConfigError as exc:
         raise WorkflowError(str(exc)) from None
     return copy.deepcopy(dict(config))

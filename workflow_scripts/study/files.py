@@ -15,7 +15,6 @@ Python while Snakemake read it: the study says so and refuses it.
 
 from __future__ import annotations
 
-import datetime
 import stat
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import yaml
 
 from ..util import shape_problem, show
 from .config import CONFIG_MAX_DEPTH, CONFIG_MAX_VALUES, StudyConfigError
-from .schema import err
+from .schema import not_plain
 
 #: a config file's size (config.yaml: about 31 KB)
 MAX_BYTES = 1 << 20
@@ -32,48 +31,6 @@ MAX_BYTES = 1 << 20
 MAX_INDENT = 8 * CONFIG_MAX_DEPTH
 #: Snakemake's YAML templating switch: a file with it runs Python as it is read
 YTE_KEY = "__use_yte__"
-
-_KINDS = {
-    datetime.date: "a date",
-    datetime.datetime: "a date and time",
-    bytes: "binary data",
-    set: "a set",
-    tuple: "a tuple",
-}
-
-
-def _kind(value: Any) -> str:
-    for cls in (datetime.datetime, datetime.date, bytes, set, tuple):
-        if isinstance(value, cls):
-            return _KINDS[cls]
-    return f"a Python {type(value).__name__}"
-
-
-def not_plain(value: Any, where: str = "") -> list[str]:
-    """Messages for every value in ``value`` (bounded by the loader's size check first)
-    that is not plain data: a string, a finite or not number, a boolean, null, a list or a
-    mapping with text keys."""
-    problems: list[str] = []
-    stack: list[tuple[Any, str]] = [(value, where)]
-    while stack and len(problems) < 20:
-        item, at = stack.pop()
-        if isinstance(item, dict):
-            for key, sub in item.items():
-                if not isinstance(key, str):
-                    problems.append(err(at, f"key {show(key)} is not text; a key is text"))
-                    continue
-                stack.append((sub, f"{at}.{key}" if at else key))
-        elif isinstance(item, list):
-            stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
-        elif item is not None and not isinstance(item, (str, bool, int, float)):
-            problems.append(
-                err(
-                    at,
-                    f"{_kind(item)} ({show(item)}) is not a plain value; allowed: a string, "
-                    "number, boolean, null, list or mapping (quoted, a value is text)",
-                )
-            )
-    return sorted(problems)
 
 
 def _text(path: Path) -> str:

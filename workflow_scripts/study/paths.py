@@ -9,6 +9,7 @@ path; the caller names the setting."""
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -20,8 +21,10 @@ PSEUDO_FILESYSTEMS = frozenset(
 )
 
 
-def _mounts() -> list[tuple[str, str]]:
-    """(mount point, filesystem type) of this process's mounts, longest first."""
+@functools.cache
+def _mounts() -> tuple[tuple[str, str], ...]:
+    """(mount point, filesystem type) of this process's mounts, longest first (read
+    once: every folder setting and run's data folder is looked up in it)."""
     out = []
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
@@ -32,8 +35,8 @@ def _mounts() -> list[tuple[str, str]]:
                     point = fields[4].encode().decode("unicode_escape")
                     out.append((point, kind[0]))
     except OSError:
-        return []
-    return sorted(out, key=lambda m: len(m[0]), reverse=True)
+        return ()
+    return tuple(sorted(out, key=lambda m: len(m[0]), reverse=True))
 
 
 def filesystem_of(path: Path) -> str | None:

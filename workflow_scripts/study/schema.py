@@ -15,6 +15,7 @@ is allowed (with a suggestion for a near-miss name).
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
 import math
@@ -442,3 +443,45 @@ def coerce_strings(config: dict) -> dict:
         if path in _error_paths(config) and not nonfinite:  # no better: keep what was given
             _put(config, path, text)
     return config
+
+
+#: what YAML's safe loader builds besides plain data, in words (a datetime before its
+#: base class, the date)
+_NOT_PLAIN = (
+    (datetime.datetime, "a date and time"),
+    (datetime.date, "a date"),
+    (bytes, "binary data"),
+    (set, "a set"),
+    (tuple, "a tuple"),
+)
+
+
+def _kind(value: Any) -> str:
+    return next((w for cls, w in _NOT_PLAIN if isinstance(value, cls)), type(value).__name__)
+
+
+def not_plain(value: Any, where: str = "") -> list[str]:
+    """Messages for every value in ``value`` (bounded by a size check first) that is not
+    plain data: a string, a number, a boolean, null, a list or a mapping with text keys
+    (YAML's dates, sets and binary are not config values). At most 20."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack and len(problems) < 20:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    problems.append(err(at, f"key {_show(key)} is not text; a key is text"))
+                    continue
+                stack.append((sub, f"{at}.{key}" if at else key))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
+        elif item is not None and not isinstance(item, (str, bool, int, float)):
+            problems.append(
+                err(
+                    at,
+                    f"{_kind(item)} ({_show(item)}) is not a plain value; allowed: a string, "
+                    "number, boolean, null, list or mapping (quoted, a value is text)",
+                )
+            )
+    return sorted(problems)
