@@ -6,8 +6,7 @@ from pathlib import Path
 
 from workflow_scripts import collectives, envs, images, jobs
 from workflow_scripts.cluster import sizing
-from workflow_scripts.plan import order, progress, rounds
-from workflow_scripts.trial import far
+from workflow_scripts.plan import far, order, progress, rounds
 
 SETTINGS = STUDY.settings
 # Where the records, collectives, summary and report go: results/, a pre-flight's apart.
@@ -217,7 +216,7 @@ def experiment_inputs(wildcards):
     reruns no experiment), the record of the run whose trained weights it serves, a
     later trial's first trial's record (ancient(): a rerun of trial 0 reruns no other)
     and its far pointer, to the first trial's record of the run it stops early against
-    (far_stop; trial/far.py)."""
+    (far_stop; plan/far.py)."""
     spec = STUDY.by_id[wildcards.experiment]
     if IN_CONTAINERS:
         inputs = image_inputs_of(images.image_for(spec))

@@ -93,7 +93,7 @@ rule run_experiment:
         progress.report(STUDY)
 
 
-# A trial's far pointer (workflow_scripts/trial/far.py): the first run before it in its
+# A trial's far pointer (workflow_scripts/plan/far.py): the first run before it in its
 # group that times the same work per step, whose first trial it stops early against.
 # Which run that is depends on the others' settings: editing one reruns this pointer
 # (its input and param), never the trial (the pointer is the trial's ancient input).

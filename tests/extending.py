@@ -97,7 +97,7 @@ def add_toy_backend(tmp_path: Path) -> Path:
 
 def add_knob(wd: Path) -> Path:
     """The knob's declaration, and the one line of the harness that applies it."""
-    fields = wd / "workflow_scripts/study/fields.py"
+    fields = wd / "workflow_scripts/spec/fields.py"
     text = fields.read_text()
     anchor = '        Field(\n            "env_vars",'
     assert anchor in text

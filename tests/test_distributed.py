@@ -11,8 +11,7 @@ import pytest
 
 from tests.conftest import REPO, spec_of
 from tests.trials import TWO_CPUS, assert_ok, free_port, rank_pids, run
-from workflow_scripts import collectives, digits
-from workflow_scripts.rank import metrics
+from workflow_scripts import collectives, digits, metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

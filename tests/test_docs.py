@@ -60,7 +60,7 @@ def test_a_stale_table_is_found_and_rewritten(tmp_path):
 
 
 def test_the_tables_follow_the_declarations():
-    from workflow_scripts.study import fields, settings
+    from workflow_scripts.spec import fields, settings
     from workflow_scripts.summary import records
 
     columns = docs_tables.summary_columns()

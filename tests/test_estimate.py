@@ -266,7 +266,7 @@ def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
 def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps():
     """Where bf16 is emulated (20x slower), the bf16 rungs are far from their fp32
     baseline: the estimate gives them one trial that stops after two timed steps
-    (trial/far.py, plan/rounds.py), and counts the trials each experiment runs; where
+    (plan/far.py, plan/rounds.py), and counts the trials each experiment runs; where
     bf16 is native (2x faster) they are far too, but an fp32 rung near its baseline is not."""
     st = _study("default")
     avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])

@@ -140,7 +140,7 @@ def test_the_report_compares_by_the_registry(tmp_path):
     backend = json.loads(
         python(
             wd,
-            "import json; from workflow_scripts.study import fields; "
+            "import json; from workflow_scripts.spec import fields; "
             "print(json.dumps(fields.FIELDS['label_smoothing'].role))",
         )  # fmt: skip
     )
@@ -163,7 +163,7 @@ def test_the_report_compares_by_the_registry(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     (wd / "workflow_scripts/backends/toy.py").write_text(TOY_BACKEND.replace("owns = {}", (
         "owns = {'toy_fast': False}")))  # fmt: skip
-    fields_py = wd / "workflow_scripts/study/fields.py"
+    fields_py = wd / "workflow_scripts/spec/fields.py"
     anchor = '        Field(\n            "env_vars",'
     knob = KNOB.replace("label_smoothing", "toy_fast").replace(
         '{"type": "number", "minimum": 0, "maximum": 1},\n            0.0', '{"type": "boolean"},\n'

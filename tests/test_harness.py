@@ -14,7 +14,7 @@ import pytest
 
 from tests.trials import assert_ok, run
 from workflow_scripts import imagefolder, runtimes, trial
-from workflow_scripts.rank import metrics as rank_metrics
+from workflow_scripts import metrics as rank_metrics
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.runs import REFUSE_WITHIN_S, dry_run, failed, jobs, limited_dry_run
-from workflow_scripts.plan.rounds import BUDGET_PATTERN
+from workflow_scripts.spec.settings import BUDGET_PATTERN
 from workflow_scripts.study import StudyConfigError, load_study
 from workflow_scripts.study.schema import StudyValidator, build_schema
 

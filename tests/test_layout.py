@@ -95,6 +95,30 @@ def test_no_import_cycles():
     assert cycles(GRAPH) == []
 
 
+def package(module: str) -> str:
+    """The package a module belongs to (``workflow_scripts.plan``), or the top-level
+    module itself (``workflow_scripts.calibration``)."""
+    return ".".join(module.split(".")[:2])
+
+
+PACKAGE_GRAPH: dict[str, set[str]] = {}
+for _m, _targets in GRAPH.items():
+    PACKAGE_GRAPH.setdefault(package(_m), set()).update(
+        package(t) for t in _targets if package(t) != package(_m)
+    )
+
+
+def test_the_packages_stand_in_layers():
+    """No two packages (or top-level modules) import each other, directly or around a
+    longer loop, module-level or inside a function: each package only uses the ones
+    below it, so a reader can tell which is the foundation (issue 62)."""
+    assert package("workflow_scripts.plan.far") == "workflow_scripts.plan"
+    assert PACKAGE_GRAPH["workflow_scripts.study"] >= {
+        "workflow_scripts.spec", "workflow_scripts.plan",
+    }  # fmt: skip
+    assert cycles(PACKAGE_GRAPH) == []
+
+
 def test_no_private_names_cross_modules():
     crossing = [
         f"{m} imports {name} from {target}"

@@ -14,8 +14,7 @@ import pytest
 from tests.conftest import ENVS_ROOT
 from tests.runs import copy_workflow, dry_run_jobs
 from workflow_scripts import study
-from workflow_scripts.plan import estimate
-from workflow_scripts.study import preflight
+from workflow_scripts.plan import estimate, preflight
 
 pytestmark = pytest.mark.slow
 

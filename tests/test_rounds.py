@@ -1,6 +1,6 @@
 """Measure until known, then stop (no torch): the adaptive rounds' plan
-(workflow_scripts/plan/rounds.py), what a trial stops early against (trial/far.py) and the
-rank's far-from-baseline rule (rank/metrics.py), on the real config loader."""
+(workflow_scripts/plan/rounds.py), what a trial stops early against (plan/far.py) and the
+rank's far-from-baseline rule (metrics.py), on the real config loader."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import statistics
 
 import pytest
 
-from workflow_scripts.plan import rounds
-from workflow_scripts.rank import metrics
+from workflow_scripts import metrics
+from workflow_scripts.plan import far, rounds
 from workflow_scripts.report.uncertainty import COLUMNS
+from workflow_scripts.spec.settings import budget_seconds
 from workflow_scripts.study import load_study, read_config
-from workflow_scripts.trial import far
 
 
 def study_of(**settings):
@@ -194,12 +194,12 @@ def test_the_reference_is_an_ok_first_trials_median_step(tmp_path):
 
 
 def test_a_budget_reads_as_a_duration():
-    assert rounds.budget_seconds("1h") == 3600.0
-    assert rounds.budget_seconds("90min") == rounds.budget_seconds("90m") == 5400.0
-    assert rounds.budget_seconds("1.5h") == 5400.0 and rounds.budget_seconds("45s") == 45.0
+    assert budget_seconds("1h") == 3600.0
+    assert budget_seconds("90min") == budget_seconds("90m") == 5400.0
+    assert budget_seconds("1.5h") == 5400.0 and budget_seconds("45s") == 45.0
     for bad in ("1 h", "h", "-1h", "1h\n", "1d", ""):
         with pytest.raises(ValueError, match="no duration"):
-            rounds.budget_seconds(bad)
+            budget_seconds(bad)
 
 
 def test_the_rounds_that_fit_are_the_worst_cases():

@@ -12,9 +12,9 @@ from workflow_scripts.cluster import sizing, slurm
 from workflow_scripts.collectives import rank_counts, variant_spec
 from workflow_scripts.launchers.torchrun import LAUNCHER as TORCHRUN
 from workflow_scripts.launchers.torchrun import interface_address
+from workflow_scripts.spec.settings import SETTING_DEFAULTS
 from workflow_scripts.study import StudyConfigError, load_study
-from workflow_scripts.study.machine import estimated_memory_mb
-from workflow_scripts.study.settings import SETTING_DEFAULTS
+from workflow_scripts.workloads import estimated_memory_mb
 
 SINFO = """\
 cpu-[1-2]|cpu*|64|256000|icelake,avx512|idle

@@ -955,7 +955,7 @@ def test_batch_norm_at_1x1_is_refused_for_training_only():
 
 def test_the_shapes_preset_is_the_default_study_shortened(shipped):
     """The pre-flight: every experiment of the study at its real size, the fewest steps."""
-    from workflow_scripts.study import preflight
+    from workflow_scripts.plan import preflight
 
     default = load_study(shipped)
     shapes = load_study({**shipped, "preset": "shapes"})

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts import calibration, trial
+from workflow_scripts.calibration import clean_calibration
 from workflow_scripts.rank import contention, probe
 from workflow_scripts.trial import peers
-from workflow_scripts.trial.reference import clean_calibration
 
 FAKE_HARNESS = """#!{python}
 import json, os, sys

@@ -13,8 +13,8 @@ import pytest
 import scipy.stats
 
 from tests.fixture_records import make, write
+from workflow_scripts import metrics as rank_metrics
 from workflow_scripts import report
-from workflow_scripts.rank import metrics as rank_metrics
 from workflow_scripts.report import uncertainty
 from workflow_scripts.report.stats import experiment_stats
 from workflow_scripts.report.uncertainty import MARGIN, Spread, between, interval, verdict
@@ -280,7 +280,7 @@ def test_the_headline_says_which_noisy_trials_were_left_out_and_which_used(tmp_p
 
 
 def test_a_trial_knows_its_mean_step_time_within_students_t():
-    """The within-trial stopping rule (workflow_scripts/rank/metrics.py, no scipy there):
+    """The within-trial stopping rule (workflow_scripts/metrics.py, no scipy there):
     the 95 % interval's half-width of the mean step time over the mean."""
     times = [1.00, 1.10, 0.95, 1.05, 0.98]
     expected = scipy.stats.t.ppf(0.975, 4) * statistics.stdev(times) / math.sqrt(5)

@@ -33,12 +33,11 @@ from tests.runs import (
     mtimes,
 )
 from workflow_scripts import images, study
-from workflow_scripts.plan import order
+from workflow_scripts.calibration import clean_calibration
+from workflow_scripts.plan import far, order
 from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
 from workflow_scripts.study.config import flat_study
-from workflow_scripts.trial import far
-from workflow_scripts.trial.reference import clean_calibration
 
 pytestmark = pytest.mark.slow
 
@@ -424,7 +423,7 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # no trial waits for another experiment's files, but a served model for the first
         # trial of the run that trains its weights; a later trial for its own first
         # (what it carries from it: workflow_scripts/trial/carry.py); and a trial that
-        # may stop early far from its baseline for its own far pointer (trial/far.py)
+        # may stop early far from its baseline for its own far pointer (plan/far.py)
         source = specs[experiment]["weights_from"]
         records_in = re.findall(r"results/records/[^ ,]+", job["input"])
         expected = [f"results/records/{source}/trial0.json"] if source else []

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from . import backends, launchers, runtimes, sysinfo
 from .cli import Arg, Command
-from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, run_measured, with_limits
-from .trial.environment import environment
+from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, environment, run_measured, with_limits
 from .util import read_json, tail, write_json_atomic
 
 PROGRAM = Path(__file__).resolve().parent / "rank" / "distributed" / "allreduce_bench.py"

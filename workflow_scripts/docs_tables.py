@@ -2,9 +2,9 @@
 
 ``summary.csv``'s columns come from :data:`workflow_scripts.summary.records.COLUMNS` (each
 result's kind, unit and help from ``summary/results.py``, each knob's from
-``study/fields.py``), the experiment fields' allowed values and defaults from
-:data:`workflow_scripts.study.fields.FIELDS`, and the top-level settings' from
-:data:`workflow_scripts.study.settings.SETTINGS`. A page holds a generated table
+``spec/fields.py``), the experiment fields' allowed values and defaults from
+:data:`workflow_scripts.spec.fields.FIELDS`, and the top-level settings' from
+:data:`workflow_scripts.spec.settings.SETTINGS`. A page holds a generated table
 between two marker comments::
 
     <!-- BEGIN generated: summary-columns -->
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .study import fields, settings
+from .spec import fields, settings
 from .summary import records, results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/*.md")
 #: where a knob's summary column is described (a page and anchor this module fills)
 FIELDS_LINK = "configuration.md#experiment-fields"
-#: what the study loader adds to each spec (study/fields.py: DERIVED_KEYS)
+#: what the study loader adds to each spec (spec/fields.py: DERIVED_KEYS)
 DERIVED_HELP = {
     "env": "the backend environment it ran in (from its backend)",
     "preset": "the preset it belongs to",
@@ -204,9 +204,9 @@ def code_sides() -> str:
 
 SOURCES = {
     "code-sides": "workflow_scripts/__init__.py (RANK_SIDE, SHARED)",
-    "summary-columns": "workflow_scripts/summary/results.py and study/fields.py",
-    "config-fields": "workflow_scripts/study/fields.py",
-    "config-settings": "workflow_scripts/study/settings.py",
+    "summary-columns": "workflow_scripts/summary/results.py and spec/fields.py",
+    "config-fields": "workflow_scripts/spec/fields.py",
+    "config-settings": "workflow_scripts/spec/settings.py",
 }
 RENDERERS: dict[str, Callable[[], str]] = {
     "code-sides": code_sides,

@@ -187,6 +187,17 @@ WORKLOADS: dict[str, Workload] = {
 }  # fmt: skip
 
 
+def estimated_memory_mb(spec: dict) -> float:
+    """A rough training-memory model, for the memory warning and a SLURM job's request
+    (the model's ``memory_mb`` in :data:`WORKLOADS`: weights, gradients, momentum and
+    the framework, plus the activations kept for the backward pass); an order of
+    magnitude, not a measurement."""
+    w = WORKLOADS.get(spec["model"], WORKLOADS["resnet50"])
+    fixed, activations = w.memory_estimate_mb(spec)
+    workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
+    return fixed * (1 + 0.5 * workers) + activations
+
+
 def names() -> list[str]:
     return list(WORKLOADS)
 

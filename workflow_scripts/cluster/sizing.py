@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 import os
 
-from .. import launchers
+from .. import launchers, workloads
 from ..sysinfo import parse_cpu_list, plan_cpus
 
 EXCLUSIVE = "--exclusive"
 #: minutes a measured job needs besides its runs (starting Snakemake, the environment)
 SETUP_MIN = 10
-#: room over the rough memory estimate (study.machine.estimated_memory_mb)
+#: room over the rough memory estimate (workloads.estimated_memory_mb)
 MEMORY_FACTOR = 1.5
 MEMORY_FLOOR_MB = 2048
 
@@ -76,8 +76,6 @@ def memory_mb(mb: float) -> int:
 def experiment(spec: dict, settings: dict) -> dict:
     """The resources of a trial's job (``mpi`` None: a single-task job, which the plugin
     runs as a one-task step)."""
-    from ..study.machine import estimated_memory_mb
-
     launcher = launchers.get(spec["launcher"])
     world = launcher.ranks(spec)
     per_node = int(spec["ranks"]) if launcher.distributed else 1
@@ -89,7 +87,7 @@ def experiment(spec: dict, settings: dict) -> dict:
         "cpus_per_task": per_task,
         "tasks": world,
         "nodes": launchers.nodes(spec),
-        "mem_mb": whole_node_mb(estimated_memory_mb(spec) * per_node),
+        "mem_mb": whole_node_mb(workloads.estimated_memory_mb(spec) * per_node),
         "runtime": runtime_min(attempts * (spec["timeout_s"] + 5)),
         "slurm_extra": extra,
         "mpi": "srun" if world > 1 else None,

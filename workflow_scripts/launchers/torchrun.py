@@ -19,8 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import backends, sysinfo
-from ..rank import metrics
+from .. import backends, metrics, sysinfo
 from ..util import finite
 from .base import ENTRY, Launcher, nodes
 

@@ -39,11 +39,11 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .. import backends, launchers, workloads
-from ..rank import gradcheck, metrics, probe
-from ..trial import far as far_stop
-from ..trial.reference import clean_calibration
+from .. import backends, launchers, metrics, workloads
+from ..calibration import clean_calibration
+from ..rank import gradcheck, probe
 from ..util import finite, read_json
+from . import far as far_stop
 from . import rounds
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
@@ -515,7 +515,7 @@ def total(
 
 def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, float]:
     """The experiments whose predicted step time is beyond their ``far_stop`` of their
-    baseline's (trial/far.py: the same work per step), with that ratio (their step
+    baseline's (plan/far.py: the same work per step), with that ratio (their step
     time over the baseline's): their trials stop at their first timed steps, and where
     slower (``far_stop`` beyond the margin) their first trial is their last
     (plan/rounds.py)."""
@@ -654,7 +654,7 @@ def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, d
     """The pre-flight (records under ``records``) of each experiment that has an ok one of
     that experiment as it now is: its wall time, its steps (warm-up included), and its
     step time."""
-    from ..study import preflight
+    from . import preflight
 
     out: dict[str, dict] = {}
     for spec in experiments:
@@ -679,7 +679,7 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
     else a rough rate per CPU), and (for a study that is not itself a pre-flight) the
     pre-flight of its experiments measured under ``results/preflight``."""
     from .. import sysinfo
-    from ..study import preflight
+    from . import preflight
 
     results = Path(results)
     calibrations = read_calibrations(results, list(study.envs))
@@ -707,7 +707,7 @@ def for_study(
     """The estimate of a loaded study (``study.Study``) on this machine, from the
     calibrations under ``results`` (a quick measurement for what has none), or from
     ``machine`` (one already measured: several estimates of one plan agree)."""
-    from ..study import preflight
+    from . import preflight
 
     results = Path(results)
     settings = study.settings

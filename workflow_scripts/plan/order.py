@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..trial import far
+from . import far
 
 HEADLINE, BASELINES, LADDERS, REST = 0, 1, 2, 3
 

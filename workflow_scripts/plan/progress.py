@@ -155,7 +155,7 @@ def line(
     machine: estimate.Machine | None = None,
 ) -> str:
     """One progress line for a loaded study (``study.Study``)."""
-    from ..study import preflight
+    from . import preflight
 
     results = Path(results)
     trials = int(study.settings["trials"])

@@ -103,7 +103,7 @@ def one_trial_when_far(spec: Mapping, margin: float) -> bool:
 
 def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     """The experiments whose first trial (``<records>/<id>/trial0.json``, ok) stopped
-    timing far slower than its baseline (``far_stop``, trial/far.py): that one trial
+    timing far slower than its baseline (``far_stop``, plan/far.py): that one trial
     decides the comparison its speed was checked against, and it runs no other. (A run
     far faster than its baseline runs its trials: it costs less than the baseline, and
     it may be the answer, the headline's fastest configuration.)"""
@@ -187,20 +187,6 @@ def continuing(rows: Iterable[Mapping], ran: Iterable[str]) -> list[str]:
 #: the spread of log throughput between trials assumed before a run has measured one
 #: (what trials of one configuration varied by on a shared 2-vCPU VM here)
 ASSUMED_SPREAD = 0.05
-_UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
-_DURATION = r"([0-9]{1,6}(?:\.[0-9]{1,3})?)(s|min|m|h)"
-#: the schema's pattern of a budget (what :func:`budget_seconds` reads)
-BUDGET_PATTERN = f"^{_DURATION}$"
-
-
-def budget_seconds(text: str) -> float:
-    """``1h`` -> 3600.0; ``90min``, ``90m``, ``5400s``, ``1.5h``."""
-    import re
-
-    match = re.fullmatch(_DURATION, str(text))
-    if not match:
-        raise ValueError(f"{text!r} is no duration such as 45min, 1h or 5400s")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def rounds_within(

@@ -27,9 +27,9 @@ import time
 import traceback
 from pathlib import Path
 
-from .. import backends, launchers, sysinfo, workloads
+from .. import backends, launchers, metrics, sysinfo, workloads
 from ..util import SCHEMA_VERSION, write_json_atomic
-from . import contention, metrics, probe, schedule
+from . import contention, probe, schedule
 from .distributed import ranks
 
 
@@ -719,7 +719,7 @@ def short_warmup(spec: dict, done: int, seconds: float) -> bool:
 
 def early_stop(spec: dict, step_times: list[float]) -> str | None:
     """Why the timed steps stop before the next one (None: they go on): the time budget
-    spent, the speedup over its baseline already beyond far_stop (trial/far.py: more
+    spent, the speedup over its baseline already beyond far_stop (plan/far.py: more
     steps change no verdict), or the mean step time known well enough. Every rank
     decides together (``ranks.agree``), with the same calls in the same order."""
     budget, far_from = spec.get("time_budget_s"), spec.get("far_from")

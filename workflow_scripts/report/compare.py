@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .. import backends
-from ..study import fields
+from ..spec import fields
 from .uncertainty import between
 from .values import isnan
 

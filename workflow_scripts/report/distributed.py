@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import launchers, workloads
 from ..collectives import loop_latency_s
-from ..study import fields
+from ..spec import fields
 from .figures import STYLE, inline_svg, no_data_svg, save_svg
 from .formatting import fmt_int, fmt_num, fmt_speedup, fmt_spread, fmt_text, used_count
 from .html import table_html

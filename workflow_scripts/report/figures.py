@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from ..study import fields
+from ..spec import fields
 from .formatting import fmt_num
 from .stats import SWEEPS
 from .values import isnan
@@ -29,7 +29,7 @@ NOT_RUN = "not run in this preset"
 # Figure widths in inches: the page is about 1150 px wide, so are the wide figures.
 WIDE = 11.5
 # Settings that may differ between the experiments of one sweep; those that do
-# split the sweep into several lines (study/fields.py: a field's ``series``).
+# split the sweep into several lines (spec/fields.py: a field's ``series``).
 SERIES_KEYS = fields.series_keys()
 
 STYLE = {

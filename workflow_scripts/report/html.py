@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..study.fields import labels
+from ..spec.fields import labels
 from ..summary import results
 from .compare import config_text
 from .figures import inline_svg
@@ -30,7 +30,7 @@ from .stats import trial_counts
 from .uncertainty import Comparison, compared_cell
 from .values import isnan
 
-# The settings' column names are the fields' report labels (study/fields.py).
+# The settings' column names are the fields' report labels (spec/fields.py).
 LABEL = labels()
 
 CAPTIONS_DIR = Path(__file__).parent.parent / "captions"

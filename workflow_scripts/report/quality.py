@@ -14,7 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..study import fields
+from ..spec import fields
 from .compare import is_reference, norm_setting, reference_for
 from .figures import STYLE, WIDE, inline_svg, nanmax, not_run_svg, save_svg
 from .formatting import fmt_num, fmt_text

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts import backends
-from workflow_scripts.study import fields
+from workflow_scripts.spec import fields
 from workflow_scripts.summary import results
 from workflow_scripts.summary.records import OK, SPEC_COLUMNS
 

@@ -63,7 +63,7 @@ import pandas as pd
 from scipy import special as scipy_special
 from scipy import stats as scipy_stats
 
-from ..study.settings import SETTINGS
+from ..spec.settings import SETTINGS
 from .values import isnan
 
 #: the interval's confidence

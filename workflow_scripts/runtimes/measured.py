@@ -1,5 +1,6 @@
 """The one way the study runs a measured process: a trial's ranks, the calibration's
-probe and a collectives benchmark all go through :func:`run_measured`.
+probe and a collectives benchmark all go through :func:`run_measured`, with the
+variables :func:`environment` gives them.
 
 It removes what an earlier run left at the result paths, wraps the command for the
 runtime (a container gets the run's ``/dev/shm`` and memory limit, see
@@ -20,10 +21,20 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import shm
+from .. import backends, launchers, shm
 from ..cli import Arg
 from ..util import read_json
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
+
+
+def environment(spec: dict, runtime: Runtime, starter: str = "local") -> dict[str, str]:
+    """A run's variables: the runtime's, then the launcher's (threads), the backend's,
+    and last the spec's own ``env_vars``."""
+    env = runtime.environment()
+    env.update(launchers.get(spec["launcher"]).environment(spec, starter))
+    env.update(backends.get(spec["backend"]).env_vars)
+    env.update({str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()})
+    return env
 
 
 @dataclasses.dataclass

@@ -17,6 +17,8 @@ expands to (``--schema`` prints the schema; ``--check FILE`` checks a file for
 ``snakemake --configfile`` first).
 """
 
+from ..spec.fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
+from ..spec.settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS
 from ..sysinfo import parse_cpu_list as parse_cpus
 from .checks import check_spec
 from .config import Study, StudyConfigError, derive_id, load_study
@@ -27,9 +29,7 @@ from .entry import (
     main,
     read_config,
 )
-from .fields import BUILTIN_DEFAULTS, NAMES, PER_EXPERIMENT
 from .schema import build_schema
-from .settings import NOISE_RETRIES, NOISE_THRESHOLD, SETTING_DEFAULTS
 
 FIELD_NAMES = NAMES  # the field names, in declaration order (the fields: fields.FIELDS)
 

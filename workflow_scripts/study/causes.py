@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from .fields import BUILTIN_DEFAULTS, FIELDS
+from ..spec.fields import BUILTIN_DEFAULTS, FIELDS
 
 #: the most lines a config's errors print (a screenful); the rest are counted
 MOST_LINES = 40

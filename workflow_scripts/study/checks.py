@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 from .. import backends, digits, launchers, workloads
+from ..spec import fields
+from ..spec.fields import ID_ALLOWED, ID_PATTERN
+from ..spec.settings import SETTING_DEFAULTS
 from ..sysinfo import parse_cpu_list
 from ..util import show
-from . import fields
-from .fields import ID_ALLOWED, ID_PATTERN
-from .settings import SETTING_DEFAULTS
 
 # Variables the study sets from the spec (the field to use instead): a run must not get
 # them from env_vars, or the record would show the spec while the run used another value.

@@ -43,14 +43,8 @@ import jsonschema
 import yaml
 
 from .. import backends, launchers, workloads
-from ..plan import rounds
-from ..sysinfo import parse_cpu_list, plan_cpus
-from ..util import bare as _bare
-from ..util import shape_problem, show
-from . import preflight
-from .causes import given_fields, one_per_cause
-from .checks import check_spec, setting_warnings, weights_problems
-from .fields import (
+from ..plan import preflight
+from ..spec.fields import (
     BUILTIN_DEFAULTS,
     FIELDS,
     ID_FIELDS,
@@ -58,6 +52,12 @@ from .fields import (
     PER_EXPERIMENT,
     id_reference,
 )
+from ..spec.settings import SETTING_DEFAULTS, SETTINGS, budget_seconds
+from ..sysinfo import parse_cpu_list, plan_cpus
+from ..util import bare as _bare
+from ..util import shape_problem, show
+from .causes import given_fields, one_per_cause
+from .checks import check_spec, setting_warnings, weights_problems
 from .schema import (
     StudyValidator,
     build_schema,
@@ -68,7 +68,6 @@ from .schema import (
     schema_message,
     validate_schema,
 )
-from .settings import SETTING_DEFAULTS, SETTINGS
 
 # Settings that are never strings: a string value from `--config` is read as YAML.
 NON_STRING_SETTINGS = (
@@ -552,7 +551,7 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
         raise StudyConfigError(
             err("containers.base.image", "source registry needs an image, pinned by digest")
         )
-    if settings["budget"] and rounds.budget_seconds(settings["budget"]) <= 0:
+    if settings["budget"] and budget_seconds(settings["budget"]) <= 0:
         raise StudyConfigError(
             err(
                 "budget",

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from ..spec.fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
+from ..spec.settings import budget_seconds
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
 from .causes import given_fields, one_per_cause
@@ -25,7 +27,6 @@ from .config import (
     merge_config,
     resolve_spec,
 )
-from .fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from .files import check_configfile, read_config_file
 from .machine import check_machine
 from .schema import build_schema, err
@@ -209,7 +210,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     if not settings.get("budget"):
         return None
     try:
-        budget = rounds.budget_seconds(settings["budget"])
+        budget = budget_seconds(settings["budget"])
     except ValueError as exc:
         raise StudyConfigError(f"config error at budget: {exc}") from None
     low, high = int(settings["trials"]), rounds.cap(settings)

@@ -22,16 +22,6 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 MEMORY_WARN_FRACTION = 0.8
 
 
-def estimated_memory_mb(spec: dict) -> float:
-    """A rough training-memory model, for the warning only (the model's ``memory_mb``
-    in ``workloads``: weights, gradients, momentum and the framework, plus the
-    activations kept for the backward pass); an order of magnitude, not a measurement."""
-    w = workloads.WORKLOADS.get(spec["model"], workloads.WORKLOADS["resnet50"])
-    fixed, activations = w.memory_estimate_mb(spec)
-    workers = spec["num_workers"] if spec["data"] != "synthetic" else 0
-    return fixed * (1 + 0.5 * workers) + activations
-
-
 def input_size(spec: dict) -> str:
     """The spec's input size in words: ``224 px`` or ``128 tokens``."""
     if spec.get("seq_len"):
@@ -84,7 +74,7 @@ def memory_warning(spec: dict, memory: float | None, where: str = "this machine 
     """``<experiment>.batch_size: ...`` when the rough estimate of the run's memory is
     near or beyond ``memory`` (MB, this machine's, or ``where``: a cluster node's);
     checked before any job, and again by each trial on the machine that runs it."""
-    need = estimated_memory_mb(spec)
+    need = workloads.estimated_memory_mb(spec)
     if not memory or need <= MEMORY_WARN_FRACTION * memory:
         return None
     return (
@@ -280,7 +270,7 @@ def check_machine(study: Study, memory_mb: float | None = None) -> None:
                 )
         where = "each node has" if memory_mb else "this machine has"
         warning = None if too_many else memory_warning(spec, memory, where)
-        if warning and estimated_memory_mb(spec) > memory and not over_memory:
+        if warning and workloads.estimated_memory_mb(spec) > memory and not over_memory:
             errors.append(
                 f"config error at {warning.replace('the run may be killed', 'it would be killed')}"
                 "; refused (limits: {over_memory: true} runs it anyway)"

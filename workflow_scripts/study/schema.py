@@ -24,10 +24,10 @@ from typing import Any
 
 import jsonschema
 
+from ..spec.fields import FIELDS, NOT_SWEPT, PER_EXPERIMENT
+from ..spec.settings import MAX_TRIALS, PRESET_NAME, SETTINGS, TRIALS
 from ..util import bare as _bare
 from ..util import show as _show
-from .fields import FIELDS, NOT_SWEPT, PER_EXPERIMENT
-from .settings import MAX_TRIALS, PRESET_NAME, SETTINGS, TRIALS
 
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 

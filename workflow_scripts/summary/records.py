@@ -32,8 +32,8 @@ from typing import Any
 import pandas as pd
 
 from .. import util
-from ..study.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
-from ..study.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
+from ..spec.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
+from ..spec.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from ..sysinfo import node_type
 from . import results
 
@@ -42,7 +42,7 @@ STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted
 UNREADABLE = "UnreadableRecord"
 
 # The columns (results.py declares each result and provenance column once, with its
-# kind, unit and help; study/fields.py the knobs'), in the order of their sections.
+# kind, unit and help; spec/fields.py the knobs'), in the order of their sections.
 MAIN_COLUMNS = results.of("main")
 # The accuracy experiments (epochs > 0): time to train, held-out accuracy and loss, and
 # the training time until the accuracy first reached the spec's target_accuracy.
@@ -62,7 +62,7 @@ GRADIENT_COLUMNS = results.of("gradient")
 # the share of oneDNN's multiply-add kernels that ran in INT8 and the CPU feature they
 # ran on, and the seconds the backend took to make the served model (quantize, trace).
 SERVING_COLUMNS = results.of("serving")
-# The spec's fields that have a column (declared in study/fields.py), then what the
+# The spec's fields that have a column (declared in spec/fields.py), then what the
 # loader derives (env, preset).
 SPEC_COLUMNS = [*COLUMN_FIELDS, *DERIVED_KEYS]
 # Versions: Python, torch and torchvision, then each backend's own library.

@@ -8,7 +8,7 @@ take it over an experiment's trials (``stat``) and, with a ``label``, the column
 report's experiment tables show it in. The summary's columns and their types
 (``records.py``) and the statistics the report reads (``report/stats.py``,
 ``report/html.py``) are derived from :data:`RESULTS`, as the knobs' columns are from
-``study/fields.py`` (their place: :data:`SPEC`, between the served model's figures and
+``spec/fields.py`` (their place: :data:`SPEC`, between the served model's figures and
 the provenance).
 
 Adding a measured figure is one declaration here with its ``source`` (and the line of
@@ -24,7 +24,7 @@ from .. import backends, sysinfo
 
 KINDS = ("number", "integer", "text", "flag")
 #: the parts of a summary row, in the order of its columns (``spec``: the knobs'
-#: columns, declared in study/fields.py)
+#: columns, declared in spec/fields.py)
 SECTIONS = ("main", "accuracy", "measurement", "gradient", "serving", "spec", "provenance", "error")
 SPEC = "spec"
 #: how the report's statistics take a figure over an experiment's trials:

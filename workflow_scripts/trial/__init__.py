@@ -45,9 +45,10 @@ instead. Which one was used: ``provenance.compile_cache``.
 
 from __future__ import annotations
 
+from ..runtimes.measured import environment
 from .attempt import attempt_once, cannot_start
 from .entry import COMMAND, main, progress_line
-from .environment import compile_cache, default_inductor_cache_dir, environment, run_mounts
+from .environment import compile_cache, default_inductor_cache_dir, run_mounts
 from .noise import (
     OTHER_WORK,
     PROBE_AFTER,

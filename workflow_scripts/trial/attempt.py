@@ -10,8 +10,8 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..launchers import harness_args, result_paths
-from ..runtimes.measured import run_measured
-from .environment import absolute_path, compile_cache, environment, run_mounts
+from ..runtimes.measured import environment, run_measured
+from .environment import absolute_path, compile_cache, run_mounts
 from .outcome import assemble, failure, outcome
 
 

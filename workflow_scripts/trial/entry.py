@@ -9,8 +9,8 @@ from pathlib import Path
 from .. import runtimes
 from ..cli import Arg, Command
 from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
-from ..study.settings import NOISE_RETRIES as MAX_RETRIES
-from ..study.settings import NOISE_THRESHOLD
+from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
+from ..spec.settings import NOISE_THRESHOLD
 from ..util import finite, read_json
 from .policy import RETRY_DELAY_S, run
 from .reference import node_reference, read_reference

@@ -12,18 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .. import backends, launchers, runtimes
 from ..rank.inference import weights_path
-
-
-def environment(spec: dict, runtime: runtimes.Runtime, starter: str = "local") -> dict[str, str]:
-    """A run's variables: the runtime's, then the launcher's (threads), the backend's,
-    and last the spec's own ``env_vars``."""
-    env = runtime.environment()
-    env.update(launchers.get(spec["launcher"]).environment(spec, starter))
-    env.update(backends.get(spec["backend"]).env_vars)
-    env.update({str(k): str(v) for k, v in (spec.get("env_vars") or {}).items()})
-    return env
 
 
 def default_inductor_cache_dir(env: dict[str, str]) -> str:

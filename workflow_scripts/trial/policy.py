@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 from .. import runtimes, sysinfo
-from ..plan import estimate
+from ..plan import estimate, far
 from ..runtimes.measured import Ran
+from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
+from ..spec.settings import NOISE_THRESHOLD
 from ..study import machine
-from ..study.settings import NOISE_RETRIES as MAX_RETRIES
-from ..study.settings import NOISE_THRESHOLD
 from ..util import write_json_atomic
-from . import carry, far, lost, peers
+from . import carry, lost, peers
 from .attempt import attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure

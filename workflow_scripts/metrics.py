@@ -84,7 +84,7 @@ def known_within(values: list[float], precision: float | None) -> bool:
 def far_beyond(far: dict | None, step_times: list[float]) -> bool:
     """Whether the 95 % interval of the mean of ``step_times`` (2 at least) puts the
     speedup over ``far``'s baseline (``step_time_s``: its median step) wholly beyond
-    ``factor`` either way (``trial/far.py``); or, from one step, whether that step is
+    ``factor`` either way (``plan/far.py``); or, from one step, whether that step is
     slower than the baseline's by ``factor`` squared."""
     if not far or not step_times:
         return False

@@ -5,11 +5,27 @@ derived from :data:`SETTINGS`."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from ..launchers.torchrun import DEFAULT_FABRIC_PROVIDER
-from ..plan.rounds import BUDGET_PATTERN
 from ..runtimes import RUNTIMES
+
+# ---- a budget the user can give (--config budget=1h) ----
+
+_UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+_DURATION = r"([0-9]{1,6}(?:\.[0-9]{1,3})?)(s|min|m|h)"
+#: the schema's pattern of a budget (what :func:`budget_seconds` reads)
+BUDGET_PATTERN = f"^{_DURATION}$"
+
+
+def budget_seconds(text: str) -> float:
+    """``1h`` -> 3600.0; ``90min``, ``90m``, ``5400s``, ``1.5h``."""
+    match = re.fullmatch(_DURATION, str(text))
+    if not match:
+        raise ValueError(f"{text!r} is no duration such as 45min, 1h or 5400s")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
 
 PRESET_NAME = {
     "type": "string",

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..study.fields import compare_keys
+from ..spec.fields import compare_keys
 from ..util import read_json, write_json_atomic
 
 #: the spec key that hands the rank its baseline's step time (the record's own key)
