@@ -127,19 +127,42 @@ def test_the_providers_oneccl_opened_are_read_from_its_log():
     assert ccl.read_providers("2026:11:26-06:42:27:(1) |CCL_WARN| could not open\n") is None
 
 
-def test_only_the_lines_the_study_asked_for_are_kept_from_the_log(monkeypatch):
+#: a rank's group start that writes ``SHM_START`` (from the environment) to its stdout
+WRITES_THE_LOG = """
+import os
+from workflow_scripts.rank.distributed import ccl
+with ccl.ccl_output() as out:
+    os.write(1, os.environ["LOG"].encode())
+assert out["text"] == os.environ["LOG"]
+"""
+
+
+def test_only_the_lines_the_study_asked_for_are_kept_from_the_log():
     """The study's own log level (info) adds oneCCL's info lines and their multi-line
-    values: they go, its warnings and everyone else's lines stay. A level the user set
-    is theirs: all of it stays."""
-    monkeypatch.setenv(ccl.RAISED_VAR, "1")
-    assert ccl.passed_on(SHM_START).splitlines() == [
+    values: they go, its warnings and everyone else's lines stay (and the record still
+    reads all of them). A level the user set is theirs: all of it stays."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def passed_on(raised: bool) -> str:
+        env = {**os.environ, "LOG": SHM_START}
+        env.pop(ccl.RAISED_VAR, None)
+        env.update({ccl.RAISED_VAR: "1"} if raised else {})
+        run = subprocess.run([sys.executable, "-c", WRITES_THE_LOG], cwd=REPO, env=env,
+                             timeout=60, capture_output=True, text=True)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    assert passed_on(raised=True).splitlines() == [
         "2026:11:26-06:42:27:(32681) |CCL_WARN| value of CCL_WORKER_OFFLOAD changed to be 0 "
         "(default:1)",
         "a line of someone else's",
         "2026:11:26-06:42:28:(32681) |CCL_WARN| could not open the library: libmpi.so.12",
     ]
-    monkeypatch.delenv(ccl.RAISED_VAR)
-    assert ccl.passed_on(SHM_START) == SHM_START
+    assert passed_on(raised=False) == SHM_START
 
 
 #: a rank whose group start writes oneCCL's lines, then hangs until it is killed

@@ -42,11 +42,12 @@ def test_a_backend_is_one_module_one_lock_one_containerfile(toy_backend):
         "import json\n"
         "from workflow_scripts import backends, images\n"
         "from workflow_scripts.summary import records\n"
+        "from workflow_scripts.report.stats import BACKEND_ORDER\n"
         "from workflow_scripts.study import build_schema\n"
         "print(json.dumps({'names': backends.names(), 'image': images.IMAGES['toy'],\n"
         "  'lineage': images.lineage('toy'), 'env_image': images.env_image('toy'),\n"
         "  'enum': build_schema()['$defs']['backend']['enum'],\n"
-        "  'order': list(__import__('workflow_scripts.report', fromlist=['x']).BACKEND_ORDER)}))",
+        "  'order': list(BACKEND_ORDER)}))",
     )
     got = json.loads(out)
     assert got["names"] == ["eager", "inductor", "ipex", "xla", "toy"]

@@ -225,11 +225,11 @@ def test_empty_and_probe_less_frames():
 
 
 def test_spread_stats():
-    s = report.spread_stats(pd.Series([10.0, 12.0, 11.0]))
+    s = report.stats.spread_stats(pd.Series([10.0, 12.0, 11.0]))
     assert (s["median"], s["min"], s["max"]) == (11.0, 10.0, 12.0)
     assert s["cv"] == pytest.approx(1.0 / 11.0)  # sample stdev 1, mean 11
-    assert math.isnan(report.spread_stats(pd.Series([5.0]))["cv"])
-    assert math.isnan(report.spread_stats(pd.Series([], dtype=float))["median"])
+    assert math.isnan(report.stats.spread_stats(pd.Series([5.0]))["cv"])
+    assert math.isnan(report.stats.spread_stats(pd.Series([], dtype=float))["median"])
 
 
 def test_experiment_stats_leave_noisy_trials_out():
@@ -240,7 +240,7 @@ def test_experiment_stats_leave_noisy_trials_out():
         trial("b", 0, sps=20.0, fp32=40.0, env="ipex"),
         trial("b", 1, sps=30.0, fp32=10.0, env="ipex"),  # noisy
     ]
-    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    stats = report.stats.experiment_stats(rec.summary_frame(records)).set_index("experiment")
     a = stats.loc["a"]
     assert (a["n_trials"], a["n_ok"], a["n_noisy"], a["n_used"]) == (3, 3, 1, 2)
     assert (a["sps_median"], a["sps_min"], a["sps_max"]) == (11.0, 10.0, 12.0)
@@ -248,7 +248,7 @@ def test_experiment_stats_leave_noisy_trials_out():
     assert not a["noisy_used"]
     b = stats.loc["b"]
     assert (b["n_used"], b["sps_median"]) == (1, 20.0) and math.isnan(b["sps_cv"])
-    assert report.trials_text(a) == "3/3 (1 noisy)"
+    assert report.formatting.trials_text(a) == "3/3 (1 noisy)"
 
 
 def test_the_first_step_is_a_cold_compiles_even_where_later_trials_started_warm():
@@ -271,7 +271,7 @@ def test_the_first_step_is_a_cold_compiles_even_where_later_trials_started_warm(
         trial("e", 0, time_to_first_step_s=2.0),
         trial("e", 1, time_to_first_step_s=3.0),
     ]
-    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    stats = report.stats.experiment_stats(rec.summary_frame(records)).set_index("experiment")
     assert stats.loc["c", "time_to_first_step_s"] == 60.0
     assert stats.loc["c", "sps_median"] == 11.0 and stats.loc["c", "n_used"] == 3
     assert math.isnan(stats.loc["w", "time_to_first_step_s"])
@@ -286,11 +286,11 @@ def test_all_noisy_trials_are_used_and_flagged():
         trial("x", 0, sps=7.0, fp32=50.0),
         trial("x", 1, sps=9.0, fp32=60.0),
     ]
-    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    stats = report.stats.experiment_stats(rec.summary_frame(records)).set_index("experiment")
     x = stats.loc["x"]
     assert x["noisy_used"] and x["n_noisy"] == 2 and x["n_used"] == 2
     assert x["sps_median"] == 8.0
-    assert report.trials_text(x) == "2/2 (2 noisy, all used)"
+    assert report.formatting.trials_text(x) == "2/2 (2 noisy, all used)"
 
 
 def test_noisy_trials_that_outnumber_the_clean_ones_are_used():
@@ -308,13 +308,13 @@ def test_noisy_trials_that_outnumber_the_clean_ones_are_used():
         trial("t", 2, sps=5.0, fp32=50.0),  # noisy
         trial("t", 3, sps=7.0, fp32=50.0),  # noisy
     ]
-    stats = report.experiment_stats(rec.summary_frame(records)).set_index("experiment")
+    stats = report.stats.experiment_stats(rec.summary_frame(records)).set_index("experiment")
     m, t = stats.loc["m"], stats.loc["t"]
     assert (m["n_noisy"], m["n_used"], m["sps_median"]) == (2, 3, 8.0) and m["noisy_used"]
     assert sorted(m["sps_used"]) == [6.0, 8.0, 10.0]
-    assert report.trials_text(m) == "3/3 (2 noisy, all used)"
+    assert report.formatting.trials_text(m) == "3/3 (2 noisy, all used)"
     assert (t["n_noisy"], t["n_used"], t["sps_median"]) == (2, 2, 11.0)
-    assert not t["noisy_used"] and report.trials_text(t) == "4/4 (2 noisy)"
+    assert not t["noisy_used"] and report.formatting.trials_text(t) == "4/4 (2 noisy)"
 
 
 # --------------------------------------------------------------------------- the report

@@ -192,12 +192,12 @@ def test_summary_frame_empty():
 
 def test_speedups_vs_baseline(built):
     _, records, _, _ = built
-    stats = report.experiment_stats(rec.summary_frame(records))
+    stats = report.stats.experiment_stats(rec.summary_frame(records))
     base = stats.set_index("experiment").loc["baseline"]
     assert base["n_trials"] == 2 and base["n_ok"] == 2
     assert base["sps_median"] == 11.0 and base["sps_min"] == 10.0 and base["sps_max"] == 12.0
-    assert report.pick_baseline(stats) == "baseline"
-    ladder = report.ladder_frame(stats, "baseline").set_index("experiment")
+    assert report.stats.pick_baseline(stats) == "baseline"
+    ladder = report.stats.ladder_frame(stats, "baseline").set_index("experiment")
     assert list(ladder.index) == ["baseline", "bf16", "bf16-cl"]
     assert ladder.loc["baseline", "speedup"] == pytest.approx(1.0)
     assert ladder.loc["baseline", "speedup_min"] == pytest.approx(10 / 11)
@@ -206,13 +206,13 @@ def test_speedups_vs_baseline(built):
     assert ladder.loc["bf16-cl", "speedup"] == pytest.approx(3.0)
     assert ladder.loc["bf16-cl", "claim_speedup"] == pytest.approx(4.16)
 
-    backends = report.backend_frame(stats, "baseline").set_index("backend")
+    backends = report.stats.backend_frame(stats, "baseline").set_index("backend")
     assert list(backends.index) == ["eager", "inductor", "ipex", "xla"]
     assert backends.loc["eager", "experiment"] == "bf16-cl"
     assert backends.loc["inductor", "speedup"] == pytest.approx(40 / 11)
     assert pd.isna(backends.loc["ipex", "experiment"])
 
-    grouped = report.with_group_speedup(stats).set_index("experiment")
+    grouped = report.stats.with_group_speedup(stats).set_index("experiment")
     assert grouped.loc["bs32", "group_baseline"] == "bs8"
     assert grouped.loc["bs32", "group_speedup"] == pytest.approx(14 / 9)
     assert grouped.loc["bf16", "group_speedup"] == pytest.approx(2.0)
@@ -220,8 +220,8 @@ def test_speedups_vs_baseline(built):
     assert grouped.loc["compiled", "group_speedup"] == pytest.approx(1.0)
     assert math.isnan(grouped.loc["ipex-bf16", "group_speedup"])
 
-    costs = report.cost_frame(
-        stats, "baseline", report.parse_prices('[{"name":"a","usd_per_hour":2}]')
+    costs = report.stats.cost_frame(
+        stats, "baseline", report.stats.parse_prices('[{"name":"a","usd_per_hour":2}]')
     )
     assert costs.loc[0, "baseline_samples_per_usd"] == pytest.approx(11 * 3600 / 2)
     assert costs.loc[0, "best"] == "compiled"
@@ -230,9 +230,9 @@ def test_speedups_vs_baseline(built):
 
 def test_baseline_falls_back_to_first_ladder_experiment():
     frame = rec.summary_frame([make("fp32", sps=5.0), make("bf16", sps=10.0)])
-    stats = report.experiment_stats(frame)
-    assert report.pick_baseline(stats) == "fp32"
-    ladder = report.ladder_frame(stats, "fp32")
+    stats = report.stats.experiment_stats(frame)
+    assert report.stats.pick_baseline(stats) == "fp32"
+    ladder = report.stats.ladder_frame(stats, "fp32")
     assert list(ladder["speedup"]) == pytest.approx([1.0, 2.0])
 
 
@@ -400,7 +400,7 @@ def test_the_ladder_shows_what_the_checks_saw_take_effect(tmp_path):
             make("lost", 0, 11.0, precision="bf16", compile="inductor", backend="inductor"),
         ),
     ]  # fmt: skip
-    assert report.in_effect(records) == {
+    assert report.stats.in_effect(records) == {
         "baseline": "fp32 output",
         "bf16-cl": "bf16 output, channels_last inputs+weights",
         "bf16-cl-broken": "bf16 output, channels_last asked, weights not channels_last!",

@@ -173,8 +173,10 @@ def test_cost_in_dollars_per_million_samples(page):
 
 def test_cost_frame_arithmetic():
     frame = rec.summary_frame([make("baseline", sps=10.0), make("fast", sps=40.0)])
-    s = report.experiment_stats(frame)
-    costs = report.cost_frame(s, "baseline", report.parse_prices('[{"name":"a","usd_per_hour":2}]'))
+    s = report.stats.experiment_stats(frame)
+    costs = report.stats.cost_frame(
+        s, "baseline", report.stats.parse_prices('[{"name":"a","usd_per_hour":2}]')
+    )
     assert costs.loc[0, "baseline_usd_per_million"] == pytest.approx(2 / (10 * 3600) * 1e6)
     assert costs.loc[0, "best_usd_per_million"] == pytest.approx(2 / (40 * 3600) * 1e6)
     assert costs.loc[0, "best_samples_per_usd"] == pytest.approx(40 * 3600 / 2)
@@ -320,7 +322,7 @@ def test_a_measurement_error_is_shown_instead_of_a_number():
            "ceiling_dtype": "fp32", "probe_fp32_gflops": 5.0, "probe_bf16_gflops": 9.0,
            "measurement_error": "200% of the calibrated ceiling: a measurement error"}  # fmt: skip
     roof = stats.roofline_frame(pd.DataFrame([row]))
-    shown = report.roofline_display(roof)
+    shown = report.html.roofline_display(roof)
     assert shown.loc[0, "% of the ceiling"].startswith("n/a: 200% of the calibrated ceiling")
     assert shown.loc[0, "ceiling from"] == "calibrated ceiling"
 

@@ -94,7 +94,6 @@ def test_the_headlines_comparisons_go_on_until_their_interval_is_within_the_marg
         ],
     )
     ran = ["base", "best", "bf16", "other", "gpt2", "gpt2-fast"]
-    assert rounds.wide_headline_pairs(table) == [("base", "best")]
     assert rounds.going_on(table, ran) == ["base", "best"]
 
 

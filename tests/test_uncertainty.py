@@ -28,7 +28,7 @@ def stats_of(trials: dict[str, list[float]], **specs) -> pd.DataFrame:
         for k, sps in enumerate(values)
     ]
     frame = rec.summary_frame(records)
-    return experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+    return experiment_stats(report.stats.enrich(frame, records)).set_index("experiment", drop=False)
 
 
 def test_the_spread_is_pooled_over_the_experiments_of_two_trials_or_more():
@@ -170,7 +170,7 @@ def test_an_interval_beyond_the_float_range_is_infinite_not_a_crash():
 def stats_of_look(trials: dict[str, list[float]], looks: int, look: int) -> pd.DataFrame:
     records = [make(e, k, v) for e, values in trials.items() for k, v in enumerate(values)]
     frame = rec.summary_frame(records)
-    rich = report.enrich(frame, records)
+    rich = report.stats.enrich(frame, records)
     return experiment_stats(rich, MARGIN, looks, look).set_index("experiment", drop=False)
 
 
@@ -251,7 +251,9 @@ def test_noisy_trials_are_left_out_of_ratio_and_spread():
         r["probe"] = {"fp32_gflops": 180.0, "bf16_gflops": 400.0, "size": 1024, "threads": 2}
     records[2]["probe"]["fp32_gflops"] = 40.0  # disturbed: the peers' probes say so
     frame = rec.summary_frame(records)
-    stats = experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+    stats = experiment_stats(report.stats.enrich(frame, records)).set_index(
+        "experiment", drop=False
+    )
     assert stats.loc["baseline", "sps_used"] == (100.0, 100.0)
     c = between(stats.loc["baseline"], stats.loc["bf16"])
     assert c.ratio == pytest.approx(math.sqrt(150.0 * 151.0) / 100.0) and c.verdict == "faster"
@@ -364,7 +366,7 @@ def stats_on_nodes(trials: dict[str, list[tuple[float, str]]]) -> pd.DataFrame:
             record["provenance"]["hostname"] = node
             records.append(record)
     frame = rec.summary_frame(records)
-    return experiment_stats(report.enrich(frame, records)).set_index("experiment", drop=False)
+    return experiment_stats(report.stats.enrich(frame, records)).set_index("experiment", drop=False)
 
 
 #: node b runs everything 20 % faster than node a; the experiments are otherwise equal

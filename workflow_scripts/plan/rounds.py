@@ -128,23 +128,14 @@ def _rows(comparisons_csv: Path | str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def undecided_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
-    """The (baseline, experiment) pairs of a comparisons.csv still undecided."""
-    return _undecided(_rows(comparisons_csv))
-
-
 def _undecided(rows: list) -> list[tuple[str, str]]:
     return [(r["baseline"], r["experiment"]) for r in rows if r.get("verdict") == UNDECIDED]
 
 
-def wide_headline_pairs(comparisons_csv: Path | str) -> list[tuple[str, str]]:
-    """The (baseline, experiment) pairs of a comparisons.csv that the headline states
-    (``headline``) with an interval wider than ±its margin: decided or not, the study's
-    answer is still measured until it is known that well (or the cap)."""
-    return _wide_headline(_rows(comparisons_csv))
-
-
 def _wide_headline(rows: list) -> list[tuple[str, str]]:
+    """The (baseline, experiment) pairs that the headline states (``headline``) with an
+    interval wider than ±its margin: decided or not, the study's answer is still
+    measured until it is known that well (or the cap)."""
     return [
         (r["baseline"], r["experiment"])
         for r in rows

@@ -38,49 +38,16 @@ from .families import (
     inference_picks,
     inference_section,
 )
-from .figures import (
-    NO_DATA,
-    PLOT_NAMES,
-    SERIES_KEYS,
-    STYLE,
-    SVG_METADATA,
-    inline_svg,
-    plot_all,
-    plot_backends,
-    plot_ladder,
-    plot_roofline,
-    plot_sweep,
-)
-from .formatting import (
-    fmt_cv,
-    fmt_int,
-    fmt_num,
-    fmt_speedup,
-    fmt_spread,
-    fmt_text,
-)
-from .formatting import trials_text as trials_text  # tests use it
+from .figures import plot_all
 from .headline import headline_html, headline_pairs
-from .html import (
-    CAPTIONS_DIR,
-    CSS,
-    HOW_TO_READ,
-    caption_text,
-    generic_display,
-    ladder_display,
-    page_html,
-    roofline_display,
-)
+from .html import page_html
 from .machines import Machine, load_machine, machines_section, parse_machines, result_files
 from .quality import correctness_section, startup_section
 from .sections import (
-    COVERED_GROUPS,
     backends_section,
     cost_section,
-    failures_html,
     failures_section,
     ladder_section,
-    noise_html,
     noise_section,
     other_section,
     provenance_html,
@@ -89,11 +56,7 @@ from .sections import (
     sweep_sections,
 )
 from .stats import (
-    BACKEND_ORDER,
-    SWEEPS,
-    backend_frame,
     baseline_sps,
-    best_experiment,
     cost_frame,
     enrich,
     experiment_stats,
@@ -104,8 +67,6 @@ from .stats import (
     parse_prices,
     pick_baseline,
     roofline_frame,
-    samples_per_dollar,
-    spread_stats,
     trial_counts,
     with_group_speedup,
     with_speedup,
@@ -114,55 +75,7 @@ from .timing import timing_section
 from .uncertainty import MARGIN, comparisons_frame
 from .values import spreadsheet_safe
 
-__all__ = [
-    "BACKEND_ORDER",
-    "CAPTIONS_DIR",
-    "COVERED_GROUPS",
-    "CSS",
-    "DEFAULT_TITLE",
-    "HOW_TO_READ",
-    "NO_DATA",
-    "PLOT_NAMES",
-    "SERIES_KEYS",
-    "STYLE",
-    "SVG_METADATA",
-    "SWEEPS",
-    "backend_frame",
-    "baseline_sps",
-    "backend_matrix",
-    "best_experiment",
-    "build_report",
-    "caption_text",
-    "cost_frame",
-    "experiment_stats",
-    "in_effect",
-    "failures_html",
-    "fmt_cv",
-    "fmt_int",
-    "fmt_num",
-    "fmt_speedup",
-    "fmt_spread",
-    "fmt_text",
-    "generic_display",
-    "inline_svg",
-    "ladder_display",
-    "ladder_frame",
-    "main",
-    "noise_html",
-    "parse_prices",
-    "pick_baseline",
-    "plot_backends",
-    "plot_ladder",
-    "plot_roofline",
-    "plot_sweep",
-    "provenance_html",
-    "roofline_display",
-    "roofline_frame",
-    "samples_per_dollar",
-    "spread_stats",
-    "with_group_speedup",
-    "with_speedup",
-]
+__all__ = ["DEFAULT_TITLE", "build_report", "main"]
 
 DEFAULT_TITLE = "Training AI models on CPU: benchmark report"
 

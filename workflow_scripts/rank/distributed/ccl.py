@@ -230,12 +230,6 @@ class _Passed:
         return not (self.in_info and (line.strip() in ("{", "}", "") or line[:1].isspace()))
 
 
-def passed_on(text: str) -> str:
-    """oneCCL's output less what the study's own log level added (see :class:`_Passed`)."""
-    passed = _Passed()
-    return "".join(line for line in text.splitlines(keepends=True) if passed.keep(line))
-
-
 @contextlib.contextmanager
 def ccl_output():
     """Read this process's stdout (oneCCL writes its log there) while oneCCL starts:
