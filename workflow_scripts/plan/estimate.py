@@ -43,8 +43,8 @@ from .. import backends, launchers, metrics, workloads
 from ..calibration import clean_calibration
 from ..rank import gradcheck, probe
 from ..util import finite, read_json
-from . import far as far_stop
 from . import rounds
+from .far import baseline_of, same_work
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
 # measured 56-81 % on an AVX-512 machine; small models reach less, which the per-step
@@ -529,8 +529,8 @@ def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, flo
 
     out = {}
     for spec in experiments:
-        base = by_id.get(far_stop.baseline_of(spec, experiments))
-        if base is None or not far_stop.same_work(spec, base):
+        base = by_id.get(baseline_of(spec, experiments))
+        if base is None or not same_work(spec, base):
             continue
         ratio = step_of(spec) / step_of(base)
         factor = float(spec["far_stop"])
