@@ -122,6 +122,43 @@ def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
     assert runtimes.resolve("auto") == ("podman", None)
 
 
+def test_one_fill_of_a_wheelhouse_at_a_time(tmp_path):
+    """The wheelhouse jobs of several locks run beside each other (``--cores all``) and
+    download many of the same wheels into one folder, where two pips replace each
+    other's files (seen: pip's FileNotFoundError on a fresh machine). A fill waits for
+    the one holding the wheelhouse (another process here), says so, then runs."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    wheel = house / "tiny_pkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel's bytes")
+    lock = tmp_path / "a.txt"
+    lock.write_text(f"tiny-pkg==1.0 \\\n    --hash=sha256:{images.sha256_file(wheel)}\n")
+    log, out = tmp_path / "a.log", house / "locks" / "a.txt"
+    code = (
+        "import sys; from pathlib import Path; from workflow_scripts import images; "
+        "print(images.fill_wheelhouse(*map(Path, sys.argv[1:5]))['downloaded'])"
+    )
+    with open(house / images.FILL_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        fill = subprocess.Popen([sys.executable, "-c", code, lock, house, out, log], cwd=REPO,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "waiting for another fill" not in (log.read_text() if log.exists() else ""):
+            assert fill.poll() is None and time.monotonic() < deadline, "it did not wait"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert fill.poll() is None and not out.exists()  # still waiting, nothing written
+    assert fill.communicate(timeout=60)[0].strip() == "False" and fill.returncode == 0
+    assert out.read_text() == lock.read_text() and "nothing to download" in log.read_text()
+
+
 def test_a_lock_whose_wheels_are_in_the_wheelhouse_asks_pip_nothing(tmp_path, monkeypatch):
     """The wheelhouse rule reruns whenever a lock is newer than its copy (a fresh
     checkout): where every pin is there already, as a wheel this interpreter installs

@@ -33,7 +33,9 @@ The image table is derived: ``os`` and ``common`` here, one image per backend
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -214,12 +216,33 @@ def fetched_already(lock: Path, wheelhouse: Path) -> int | None:
     return len(pins)
 
 
+#: the file whose lock one fill of a wheelhouse holds while it checks and downloads
+FILL_LOCK = ".fill.lock"
+
+
+@contextlib.contextmanager
+def filling(wheelhouse: Path, log: Path):
+    """Hold the wheelhouse for one fill: the wheelhouse jobs of several locks (and of
+    several workflow copies sharing it) download many of the same wheels, and two
+    ``pip download`` into one folder replace each other's files as they write them
+    (``FileNotFoundError`` in pip's copy). A second fill waits, and says so in its log."""
+    with open(wheelhouse / FILL_LOCK, "a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with open(log, "a") as logf:
+                print(f"waiting for another fill of {wheelhouse} to end", file=logf, flush=True)
+            fcntl.flock(held, fcntl.LOCK_EX)
+        yield  # (the lock ends with the file's closing, also when the process is killed)
+
+
 def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
     """Download every wheel of a hashed lock into the wheelhouse (the host's pip and
     settings; wheels already there are checked and kept), then copy the lock to
     ``out`` (the builds read the lock from the wheelhouse). A lock whose every wheel is
     there already (``fetched_already``: a checkout's newer lock, a wheelhouse shared
-    by several workflow copies) asks pip nothing: no index, no download."""
+    by several workflow copies) asks pip nothing: no index, no download. One fill at a
+    time (:func:`filling`)."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -228,16 +251,17 @@ def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
         "--require-hashes", "--no-deps", "--only-binary=:all:",
         "-r", str(lock), "-d", str(wheelhouse),
     ]  # fmt: skip
-    t0 = time.perf_counter()
-    present = fetched_already(lock, wheelhouse)
-    with open(log, "a") as logf:
-        if present:
-            print(f"every wheel of {lock} is in {wheelhouse} with a hash it allows "
-                  f"({present} pins): nothing to download", file=logf)  # fmt: skip
-            rc = 0
-        else:
-            print(f"$ {' '.join(cmd)}", file=logf, flush=True)
-            rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT).returncode
+    with filling(wheelhouse, log):
+        t0 = time.perf_counter()
+        present = fetched_already(lock, wheelhouse)
+        with open(log, "a") as logf:
+            if present:
+                print(f"every wheel of {lock} is in {wheelhouse} with a hash it allows "
+                      f"({present} pins): nothing to download", file=logf)  # fmt: skip
+                rc = 0
+            else:
+                print(f"$ {' '.join(cmd)}", file=logf, flush=True)
+                rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         raise ImageError(f"filling the wheelhouse from {lock} failed (pip exit {rc}); see {log}")
     out.parent.mkdir(parents=True, exist_ok=True)
