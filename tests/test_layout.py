@@ -119,6 +119,67 @@ def test_the_packages_stand_in_layers():
     assert cycles(PACKAGE_GRAPH) == []
 
 
+def spec_lookups(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, key) of every string lookup in a spec: ``spec["k"]``, ``spec.get("k")``,
+    on any name or attribute that says spec (``base_spec``, ``self.spec``) and on a
+    record's ``["spec"]``."""
+
+    def is_spec(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return "spec" in (node.id if isinstance(node, ast.Name) else node.attr).lower()
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == "spec"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            first = node.args[0] if node.args else None
+            return (
+                node.func.attr == "get"
+                and isinstance(first, ast.Constant)
+                and (first.value == "spec")
+            )
+        return False
+
+    found = []
+    for n in ast.walk(tree):
+        key = None
+        if isinstance(n, ast.Subscript) and is_spec(n.value):
+            key = n.slice.value if isinstance(n.slice, ast.Constant) else None
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args:
+            if n.func.attr == "get" and is_spec(n.func.value):
+                key = n.args[0].value if isinstance(n.args[0], ast.Constant) else None
+        if isinstance(key, str):
+            found.append((n.lineno, key))
+    return found
+
+
+def test_the_spec_lookup_detector_finds_every_form():
+    code = (
+        "a = spec['model']\nb = base_spec.get('batch_size')\nc = self.spec['precison']\n"
+        "d = record['spec']['ranks']\ne = rec.get('spec').get('nodes')\nf = other['model']\n"
+    )
+    assert spec_lookups(ast.parse(code)) == [
+        (1, "model"), (2, "batch_size"), (3, "precison"), (4, "ranks"), (5, "nodes"),
+    ]  # fmt: skip
+
+
+def test_every_spec_key_the_code_reads_is_declared():
+    """A misspelt field fails here, not in a rare path of a trial hours into a study
+    (issue 62): every key read from a spec by a string is a declared field, a key the
+    loader derives, or one of the keys the host hands a rank beside the fields."""
+    from workflow_scripts.plan import far
+    from workflow_scripts.rank.distributed import ranks
+    from workflow_scripts.spec.fields import DERIVED_KEYS, FIELDS
+    from workflow_scripts.trial import carry
+
+    known = {*FIELDS, *DERIVED_KEYS, far.SPEC_KEY, carry.SPEC_KEY, ranks.PIN_KEY}
+    read = {
+        (module, line, key)
+        for module, path in MODULES.items()
+        for line, key in spec_lookups(ast.parse(path.read_text()))
+    }
+    assert len(read) > 400  # (the detector sees the code's lookups)
+    assert sorted(r for r in read if r[2] not in known) == []
+
+
 def test_no_private_names_cross_modules():
     crossing = [
         f"{m} imports {name} from {target}"

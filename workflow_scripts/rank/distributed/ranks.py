@@ -169,10 +169,15 @@ def placement(cpus: list[int], topo: dict) -> dict:
     }
 
 
+#: a key of a collectives benchmark's spec (not an experiment field) that leaves its
+#: ranks unpinned when false: more ranks than CPUs, on purpose
+PIN_KEY = "pin"
+
+
 def pin(spec: dict) -> list[int] | None:
     """Pin this rank to its CPUs (before torch starts threads); None for one process
     without a CPU list (it keeps what it was given), or when the spec says ``pin: false``."""
-    if spec.get("pin") is False:  # e.g. more ranks than CPUs, on purpose
+    if spec.get(PIN_KEY) is False:
         return None
     _, _, local = world()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
