@@ -200,3 +200,26 @@ def test_a_node_without_the_image_loads_it_from_the_shared_archive(tmp_path):
     finally:
         subprocess.run(["podman", "rmi", "-f", image_id], env=env, capture_output=True,
                        timeout=300)  # fmt: skip
+
+
+def test_auto_takes_podman_only_where_it_starts_a_container(quick_study, monkeypatch):
+    """`runtime: auto` takes podman where it starts a container of the images it holds,
+    not where it only answers: on a host without CAP_SYS_RESOURCE, podman's default
+    ulimits stop every container at its start (runc: "error setting rlimits"), and
+    every trial of the README's command was a crash (seen: 37 of 37 in the quick
+    preset). There auto runs locally and says why, and what to give."""
+    env_conf = os.environ.pop("CONTAINERS_CONF", None)  # podman's own defaults below
+    try:
+        assert container.engine_works("podman", ENGINE_CONF or None) == (True, "ok")
+        ok, why = container.engine_works("podman", None)
+        monkeypatch.delenv(runtimes.RESOLVED_VAR, raising=False)
+        runtime, note = runtimes.resolve("auto", None)
+    finally:
+        if env_conf is not None:
+            os.environ["CONTAINERS_CONF"] = env_conf
+    if ok:  # an ordinary host: podman's defaults start containers
+        assert why == "ok" and runtime == "podman" and note is None
+    else:  # a host of this kind: the start's own failure, the settings to give
+        assert "starts no container here" in why and container.START_FAILURE.search(why), why
+        assert "container_engine_conf" in why, why
+        assert runtime != "podman" and "container_engine_conf" in (note or ""), note

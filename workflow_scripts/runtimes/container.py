@@ -38,19 +38,53 @@ def engine_env(engine_conf: str | None) -> dict[str, str]:
     return env
 
 
+#: what an engine says where it cannot start any container on this host, whatever the
+#: image (a host without CAP_SYS_RESOURCE: its default ulimits; crun on hybrid cgroups)
+START_FAILURE = re.compile(r"rlimit|cgroups? in hybrid mode|error during container init", re.I)
+#: where such a host is told what to give
+START_HINT = (
+    "a host like this needs podman's settings of containers/engine/containers.conf: "
+    "--config container_engine_conf=containers/engine/containers.conf (docs/containers.md)"
+)
+
+
 def engine_works(engine: str, engine_conf: str | None = None) -> tuple[bool, str]:
+    """Whether ``engine`` answers (``info``) and, where it holds an image already,
+    starts a container of it: an engine that builds and lists images but cannot start
+    one here would turn every trial into a crash."""
     if shutil.which(engine) is None:
         return False, f"{engine} not found on PATH"
+    env = engine_env(engine_conf)
     try:
-        out = subprocess.run(
-            [engine, "info"], capture_output=True, text=True, timeout=60,
-            env=engine_env(engine_conf),
-        )  # fmt: skip
+        out = subprocess.run([engine, "info"], capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"`{engine} info` failed: {exc}"
     if out.returncode != 0:
         lines = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
         return False, f"`{engine} info` exited {out.returncode}: {lines[0][:200]}"
+    return starts(engine, env)
+
+
+def starts(engine: str, env: dict[str, str]) -> tuple[bool, str]:
+    """Whether the engine starts a container of its first image (``true`` in it); with
+    no image yet there is nothing to start (the first build says it). Only a failure of
+    the start itself (:data:`START_FAILURE`) counts: not an image without ``true``."""
+    try:
+        listed = subprocess.run([engine, "images", "--quiet", "--filter", "dangling=false"],
+                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        ids = listed.stdout.split() if listed.returncode == 0 else []
+        if not ids:
+            return True, "ok"
+        run = subprocess.run([engine, "run", "--rm", "--network", "none", ids[0], "true"],
+                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"`{engine} run` failed: {exc}"
+    said = [line for line in (run.stderr + run.stdout).splitlines() if START_FAILURE.search(line)]
+    if run.returncode != 0 and said:
+        return (
+            False,
+            f"`{engine} run` starts no container here ({said[0].strip()[:240]}); {START_HINT}",
+        )
     return True, "ok"
 
 
