@@ -147,6 +147,24 @@ def _components_of_markers(request):
             request.getfixturevalue(fixture)
 
 
+def error_of(config: dict, **kwargs) -> str:
+    """The message of the configuration error the real loader raises for ``config``."""
+    with pytest.raises(study.StudyConfigError) as info:
+        study.load_study(config, **kwargs)
+    return str(info.value)
+
+
+def env_python(env: dict, code: str, *args: str, cwd: Path = REPO, timeout: int = 900) -> str:
+    """Run ``code`` with a backend environment's interpreter (the workflow's package on
+    its path); its standard output."""
+    proc = subprocess.run(
+        [env["python"], "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+        cwd=cwd, env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def spec_of(**fields) -> dict:
     """A fully resolved spec (through the real config loader) for a tiny model."""
     fields.setdefault("id", "t")

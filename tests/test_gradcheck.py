@@ -14,21 +14,14 @@ import subprocess
 
 import pytest
 
+from tests.conftest import env_python
 from tests.trials import assert_ok, run
-from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 
-def env_python(env: dict, code: str, *args: str, cwd=REPO_ROOT) -> dict:
-    """Run ``code`` with the environment's interpreter (the workflow's package on its
-    path); the JSON it prints last."""
-    proc = subprocess.run(
-        [env["python"], "-c", code, *args], capture_output=True, text=True, timeout=900,
-        cwd=cwd, env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin", "HOME": "/tmp"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
 
 
 COMPARE = """
@@ -79,7 +72,7 @@ print(json.dumps(out))
 
 
 def test_the_check_judges_each_parameter_against_eagers_own_error(upstream_env):
-    got = env_python(upstream_env, COMPARE)
+    got = last_json(env_python(upstream_env, COMPARE))
     assert got["same_as_eager"]["problem"] is None
     assert got["twice_eager"]["problem"] is None  # within 3x eager's own error
     assert got["five_times_eager_small"]["problem"] is None  # 64 values: 8x
@@ -286,7 +279,7 @@ check = rec.get("gradient_check")
 print(json.dumps({"status": rec["status"], "error": rec["error"], "check": check}))
 """
     spec = {**make_spec(id="detached"), "model": "detached"}
-    got = env_python(upstream_env, code, json.dumps(spec), cwd=wd)
+    got = last_json(env_python(upstream_env, code, json.dumps(spec), cwd=wd))
     assert got["status"] == "incorrect", got
     assert got["error"]["message"] == (
         "the step trained 4 of 10 parameter tensors (6 got no gradient: features.0.weight, "

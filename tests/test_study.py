@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import error_of
+
 # the repository root, for a pytest run without the project's pythonpath setting
 from workflow_scripts import launchers, workloads
 from workflow_scripts.study import (
@@ -40,12 +42,6 @@ def machine_splits(batch: int) -> list[tuple[int, int]]:
 @pytest.fixture(scope="module")
 def shipped() -> dict:
     return yaml.safe_load(CONFIG.read_text())
-
-
-def error_of(config: dict) -> str:
-    with pytest.raises(StudyConfigError) as info:
-        load_study(config)
-    return str(info.value)
 
 
 def ids(config: dict) -> list[str]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_scripts.study import StudyConfigError, build_schema, load_study
+from tests.conftest import error_of
+from workflow_scripts.study import build_schema, load_study
 from workflow_scripts.study.config import flat_study, is_sweep, study_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,12 +32,6 @@ def studies(config: dict) -> list[tuple[str, dict]]:
         if any(key in preset for key in ("groups", "experiments", "sweeps")):
             out.append((f"presets.{name}", preset))
     return out
-
-
-def error_of(config: dict, **kwargs) -> str:
-    with pytest.raises(StudyConfigError) as info:
-        load_study(config, **kwargs)
-    return str(info.value)
 
 
 def specs(config: dict, **kwargs) -> list[dict]:

@@ -6,28 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import pytest
 
+from tests.conftest import env_python
 from tests.trials import assert_ok, run
 from workflow_scripts import workloads
 from workflow_scripts.plan import estimate
-from workflow_scripts.runtimes.base import REPO_ROOT
 from workflow_scripts.summary import records
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
-
-
-def env_python(env: dict, code: str) -> str:
-    """Run ``code`` with the environment's interpreter (the workflow's package on its
-    path); its standard output."""
-    proc = subprocess.run(
-        [env["python"], "-c", code], capture_output=True, text=True, timeout=600,
-        cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
 
 
 def text_record(rec: dict) -> dict:
