@@ -202,13 +202,55 @@ def code_sides() -> str:
     )
 
 
+#: the CPUs the presets' table is planned on (the layouts a study runs follow the CPUs)
+PRESET_CPUS = 2
+
+
+def preset_groups() -> str:
+    """What each preset expands to: its experiments, group by group, and its trials per
+    experiment (the adaptive rounds' span; a run stopped far from its baseline and a
+    seed sweep's seeds run fewer), from config.yaml, planned on :data:`PRESET_CPUS` CPUs
+    (``snakemake -n`` prints the same groups with their estimated time on yours)."""
+    import os
+
+    from .study import load_study, read_config
+    from .sysinfo import PLAN_CPUS_VAR
+
+    config = read_config(REPO / "config.yaml")
+    names = [config["preset"], *(n for n in config.get("presets") or {} if n != config["preset"])]
+    saved = os.environ.get(PLAN_CPUS_VAR)
+    os.environ[PLAN_CPUS_VAR] = f"0-{PRESET_CPUS - 1}"
+    try:
+        studies = {n: load_study(dict(config), REPO, cli={"preset": n}) for n in names}
+    finally:
+        if saved is None:
+            os.environ.pop(PLAN_CPUS_VAR, None)
+        else:
+            os.environ[PLAN_CPUS_VAR] = saved
+    groups: dict[str, dict[str, int]] = {}
+    for n, study in studies.items():
+        for spec in study.experiments:
+            row = groups.setdefault(spec.get("group") or spec["id"], {})
+            row[n] = row.get(n, 0) + 1
+    rows = [[f"`{g}`", *(counts.get(n, "") for n in names)] for g, counts in groups.items()]
+    rows.append(["**all**", *(f"**{len(s.experiments)}**" for s in studies.values())])
+    spans = []
+    for s in studies.values():
+        low, high = s.settings["trials"], max(s.settings["trials"], s.settings["max_trials"] or 0)
+        spans.append(f"{low} to {high}" if high > low else str(low))
+    rows.append(["trials per experiment", *spans])
+    return table(("group", *(f"`{n}`" for n in names)), rows)
+
+
 SOURCES = {
+    "preset-groups": f"config.yaml (planned on {PRESET_CPUS} CPUs)",
     "code-sides": "workflow_scripts/__init__.py (RANK_SIDE, SHARED)",
     "summary-columns": "workflow_scripts/summary/results.py and spec/fields.py",
     "config-fields": "workflow_scripts/spec/fields.py",
     "config-settings": "workflow_scripts/spec/settings.py",
 }
 RENDERERS: dict[str, Callable[[], str]] = {
+    "preset-groups": preset_groups,
     "code-sides": code_sides,
     "summary-columns": summary_columns,
     "config-fields": config_fields,

@@ -706,7 +706,7 @@ def short_warmup(spec: dict, done: int, seconds: float) -> bool:
     """Whether the warm-up ends after its first ``done`` steps, short of
     ``warmup_steps``: where they took ``time_budget_s`` already (a step that slow, bf16
     where it is emulated, 40x fp32's, paid its one-off costs in the first, and a second
-    warm-up step of a BERT-base would take 8 minutes more), after one step at least (two
+    warm-up step of a BERT-base would take minutes more), after one step at least (two
     for a compiled run with dropout: its first runs without dropout, the gradient
     check's, and the second compiles again with it). Every rank decides together."""
     budget = spec.get("time_budget_s")

@@ -446,7 +446,7 @@ SETTINGS: dict[str, Setting] = {
             LIMITS,
             {"experiments": 2000, "trials": 20000, "over_memory": False},
             "what a config may ask for, checked before any job (raise them on purpose): "
-            "experiments after the sweeps' expansion (the default study has about 170), "
+            "experiments after the sweeps' expansion (each preset's count: docs/presets.md), "
             "trials in all (experiments x max(trials, max_trials)), and over_memory: true "
             "runs an experiment whose memory estimate exceeds the machine's (or a node's) "
             "memory, which is refused otherwise",
