@@ -16,6 +16,7 @@ from workflow_scripts.study import (
     command_line_config,
     configfiles_given,
     load_for_snakemake,
+    runs_jobs,
 )
 
 # What the command line set (--configfile files, then --config): Snakemake's `config`
@@ -30,8 +31,9 @@ configfile: "config.yaml"
 
 # One validation pass, by the study's own loader: every error at once, each naming the
 # field, the value and what is allowed (the schema is derived from workflow_scripts/study),
-# then the checks that need this machine (CPUs, memory, files).
-STUDY = load_for_snakemake(config, COMMAND_LINE)
+# then the checks that need this machine (CPUs, memory, files). A run that runs jobs
+# (not -n) first forgets the trials the budget's clock left out last time.
+STUDY = load_for_snakemake(config, COMMAND_LINE, runs_jobs(sys.argv))
 
 
 include: "rules/common.smk"

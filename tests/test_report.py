@@ -179,7 +179,7 @@ def test_summary_csv(built):
     assert partial["status"] == "crashed" and math.isnan(partial["samples_per_s"])
     corrupt = df[df["experiment"] == "corrupt"].iloc[0]
     assert corrupt["status"] == "crashed" and corrupt["error_type"] == rec.UNREADABLE
-    assert out == {"trials": 11, "ok": 7, "failed": 4, "baseline": "baseline"}
+    assert out == {"trials": 11, "ok": 7, "failed": 4, "left_out": 0, "baseline": "baseline"}
     header, first = (tmp / "summary.csv").read_text().splitlines()[:2]
     assert header.startswith(",".join(FIRST_COLUMNS) + ",")
     assert first.startswith("baseline,0,eager,ok,10.0,")  # whole numbers stay integers

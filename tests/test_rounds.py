@@ -272,3 +272,35 @@ def test_a_far_stop_within_the_margin_settles_nothing():
     assert rounds.one_trial_when_far({"far_stop": 1.5}, 0.03)
     assert not rounds.one_trial_when_far({"far_stop": 1.25}, 0.3)  # beyond 1.25 is not 1.3
     assert not rounds.one_trial_when_far({"far_stop": None}, 0.03)
+
+
+def test_the_budgets_clock_leaves_out_what_would_end_past_it(tmp_path, monkeypatch):
+    """plan/clock.py: the deadline is the start plus the budget; a trial that would end
+    past it does not start; the next run forgets exactly the records it left out."""
+    from workflow_scripts.plan import clock
+
+    monkeypatch.setenv(clock.DEADLINE_VAR, "")  # (restored after the test: start() sets it)
+    monkeypatch.delenv(clock.DEADLINE_VAR)
+    assert clock.deadline() is None and not clock.too_late(1e9)  # no budget: no clock
+    until = clock.start(3600, now=1000.0)
+    assert until == 4600.0 and clock.deadline() == 4600.0
+    assert not clock.too_late(600, now=2000.0) and clock.too_late(600, now=4100.0)
+    assert clock.too_late(0, now=4600.5) and not clock.too_late(-5, now=4599.0)
+    assert "the budget's clock ran out" in clock.why(600, until)
+    for name, status in (("a", "ok"), ("b", clock.LEFT_OUT), ("c", "failed")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trial0.json").write_text(json.dumps({"status": status}))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "trial1.json").write_text("{not json")
+    assert clock.forget(tmp_path) == [tmp_path / "b" / "trial0.json"]
+    assert sorted(p.parent.name for p in tmp_path.glob("*/trial*.json")) == ["a", "c", "d"]
+
+
+def test_only_a_run_that_runs_jobs_forgets_left_out_trials():
+    from workflow_scripts.study import runs_jobs
+
+    assert runs_jobs(["snakemake", "--cores", "all", "--config", "budget=1h"])
+    assert runs_jobs(["snakemake", "-c2", "--configfile", "n.yaml"])
+    for dry in (["-n"], ["-np"], ["--dry-run"], ["--dryrun"], ["--lint"], ["--dag"],
+                ["--report", "r.html"], ["--summary"], ["-t"], ["--unlock"]):  # fmt: skip
+        assert not runs_jobs(["snakemake", "--cores", "2", *dry]), dry

@@ -54,13 +54,15 @@ LOCAL_EXPERIMENTS = ("bf16-cl", "ipex-optimize-fp32")
 IPEX_COMPILE = "bert-tiny-ipex-compile"
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, config: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """The local study (LOCAL_STUDY, written to local-study.yaml) through snakemake."""
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
     cmd += ["--configfile", str(workdir / "local-study.yaml")]
     # no reruns after noise (the retry policy has its own tests; on a busy 2-CPU machine
     # reruns added minutes to the suite)
-    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}", "noise_retries=0"]
+    cmd += ["--config", "preset=quick", f"envs_root={ENVS_ROOT}", "noise_retries=0", *config]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=3000)
     if proc.returncode != 0:
         raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -366,7 +368,19 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     # 3. one experiment's settings change: exactly it and the report rerun
     edited = [{**e, "batch_size": 4} if e["id"] == "bf16-cl" else e for e in part]
     local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"experiments": edited}))
+    # (first with a budget whose clock has run out before the trial starts: it is left
+    # out, not failed, the study still ends with its report; the next run runs it)
+    clocked = snakemake(wd, config=("budget=1s",))
+    assert experiments_run(clocked) == ["bf16-cl"]
+    left = json.loads((wd / "results/records/bf16-cl/trial0.json").read_text())
+    assert left["status"] == "left_out" and left["error"]["type"] == "OverBudget", left
+    assert "the budget's clock ran out" in left["error"]["message"], left["error"]
+    page = (wd / "results/report/index.html").read_text()
+    assert "left out by the budget's clock" in page and 'id="left-out"' in page
+    assert "1 left out by the budget's clock" in clocked.stdout + clocked.stderr
+    assert snakemake(wd, "-n").stderr.count("trials that the budget's clock left out") == 0
     third = snakemake(wd)
+    assert "1 trials that the budget's clock left out last time run now" in third.stderr
     assert experiments_run(third) == ["bf16-cl"]
     after = mtimes(wd)
     changed = {k for k in before if before[k] != after[k]}

@@ -63,6 +63,7 @@ from .stats import (
     in_effect,
     isnan,
     ladder_frame,
+    left_out,
     loss_curves,
     parse_prices,
     pick_baseline,
@@ -184,7 +185,8 @@ def build_report(
     page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)
     html_path.write_text(page, encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
-    return {"trials": n, "ok": n_ok, "failed": n_failed, "baseline": baseline}
+    return {"trials": n, "ok": n_ok, "failed": n_failed, "left_out": left_out(frame),
+            "baseline": baseline}  # fmt: skip
 
 
 #: The report rule's entry point (the plots go next to the HTML file).
@@ -268,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
-    line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed)"
+    line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed"
+    line += f", {result['left_out']} left out by the budget's clock)" if result["left_out"] else ")"
     announce(line, args.log)
     return 0

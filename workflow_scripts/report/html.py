@@ -26,7 +26,7 @@ from .formatting import (
     trials_text,
     used_count,
 )
-from .stats import trial_counts
+from .stats import left_out, trial_counts
 from .uncertainty import Comparison, compared_cell
 from .values import isnan
 
@@ -251,6 +251,8 @@ def page_html(
     """The whole page: title, the headline, contents, what was not run, how to read,
     counts, provenance, and the sections, each an (id, heading, HTML content) triple."""
     n, n_ok, n_failed = trial_counts(frame)
+    n_left = left_out(frame)
+    left = f", <b>{n_left}</b> left out by the budget's clock" if n_left else ""
     status_counts = frame["status"].value_counts(sort=False)
     counts = ", ".join(f"{k}: {v}" for k, v in status_counts.items())
     nav = "".join(
@@ -284,7 +286,7 @@ def page_html(
 {skipped}
 <p>{how}</p>
 <p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok,
-<b>{n_failed}</b> failed ({html.escape(counts) if n else "none"}).</p>
+<b>{n_failed}</b> failed{left} ({html.escape(counts) if n else "none"}).</p>
 </header>
 {body}
 <section id="provenance"><h2>Run provenance</h2>

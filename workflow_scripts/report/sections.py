@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.plan.clock import LEFT_OUT
 from workflow_scripts.summary.records import OK, VERSION_KEYS, error_parts, noise_group_keys
 
 from .compare import WORKLOAD_KEYS, differences, geomean, same_workload
@@ -35,7 +36,7 @@ from .html import (
     table_html,
 )
 from .machines import cpu_description, isa_verdict
-from .stats import SWEEPS
+from .stats import SWEEPS, left_out
 from .uncertainty import Comparison, compared_cell, compared_text
 from .values import isnan
 
@@ -171,8 +172,15 @@ def _locked_cuda_wheels(env: str, shas: list[str], pythons: list[str]) -> list[s
 
 def failures_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
     blocks = []
+    n_left = left_out(frame)
+    if n_left:
+        blocks.append(
+            f'<p class="note" id="left-out">{n_left} trial{"s" if n_left > 1 else ""} left '
+            "out, not failed: the budget's clock ran out before they started (each record "
+            "says when); the next <code>snakemake</code> runs them, and nothing else.</p>"
+        )
     for i, row in frame.iterrows():
-        if row["status"] == OK:
+        if row["status"] in (OK, LEFT_OUT):
             continue
         record = records[i] if i < len(records) else {}
         etype, message, tail = error_parts(record)

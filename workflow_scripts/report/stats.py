@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts import backends
+from workflow_scripts.plan.clock import LEFT_OUT
 from workflow_scripts.spec import fields
 from workflow_scripts.summary import results
 from workflow_scripts.summary.records import OK, SPEC_COLUMNS
@@ -504,10 +505,16 @@ def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
 
 
 def trial_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
-    """The number of trials, of ok ones, and of the others (failed, crashed, timed out)."""
+    """The number of trials, of ok ones, and of the failed ones (failed, crashed, timed
+    out, ...: not those the budget's clock left out, :func:`left_out`)."""
     n = len(frame)
     n_ok = int((frame["status"] == OK).sum())
-    return n, n_ok, n - n_ok
+    return n, n_ok, n - n_ok - left_out(frame)
+
+
+def left_out(frame: pd.DataFrame) -> int:
+    """The trials the budget's clock left out (plan/clock.py): they run next time."""
+    return int((frame["status"] == LEFT_OUT).sum())
 
 
 def checked_effect(spec: Mapping, checks: Mapping) -> str:

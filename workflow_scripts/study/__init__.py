@@ -28,6 +28,7 @@ from .entry import (
     load_for_snakemake,
     main,
     read_config,
+    runs_jobs,
 )
 from .schema import build_schema
 
@@ -37,5 +38,5 @@ __all__ = [
     "BUILTIN_DEFAULTS", "FIELD_NAMES", "NOISE_RETRIES", "NOISE_THRESHOLD", "PER_EXPERIMENT",
     "SETTING_DEFAULTS", "Study", "StudyConfigError", "build_schema", "command_line_config",
     "check_spec", "configfiles_given", "derive_id",
-    "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config",
+    "load_for_snakemake", "load_study", "main", "parse_cpus", "read_config", "runs_jobs",
 ]  # fmt: skip

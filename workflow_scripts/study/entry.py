@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from ..plan import clock
 from ..spec.fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from ..spec.settings import budget_seconds
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
@@ -88,7 +89,32 @@ def configfiles_given(argv: Sequence[str]) -> list[str]:
     return files
 
 
-def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
+#: Snakemake's options that run no job (a left-out trial's record stays where they are)
+RUNS_NOTHING = {
+    "-n", "--dry-run", "--dryrun", "--lint", "--dag", "--rulegraph", "--filegraph", "-S",
+    "--summary", "-D", "--detailed-summary", "-l", "--list", "--list-rules", "--lt",
+    "--list-target-rules", "--unlock", "--cleanup-metadata", "--cm", "-t", "--touch",
+    "--report", "--containerize", "--lc", "--list-changes", "--list-code-changes",
+    "--li", "--list-input-changes", "--lp", "--list-params-changes", "-h", "--help",
+    "--version", "--print-compilation", "--export-cwl", "--archive", "--delete-all-output",
+    "--delete-temp-output", "--list-untracked", "--lu", "--show-failed-logs-only",
+}  # fmt: skip
+
+
+def runs_jobs(argv: Sequence[str]) -> bool:
+    """Whether Snakemake's command line (``argv``) runs jobs: none of :data:`RUNS_NOTHING`,
+    also in a group of short flags (``-np``)."""
+    for arg in argv[1:]:
+        name = arg.partition("=")[0]
+        if name in RUNS_NOTHING:
+            return False
+        if name[:1] == "-" and name[1:2] != "-" and name[1:].isalpha():
+            if any(f"-{c}" in RUNS_NOTHING for c in name[1:]):
+                return False
+    return True
+
+
+def load_for_snakemake(config: dict, command_line: dict | None = None, runs: bool = True) -> Study:
     """:func:`load_study` for the Snakefile (run from the repository root, where
     Snakemake reads config.yaml), with ``command_line`` (:func:`command_line_config`)
     winning over the preset, and the checks that need this machine (CPUs, memory,
@@ -99,7 +125,11 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
     machine, or for the nodes of the cluster (``cluster.scheduler: slurm``, which
     profiles/slurm sets), and hands the plan to every job's process through the
     environment (:data:`PLANNED_FOR_VAR`, the CPUs and memory); a job's process loads
-    the same study from it, without the checks and messages."""
+    the same study from it, without the checks and messages.
+
+    ``runs``: whether this invocation runs jobs (:func:`runs_jobs`); where it does, the
+    first process forgets the trials the budget's clock left out last time, so they
+    run (plan/clock.py)."""
     from snakemake.exceptions import WorkflowError
 
     base_dir = Path.cwd()
@@ -143,6 +173,11 @@ def load_for_snakemake(config: dict, command_line: dict | None = None) -> Study:
     if main_process:
         for line in study.warnings:
             print(line, file=sys.stderr)
+        if runs:
+            gone = clock.forget(study.path(study.results) / "records")
+            if gone:
+                print(f"[budget] {len(gone)} trials that the budget's clock left out last "
+                      "time run now", file=sys.stderr)  # fmt: skip
         try:
             est = plan_budget(study)
             est = print_estimate(study, est)
@@ -213,6 +248,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
         budget = budget_seconds(settings["budget"])
     except ValueError as exc:
         raise StudyConfigError(f"config error at budget: {exc}") from None
+    clock.start(budget)  # every job's process holds to it, also where the plan is wrong
     low, high = int(settings["trials"]), rounds.cap(settings)
     try:
         machine = estimate.study_machine(study, results)

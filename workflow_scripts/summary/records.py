@@ -38,7 +38,8 @@ from ..sysinfo import node_type
 from . import results
 
 OK = "ok"
-STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail")
+STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail",
+            "left_out")  # fmt: skip
 UNREADABLE = "UnreadableRecord"
 
 # The columns (results.py declares each result and provenance column once, with its

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..cluster import slurm
+from ..plan import clock
 from ..runtimes.base import REPO_ROOT
 from ..runtimes.measured import Ran
 from ..util import SCHEMA_VERSION, tail
@@ -40,6 +41,8 @@ _FAILURE_STATUS = {
     "SlurmTimeLimit": "timeout",
     "SlurmPreempted": "preempted",
     "SlurmNodeFailure": "node_fail",
+    # a trial the budget's clock left out (plan/clock.py): not a failure
+    clock.KIND: clock.LEFT_OUT,
     # a job lost whole, as SLURM's accounting tells (trial.lost)
     "SlurmCancelled": "failed",
     "SlurmJobFailed": "failed",

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .. import runtimes, sysinfo
-from ..plan import estimate, far
+from ..plan import clock, estimate, far
 from ..runtimes.measured import Ran
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
 from ..spec.settings import NOISE_THRESHOLD
@@ -119,6 +119,17 @@ def _run(
     expected = estimate.for_trial(
         spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan
     )
+    until = clock.deadline()
+    if until is not None and clock.too_late(expected["seconds"], until=until):
+        record = failure(spec, trial, clock.KIND, clock.why(expected["seconds"], until))
+        now = sysinfo.now()
+        runtime = runtimes.for_env(env_info).name
+        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
+        record["estimate"] = expected
+        with open(log, "a") as logf:
+            print(f"[launch] {record['error']['message']}", file=logf)
+        write_json_atomic(out, record)
+        return record
     started = time.monotonic()
     discarded: list[dict] = []
     attempt = 1
@@ -144,6 +155,11 @@ def _run(
         check = noise_check(record, reference, noise_threshold, levels)
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > max_retries:
+            break
+        if clock.too_late(retry_delay_s + expected["seconds"]):  # no rerun past the deadline
+            with open(log, "a") as logf:
+                print("[launch] no noise rerun: the budget's clock would run out; the "
+                      "attempt is kept, flagged", file=logf)  # fmt: skip
             break
         reason = noise_reason(check)
         discarded.append(
