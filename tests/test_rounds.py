@@ -292,8 +292,13 @@ def test_the_budgets_clock_leaves_out_what_would_end_past_it(tmp_path, monkeypat
         (tmp_path / name / "trial0.json").write_text(json.dumps({"status": status}))
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "trial1.json").write_text("{not json")
-    assert clock.forget(tmp_path) == [tmp_path / "b" / "trial0.json"]
+    summary = tmp_path / "summary.csv"
+    summary.write_text("experiment\n")
+    assert clock.forget(tmp_path, summary) == [tmp_path / "b" / "trial0.json"]
     assert sorted(p.parent.name for p in tmp_path.glob("*/trial*.json")) == ["a", "c", "d"]
+    assert not summary.exists()  # (the report runs again, and so the trials it lacks)
+    summary.write_text("experiment\n")
+    assert clock.forget(tmp_path, summary) == [] and summary.exists()  # nothing left out
 
 
 def test_only_a_run_that_runs_jobs_forgets_left_out_trials():

@@ -62,9 +62,12 @@ def why(expected_s: float, until: float) -> str:
     )
 
 
-def forget(records: Path | str) -> list[Path]:
+def forget(records: Path | str, summary: Path | str | None = None) -> list[Path]:
     """Remove the records the clock left out under ``records`` (``<id>/trial<k>.json``),
-    so that this invocation runs those trials; the removed paths."""
+    so that this invocation runs those trials; the removed paths. Where it removes one,
+    it removes ``summary`` too (the report's): Snakemake does not run a job again for
+    a missing input whose consumer is up to date, but for a missing output it does,
+    and then the inputs it lacks."""
     gone = []
     for path in sorted(Path(records).glob("*/trial*.json")):
         try:
@@ -74,4 +77,6 @@ def forget(records: Path | str) -> list[Path]:
         if status == LEFT_OUT:
             path.unlink(missing_ok=True)
             gone.append(path)
+    if gone and summary is not None:
+        Path(summary).unlink(missing_ok=True)
     return gone

@@ -174,7 +174,8 @@ def load_for_snakemake(config: dict, command_line: dict | None = None, runs: boo
         for line in study.warnings:
             print(line, file=sys.stderr)
         if runs:
-            gone = clock.forget(study.path(study.results) / "records")
+            root = study.path(study.results)
+            gone = clock.forget(root / "records", root / "summary.csv")
             if gone:
                 print(f"[budget] {len(gone)} trials that the budget's clock left out last "
                       "time run now", file=sys.stderr)  # fmt: skip
