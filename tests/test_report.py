@@ -591,3 +591,30 @@ def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):
     assert "libfabric: the providers oneCCL opened" in section
     assert table.iloc[1]["1 KiB"] == "2.05 ms · 5e+05 GB/s"  # 2e-6 s/B x 1024 B; 1 / 2e-6
     assert "collectives ccl-shm failed: 4 ranks: rank 0: 4 ranks need 4 CPUs" in section
+
+
+def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_path):
+    """A left-out trial (plan/clock.py) is no failure and no measurement: the page and
+    the report's counts say how many the clock left out, the failures section does not
+    list them among the failures, and the next run runs them."""
+    from workflow_scripts.plan import clock
+
+    left = make("bf16", status=clock.LEFT_OUT, sps=None, precision="bf16",
+                error={"type": clock.KIND, "message": clock.why(30, 1e9)})  # fmt: skip
+    records = [make("baseline"), make("baseline", trial=1), left,
+               make("bf16-cl", status="failed", sps=None, error={"type": "RuntimeError",
+                                                                 "message": "boom"})]  # fmt: skip
+    loaded = rec.load_records(write(tmp_path / "r", records))
+    out = report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "report/index.html",
+                              tmp_path / "report")  # fmt: skip
+    assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (4, 2, 1, 1)
+    page = (tmp_path / "report/index.html").read_text()
+    counts = re.search(r'<p class="counts">(.*?)</p>', page, re.S).group(1)
+    assert "<b>1</b> failed, <b>1</b> left out by the budget's clock" in counts, counts
+    failures = page[page.index('<section id="failures">') :]
+    failures = failures[: failures.index("</section>")]
+    assert '<p class="note" id="left-out">1 trial left out, not failed' in failures
+    assert "2 ok, 1 failed, 1 left out by the budget's clock" in page  # the headline
+    assert "bf16-cl" in failures and "bf16 —" not in failures.replace("bf16-cl", "")
+    statuses = pd.read_csv(tmp_path / "summary.csv")["status"]
+    assert sorted(statuses) == ["failed", "left_out", "ok", "ok"]

@@ -174,10 +174,13 @@ def failures_html(frame: pd.DataFrame, records: Sequence[Mapping]) -> str:
     blocks = []
     n_left = left_out(frame)
     if n_left:
+        one = n_left == 1
+        they, them = ("it", "it") if one else ("they", "them")
         blocks.append(
-            f'<p class="note" id="left-out">{n_left} trial{"s" if n_left > 1 else ""} left '
-            "out, not failed: the budget's clock ran out before they started (each record "
-            "says when); the next <code>snakemake</code> runs them, and nothing else.</p>"
+            f'<p class="note" id="left-out">{n_left} trial{"" if one else "s"} left out, '
+            f"not failed: the budget's clock ran out before {they} started "
+            f"({'its record says' if one else 'each record says'} when); the next "
+            f"<code>snakemake</code> runs {them}, and no other trial.</p>"
         )
     for i, row in frame.iterrows():
         if row["status"] in (OK, LEFT_OUT):
