@@ -56,21 +56,13 @@ def run(
         message = "this machine cannot run the experiment as configured: " + "; ".join(
             p.removeprefix("config error at ") for p in problems
         )
-        record = failure(spec, trial, "MachineMismatch", message)
-        now = sysinfo.now()
-        runtime = runtimes.for_env(env_info).name
-        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
-        write_json_atomic(out, record)
-        return record
+        return _not_run(failure(spec, trial, "MachineMismatch", message), env_info, out)
     job = sysinfo.slurm_job()
     loss = lost.earlier_loss(out, job["job_id"], log, attempt=attempt) if job else None
     if loss:  # an earlier job of this trial was lost whole: its record, from SLURM's words
         kind, words = loss
         record = failure(spec, trial, kind, f"the trial's earlier job was lost whole: {words}")
-        now = sysinfo.now()
-        runtime = runtimes.for_env(env_info).name
-        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
-        write_json_atomic(out, record)
+        _not_run(record, env_info, out)
         lost.unmark(out)
         return record
     lost.mark(out)
@@ -86,6 +78,15 @@ def run(
         lost.unmark(out)  # the job fails with its own error; a retry runs it again
         raise
     lost.unmark(out)
+    return record
+
+
+def _not_run(record: dict, env_info: dict, out: Path) -> dict:
+    """Write the record of a trial that ran nothing (a failure's, or one left out)."""
+    now = sysinfo.now()
+    runtime = runtimes.for_env(env_info).name
+    assemble(record, record["spec"], record["trial"], env_info, runtime, Ran.not_run(now), now)
+    write_json_atomic(out, record)
     return record
 
 
@@ -122,14 +123,10 @@ def _run(
     until = clock.deadline()
     if until is not None and clock.too_late(expected["seconds"], until=until):
         record = failure(spec, trial, clock.KIND, clock.why(expected["seconds"], until))
-        now = sysinfo.now()
-        runtime = runtimes.for_env(env_info).name
-        assemble(record, spec, trial, env_info, runtime, Ran.not_run(now), now)
         record["estimate"] = expected
         with open(log, "a") as logf:
             print(f"[launch] {record['error']['message']}", file=logf)
-        write_json_atomic(out, record)
-        return record
+        return _not_run(record, env_info, out)
     started = time.monotonic()
     discarded: list[dict] = []
     attempt = 1
