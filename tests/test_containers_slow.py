@@ -212,7 +212,8 @@ def test_auto_takes_podman_only_where_it_starts_a_container(quick_study, monkeyp
     try:
         assert container.engine_works("podman", ENGINE_CONF or None) == (True, "ok")
         ok, why = container.engine_works("podman", None)
-        monkeypatch.delenv(runtimes.RESOLVED_VAR, raising=False)
+        monkeypatch.setenv(runtimes.RESOLVED_VAR, "")  # (restored after: resolve sets it)
+        monkeypatch.delenv(runtimes.RESOLVED_VAR)
         runtime, note = runtimes.resolve("auto", None)
     finally:
         if env_conf is not None:

@@ -7,7 +7,7 @@ every comparison is paired in time:
 
 - the harness side is the study's own code driven as a trial drives it: the spec
   resolved by the study's loader, the launcher's and the backend's environment
-  variables (``trial.environment``), ``harness.Trainer`` (threads, backend setup,
+  variables (``runtimes.measured.environment``), ``harness.Trainer`` (threads, backend setup,
   model, data, channels_last), ``harness.before_steps`` (compile-pool wait, FLOP
   count, noise probe: their allocations stay behind, as in a trial), and every step
   through ``harness.timed_step`` with the trial log's progress line;
@@ -259,11 +259,12 @@ def resolve_spec(cfg: dict) -> dict:
 
 
 def run_child(python: str, spec: dict, cfg: dict, log: Path) -> dict:
-    from workflow_scripts import runtimes, trial
+    from workflow_scripts import runtimes
+    from workflow_scripts.runtimes import measured
 
     prefix = str(Path(python).parent.parent)
     runtime = runtimes.for_env({"python": python, "prefix": prefix, "name": spec.get("env")})
-    env = trial.environment(spec, runtime)
+    env = measured.environment(spec, runtime)
     cmd = [python, "-u", str(Path(__file__).resolve()), "--child", "--spec-json",
            json.dumps(spec), "--config", json.dumps(cfg)]  # fmt: skip
     with open(log, "w") as logf:  # the progress lines go where a trial's go: a log file

@@ -45,7 +45,6 @@ instead. Which one was used: ``provenance.compile_cache``.
 
 from __future__ import annotations
 
-from ..runtimes.measured import environment
 from .attempt import attempt_once, cannot_start
 from .entry import COMMAND, main, progress_line
 from .environment import compile_cache, default_inductor_cache_dir, run_mounts
@@ -66,7 +65,7 @@ from .reference import measured_on, node_reference, read_reference
 __all__ = [
     "COMMAND", "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "assemble",
     "attempt_once",
-    "cannot_start", "compile_cache", "default_inductor_cache_dir", "environment", "failure",
+    "cannot_start", "compile_cache", "default_inductor_cache_dir", "failure",
     "main", "measured_on", "node_reference",
     "noise_check", "noise_reason", "outcome", "probe_signal", "progress_line", "read_reference",
     "run", "run_mounts", "with_ceiling", "work_signal",
