@@ -212,21 +212,15 @@ def preset_groups() -> str:
     seed sweep's seeds run fewer), from config.yaml, planned on :data:`PRESET_CPUS` CPUs
     (``snakemake -n`` prints the same groups with their estimated time on yours)."""
     import os
+    from unittest import mock
 
     from .study import load_study, read_config
     from .sysinfo import PLAN_CPUS_VAR
 
     config = read_config(REPO / "config.yaml")
     names = [config["preset"], *(n for n in config.get("presets") or {} if n != config["preset"])]
-    saved = os.environ.get(PLAN_CPUS_VAR)
-    os.environ[PLAN_CPUS_VAR] = f"0-{PRESET_CPUS - 1}"
-    try:
+    with mock.patch.dict(os.environ, {PLAN_CPUS_VAR: f"0-{PRESET_CPUS - 1}"}):
         studies = {n: load_study(dict(config), REPO, cli={"preset": n}) for n in names}
-    finally:
-        if saved is None:
-            os.environ.pop(PLAN_CPUS_VAR, None)
-        else:
-            os.environ[PLAN_CPUS_VAR] = saved
     groups: dict[str, dict[str, int]] = {}
     for n, study in studies.items():
         for spec in study.experiments:

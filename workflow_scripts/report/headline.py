@@ -15,7 +15,7 @@ from ..util import finite
 from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
-from .stats import OK, baseline_sps, best_like_baseline, left_out, like_baseline
+from .stats import OK, baseline_sps, best_like_baseline, left_out, like_baseline, trial_counts
 from .uncertainty import VERDICTS, Comparison, between, bounds_text, counts
 from .values import isnan
 
@@ -262,11 +262,11 @@ def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
         if trials.min() == trials.max()
         else (f"{int(trials.min())}–{int(trials.max())}")
     )
+    _, n_ok, n_failed = trial_counts(frame)
     n_left = left_out(frame)
     text = (
         f"Measured: {_b('trials', str(n))} trials of {len(stats)} experiments "
-        f"({per} per experiment; preset {html.escape(presets)}), {int(ok.sum())} ok, "
-        f"{n - int(ok.sum()) - n_left} failed"
+        f"({per} per experiment; preset {html.escape(presets)}), {n_ok} ok, {n_failed} failed"
     )
     if n_left:
         text += f", {n_left} left out by the budget's clock (they run next time)"
