@@ -1,4 +1,4 @@
-"""The pre-flight preset (``--config preset=shapes``): the default study's every
+"""The pre-flight preset (``--config preset=preflight``): the default study's every
 experiment at its real size with the fewest steps, into results/preflight/; the
 study's estimate then uses what it measured."""
 
@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 def test_the_preflight_plans_every_experiment_of_the_study_at_its_real_size(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     default = study.load_study(study.read_config(wd / "config.yaml"))
-    jobs = dry_run_jobs(wd, "preset=shapes")
+    jobs = dry_run_jobs(wd, "preset=preflight")
     runs = [j["wildcards"] for j in jobs if j["rule"] == "run_experiment"]
     assert sorted(runs) == sorted(f"experiment={i}, trial=0" for i in default.ids)
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", "runtime=local",
-         "preset=shapes"], cwd=wd, capture_output=True, text=True, timeout=300,
+         "preset=preflight"], cwd=wd, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     outputs = set(re.findall(r"results/\S+/records/\S+/trial\d\.json", proc.stdout))
@@ -46,7 +46,7 @@ def test_a_preflight_runs_whole_steps_and_feeds_the_studys_estimate(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     targets = [f"results/preflight/records/{i}/trial0.json" for i in SUBSET]
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--config",
-           "runtime=local", "preset=shapes", f"envs_root={ENVS_ROOT}"]  # fmt: skip
+           "runtime=local", "preset=preflight", f"envs_root={ENVS_ROOT}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert not (wd / "results/records").exists()  # the study's own records stay apart

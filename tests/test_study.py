@@ -886,8 +886,9 @@ def test_cli_quick():
 def test_cli_invalid(tmp_path):
     proc = run_cli("--set", "preset=nope")
     assert proc.returncode == 1
-    assert "config error at preset: 'nope' is not a preset; available: default, paper, quick" in (
-        proc.stderr
+    assert (
+        "config error at preset: 'nope' is not a preset; "
+        "available: default, paper, preflight, quick" in proc.stderr
     )
     bad = tmp_path / "bad.yaml"
     bad.write_text("experiments:\n  - precision: fp16\n")
@@ -949,12 +950,12 @@ def test_batch_norm_at_1x1_is_refused_for_training_only():
     ]
 
 
-def test_the_shapes_preset_is_the_default_study_shortened(shipped):
+def test_the_preflight_preset_is_the_default_study_shortened(shipped):
     """The pre-flight: every experiment of the study at its real size, the fewest steps."""
     from workflow_scripts.plan import preflight
 
     default = load_study(shipped)
-    shapes = load_study({**shipped, "preset": "shapes"})
+    shapes = load_study({**shipped, "preset": "preflight"})
     assert shapes.ids == default.ids
     real = ("model", "batch_size", "image_size", "seq_len", "precision", "backend", "compile",
             "launcher", "ranks", "threads", "nodes", "dist_backend", "data", "mode")  # fmt: skip

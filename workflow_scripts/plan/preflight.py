@@ -1,4 +1,4 @@
-"""The pre-flight of a study (setting ``preflight``; ``--config preset=shapes`` for the
+"""The pre-flight of a study (setting ``preflight``; ``--config preset=preflight`` for the
 default study): every experiment at its real model, shape, launcher, layout, backend
 and precision, each running the fewest steps that still make a whole step, so that
 what would fail at real size (memory, a compiled backward, a launcher at a layout,

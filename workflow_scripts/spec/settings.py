@@ -316,7 +316,7 @@ SETTINGS: dict[str, Setting] = {
             "preflight",
             {"type": "boolean"},
             False,
-            "a pre-flight of the chosen study (preset shapes: of the default one): every "
+            "a pre-flight of the chosen study (preset preflight: of the default one): every "
             "experiment at its real model, shape, launcher, layout and backend, one warm-up "
             "and one timed step (an epochs run: one epoch cut at a few steps), one trial, "
             "into results/preflight/; the whole study's estimate then uses its step times",

@@ -511,7 +511,7 @@ def _settings(config: dict, overlay: dict, preset: str, cli: dict) -> dict:
     the command line's (it wins over a preset); nested mappings merged key by key."""
     settings = {key: copy.deepcopy(config.get(key, v)) for key, v in SETTING_DEFAULTS.items()}
     settings["preset"] = preset
-    for key in ("trials", "max_trials", "preflight"):  # a preset may be a pre-flight (shapes)
+    for key in ("trials", "max_trials", "preflight"):  # a preset may be a pre-flight
         if key in overlay:
             settings[key] = overlay[key]
         if key in cli:
