@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backends, runtimes, sysinfo
-from .cli import Arg, Command
+from .commands import Arg, Command
 from .rank import probe
 from .runtimes.measured import ENV_JSON, LIMIT_ARGS, run_measured, with_limits
 from .util import finite, int_list, read_json, tail, write_json_atomic

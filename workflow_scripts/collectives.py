@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import backends, launchers, runtimes, sysinfo
-from .cli import Arg, Command
+from .commands import Arg, Command
 from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, environment, run_measured, with_limits
 from .util import read_json, tail, write_json_atomic
 

@@ -18,7 +18,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from .cli import Arg, Command, announce
+from .commands import Arg, Command, announce
 from .util import write_json_atomic
 
 TEST_FRACTION = 0.2

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from . import backends, launchers
-from .cli import Arg, Command
+from .commands import Arg, Command
 from .util import read_json
 
 COMPLETE_MARKER = ".complete.json"

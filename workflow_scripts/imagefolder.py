@@ -6,7 +6,7 @@ import random
 import sys
 from pathlib import Path
 
-from .cli import Arg, Command, announce
+from .commands import Arg, Command, announce
 
 
 def make_image_folder(root: str | Path, classes: int, per_class: int, size: int, seed: int = 0):

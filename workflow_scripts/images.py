@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from . import backends, launchers
-from .cli import Arg, Command
+from .commands import Arg, Command
 from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
 from .runtimes.container import image_exists
 from .util import read_json

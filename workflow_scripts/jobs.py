@@ -2,7 +2,7 @@
 
 A rule's ``run:`` block calls :func:`run` with the module that does its work. The
 module declares its entry point's parameters once (its ``COMMAND``, a
-:class:`~workflow_scripts.cli.Command`: each :class:`~workflow_scripts.cli.Arg` names
+:class:`~workflow_scripts.commands.Command`: each :class:`~workflow_scripts.commands.Arg` names
 its option and where the rule's job has its value), which turns Snakemake's objects
 into its command line, and its ``main`` (parsing with the same declaration) then runs
 as ``python -m workflow_scripts.jobs <module> <argv>``, in a process of its own:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.cli import Arg, Command, announce
+from workflow_scripts.commands import Arg, Command, announce
 from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
 from .compare import backend_matrix, compiled_pairs, previous_steps

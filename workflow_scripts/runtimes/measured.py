@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import backends, launchers, shm
-from ..cli import Arg
+from ..commands import Arg
 from ..util import read_json
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 

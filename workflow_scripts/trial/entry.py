@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import runtimes
-from ..cli import Arg, Command
+from ..commands import Arg, Command
 from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
 from ..spec.settings import NOISE_THRESHOLD

@@ -1,4 +1,6 @@
-"""Small helpers shared by the command-line entry points."""
+"""Each entry point's command, declared once: its parameters (:class:`Arg`), from which
+both its command-line parser and a rule's command line for it are made; and a job's
+result line (:func:`announce`)."""
 
 from __future__ import annotations
 
