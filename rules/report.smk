@@ -47,9 +47,9 @@ rule report:
             caption="../workflow_scripts/captions/backends.rst",
             category="Backends",
         ),
-        roofline=report(
-            f"{RESULTS}/report/roofline.svg",
-            caption="../workflow_scripts/captions/roofline.rst",
+        ceiling=report(
+            f"{RESULTS}/report/ceiling.svg",
+            caption="../workflow_scripts/captions/ceiling.rst",
             category="Roofline",
         ),
         collectives=report(

@@ -134,7 +134,7 @@ def test_calibration_measures_the_ceiling_per_dtype_and_threads(calibration):
         assert c["fp32_gflops"] >= 0.8 * by_threads[c["threads"]]["fp32_gflops"]
 
 
-def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path, calibration):
+def test_probe_and_share_of_ceiling_of_resnet18(upstream_env, make_spec, tmp_path, calibration):
     spec = make_spec(model="resnet18", image_size=64, batch_size=4)
     rec = assert_ok(run(spec, upstream_env, tmp_path, reference=calibration))
     probe = rec["probe"]
@@ -170,7 +170,7 @@ def test_probe_and_roofline_of_resnet18(upstream_env, make_spec, tmp_path, calib
     assert cache["fresh"] is True and not os.path.exists(cache["dir"])
 
 
-def test_bf16_roofline_uses_the_faster_ceiling(upstream_env, make_spec, tmp_path, calibration):
+def test_bf16_share_uses_the_faster_ceiling(upstream_env, make_spec, tmp_path, calibration):
     rec = assert_ok(run(make_spec(precision="bf16"), upstream_env, tmp_path, reference=calibration))
     m = rec["metrics"]
     threads = rec["checks"]["threads"]

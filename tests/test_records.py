@@ -1,5 +1,5 @@
 """The summary of records (workflow_scripts/summary/records.py): its measurement columns, noise
-marking, spread/CV and the roofline, and how the report shows them (fast, no torch)."""
+marking, spread/CV and the share of the ceiling, and how the report shows them (fast, no torch)."""
 
 from __future__ import annotations
 
@@ -360,14 +360,14 @@ def test_report_noise_section(built):
     assert "11.0 (10.0–12.0)" in ladder and "12.9%" in ladder and "3/3 (1 noisy)" in ladder
 
 
-def test_report_roofline(built):
+def test_report_ceiling(built):
     tmp, _, _, html = built
-    section = html[html.index('id="roofline"') : html.index('id="noise"')]
+    section = html[html.index('id="ceiling"') : html.index('id="noise"')]
     # baseline: 2 GFLOP x 11 samples/s = 22 GFLOP/s = 22% of the fp32 ceiling (100)
     assert "22.0" in section
     # bf16 autocast: 40 GFLOP/s against the faster ceiling, here fp32 (101 > 50 bf16)
     assert "39.6" in section and "bf16" in section
-    svg = (tmp / "r" / "roofline.svg").read_text()
+    svg = (tmp / "r" / "ceiling.svg").read_text()
     assert "baseline (fp32)" in svg and "bf16 (fp32)" in svg and "40%" in svg
     summary = pd.read_csv(tmp / "summary.csv")
     cols = ["noisy", "probe_fp32_gflops", "probe_bf16_gflops", "load_avg_1m"]
@@ -377,12 +377,12 @@ def test_report_roofline(built):
     assert summary["discarded_attempts"].tolist() == [0, 1, 0, 0]
 
 
-def test_report_without_roofline_data(tmp_path):
+def test_report_without_ceiling_data(tmp_path):
     out = report.build_report(
         [trial("a", flops=None)], tmp_path / "s.csv", tmp_path / "i.html", tmp_path
     )
     assert out["ok"] == 1
-    svg = (tmp_path / "roofline.svg").read_text()
+    svg = (tmp_path / "ceiling.svg").read_text()
     assert "no experiment with a FLOP count and a ceiling" in svg
 
 

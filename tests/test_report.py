@@ -22,7 +22,7 @@ from workflow_scripts.summary import records as rec
 
 REPO = Path(__file__).resolve().parents[1]
 
-PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends", "roofline")
+PLOTS = ("ladder", "batch_size", "num_workers", "threads", "backends", "ceiling")
 FIRST_COLUMNS = [
     "experiment",
     "trial",
@@ -247,7 +247,7 @@ def test_html_content(built):
         'id="correctness"',
         'id="startup"',
         'id="batch_size"',
-        'id="roofline"',
+        'id="ceiling"',
         'id="noise"',
         'id="other"',
         'id="failures"',

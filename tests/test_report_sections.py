@@ -309,7 +309,7 @@ def test_missing_or_empty_new_columns_do_not_crash(tmp_path):
     )  # fmt: skip
     s = stats.experiment_stats(stats.enrich(old, []))
     assert math.isnan(s.loc[0, "steps_timed"]) and s.loc[0, "measurement_error"] == ""
-    roof = stats.roofline_frame(s)
+    roof = stats.ceiling_frame(s)
     assert roof.empty  # no FLOP counts in these records
     old.to_csv(tmp_path / "summary.csv", index=False)
     m = machines.load_machine({"name": "old", "results": str(tmp_path / "summary.csv")})
@@ -321,8 +321,8 @@ def test_a_measurement_error_is_shown_instead_of_a_number():
            "achieved_gflops": 10.0, "pct_of_peak": math.nan, "ceiling_gflops": 5.0,
            "ceiling_dtype": "fp32", "probe_fp32_gflops": 5.0, "probe_bf16_gflops": 9.0,
            "measurement_error": "200% of the calibrated ceiling: a measurement error"}  # fmt: skip
-    roof = stats.roofline_frame(pd.DataFrame([row]))
-    shown = report.html.roofline_display(roof)
+    roof = stats.ceiling_frame(pd.DataFrame([row]))
+    shown = report.html.ceiling_display(roof)
     assert shown.loc[0, "% of the ceiling"].startswith("n/a: 200% of the calibrated ceiling")
     assert shown.loc[0, "ceiling from"] == "calibrated ceiling"
 

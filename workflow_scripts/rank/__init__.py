@@ -2,7 +2,7 @@
 image, in a trial's ranks and probes.
 
 ``run_trial`` (one rank's entry script) -> ``harness`` (the training loop, its FLOP
-count and roofline) with ``data`` and ``models``; ``probe`` (the noise probe and the
+count and share of the ceiling) with ``data`` and ``models``; ``probe`` (the noise probe and the
 matmul ceiling, also the calibration's), ``metrics`` (step-time statistics),
 ``contention`` (other processes' CPU time on the rank's CPUs) and ``distributed`` (the
 rank's CPUs and process group, the study's ``ccl`` backend, the allreduce benchmark).

@@ -45,18 +45,19 @@ from .machines import Machine, load_machine, machines_section, parse_machines, r
 from .quality import correctness_section, startup_section
 from .sections import (
     backends_section,
+    ceiling_section,
     cost_section,
     failures_section,
     ladder_section,
     noise_section,
     other_section,
     provenance_html,
-    roofline_section,
     summary_section,
     sweep_sections,
 )
 from .stats import (
     baseline_sps,
+    ceiling_frame,
     cost_frame,
     enrich,
     experiment_stats,
@@ -67,7 +68,6 @@ from .stats import (
     loss_curves,
     parse_prices,
     pick_baseline,
-    roofline_frame,
     trial_counts,
     with_group_speedup,
     with_speedup,
@@ -131,7 +131,7 @@ def build_report(
     correctness, check = correctness_section(stats, rich, curves, plots_dir)
     diverging = list(check.loc[check["verdict"] == "diverges", "experiment"])
     costs = cost_frame(stats, baseline, price_list, diverging)
-    roof = roofline_frame(stats)
+    roof = ceiling_frame(stats)
     svgs = plot_all(stats, ladder, matrix, order, roof, baseline, plots_dir)
 
     others = [load_machine(m, noise_threshold) for m in parse_machines(machines)]
@@ -167,7 +167,7 @@ def build_report(
         startup_section(stats, baseline, plots_dir),
         *sweeps,
         inference_section(stats_sp, baseline),
-        roofline_section(roof, svgs["roofline"]),
+        ceiling_section(roof, svgs["ceiling"]),
         distributed_section(stats_sp, collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
         comparisons_section(comparisons, stats),

@@ -23,7 +23,7 @@ from .values import isnan
 
 matplotlib.use("Agg")  # no display; pyplot picks the backend lazily, so this is in time
 
-PLOT_NAMES = ("ladder", "batch_size", "num_workers", "threads", "backends", "roofline")
+PLOT_NAMES = ("ladder", "batch_size", "num_workers", "threads", "backends", "ceiling")
 NO_DATA = "no successful trials in this group"
 NOT_RUN = "not run in this preset"
 # Figure widths in inches: the page is about 1150 px wide, so are the wide figures.
@@ -280,7 +280,7 @@ def _wrap(text: str, width: int = 34) -> str:
     return "\n".join([*lines, line])
 
 
-def plot_roofline(roof: pd.DataFrame, path: Path) -> str:
+def plot_ceiling(roof: pd.DataFrame, path: Path) -> str:
     """A bar per experiment: achieved GFLOP/s as a % of the measured dense ceiling of
     its dtype (its measurement error instead where it has one)."""
     title = "Training FLOP/s as a % of the measured ceiling"
@@ -333,7 +333,7 @@ def plot_all(
     for group in SWEEPS:
         svgs[group] = plot_sweep(stats, group, plots_dir / f"{group}.svg")
     svgs["backends"] = plot_backends(matrix, order, plots_dir / "backends.svg")
-    svgs["roofline"] = plot_roofline(roof, plots_dir / "roofline.svg")
+    svgs["ceiling"] = plot_ceiling(roof, plots_dir / "ceiling.svg")
     return svgs
 
 

@@ -153,7 +153,7 @@ def declared_cells(r: pd.Series) -> dict[str, str]:
     return cells
 
 
-def roofline_display(roof: pd.DataFrame) -> pd.DataFrame:
+def ceiling_display(roof: pd.DataFrame) -> pd.DataFrame:
     pct = [
         f"n/a: {err}" if err else fmt_num(v, 1)
         for v, err in zip(roof["pct_of_peak"], roof["measurement_error"])

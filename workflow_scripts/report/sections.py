@@ -28,11 +28,11 @@ from .formatting import (
 from .html import (
     baseline_label,
     caption,
+    ceiling_display,
     figure_html,
     generic_display,
     group_note,
     ladder_display,
-    roofline_display,
     table_html,
 )
 from .machines import cpu_description, isa_verdict
@@ -456,7 +456,7 @@ def _pair_text(r: Mapping) -> str:
     return compared_cell(r, "compared", "speedup") or "n/a"
 
 
-def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
+def ceiling_section(roof: pd.DataFrame, svg: str) -> Section:
     roof_note = (
         '<p class="note">FLOPs per sample: one forward + backward pass of the model at '
         "batch size 1, counted by torch.utils.flop_counter (2 FLOPs per multiply-add of "
@@ -469,15 +469,15 @@ def roofline_section(roof: pd.DataFrame, svg: str) -> Section:
         "a measurement error and is shown as such.</p>"
     )
     return (
-        "roofline",
+        "ceiling",
         "% of the measured ceiling (matmul or convolution)",
         roof_note
         + (
-            table_html(roofline_display(roof))
+            table_html(ceiling_display(roof))
             if len(roof)
             else '<p class="empty">No FLOP counts.</p>'
         )
-        + (figure_html("roofline", svg) if roof["pct_of_peak"].notna().any() else ""),
+        + (figure_html("ceiling", svg) if roof["pct_of_peak"].notna().any() else ""),
     )
 
 

@@ -1,5 +1,5 @@
 """The numbers behind the report: per-experiment statistics, baselines, speedups, and
-the ladder, backend, roofline and cost frames (pandas only: no plots, no HTML)."""
+the ladder, backend, ceiling and cost frames (pandas only: no plots, no HTML)."""
 
 from __future__ import annotations
 
@@ -462,7 +462,7 @@ def cost_frame(
     return pd.DataFrame(rows, columns=columns)
 
 
-def roofline_frame(stats: pd.DataFrame) -> pd.DataFrame:
+def ceiling_frame(stats: pd.DataFrame) -> pd.DataFrame:
     """Experiments with a FLOP count: achieved GFLOP/s against the measured matmul
     ceiling of the dtype they trained in. The calibrated ceiling (``ceiling_gflops``,
     ``ceiling_dtype``) where the summary has it; else, for older records, the trial's

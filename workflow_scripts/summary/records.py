@@ -48,7 +48,7 @@ MAIN_COLUMNS = results.of("main")
 # The accuracy experiments (epochs > 0): time to train, held-out accuracy and loss, and
 # the training time until the accuracy first reached the spec's target_accuracy.
 ACCURACY_COLUMNS = results.of("accuracy")
-# The trial's noise probe, its noise verdict, the trial policy's reruns and the roofline.
+# The trial's noise probe, its noise verdict, the reruns and the share of the ceiling.
 MEASUREMENT_COLUMNS = results.of("measurement")
 # The gradient check (rank/gradcheck.py): its verdict (ok: compared with the eager
 # references; received: plain fp32 eager, its gradients present; incorrect), the
@@ -251,7 +251,7 @@ def _as_kind(value: Any, kind: str) -> Any:
 
 
 def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
-    """Throughput, step times, memory, loss, accuracy and the roofline."""
+    """Throughput, step times, memory, loss, accuracy and the share of the measured ceiling."""
     metrics = _as_dict(record.get("metrics"))
     step = _as_dict(metrics.get("step_time_s"))
     row: dict[str, Any] = {}
@@ -268,7 +268,7 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
         row[f"step_time_{key}_s"] = _num(step.get(key))
     for key in ACCURACY_COLUMNS:
         row[key] = _num(metrics.get(key)) if spec.get("epochs") else math.nan
-    row.update(_roofline(metrics, row["samples_per_s"]))
+    row.update(_share_of_ceiling(metrics, row["samples_per_s"]))
     row["steps_timed"] = _int_or_nan(metrics.get("steps_timed"))
     hit = metrics.get("time_budget_hit")
     row["time_budget_hit"] = hit if isinstance(hit, bool) else None
@@ -416,7 +416,7 @@ def _error_columns(error: Any) -> dict:
     return {"error_type": None, "error": None}
 
 
-def _roofline(metrics: Mapping, sps: float) -> dict:
+def _share_of_ceiling(metrics: Mapping, sps: float) -> dict:
     """flops_per_sample, achieved GFLOP/s, the calibrated ceiling and the run's % of it.
 
     Only a share of a calibrated ceiling is a ``pct_of_peak`` (records before the
