@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from workflow_scripts import calibration, runtimes, sysinfo, trial
+from tests.trials import policy
+from workflow_scripts import calibration, runtimes, sysinfo
 from workflow_scripts.plan import estimate
 from workflow_scripts.rank import probe
 from workflow_scripts.runtimes.base import REPO_ROOT
@@ -125,7 +126,7 @@ def test_the_estimate_against_real_trials(upstream_env, make_spec, tmp_path):
     for spec in specs:
         out = tmp_path / "records" / spec["id"] / "trial0.json"
         log = tmp_path / "logs" / f"{spec['id']}.log"
-        rec = trial.run(spec, upstream_env, out, log, reference=reference, max_retries=0)
+        rec = policy(spec, upstream_env, out, log, reference=reference, max_retries=0)
         assert rec["status"] == "ok", rec.get("error")
         est = rec["estimate"]
         assert est["basis"] == "calibration" and est["seconds"] > 0

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts import runtimes, trial
+from tests.trials import policy
+from workflow_scripts import runtimes
 from workflow_scripts.runtimes import measured
 from workflow_scripts.runtimes.base import REPO_ROOT
 
@@ -190,7 +191,7 @@ def test_a_job_whose_starter_is_gone_stops(make_spec, tmp_path):
 def run_fake(make_spec, tmp_path: Path, script: str, **spec_fields) -> dict:
     env = fake_python(tmp_path, script)
     out = tmp_path / "records" / "t" / "trial0.json"
-    return trial.run(make_spec(**spec_fields), env, out, tmp_path / "logs" / "t.log")
+    return policy(make_spec(**spec_fields), env, out, tmp_path / "logs" / "t.log")
 
 
 def test_a_run_killed_by_sigterm_from_outside_is_interrupted_not_crashed(make_spec, tmp_path):
@@ -354,14 +355,14 @@ def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
     spec["threads"] = 4096  # as if planned on a bigger machine
     env = fake_python(tmp_path, HANGING.format(pids=pids))
     out = tmp_path / "records" / "big" / "trial0.json"
-    rec = trial.run(spec, env, out, tmp_path / "logs" / "big.log")
+    rec = policy(spec, env, out, tmp_path / "logs" / "big.log")
     assert rec["status"] == "failed" and rec["error"]["type"] == "MachineMismatch"
     assert "experiment t.threads: 4096 is more than the" in rec["error"]["message"]
     assert json.loads(out.read_text())["status"] == "failed"
     assert not pids.exists(), "the run started"
     # nor its data (a data_dir that the submit host has and the node does not)
     spec = make_spec(data="image_folder", data_dir=str(tmp_path))
-    rec = trial.run(spec, env, out, tmp_path / "logs" / "big.log", data_path=str(tmp_path / "no"))
+    rec = policy(spec, env, out, tmp_path / "logs" / "big.log", data_path=str(tmp_path / "no"))
     assert rec["error"]["type"] == "MachineMismatch"
     assert "does not exist on this machine" in rec["error"]["message"]
     assert not pids.exists(), "the run started"
@@ -495,7 +496,7 @@ def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_pa
     out = tmp_path / "records" / "t" / "trial0.json"
     out.parent.mkdir(parents=True)
     lost.marker(out).write_text('{"slurm_job_id": "31"}')
-    rec = trial.run(make_spec(), env, out, tmp_path / "logs" / "t.log")
+    rec = policy(make_spec(), env, out, tmp_path / "logs" / "t.log")
     assert rec["status"] == "node_fail" and rec["error"]["type"] == "SlurmNodeFailure"
     assert rec["error"]["message"] == (
         "the trial's earlier job was lost whole: SLURM's accounting: job 31 NODE_FAIL on n7 "
@@ -506,7 +507,7 @@ def test_a_trial_whose_earlier_job_was_lost_gets_slurms_record(make_spec, tmp_pa
     assert not lost.marker(out).exists()
     # a trial that ends (here a crash) leaves no marker behind: nothing was lost
     crash = fake_python(tmp_path, "#!/bin/sh\nexit 3\n")
-    rec = trial.run(make_spec(), crash, out, tmp_path / "logs" / "t.log")
+    rec = policy(make_spec(), crash, out, tmp_path / "logs" / "t.log")
     assert rec["status"] == "crashed" and not lost.marker(out).exists()
 
 

@@ -215,7 +215,7 @@ def test_bf16_and_compiled_runs_are_compared_with_fp64_and_eager(upstream_env, m
     # a later trial carries the first's comparison and FLOP count (trial/carry.py) and
     # still checks its own step's gradients
     later = assert_ok(run(make_spec(id="bf16", precision="bf16"), upstream_env, tmp_path / "t1",
-                          trial=1, first_trial=tmp_path / "records" / "bf16.json"))  # fmt: skip
+                          index=1, first_trial=tmp_path / "records" / "bf16.json"))  # fmt: skip
     check = later["gradient_check"]
     assert later["carried"]["from"] == "trial 0" and "carried" not in later["spec"]
     assert check["comparison"] == cmp and check["comparison_from"] == "trial 0"

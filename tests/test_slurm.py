@@ -458,8 +458,8 @@ def test_ranks_killed_on_two_nodes_leave_nothing_in_dev_shm(slurm, oneccl_env, t
     trial = (
         "import json, pathlib; from workflow_scripts.trial import policy; "
         f"p = pathlib.Path({str(tmp_path)!r}); "
-        "policy.run(json.loads((p / 'spec.json').read_text()), "
-        "json.loads((p / 'env.json').read_text()), p / 'rec.json', p / 'trial.log')"
+        "policy.run(policy.Trial(json.loads((p / 'spec.json').read_text()), "
+        "json.loads((p / 'env.json').read_text()), p / 'rec.json', p / 'trial.log'))"
     )
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nexport STUDY_NETWORK_INTERFACE=eth0\ncd {REPO}\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trials import policy
 from workflow_scripts import calibration, trial
 from workflow_scripts.calibration import clean_calibration
 from workflow_scripts.rank import contention, probe
@@ -109,9 +110,9 @@ def attempts_run(env: dict) -> int:
 def run(tmp_path, spec, plan, trial_index=0, **kwargs) -> tuple[dict, dict]:
     env = fake_env(tmp_path, FAKE_HARNESS, plan)
     out = tmp_path / "records" / "t" / f"trial{trial_index}.json"
-    kwargs["trial"] = trial_index
+    kwargs["index"] = trial_index
     kwargs.setdefault("retry_delay_s", 0)
-    record = trial.run(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
+    record = policy(spec, env, out, tmp_path / "logs" / "t.log", **kwargs)
     assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
     assert not out.with_name(f"trial{trial_index}.harness.json").exists()
     return record, env

@@ -3,6 +3,7 @@ record passes (:func:`assert_ok`), for the tests that train real steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -11,11 +12,21 @@ import pytest
 
 from workflow_scripts import trial
 
+NOISE_FIELDS = {f.name for f in dataclasses.fields(trial.Noise)}
+
+
+def policy(spec, env, out, log, **kwargs) -> dict:
+    """The trial policy on one trial, its keywords :class:`trial.Trial`'s (``index``,
+    ``data_path``, ``first_trial``, ...) and :class:`trial.Noise`'s (``reference``,
+    ``max_retries``, ...)."""
+    noise = {k: kwargs.pop(k) for k in NOISE_FIELDS & set(kwargs)}
+    return trial.run(trial.Trial(spec, env, out, log, **kwargs), trial.Noise(**noise))
+
 
 def run(spec, env, tmp_path, **kwargs) -> dict:
     out = tmp_path / "records" / f"{spec['id']}.json"
     log = tmp_path / "logs" / f"{spec['id']}.log"
-    record = trial.run(spec, env, out, log, **kwargs)
+    record = policy(spec, env, out, log, **kwargs)
     assert json.loads(out.read_text()) == json.loads(json.dumps(record, default=str))
     if record["status"] == "ok":
         assert record["error"] is None

@@ -45,7 +45,7 @@ instead. Which one was used: ``provenance.compile_cache``.
 
 from __future__ import annotations
 
-from .attempt import attempt_once, cannot_start
+from .attempt import Trial, attempt_once, cannot_start
 from .entry import COMMAND, main, progress_line
 from .environment import compile_cache, default_inductor_cache_dir, run_mounts
 from .noise import (
@@ -59,12 +59,12 @@ from .noise import (
     work_signal,
 )
 from .outcome import assemble, failure, outcome
-from .policy import RETRY_DELAY_S, run
+from .policy import RETRY_DELAY_S, Noise, run
 from .reference import measured_on, node_reference, read_reference
 
 __all__ = [
-    "COMMAND", "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "assemble",
-    "attempt_once",
+    "COMMAND", "Noise", "OTHER_WORK", "PROBE_AFTER", "PROBE_BEFORE", "RETRY_DELAY_S", "Trial",
+    "assemble", "attempt_once",
     "cannot_start", "compile_cache", "default_inductor_cache_dir", "failure",
     "main", "measured_on", "node_reference",
     "noise_check", "noise_reason", "outcome", "probe_signal", "progress_line", "read_reference",

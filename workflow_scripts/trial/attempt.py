@@ -4,6 +4,7 @@ record assembled from what came back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,18 +16,30 @@ from .environment import absolute_path, compile_cache, run_mounts
 from .outcome import assemble, failure, outcome
 
 
-def attempt_once(
-    spec: dict,
-    env_info: dict,
-    out: Path,
-    log: Path,
-    trial: int,
-    data_path: str | None,
-    attempt: int,
-    cache_plan: dict | None = None,
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One trial as its job gives it: the spec, the environment, where its record and
+    log go, and what it reads besides. ``attempt``: its job's (Snakemake's retry: 2),
+    for an earlier job lost whole; ``first_trial``: a later trial's first trial's
+    record, what it carries (carry.py); ``far_baseline``: the record it stops early
+    against when far from it (far.py)."""
+
+    spec: dict
+    env_info: dict
+    out: Path
+    log: Path
+    index: int = 0
+    data_path: str | None = None
+    first_trial: Path | None = None
+    far_baseline: Path | None = None
+    attempt: int = 1
+
+
+def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> dict:
     """One run of the trial (its ranks' processes): its record, not yet written.
     ``cache_plan``: where its compile cache comes from (carry.compile_cache_plan)."""
+    spec, env_info, out, log, trial = job.spec, job.env_info, job.out, job.log, job.index
+    data_path = job.data_path
     runtime = runtimes.for_env(env_info)
     launcher = launchers.get(spec["launcher"])
     container = runtimes.in_container(env_info)

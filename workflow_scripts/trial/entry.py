@@ -12,7 +12,8 @@ from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
 from ..spec.settings import NOISE_THRESHOLD
 from ..util import finite, read_json
-from .policy import RETRY_DELAY_S, run
+from .attempt import Trial
+from .policy import RETRY_DELAY_S, Noise, run
 from .reference import node_reference, read_reference
 
 
@@ -98,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             read_reference(reference_path, args.log), reference_path, env_info, args.log,
             int(spec.get("probe_size") or 0),
         )  # fmt: skip
-        record = run(
+        job = Trial(
             spec, env_info, args.out, args.log, args.trial, args.data_path,
-            reference=reference, noise_threshold=args.noise_threshold,
-            max_retries=args.max_retries, retry_delay_s=args.retry_delay, attempt=args.attempt,
             first_trial=Path(args.first_trial) if args.first_trial else None,
             far_baseline=Path(args.far_baseline) if args.far_baseline else None,
+            attempt=args.attempt,
         )  # fmt: skip
+        noise = Noise(reference, args.noise_threshold, args.max_retries, args.retry_delay)
+        record = run(job, noise)
     except runtimes.Interrupted as exc:
         print(f"[experiment] {spec['id']} trial {args.trial}: {exc}; the run was stopped and "
               "no record written (a rerun repeats it)", file=sys.stderr, flush=True)  # fmt: skip

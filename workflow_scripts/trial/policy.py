@@ -5,6 +5,7 @@ trial whose earlier job was lost whole gets its record from SLURM's accounting i
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -16,34 +17,30 @@ from ..spec.settings import NOISE_THRESHOLD
 from ..study import machine
 from ..util import write_json_atomic
 from . import carry, lost, peers
-from .attempt import attempt_once
+from .attempt import Trial, attempt_once
 from .noise import noise_check, noise_reason, with_ceiling
 from .outcome import assemble, failure
 
 RETRY_DELAY_S = 5.0
 
 
-def run(
-    spec: dict,
-    env_info: dict,
-    out: Path,
-    log: Path,
-    trial: int = 0,
-    data_path: str | None = None,
-    reference: dict | None = None,
-    noise_threshold: float = NOISE_THRESHOLD,
-    max_retries: int = MAX_RETRIES,
-    retry_delay_s: float = RETRY_DELAY_S,
-    attempt: int = 1,
-    first_trial: Path | None = None,
-    far_baseline: Path | None = None,
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """How a trial's attempts are judged and rerun: the calibration's reference probe
+    (None: no reruns), the threshold, reruns at most, and the pause before each."""
+
+    reference: dict | None = None
+    threshold: float = NOISE_THRESHOLD
+    max_retries: int = MAX_RETRIES
+    retry_delay_s: float = RETRY_DELAY_S
+
+
+def run(job: Trial, noise: Noise = Noise()) -> dict:
     """Run the trial (again, while its probe says it was disturbed) and write its record.
     A machine that cannot give the spec its CPUs or its data (a cluster node other than
-    the one the study was checked on) runs nothing: a failed record says why.
-    ``attempt``: its job's (Snakemake's retry: 2), for an earlier job lost whole;
-    ``first_trial``: a later trial's first trial's record, what it carries (carry.py);
-    ``far_baseline``: the record it stops early against when far from it (far.py)."""
+    the one the study was checked on) runs nothing: a failed record says why."""
+    spec, env_info, out, log, trial = job.spec, job.env_info, job.out, job.log, job.index
+    data_path = job.data_path
     out.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     problems = machine.cpu_problems(spec, sysinfo.allowed_cpus())
@@ -57,8 +54,8 @@ def run(
             p.removeprefix("config error at ") for p in problems
         )
         return _not_run(failure(spec, trial, "MachineMismatch", message), env_info, out)
-    job = sysinfo.slurm_job()
-    loss = lost.earlier_loss(out, job["job_id"], log, attempt=attempt) if job else None
+    slurm = sysinfo.slurm_job()
+    loss = lost.earlier_loss(out, slurm["job_id"], log, attempt=job.attempt) if slurm else None
     if loss:  # an earlier job of this trial was lost whole: its record, from SLURM's words
         kind, words = loss
         record = failure(spec, trial, kind, f"the trial's earlier job was lost whole: {words}")
@@ -67,8 +64,7 @@ def run(
         return record
     lost.mark(out)
     try:
-        record = _run(spec, env_info, out, log, trial, data_path, reference, noise_threshold,
-                      max_retries, retry_delay_s, first_trial, far_baseline)  # fmt: skip
+        record = _run(job, noise)
     except runtimes.Interrupted:
         # stopped from outside: by SLURM itself (its time limit signals first) or by the
         # user; the next attempt tells them apart from the accounting
@@ -90,27 +86,16 @@ def _not_run(record: dict, env_info: dict, out: Path) -> dict:
     return record
 
 
-def _run(
-    spec: dict,
-    env_info: dict,
-    out: Path,
-    log: Path,
-    trial: int,
-    data_path: str | None,
-    reference: dict | None,
-    noise_threshold: float,
-    max_retries: int,
-    retry_delay_s: float,
-    first_trial: Path | None = None,
-    far_baseline: Path | None = None,
-) -> dict:
+def _run(job: Trial, noise: Noise) -> dict:
+    spec, env_info, out, log, trial = job.spec, job.env_info, job.out, job.log, job.index
+    first_trial, reference = job.first_trial, noise.reference
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
     shared = carry.shared_flops(out, spec) if trial == 0 else None
     if shared:  # another first trial of the same workload counted its FLOPs
         carried = shared
     rank_spec = {**spec, carry.SPEC_KEY: carried} if carried else spec
-    far_from = far.reference(far_baseline, spec)
+    far_from = far.reference(job.far_baseline, spec)
     if far_from:
         rank_spec = {**rank_spec, far.SPEC_KEY: far_from}
     if memory:  # a warning, not a refusal: the estimate is rough
@@ -136,7 +121,7 @@ def _run(
     while True:
         attempt_started = time.monotonic()
         record = with_ceiling(
-            attempt_once(rank_spec, env_info, out, log, trial, data_path, attempt, cache_plan),
+            attempt_once(dataclasses.replace(job, spec=rank_spec), attempt, cache_plan),
             reference,
         )
         record["spec"] = spec  # (what it carried: the record's own key)
@@ -149,11 +134,11 @@ def _run(
                 s: peers.ordinary(peers.peer_rates(seen, kind, s, own)) for s in peers.SIGNALS
             }
             peers.append(probe_log, line)
-        check = noise_check(record, reference, noise_threshold, levels)
+        check = noise_check(record, reference, noise.threshold, levels)
         record["noise_check"] = check
-        if not check or check["passed"] is not False or attempt > max_retries:
+        if not check or check["passed"] is not False or attempt > noise.max_retries:
             break
-        if clock.too_late(retry_delay_s + expected["seconds"]):  # no rerun past the deadline
+        if clock.too_late(noise.retry_delay_s + expected["seconds"]):  # no rerun past the deadline
             with open(log, "a") as logf:
                 print("[launch] no noise rerun: the budget's clock would run out; the "
                       "attempt is kept, flagged", file=logf)  # fmt: skip
@@ -172,11 +157,11 @@ def _run(
             }
         )
         with open(log, "a") as logf:
+            pause = noise.retry_delay_s
             print(
-                f"[launch] attempt {attempt} discarded: {reason}; again in {retry_delay_s:g} s",
-                file=logf,
+                f"[launch] attempt {attempt} discarded: {reason}; again in {pause:g} s", file=logf
             )
-        time.sleep(retry_delay_s)
+        time.sleep(noise.retry_delay_s)
         attempt += 1
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
