@@ -250,10 +250,14 @@ def build_page(tmp):
     write(tmp / "b", machine_b())
     records = rec.load_records(write(tmp / "a", machine_a()))
     out = report.build_report(
-        records, tmp / "summary.csv", tmp / "report" / "index.html", tmp / "report",
-        prices=PRICES, machines=[{"name": "avx2-box", "results": str(tmp / "b"),
-                                  "usd_per_hour": PRICE_B}], name="avx512-box",
-    )  # fmt: skip
+        records,
+        report.Outputs(tmp / "summary.csv", tmp / "report" / "index.html", tmp / "report"),
+        report.Options(
+            prices=PRICES,
+            machines=[{"name": "avx2-box", "results": str(tmp / "b"), "usd_per_hour": PRICE_B}],
+            name="avx512-box",
+        ),
+    )
     text = (tmp / "report" / "index.html").read_text()
     return tmp, records, out, text
 

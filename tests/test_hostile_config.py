@@ -128,7 +128,9 @@ def test_summary_csv_never_holds_a_formula(tmp_path):
     # a rung that adds a knob: its comparison's change reads "+ channels_last"
     records += [make("cl", k, 12.0 + k, group=hostile, channels_last=True) for k in range(2)]
     loaded = rec.load_records(write(tmp_path, records))
-    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    report.build_report(
+        loaded, report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    )
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert set(summary["group"]) == {"'" + hostile, "'@SUM(1+1)"}
     assert (summary["samples_per_s"] > 0).all()  # numbers as they were
@@ -248,7 +250,9 @@ def test_a_record_nested_deeper_than_any_the_harness_writes_is_a_crashed_record(
     bad = {r["experiment"]: r["error"]["message"] for r in loaded if r["status"] == "crashed"}
     assert "nested too deeply to parse" in bad["deep"], bad
     assert "nested deeper than 64 levels" in bad["nested"], bad
-    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    report.build_report(
+        loaded, report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    )
     assert (tmp_path / "r" / "index.html").stat().st_size > 0
 
 
@@ -300,7 +304,9 @@ def test_free_text_from_records_is_never_markup_in_the_report(tmp_path):
     broken = make("broken", 0, 5.0, group=hostile)
     broken.update(status="crashed", error={"type": "RuntimeError", "message": hostile})
     loaded = rec.load_records(write(tmp_path, [*records, broken]))
-    report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    report.build_report(
+        loaded, report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    )
     page = (tmp_path / "r" / "index.html").read_text()
     assert "<script>alert" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -341,7 +341,8 @@ def built(tmp_path_factory):
     ]
     paths = write(tmp, records)
     out = report.build_report(
-        rec.load_records(paths), tmp / "summary.csv", tmp / "r" / "index.html", tmp / "r"
+        rec.load_records(paths),
+        report.Outputs(tmp / "summary.csv", tmp / "r" / "index.html", tmp / "r"),
     )
     return tmp, paths, out, (tmp / "r" / "index.html").read_text()
 
@@ -379,7 +380,7 @@ def test_report_ceiling(built):
 
 def test_report_without_ceiling_data(tmp_path):
     out = report.build_report(
-        [trial("a", flops=None)], tmp_path / "s.csv", tmp_path / "i.html", tmp_path
+        [trial("a", flops=None)], report.Outputs(tmp_path / "s.csv", tmp_path / "i.html", tmp_path)
     )
     assert out["ok"] == 1
     svg = (tmp_path / "ceiling.svg").read_text()

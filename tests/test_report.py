@@ -97,11 +97,8 @@ def built(tmp_path_factory):
     prices = [{"name": "c7i.2xlarge", "usd_per_hour": 0.357, "note": "on-demand <us-east-1>"}]
     out = report.build_report(
         records,
-        tmp / "summary.csv",
-        tmp / "report" / "index.html",
-        tmp / "report",
-        prices=prices,
-        title="Test <report>",
+        report.Outputs(tmp / "summary.csv", tmp / "report" / "index.html", tmp / "report"),
+        report.Options(prices=prices, title="Test <report>"),
     )
     html_text = (tmp / "report" / "index.html").read_text()
     return tmp, records, out, html_text
@@ -343,7 +340,9 @@ def test_inline_svg_ids_unique(built):
 
 
 def test_empty_report(tmp_path):
-    out = report.build_report([], tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    out = report.build_report(
+        [], report.Outputs(tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    )
     assert out["trials"] == 0
     for name in PLOTS:
         text = (tmp_path / "p" / f"{name}.svg").read_text()
@@ -375,7 +374,9 @@ def test_junk_records_do_not_crash(tmp_path):
     loaded = rec.load_records([listing])
     assert loaded[0]["status"] == "crashed" and "JSON object" in loaded[0]["error"]["message"]
     junk = [None, "x", {}, {"status": "ok", "metrics": {"samples_per_s": "n/a"}}, *loaded]
-    out = report.build_report(junk, tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    out = report.build_report(
+        junk, report.Outputs(tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    )
     assert out["trials"] == 5 and out["ok"] == 1 and out["failed"] == 4
     for name in PLOTS:
         assert (tmp_path / "p" / f"{name}.svg").is_file()
@@ -406,7 +407,9 @@ def test_the_ladder_shows_what_the_checks_saw_take_effect(tmp_path):
         "bf16-cl-broken": "bf16 output, channels_last asked, weights not channels_last!",
         "lost": "fp32 output (asked bf16!), not compiled!",
     }
-    report.build_report(records, tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    report.build_report(
+        records, report.Outputs(tmp_path / "s.csv", tmp_path / "r.html", tmp_path / "p")
+    )
     page = (tmp_path / "r.html").read_text()
     assert "in effect (checked)" in page
     assert "channels_last asked, weights not channels_last!" in page
@@ -441,8 +444,10 @@ def test_accuracy_table_and_the_books_claims(tmp_path):
         make("ddp-r2", 0, 20.0, group="ddp", launcher="torchrun", ranks=2, threads=1),
     ]
     html_path = tmp_path / "report" / "index.html"
-    report.build_report(rec.load_records(write_records(tmp_path, records)),
-                        tmp_path / "summary.csv", html_path, tmp_path / "report")  # fmt: skip
+    report.build_report(
+        rec.load_records(write_records(tmp_path, records)),
+        report.Outputs(tmp_path / "summary.csv", html_path, tmp_path / "report"),
+    )
     summary = pd.read_csv(tmp_path / "summary.csv").set_index("experiment")
     assert summary.loc["acc-ccl-r2", "test_accuracy"] == 0.94
     assert summary.loc["acc-ccl-r2", "train_time_s"] == 6.0
@@ -505,8 +510,10 @@ def test_accuracy_over_seeds_and_the_weak_scaling_arm(tmp_path):
         acc("acc-weak-r2-lr-seed0", 0, 5.0, 0.80, None, **{**weak, "lr": 0.04}),
     ]
     html_path = tmp_path / "report" / "index.html"
-    report.build_report(rec.load_records(write_records(tmp_path, records)),
-                        tmp_path / "summary.csv", html_path, tmp_path / "report")  # fmt: skip
+    report.build_report(
+        rec.load_records(write_records(tmp_path, records)),
+        report.Outputs(tmp_path / "summary.csv", html_path, tmp_path / "report"),
+    )
     summary = pd.read_csv(tmp_path / "summary.csv").set_index("experiment")
     assert summary.loc["acc-weak-r2-seed1", "seed"] == 1
     assert summary.loc["acc-weak-r2-seed0", "batch_scaling"] == "weak"
@@ -538,8 +545,10 @@ def test_accuracy_over_seeds_and_the_weak_scaling_arm(tmp_path):
     fixed = {**weak, "batch_scaling": "fixed", "group": "accuracy"}
     records.append(acc("acc-r1", 0, 10.0, 0.95, 6.0, group="accuracy"))
     records.append(acc("acc-r2", 0, 8.0, 0.95, 5.0, **fixed))
-    report.build_report(rec.load_records(write_records(tmp_path / "b", records)),
-                        tmp_path / "b.csv", html_path, tmp_path / "report")  # fmt: skip
+    report.build_report(
+        rec.load_records(write_records(tmp_path / "b", records)),
+        report.Outputs(tmp_path / "b.csv", html_path, tmp_path / "report"),
+    )
     page = html_path.read_text()
     claims = html_tables(page[page.index("Accuracy: time to train") :])[1].set_index("claim")
     assert list(claims.index) == ["Gloo, several ranks", "oneCCL, several ranks",
@@ -577,9 +586,11 @@ def test_the_allreduce_microbenchmark_per_rank_count(tmp_path):
     ]  # fmt: skip
     html_path = tmp_path / "report" / "index.html"
     records = [make("baseline", 0, 10.0)]
-    report.build_report(rec.load_records(write_records(tmp_path, records)),
-                        tmp_path / "summary.csv", html_path, tmp_path / "report",
-                        collectives=collectives)  # fmt: skip
+    report.build_report(
+        rec.load_records(write_records(tmp_path, records)),
+        report.Outputs(tmp_path / "summary.csv", html_path, tmp_path / "report"),
+        report.Options(collectives=collectives),
+    )
     page = html_path.read_text()
     section = page[page.index("Allreduce microbenchmark") :]
     assert "between 2, 4 ranks" in section
@@ -605,8 +616,12 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
                make("bf16-cl", status="failed", sps=None, error={"type": "RuntimeError",
                                                                  "message": "boom"})]  # fmt: skip
     loaded = rec.load_records(write(tmp_path / "r", records))
-    out = report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "report/index.html",
-                              tmp_path / "report")  # fmt: skip
+    out = report.build_report(
+        loaded,
+        report.Outputs(
+            tmp_path / "summary.csv", tmp_path / "report/index.html", tmp_path / "report"
+        ),
+    )
     assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (4, 2, 1, 1)
     page = (tmp_path / "report/index.html").read_text()
     counts = re.search(r'<p class="counts">(.*?)</p>', page, re.S).group(1)

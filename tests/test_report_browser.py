@@ -38,10 +38,14 @@ def page(tmp_path_factory):
     records = rec.load_records(write(tmp / "a", machine_a()))
     html = tmp / "report" / "index.html"
     report.build_report(
-        records, tmp / "summary.csv", html, tmp / "report", prices=PRICES,
-        machines=[{"name": "avx2-box", "results": str(tmp / "b"), "usd_per_hour": 0.2}],
-        name="avx512-box",
-    )  # fmt: skip
+        records,
+        report.Outputs(tmp / "summary.csv", html, tmp / "report"),
+        report.Options(
+            prices=PRICES,
+            machines=[{"name": "avx2-box", "results": str(tmp / "b"), "usd_per_hour": 0.2}],
+            name="avx512-box",
+        ),
+    )
     shots = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp / "shots")
     shots.mkdir(parents=True, exist_ok=True)
     return html, shots
@@ -135,7 +139,11 @@ def test_every_family_table_shows_all_its_columns(page):
     text = trial("bert-tiny", 0, 30.0, group="transformers", model="bert-tiny", seq_len=128)
     records = rec.load_records(write(tmp / "a", [*machine_a(), text]))
     html = tmp / "report" / "index.html"
-    report.build_report(records, tmp / "summary.csv", html, tmp / "report", prices=PRICES)
+    report.build_report(
+        records,
+        report.Outputs(tmp / "summary.csv", html, tmp / "report"),
+        report.Options(prices=PRICES),
+    )
     probe = html.with_name("probe.html")
     probe.write_text(html.read_text().replace("</body>", MEASURE + "</body>"))
     res = chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
@@ -220,7 +228,7 @@ def test_inference_tables_show_int8_beside_fp32_in_full(page):
     ]
     loaded = rec.load_records(write(tmp / "a", records))
     out = tmp / "report" / "index.html"
-    report.build_report(loaded, tmp / "summary.csv", out, tmp / "report")
+    report.build_report(loaded, report.Outputs(tmp / "summary.csv", out, tmp / "report"))
     probe = out.with_name("probe.html")
     probe.write_text(out.read_text().replace("</body>", MEASURE_INFERENCE + "</body>"))
     res = chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())

@@ -74,7 +74,9 @@ def ok_check(r: dict, params: int) -> dict:
 def page(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("families")
     loaded = rec.load_records(write(tmp / "records", records()))  # through files, as the rule
-    report.build_report(loaded, tmp / "summary.csv", tmp / "index.html", tmp / "plots")
+    report.build_report(
+        loaded, report.Outputs(tmp / "summary.csv", tmp / "index.html", tmp / "plots")
+    )
     return (tmp / "index.html").read_text()
 
 
@@ -142,7 +144,9 @@ def test_without_a_ladder_the_headline_picks_a_training_run(tmp_path):
     the headline's fastest configuration is one of the first training run's workload."""
     recs = [r for r in records() if r["spec"]["group"] in ("transformers", "inference")]
     loaded = rec.load_records(write(tmp_path / "records", recs))
-    report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    report.build_report(
+        loaded, report.Outputs(tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    )
     page = (tmp_path / "index.html").read_text()
     assert '<b id="hl-best">bert-ipex</b>' in page
 
@@ -193,7 +197,9 @@ def test_int8_side_by_side_with_what_it_did_to_the_model(tmp_path):
         ),  # fmt: skip
     ]
     loaded = rec.load_records(write(tmp_path / "records", recs))
-    report.build_report(loaded, tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    report.build_report(
+        loaded, report.Outputs(tmp_path / "s.csv", tmp_path / "index.html", tmp_path / "p")
+    )
     page = (tmp_path / "index.html").read_text()
     speed, computes = html_tables(section(page, "inference"))
     by = speed.set_index("experiment")

@@ -430,8 +430,12 @@ def test_configurations_that_read_alike_are_told_apart(tmp_path):
         ),  # fmt: skip
     ]
     loaded = rec.load_records(write(tmp_path, records))
-    out = report.build_report(loaded, tmp_path / "summary.csv", tmp_path / "report" / "index.html",
-                              tmp_path / "report")  # fmt: skip
+    out = report.build_report(
+        loaded,
+        report.Outputs(
+            tmp_path / "summary.csv", tmp_path / "report" / "index.html", tmp_path / "report"
+        ),
+    )
     assert out["trials"] == 4
     text = (tmp_path / "report" / "index.html").read_text()
     table = html_tables(section(text, "backends"))[0].set_index("configuration")

@@ -40,9 +40,12 @@ def test_the_report_builds_for_any_single_experiment(tmp_path, page, group):
         folder = tmp_path / f"{exp}-{group}"
         loaded = rec.load_records(write(folder, records))
         out = report.build_report(
-            loaded, folder / "summary.csv", folder / "report" / "index.html",
-            folder / "report", prices=PRICES,
-        )  # fmt: skip
+            loaded,
+            report.Outputs(
+                folder / "summary.csv", folder / "report" / "index.html", folder / "report"
+            ),
+            report.Options(prices=PRICES),
+        )
         text = (folder / "report" / "index.html").read_text()
         assert out["trials"] == len(records), exp
         missing = set(full) - set(section_ids(text)) - {"machines"}

@@ -231,9 +231,10 @@ def test_the_margin_a_run_states_decides_its_verdicts_everywhere(tmp_path):
                for e, values in trials.items() for k, v in enumerate(values)]  # fmt: skip
     paths = write(tmp_path, records)
     report.build_report(
-        rec.load_records(paths), tmp_path / "summary.csv", tmp_path / "r/index.html",
-        tmp_path, margin=0.10,
-    )  # fmt: skip
+        rec.load_records(paths),
+        report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path),
+        report.Options(margin=0.10),
+    )
     table = pd.read_csv(tmp_path / "comparisons.csv")
     row = table.drop_duplicates("experiment").set_index("experiment").loc["wider"]
     assert row["verdict"] == "same" and row["margin"] == 0.10
@@ -270,7 +271,8 @@ def test_the_headline_says_which_noisy_trials_were_left_out_and_which_used(tmp_p
         r["probe"]["fp32_gflops"] = 40.0
     paths = write(tmp_path, records)
     report.build_report(
-        rec.load_records(paths), tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path
+        rec.load_records(paths),
+        report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path),
     )
     text = (tmp_path / "r/index.html").read_text()
     head = text[text.index('class="headline"') : text.index("<nav>")]
@@ -309,7 +311,9 @@ def quick_like():
 
 def test_one_trial_each_decides_nothing_and_the_headline_crowns_nobody(tmp_path):
     records = rec.load_records(write(tmp_path, quick_like()))
-    report.build_report(records, tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    report.build_report(
+        records, report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path)
+    )
     text = (tmp_path / "r/index.html").read_text()
     head = text[text.index('class="headline"') : text.index("<nav>")]
     assert '<b id="hl-verdict">undecided</b> (one trial each: no interval)' in head
@@ -330,7 +334,9 @@ def test_comparisons_csv_lists_what_the_report_states(tmp_path):
     ]
     records += [make("resnet18", 0, 80.0, group="models", model="resnet18")]
     records = rec.load_records(write(tmp_path, records))
-    report.build_report(records, tmp_path / "s.csv", tmp_path / "r/index.html", tmp_path / "r")
+    report.build_report(
+        records, report.Outputs(tmp_path / "s.csv", tmp_path / "r/index.html", tmp_path / "r")
+    )
     table = pd.read_csv(tmp_path / "comparisons.csv")
     assert list(table.columns) == uncertainty.COLUMNS
     for column in ("kind", "baseline", "experiment", "ratio", "ci_low", "ci_high"):

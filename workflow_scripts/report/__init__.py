@@ -19,6 +19,7 @@ data gets a figure that says "no successful trials in this group".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -76,49 +77,62 @@ from .timing import timing_section
 from .uncertainty import MARGIN, comparisons_frame
 from .values import spreadsheet_safe
 
-__all__ = ["DEFAULT_TITLE", "build_report", "main"]
+__all__ = ["DEFAULT_TITLE", "Options", "Outputs", "build_report", "main"]
 
 DEFAULT_TITLE = "Training AI models on CPU: benchmark report"
 
 
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """Where a report goes: the summary CSV, the HTML page, the plots' folder and the
+    comparisons CSV (default: ``comparisons.csv`` beside the summary)."""
+
+    summary: Path
+    html: Path
+    plots_dir: Path
+    comparisons: Path | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What a report states besides the records. ``collectives``: the collectives
+    microbenchmark's results; ``machines``: other result sets to compare with this one
+    (see :func:`machines.parse_machines`); ``name``: this run's name among them (default:
+    its CPU), priced at the first ``measured`` price; ``margin``: within it, two
+    throughputs are the same (the verdicts, :mod:`uncertainty`); ``looks``: how many
+    rounds' reports may decide a comparison, ``look``: which of them this report is
+    (default: the last; :func:`uncertainty.spent`)."""
+
+    prices: Any = None
+    title: str = DEFAULT_TITLE
+    noise_threshold: float = DEFAULT_NOISE_THRESHOLD
+    collectives: Sequence[Mapping] = ()
+    machines: Any = None
+    name: str | None = None
+    margin: float = MARGIN
+    looks: int = 1
+    look: int | None = None
+
+
 def build_report(
-    records: Sequence[Mapping],
-    summary_path: Path,
-    html_path: Path,
-    plots_dir: Path,
-    prices: Any = None,
-    title: str = DEFAULT_TITLE,
-    noise_threshold: float = DEFAULT_NOISE_THRESHOLD,
-    collectives: Sequence[Mapping] = (),
-    machines: Any = None,
-    name: str | None = None,
-    comparisons_path: Path | None = None,
-    margin: float = MARGIN,
-    looks: int = 1,
-    look: int | None = None,
+    records: Sequence[Mapping], outputs: Outputs, options: Options = Options()
 ) -> dict:
     """Write the summary CSV, the plots (:data:`PLOT_NAMES`, the collectives', and the
-    extra ones: losses, startup, machines), and the HTML page; return counts.
-
-    ``machines``: other result sets to compare with this one (see
-    :func:`machines.parse_machines`); ``name``: this run's name among them (default: its
-    CPU), priced at the first ``measured`` price; ``comparisons_path``: where every
-    comparison the report states goes, with its interval and verdict (default:
-    ``comparisons.csv`` beside the summary); ``margin``: within it, two throughputs
-    are the same (the verdicts, :mod:`uncertainty`); ``looks``: how many rounds' reports
-    may decide a comparison, ``look``: which of them this report is (default: the last;
-    :func:`uncertainty.spent`)."""
-    summary_path, html_path, plots_dir = Path(summary_path), Path(html_path), Path(plots_dir)
-    comparisons_path = Path(comparisons_path or summary_path.with_name("comparisons.csv"))
+    extra ones: losses, startup, machines), the comparisons CSV and the HTML page;
+    return counts."""
+    summary_path, html_path = Path(outputs.summary), Path(outputs.html)
+    plots_dir = Path(outputs.plots_dir)
+    comparisons_path = Path(outputs.comparisons or summary_path.with_name("comparisons.csv"))
+    noise_threshold, margin = options.noise_threshold, options.margin
     for folder in (summary_path.parent, html_path.parent, plots_dir):
         folder.mkdir(parents=True, exist_ok=True)
     records = list(records)
     frame = summary_frame(records, noise_threshold)
     spreadsheet_safe(frame).to_csv(summary_path, index=False)
-    price_list = parse_prices(prices)
+    price_list = parse_prices(options.prices)
     rich = enrich(frame, records)
 
-    stats = experiment_stats(rich, margin, looks, look)
+    stats = experiment_stats(rich, margin, options.looks, options.look)
     # (an experiment split by node type, "<id> @ <node type>", has its id's findings)
     stats["in_effect"] = stats["experiment"].str.split(" @ ").str[0].map(in_effect(records))
     baseline = pick_baseline(stats)
@@ -134,13 +148,13 @@ def build_report(
     roof = ceiling_frame(stats)
     svgs = plot_all(stats, ladder, matrix, order, roof, baseline, plots_dir)
 
-    others = [load_machine(m, noise_threshold) for m in parse_machines(machines)]
+    others = [load_machine(m, noise_threshold) for m in parse_machines(options.machines)]
     machine_summary = None
     machine_sections = []
     if others:
         measured = [p for p in price_list if p["throughput"] == "measured"]
         here = Machine(
-            name=name or ", ".join(dict.fromkeys(rich["node_type"].dropna())) or "this run",
+            name=options.name or ", ".join(dict.fromkeys(rich["node_type"].dropna())) or "this run",
             frame=rich,
             records=records,
             usd_per_hour=measured[0]["usd_per_hour"] if measured else math.nan,
@@ -168,7 +182,7 @@ def build_report(
         *sweeps,
         inference_section(stats_sp, baseline),
         ceiling_section(roof, svgs["ceiling"]),
-        distributed_section(stats_sp, collectives, plots_dir),
+        distributed_section(stats_sp, options.collectives, plots_dir),
         noise_section(rich, records, noise_threshold),
         comparisons_section(comparisons, stats),
         timing_section(frame, records),
@@ -182,7 +196,9 @@ def build_report(
         comparisons,
     )  # fmt: skip
     provenance = provenance_html(frame, records)
-    page = page_html(title, baseline, frame, len(stats), provenance, sections, headline, not_run)
+    page = page_html(
+        options.title, baseline, frame, len(stats), provenance, sections, headline, not_run
+    )
     html_path.write_text(page, encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
     return {"trials": n, "ok": n_ok, "failed": n_failed, "left_out": left_out(frame),
@@ -263,11 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]  # fmt: skip
     records = load_records(record_paths)
     try:
-        result = build_report(
-            records, args.summary, args.html, args.plots_dir, prices, args.title,
-            args.noise_threshold, load_records(args.collectives), machines, name,
-            args.comparisons, args.margin, args.looks, args.look,
+        outputs = Outputs(args.summary, args.html, args.plots_dir, args.comparisons)
+        options = Options(
+            prices, args.title, args.noise_threshold, load_records(args.collectives),
+            machines, name, args.margin, args.looks, args.look,
         )  # fmt: skip
+        result = build_report(records, outputs, options)
     except ValueError as exc:
         parser.error(str(exc))
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed"
