@@ -7,27 +7,11 @@ import math
 
 import pytest
 
+from tests.conftest import REPO
+from tests.estimates import calibration, machine
 from workflow_scripts import study, workloads
 from workflow_scripts.plan import estimate
 from workflow_scripts.study.entry import read_config
-
-from .conftest import REPO
-
-
-def calibration(fp32_2t=100.0, startup=3.0, bf16_ratio=2.0, wall=40.0) -> dict:
-    return {
-        "ceiling": [
-            {"threads": 1, "fp32_gflops": fp32_2t / 2, "bf16_gflops": 1.0},
-            {"threads": 2, "fp32_gflops": fp32_2t, "bf16_gflops": 1.0},
-        ],
-        "train_proxy": {"bf16_over_fp32": bf16_ratio},
-        "startup_s": startup,
-        "process_wall_s": wall,
-    }
-
-
-def machine(cal=None, quick=None, flags=(), cpus=2, container=False) -> estimate.Machine:
-    return estimate.Machine({"upstream": cal}, quick, cpus, flags, container)
 
 
 def test_cnn_flops_by_hand():

@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from tests.runs import REPO
+from tests.trials import assert_ok, run
 from workflow_scripts.summary import records
-
-from .test_harness import assert_ok, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

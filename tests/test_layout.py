@@ -325,3 +325,40 @@ def test_the_workflow_reads_only_documented_workflow_attributes():
         if bad:
             found[str(path.relative_to(REPO))] = bad
     assert not found, f"undocumented workflow attributes read (or the object handed over): {found}"
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (``test_*.py`` of tests/) that a file under tests/ imports, in
+    any form: ``tests.test_x``, ``.test_x``, ``from tests import test_x``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names = [base] + [f"{base}.{a.name}".lstrip(".") for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n.split(".")[-1].startswith("test_")]
+    return found
+
+
+def test_the_test_module_detector_finds_every_form(tmp_path):
+    f = tmp_path / "t.py"
+    f.write_text(
+        "from .test_a import x\nfrom tests.test_b import y\nfrom tests import test_c\n"
+        "import tests.test_d\nfrom tests.trials import run\n"
+    )
+    assert imported_test_modules(f) == ["test_a", "tests.test_b", "tests.test_c", "tests.test_d"]
+
+
+def test_no_test_module_imports_another():
+    """Helpers shared by tests live in helper modules (tests/trials.py, runs.py, ...),
+    never in a test module that another one (or a benchmark) imports."""
+    tests = Path(__file__).parent
+    found = {
+        str(p.relative_to(tests)): imported_test_modules(p)
+        for p in tests.rglob("*.py")
+        if imported_test_modules(p)
+    }
+    assert found == {}

@@ -7,10 +7,9 @@ import json
 import os
 import re
 
+from tests.estimates import calibration, machine
 from workflow_scripts import study
 from workflow_scripts.plan import estimate, progress
-
-from .test_estimate import calibration, machine
 
 
 def small_study(trials: int = 2) -> study.Study:

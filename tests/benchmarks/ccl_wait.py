@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.ccl_ranks import run_ranks  # noqa: E402
 from tests.conftest import spec_of  # noqa: E402
-from tests.test_ccl import run_ranks  # noqa: E402
 from workflow_scripts import collectives, envs, trial  # noqa: E402
 
 SIZES_KB = [1, 16, 256, 4096, 65536, 102400]
