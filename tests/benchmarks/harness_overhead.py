@@ -7,7 +7,7 @@ every comparison is paired in time:
 
 - the harness side is the study's own code driven as a trial drives it: the spec
   resolved by the study's loader, the launcher's and the backend's environment
-  variables (``runtimes.measured.environment``), ``harness.Trainer`` (threads, backend setup,
+  variables (``runtimes.measured.environment``), ``trainer.Trainer`` (threads, backend setup,
   model, data, channels_last), ``harness.before_steps`` (compile-pool wait, FLOP
   count, noise probe: their allocations stay behind, as in a trial), and every step
   through ``harness.timed_step`` with the trial log's progress line;
@@ -197,11 +197,12 @@ def child(spec: dict, cfg: dict) -> int:
     import torch
 
     from workflow_scripts import launchers
-    from workflow_scripts.rank import harness
+    from workflow_scripts.rank import harness, measure
+    from workflow_scripts.rank.trainer import Trainer
 
     launchers.get(spec["launcher"]).verify(spec)
-    trainer = harness.Trainer(spec)
-    harness.before_steps(spec, None)
+    trainer = Trainer(spec)
+    measure.before_steps(spec, None)
     bare = bare_step(spec)
     progress = harness.progress_printer()
     total = cfg["warmup"] + cfg["rounds"] * cfg["block"]

@@ -1,9 +1,10 @@
 """The rank side of the process boundary: what runs inside a backend environment or
 image, in a trial's ranks and probes.
 
-``run_trial`` (one rank's entry script) -> ``harness`` (the training loop, its FLOP
-count and share of the ceiling) with ``data`` and ``models``; ``probe`` (the noise probe and the
-matmul ceiling, also the calibration's), ``metrics`` (step-time statistics),
+``run_trial`` (one rank's entry script) -> ``harness`` (the training loop and its
+result) with ``trainer`` (the model, data and optimizer of a spec: ``data``,
+``models``, ``optim``) and ``measure`` (the FLOP count, the probe around the steps);
+``probe`` (the noise probe and the matmul ceiling, also the calibration's),
 ``contention`` (other processes' CPU time on the rank's CPUs) and ``distributed`` (the
 rank's CPUs and process group, the study's ``ccl`` backend, the allreduce benchmark).
 
