@@ -25,6 +25,7 @@ import pytest
 from tests import components, runs
 from tests.runs import REPO
 from workflow_scripts import envs, study
+from workflow_scripts.experiment import Spec
 
 # Backend environments are content-addressed, so every test (and every temporary
 # copy of the workflow) can share one root; set STUDY_ENVS_ROOT to move it.
@@ -165,8 +166,9 @@ def env_python(env: dict, code: str, *args: str, cwd: Path = REPO, timeout: int 
     return proc.stdout
 
 
-def spec_of(**fields) -> dict:
-    """A fully resolved spec (through the real config loader) for a tiny model."""
+def spec_of(**fields) -> Spec:
+    """A fully resolved spec (through the real config loader) for a tiny model, as a
+    trial's entry holds it (the rule's JSON, read into a frozen :class:`Spec`)."""
     fields.setdefault("id", "t")
     config = {
         "defaults": {
@@ -179,7 +181,7 @@ def spec_of(**fields) -> dict:
         },
         "experiments": [fields],
     }
-    return json.loads(study.load_study(config).spec_json(fields["id"]))
+    return Spec(json.loads(study.load_study(config).spec_json(fields["id"])))
 
 
 @pytest.fixture

@@ -96,13 +96,13 @@ def add_toy_backend(tmp_path: Path) -> Path:
 
 
 def add_knob(wd: Path) -> Path:
-    """The knob's declaration, and the one line of the harness that applies it."""
+    """The knob's declaration, and the one line of the trainer that applies it."""
     fields = wd / "workflow_scripts/spec/fields.py"
     text = fields.read_text()
     anchor = '        Field(\n            "env_vars",'
     assert anchor in text
     fields.write_text(text.replace(anchor, KNOB + anchor, 1))
-    harness = wd / "workflow_scripts/rank/harness.py"
+    harness = wd / "workflow_scripts/rank/trainer.py"
     text = harness.read_text()
     line = "self.loss_fn = torch.nn.CrossEntropyLoss()"
     assert text.count(line) == 1

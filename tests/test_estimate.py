@@ -35,7 +35,7 @@ def test_cnn_flops_by_hand():
 
 def test_one_trial_by_hand(make_spec):
     spec = make_spec(model="resnet50", image_size=224, batch_size=16, warmup_steps=2, steps=8)
-    spec["time_budget_s"] = None
+    spec = spec | {"time_budget_s": None}
     est = estimate.trial(spec, machine(calibration()))
     step = 24.54e9 * 16 / (100.0 * estimate.EFFICIENCY * 1e9) + estimate.STEP_OVERHEAD_S
     assert est["step_s"] == pytest.approx(step, rel=1e-3)
@@ -87,7 +87,7 @@ def test_the_flop_count_is_an_eager_fp32_step_at_batch_1_whatever_the_run(make_s
 
 def test_bf16_scales_by_the_measured_ratio_and_budget_and_timeout_cut(make_spec):
     fp32 = make_spec(model="resnet50", image_size=224, batch_size=16, steps=8)
-    fp32["time_budget_s"] = None
+    fp32 = fp32 | {"time_budget_s": None}
     bf16 = {**fp32, "precision": "bf16"}
     m = machine(calibration(bf16_ratio=20.0))
     a, b = estimate.trial(fp32, m), estimate.trial(bf16, m)
@@ -116,7 +116,7 @@ def test_compile_torchrun_workers_and_epochs(make_spec):
 
 def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):
     spec = make_spec(model="resnet50", image_size=224, batch_size=16, precision="bf16")
-    spec["time_budget_s"] = None
+    spec = spec | {"time_budget_s": None}
     native = estimate.trial(spec, machine(quick=170.0, flags=["avx2", "avx512_bf16"]))
     emulated = estimate.trial(spec, machine(quick=170.0, flags=["avx2"]))
     assert "bf16 native" in native["basis"] and "bf16 emulated" in emulated["basis"]
@@ -233,7 +233,7 @@ def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
     calibration_s = 4 * 2 * step + estimate.SERVE_PREPARE_S
     assert got == pytest.approx(plain["parts"]["serve"] + calibration_s, abs=0.02)
     trained = make_spec(mode="inference", data="digits", epochs=3, batch_size=32, lr=0.02)
-    trained["time_budget_s"] = None
+    trained = trained | {"time_budget_s": None}
     est = estimate.trial(trained, m)
     assert est["timed_steps"] == 3  # the forward passes, not the training's steps
     fp32_forward = estimate.forward_flops(trained) * 32 / (100.0 * estimate.EFFICIENCY * 1e9)

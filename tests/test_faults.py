@@ -352,7 +352,7 @@ def test_a_machine_that_cannot_give_the_cpus_runs_nothing(make_spec, tmp_path):
     submit host): a failed record naming the field, and the run never started."""
     pids = tmp_path / "pids"
     spec = make_spec(threads=1)
-    spec["threads"] = 4096  # as if planned on a bigger machine
+    spec = spec | {"threads": 4096}  # as if planned on a bigger machine
     env = fake_python(tmp_path, HANGING.format(pids=pids))
     out = tmp_path / "records" / "big" / "trial0.json"
     rec = policy(spec, env, out, tmp_path / "logs" / "big.log")

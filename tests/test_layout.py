@@ -165,12 +165,10 @@ def test_every_spec_key_the_code_reads_is_declared():
     """A misspelt field fails here, not in a rare path of a trial hours into a study
     (issue 62): every key read from a spec by a string is a declared field, a key the
     loader derives, or one of the keys the host hands a rank beside the fields."""
-    from workflow_scripts.plan import far
-    from workflow_scripts.rank.distributed import ranks
+    from workflow_scripts.experiment import EXTRA_KEYS
     from workflow_scripts.spec.fields import DERIVED_KEYS, FIELDS
-    from workflow_scripts.trial import carry
 
-    known = {*FIELDS, *DERIVED_KEYS, far.SPEC_KEY, carry.SPEC_KEY, ranks.PIN_KEY}
+    known = {*FIELDS, *DERIVED_KEYS, *EXTRA_KEYS}
     read = {
         (module, line, key)
         for module, path in MODULES.items()

@@ -36,6 +36,9 @@ packages stand in floors: ``spec``; ``summary``, ``cluster``, ``plan``; ``study`
 #: the package that runs inside a backend environment (the rank side)
 RANK_SIDE = "rank"
 #: top-level modules and packages read on both sides (standard library only at import)
-SHARED = ("util", "sysinfo", "commands", "workloads", "metrics", "backends", "launchers", "shm")
+SHARED = (
+    "util", "sysinfo", "commands", "experiment", "workloads", "metrics", "backends", "launchers",
+    "shm",
+)  # fmt: skip
 
 __all__: list[str] = []

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..experiment import PREFLIGHT_KEY
+
 #: where a pre-flight's records, summary and report go (the study's go to ``results``;
 #: the logs of its trials to ``logs/preflight``)
 SUBDIR = "preflight"
@@ -34,7 +36,7 @@ SHORTENED = ("warmup_steps", "steps", "epochs", "max_steps", "time_budget_s", "p
 def shorten(spec: dict) -> dict:
     """The pre-flight of one resolved spec: the same experiment, the fewest steps."""
     out = dict(spec)
-    out["preflight"] = True  # (the report says so)
+    out[PREFLIGHT_KEY] = True  # (the report says so)
     out["warmup_steps"] = 1
     out["time_budget_s"] = None
     if spec["epochs"]:

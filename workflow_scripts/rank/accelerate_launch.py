@@ -27,10 +27,11 @@ def shown(cmd: list[str]) -> str:
 
 def main(argv: list[str]) -> int:
     from workflow_scripts import launchers
+    from workflow_scripts.experiment import Spec
 
     program = argv[argv.index("--program") + 1]
     args = [a for i, a in enumerate(argv) if a != "--program" and argv[i - 1] != "--program"]
-    spec = json.loads(args[args.index("--spec-json") + 1])
+    spec = Spec(json.loads(args[args.index("--spec-json") + 1]))
     launcher = launchers.get("accelerate")
     with tempfile.TemporaryDirectory(prefix="study-accelerate-") as tmp:
         hostfile = Path(tmp) / "hostfile"

@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 
 from .. import backends, launchers, metrics, sysinfo
+from ..experiment import Spec
 from ..util import SCHEMA_VERSION, write_json_atomic
 from . import contention, schedule
 from .distributed import ranks
@@ -426,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    spec = json.loads(args.spec_json)
+    spec = Spec(json.loads(args.spec_json))
 
     rank, world, _ = ranks.world()
     progress = None if args.quiet else progress_printer(rank, world)

@@ -20,8 +20,10 @@ def _pin_before_torch() -> None:
     """
     if "--spec-json" not in sys.argv:
         return
-    spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
     from workflow_scripts import launchers
+    from workflow_scripts.experiment import Spec
+
+    spec = Spec(json.loads(sys.argv[sys.argv.index("--spec-json") + 1]))
     from workflow_scripts.rank.distributed import ranks
 
     ranks.adopt_slurm()  # a rank that srun started: RANK, WORLD_SIZE, ... from SLURM

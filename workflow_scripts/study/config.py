@@ -43,6 +43,7 @@ import jsonschema
 import yaml
 
 from .. import backends, launchers, workloads
+from ..experiment import Spec
 from ..plan import preflight
 from ..spec.fields import (
     BUILTIN_DEFAULTS,
@@ -89,13 +90,13 @@ class StudyConfigError(Exception):
 
 @dataclasses.dataclass
 class Study:
-    experiments: list[dict[str, Any]]
+    experiments: list[Spec]
     settings: dict[str, Any]
     defaults: dict[str, Any]  # resolved defaults (built-in, then config, then preset)
     base_dir: Path
     #: legal but suspicious values, one line each (printed, never fatal)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    by_id: dict[str, dict[str, Any]] = dataclasses.field(init=False)
+    by_id: dict[str, Spec] = dataclasses.field(init=False)
     envs: list[str] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -600,7 +601,7 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
         specs = [preflight.shorten(spec) for spec in specs]
         settings = preflight.settings(settings)
     return Study(
-        experiments=specs,
+        experiments=[Spec(spec) for spec in specs],
         settings=settings,
         defaults=defaults,
         base_dir=Path(base_dir).resolve(),

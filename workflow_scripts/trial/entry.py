@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import runtimes
 from ..commands import Arg, Command
+from ..experiment import Spec
 from ..runtimes.measured import ENV_JSON, LIMIT_ARGS, with_limits
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
 from ..spec.settings import NOISE_THRESHOLD
@@ -91,7 +92,7 @@ COMMAND = Command(
 
 def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv)
-    spec = json.loads(args.spec_json)
+    spec = Spec(json.loads(args.spec_json))
     env_info = with_limits(read_json(args.env_json, want=None), args)
     reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:

@@ -94,10 +94,10 @@ def _run(job: Trial, noise: Noise) -> dict:
     shared = carry.shared_flops(out, spec) if trial == 0 else None
     if shared:  # another first trial of the same workload counted its FLOPs
         carried = shared
-    rank_spec = {**spec, carry.SPEC_KEY: carried} if carried else spec
+    rank_spec = spec | {carry.SPEC_KEY: carried} if carried else spec
     far_from = far.reference(job.far_baseline, spec)
     if far_from:
-        rank_spec = {**rank_spec, far.SPEC_KEY: far_from}
+        rank_spec = rank_spec | {far.SPEC_KEY: far_from}
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)

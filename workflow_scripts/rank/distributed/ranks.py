@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from ... import sysinfo
+from ... import experiment, sysinfo
 from ...sysinfo import parse_cpu_list
 
 #: the process group's timeout when the spec's own timeout is longer: a dead peer
@@ -171,7 +171,7 @@ def placement(cpus: list[int], topo: dict) -> dict:
 
 #: a key of a collectives benchmark's spec (not an experiment field) that leaves its
 #: ranks unpinned when false: more ranks than CPUs, on purpose
-PIN_KEY = "pin"
+PIN_KEY = experiment.PIN_KEY
 
 
 def pin(spec: dict) -> list[int] | None:
