@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO
 from tests.estimates import calibration, machine
 from workflow_scripts import study, workloads
-from workflow_scripts.plan import estimate
+from workflow_scripts.plan import estimate, estimate_text, study_estimate
 from workflow_scripts.study.entry import read_config
 
 
@@ -145,10 +145,10 @@ def test_a_later_trial_carries_the_first_ones_one_off_work(make_spec):
     assert later["parts"]["grad_check"] == 0 < first["parts"]["grad_check"]
     assert later["parts"]["flop_count"] == 0 < first["parts"]["flop_count"]
     assert later["parts"]["timed"] == first["parts"]["timed"]
-    est = estimate.total([spec], 3, m)
+    est = study_estimate.total([spec], 3, m)
     assert est["trials_s"] == pytest.approx(first["seconds"] + 2 * later["seconds"], abs=0.1)
     assert est["experiments"][spec["id"]]["later_seconds"] == later["seconds"]
-    most = estimate.with_rounds(est, 3, 5)["adaptive"]["total_s"]
+    most = study_estimate.with_rounds(est, 3, 5)["adaptive"]["total_s"]
     assert most == pytest.approx(est["total_s"] + 2 * later["seconds"], abs=0.1)
 
 
@@ -156,14 +156,14 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     """What a user of a 2-core AVX2 machine reads before starting the default study."""
     st = _study("default")
     avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
-    est = estimate.total(st.experiments, st.settings["trials"], avx2, envs=st.envs)
+    est = study_estimate.total(st.experiments, st.settings["trials"], avx2, envs=st.envs)
     assert est["total_s"] > 3600
-    text = estimate.format_estimate(est, st.settings["trials"])
+    text = estimate_text.format_estimate(est, st.settings["trials"])
     assert " h on this machine" in text.splitlines()[0]
     assert "[estimate]   ladder:" in text and "bf16 emulated" in text
     # the same study where bf16 is native: its bf16 runs take a fraction of the time
     native = estimate.Machine({}, 170.0, 2, ["avx2", "avx512_bf16"])
-    faster = estimate.total(st.experiments, st.settings["trials"], native, envs=st.envs)
+    faster = study_estimate.total(st.experiments, st.settings["trials"], native, envs=st.envs)
     assert faster["total_s"] < est["total_s"]
     bf16 = [s for s in st.experiments if s["precision"] == "bf16"]
     emulated = sum(estimate.trial(s, avx2)["seconds"] for s in bf16)
@@ -174,26 +174,28 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     line = next(x for x in text.splitlines() if "bf16 trains slower" in x)
     assert f"its {len(bf16)} runs take about" in line and "emulated" in line
     assert f"{estimate.BF16_EMULATED_RATIO:.0f}x fp32's" in line
-    assert "bf16 trains slower" not in estimate.format_estimate(faster, st.settings["trials"])
+    assert "bf16 trains slower" not in estimate_text.format_estimate(faster, st.settings["trials"])
     # a calibration where bf16 is slower on a CPU with AVX-512 BF16 says so, not "emulated"
     slow = estimate.Machine({"upstream": calibration(bf16_ratio=1.5)}, None, 2, ["avx512_bf16"])
-    said = estimate.format_estimate(estimate.total(bf16[:1], 2, slow, envs=["upstream"]), 2)
+    said = estimate_text.format_estimate(
+        study_estimate.total(bf16[:1], 2, slow, envs=["upstream"]), 2
+    )
     assert "bf16 trains slower than fp32 here (a step 1.5x fp32's): its 1 run takes" in said
 
 
 def test_groups_sum_and_records_already_made_are_not_remaining():
     st = _study("quick")
     m = estimate.Machine({}, 100.0, 2, ["avx2"])
-    est = estimate.total(st.experiments, 1, m, envs=st.envs, collectives=2)
+    est = study_estimate.total(st.experiments, 1, m, envs=st.envs, collectives=2)
     assert sum(g["seconds"] for g in est["groups"].values()) == pytest.approx(est["trials_s"], 0.01)
     assert sum(g["trials"] for g in est["groups"].values()) == len(st.experiments)
     assert est["setup"]["collectives"] == 2 * estimate.COLLECTIVES_S
     first = st.experiments[0]["id"]
-    done = estimate.total(st.experiments, 1, m, envs=st.envs, done=[(first, 0)])
+    done = study_estimate.total(st.experiments, 1, m, envs=st.envs, done=[(first, 0)])
     assert done["remaining_trials_s"] == pytest.approx(
         est["trials_s"] - est["experiments"][first]["seconds"], abs=0.2
     )
-    assert "without a record yet" in estimate.format_estimate(done, 1)
+    assert "without a record yet" in estimate_text.format_estimate(done, 1)
 
 
 def test_calibration_times_come_from_the_calibrations():
@@ -254,7 +256,7 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     bf16 is native (2x faster) they are far too, but an fp32 rung near its baseline is not."""
     st = _study("default")
     avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
-    est = estimate.total(st.experiments, 2, avx2, envs=st.envs)
+    est = study_estimate.total(st.experiments, 2, avx2, envs=st.envs)
     per = est["experiments"]
     assert "bf16" in est["far"] and "inductor-fp32" not in est["far"]
     assert per["bf16"]["trials"] == 1 and per["bf16"]["timed_steps"] <= 2
@@ -267,16 +269,16 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     assert sum(g["trials"] for g in est["groups"].values()) == est["planned_trials"]
     # only those that ran the minimum may go on in the adaptive rounds
     assert est["adaptive_experiments"] == sum(1 for v in per.values() if v["trials"] == 2)
-    text = estimate.format_estimate(estimate.with_rounds(est, 2, 4), 2)
+    text = estimate_text.format_estimate(study_estimate.with_rounds(est, 2, 4), 2)
     low = est["planned_trials"]
     high = low + 2 * est["adaptive_experiments"]
     assert f"{low} trials: 2 per experiment, fewer for" in text
     assert f"adaptive rounds: {low} to {high} trials" in text
     # once a first trial has run, what it did counts, not the prediction
-    known = estimate.total(st.experiments, 2, avx2, envs=st.envs, far_known={"bf16": False})
+    known = study_estimate.total(st.experiments, 2, avx2, envs=st.envs, far_known={"bf16": False})
     assert known["experiments"]["bf16"]["trials"] == 2
     assert known["planned_trials"] == est["planned_trials"] + 1
     # a far stop within the margin settles nothing: the bf16 rungs run their trials
-    wide = estimate.total(st.experiments, 2, avx2, envs=st.envs, margin=0.6)
+    wide = study_estimate.total(st.experiments, 2, avx2, envs=st.envs, margin=0.6)
     assert wide["experiments"]["bf16"]["trials"] == 2 and "bf16" not in wide["far"]
     assert wide["experiments"]["bf16"]["timed_steps"] == per["bf16"]["timed_steps"]

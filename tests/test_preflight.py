@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ENVS_ROOT
 from tests.runs import copy_workflow, dry_run_jobs
 from workflow_scripts import study
-from workflow_scripts.plan import estimate, preflight
+from workflow_scripts.plan import preflight, study_estimate
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def test_a_preflight_runs_whole_steps_and_feeds_the_studys_estimate(tmp_path):
 
     # the default study's estimate now rests on these two measurements
     default = study.load_study(study.read_config(wd / "config.yaml"))
-    est = estimate.for_study(default, wd / "results", measure=False)
+    est = study_estimate.for_study(default, wd / "results", measure=False)
     assert est["basis"][0] == f"pre-flight measurements for 2 of {len(default.ids)} experiments"
     spec = default.by_id["baseline"]
     got = est["experiments"]["baseline"]

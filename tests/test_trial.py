@@ -344,13 +344,13 @@ def test_a_calibration_with_wrong_types_still_gives_a_record(make_spec, tmp_path
     record, _ = run(tmp_path, make_spec(), [{"fp32": 95.0}], reference=reference)
     assert record["status"] == "ok", record.get("error")
     # the estimate (every snakemake -n) reads it too: a figure, from what is usable
-    from workflow_scripts.plan import estimate
+    from workflow_scripts.plan import study_estimate
     from workflow_scripts.study import load_study
 
     (tmp_path / "calibration").mkdir()
     (tmp_path / "calibration" / "upstream.json").write_text(ref.read_text())
     study = load_study({"experiments": [{"id": "a", "model": "cnn", "image_size": 32}]})
-    est = estimate.for_study(study, tmp_path, measure=False)
+    est = study_estimate.for_study(study, tmp_path, measure=False)
     assert est["total_s"] > 0
 
 

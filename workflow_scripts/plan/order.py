@@ -102,10 +102,10 @@ def trial_seconds(study) -> dict[str, float]:
     """One trial's estimated seconds per experiment (the calibrations under results/ if
     there are any, else a rate per CPU: only the order matters here); empty where the
     estimate cannot be made (the order is then tiers and the order written)."""
-    from . import estimate
+    from . import estimate, study_estimate
 
     try:
-        machine = estimate.study_machine(study, study.results, measure=False)
+        machine = study_estimate.study_machine(study, study.results, measure=False)
         return {s["id"]: estimate.trial(s, machine)["seconds"] for s in study.experiments}
     except Exception:  # noqa: BLE001 - the order is advice, never a failure
         return {}

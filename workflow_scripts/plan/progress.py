@@ -2,7 +2,7 @@
 study's trials have a record, how long this run has taken, and how long the rest should
 take.
 
-The rest is the study's estimate for the trials without a record (``estimate.total``,
+The rest is the study's estimate for the trials without a record (``study_estimate.total``,
 from the calibrations and the pre-flight), scaled by how far the same estimate was off
 for the trials done so far (their wall time, each record's ``trial_wall_s``, against
 what the same estimate predicts for them): an estimate that was 1.5x optimistic for
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..util import finite, measuring_seconds, read_json
-from . import estimate, rounds
+from . import estimate, estimate_text, rounds, study_estimate
 
 #: when this run started (seconds since the epoch), set once by the main process and
 #: inherited by every job's process (a cluster job's too)
@@ -111,7 +111,7 @@ def first_answer(results: Path, elapsed: float, now: float | None = None) -> str
     except OSError:
         return ""
     since = elapsed - ((now if now is not None else time.time()) - written)
-    when = f"{estimate.human(since)} into this run" if since >= 0 else "before this run"
+    when = f"{estimate_text.human(since)} into this run" if since >= 0 else "before this run"
     return f" (the question's first answer: {results / FIRST_REPORT}, written {when})"
 
 
@@ -136,10 +136,10 @@ def efficiency(times: Iterable[tuple], elapsed: float) -> str:
         return ""
     text = (
         f"; measuring {100 * measuring / wall:.0f}% of the trials' wall time "
-        f"({estimate.human(measuring)} of {estimate.human(wall)} in the step loops"
+        f"({estimate_text.human(measuring)} of {estimate_text.human(wall)} in the step loops"
     )
     if retries > 0:
-        text += f"; noise reruns {estimate.human(retries)}, {100 * retries / wall:.0f}%"
+        text += f"; noise reruns {estimate_text.human(retries)}, {100 * retries / wall:.0f}%"
     if elapsed > 0:
         text += f"), {100 * measuring / elapsed:.0f}% of this run's"
     else:
@@ -164,12 +164,12 @@ def line(
     # each trial without its noise reruns: a rerun is not extrapolated to the whole study
     walls = {key: t[0] for key, t in times.items() if t[0] is not None}
     if machine is None:
-        machine = estimate.study_machine(study, results, measure=False)
+        machine = study_estimate.study_machine(study, results, measure=False)
     records = preflight.under(results, study.settings) / "records"
     first_done = [e for e, k in done if k == 0]
     stopped = rounds.stopped_far(records, first_done)
     far_known = {e: e in stopped for e in first_done}
-    est = estimate.total(
+    est = study_estimate.total(
         experiments,
         trials,
         machine,
@@ -190,7 +190,9 @@ def line(
     elapsed = (now if now is not None else time.time()) - (
         started if started is not None else started_at()
     )
-    text = f"[progress] {len(done)} of {total} trials have a record, {estimate.human(elapsed)} "
+    text = (
+        f"[progress] {len(done)} of {total} trials have a record, {estimate_text.human(elapsed)} "
+    )
     text += "elapsed in this run"
     text += first_answer(preflight.under(results, study.settings), elapsed, now)
     left = est["remaining_trials_s"]
@@ -215,13 +217,13 @@ def line(
         if half > math.log(RANGE_FROM):
             low = min(max(ratio * math.exp(-half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
             high = min(max(ratio * math.exp(half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
-            span = f", {estimate.human(left * low)} to {estimate.human(left * high)}"
+            span = f", {estimate_text.human(left * low)} to {estimate_text.human(left * high)}"
         return (
-            text + f"; about {estimate.human(left * ratio)} left{span} (the estimate of "
-            f"{estimate.human(left)} for the {trials_left}, "
+            text + f"; about {estimate_text.human(left * ratio)} left{span} (the estimate of "
+            f"{estimate_text.human(left)} for the {trials_left}, "
             f"x {ratio:.2f}: measured/estimated so far, noise reruns left out)"
         )
-    return text + f"; about {estimate.human(left)} left (the estimate, nothing measured yet)"
+    return text + f"; about {estimate_text.human(left)} left (the estimate, nothing measured yet)"
 
 
 def report(study, results: Path | str = "results") -> None:

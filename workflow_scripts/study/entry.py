@@ -240,7 +240,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     precision that buys. Not even the minimum (``trials``) fitting is said too; the
     study then runs the minimum. The estimate it planned with (None: none made), for
     :func:`print_estimate`."""
-    from ..plan import estimate, rounds
+    from ..plan import estimate_text, rounds, study_estimate
 
     settings = study.settings
     if not settings.get("budget"):
@@ -252,8 +252,8 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     clock.start(budget)  # every job's process holds to it, also where the plan is wrong
     low, high = int(settings["trials"]), rounds.cap(settings)
     try:
-        machine = estimate.study_machine(study, results)
-        est = estimate.for_study(study, results, machine=machine)
+        machine = study_estimate.study_machine(study, results)
+        est = study_estimate.for_study(study, results, machine=machine)
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[budget] no estimate ({type(exc).__name__}: {exc}): max_trials alone caps "
               "the rounds", file=sys.stderr)  # fmt: skip
@@ -266,14 +266,14 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     spread = measured or rounds.ASSUMED_SPREAD
     source = "as the last run measured" if measured else "assumed: no run measured one yet"
     margin = settings["margin"]
-    human = estimate.human
+    human = estimate_text.human
     if fits is None:
         room, all_specs = budget - setup_s, list(study.experiments)
         for _ in range(5):  # the estimate of what is left may differ: fit it again
             kept, left = within_budget(study, est["experiments"], room)
             trial = copy.copy(study)
             leave_out(trial, left)
-            over = estimate.for_study(trial, results, machine=machine)["total_s"] - budget
+            over = study_estimate.for_study(trial, results, machine=machine)["total_s"] - budget
             if over <= 0 or not left and len(kept) == len(all_specs):
                 break
             room -= over
@@ -286,7 +286,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
         if left:
             leave_out(study, left)
             os.environ[LEFT_OUT_VAR] = ",".join(left)
-            est = estimate.for_study(study, results, machine=machine)
+            est = study_estimate.for_study(study, results, machine=machine)
             n = len(study.experiments)
             print(f"[budget] what it runs: about {human(est['total_s'])} here",
                   file=sys.stderr)  # fmt: skip
@@ -302,7 +302,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
               file=sys.stderr)  # fmt: skip
     settings["max_trials"] = fits
     os.environ[MAX_TRIALS_VAR] = str(fits)
-    return estimate.with_rounds(est, low, rounds.cap(settings))
+    return study_estimate.with_rounds(est, low, rounds.cap(settings))
 
 
 def _by_group(study: Study, ids: list[str]) -> str:
@@ -374,14 +374,14 @@ def print_estimate(study: Study, est: dict | None = None) -> dict | None:
     """The study's expected wall time on this machine (``est``: one already made), before
     anything runs (a dry run too), and that estimate. An estimate that cannot be made
     never stops the workflow (None)."""
-    from ..plan import estimate
+    from ..plan import estimate_text, study_estimate
 
     try:
-        est = est or estimate.for_study(study, "results")
+        est = est or study_estimate.for_study(study, "results")
     except Exception as exc:  # noqa: BLE001 - the estimate is advice, not a check
         print(f"[estimate] no estimate: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
-    print(estimate.format_estimate(est, study.settings["trials"]), file=sys.stderr)
+    print(estimate_text.format_estimate(est, study.settings["trials"]), file=sys.stderr)
     return est
 
 

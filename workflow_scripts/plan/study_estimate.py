@@ -1,0 +1,247 @@
+"""The whole study's estimate on this machine: every trial's (:mod:`.estimate`) summed
+by group and round, with the calibrations, collectives and report, and what the plan
+knows of this machine (its calibrations, a quick measurement, the pre-flight's step
+times)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..calibration import clean_calibration
+from ..util import finite, read_json
+from . import rounds
+from .estimate import (
+    COLLECTIVES_S,
+    REPORT_S,
+    Machine,
+    is_text,
+    quick_fp32_gflops,
+    trial,
+)
+from .far import baseline_of, same_work
+
+
+def total(
+    experiments: list[Mapping],
+    trials: int,
+    machine: Machine,
+    envs: Iterable[str] = (),
+    collectives: int = 0,
+    done: Iterable[tuple[str, int]] = (),
+    far_known: Mapping[str, bool] | None = None,
+    margin: float = 0.03,
+) -> dict:
+    """Every trial's estimate, summed per group and for the study, with the jobs around
+    them (calibrations, the collectives, the report; environment and image builds are
+    not included). ``done``: (experiment, trial) pairs that already have a record;
+    ``far_known``: whether each experiment whose first trial ran stopped it far;
+    ``margin``: the verdicts' (a far stop within it leaves the trials as they are).
+    Each experiment runs ``trials``, but a seed sweep's seeds share them
+    (``rounds.first_trials``) and a run predicted far slower than its baseline runs one
+    trial that stops at its first timed steps (:func:`predicted_far`); the others may go on
+    in the adaptive rounds (``later_round_s``: one more round of them)."""
+    done = set(done)
+    groups: dict[str, dict] = {}
+    per_experiment = {}
+    trials_s = remaining = later_round_s = 0.0
+    planned = adaptive = 0
+    firsts = rounds.first_trials(experiments, trials)
+    known = far_known or {}
+    predicted = predicted_far(experiments, machine)
+    # (a first trial that stopped far, slower: as predicted, or far beyond the factor)
+    far_ones = {e: r for e, r in predicted.items() if known.get(e, True)}
+    far_ones.update({e: math.inf for e, stopped in known.items() if stopped})
+    bf16 = {"seconds": 0.0, "experiments": 0, "ratios": []}
+    for spec in experiments:
+        ratio = far_ones.get(spec["id"])
+        first = trial(spec, machine, far=ratio)
+        later = trial(spec, machine, later=True, far=ratio)["seconds"]
+        last = bool(ratio and ratio > 1) and rounds.one_trial_when_far(spec, margin)
+        n = 1 if last else firsts[str(spec["id"])]
+        per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
+        if spec.get("precision") == "bf16":
+            bf16["seconds"] += first["seconds"] + later * (n - 1)
+            bf16["experiments"] += 1
+            bf16["ratios"].append(machine.bf16_ratio(spec.get("env") or "upstream", is_text(spec)))
+        if n >= trials:
+            later_round_s += later
+            adaptive += 1
+        g = groups.setdefault(spec.get("group") or spec["id"], {"seconds": 0.0, "trials": 0})
+        for k in range(n):
+            seconds = first["seconds"] if k == 0 else later
+            g["seconds"] += seconds
+            g["trials"] += 1
+            trials_s += seconds
+            planned += 1
+            if (spec["id"], k) not in done:
+                remaining += seconds
+    setup = {
+        "calibrations": sum(machine.calibration_s(e) for e in envs),
+        "collectives": COLLECTIVES_S * collectives,
+        "report": REPORT_S,
+    }
+    return {
+        "trials_s": round(trials_s, 1),
+        "setup_s": round(sum(setup.values()), 1),
+        "total_s": round(trials_s + sum(setup.values()), 1),
+        "remaining_trials_s": round(remaining, 1),
+        "later_round_s": round(later_round_s, 1),
+        "planned_trials": planned,
+        "adaptive_experiments": adaptive,
+        "far": sorted(e for e in far_ones if per_experiment[e]["trials"] == 1),
+        "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
+        "setup": setup,
+        "experiments": per_experiment,
+        "basis": _basis(machine, envs, per_experiment),
+        "bf16": {
+            "seconds": round(bf16["seconds"], 1),
+            "experiments": bf16["experiments"],
+            "ratio": [min(bf16["ratios"]), max(bf16["ratios"])] if bf16["ratios"] else None,
+            "native": machine.native,
+        },
+    }
+
+
+def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, float]:
+    """The experiments whose predicted step time is beyond their ``far_stop`` of their
+    baseline's (plan/far.py: the same work per step), with that ratio (their step
+    time over the baseline's): their trials stop at their first timed steps, and where
+    slower (``far_stop`` beyond the margin) their first trial is their last
+    (plan/rounds.py)."""
+    by_id = {s["id"]: s for s in experiments}
+    step: dict[str, float] = {}  # each experiment's predicted step, once
+
+    def step_of(spec: Mapping) -> float:
+        if spec["id"] not in step:
+            step[spec["id"]] = trial(spec, machine)["step_s"]
+        return step[spec["id"]]
+
+    out = {}
+    for spec in experiments:
+        base = by_id.get(baseline_of(spec, experiments))
+        if base is None or not same_work(spec, base):
+            continue
+        ratio = step_of(spec) / step_of(base)
+        factor = float(spec["far_stop"])
+        if ratio > factor or ratio < 1 / factor:
+            out[spec["id"]] = ratio
+    return out
+
+
+def _basis(machine: Machine, envs: Iterable[str], per_experiment: Mapping) -> list[str]:
+    modelled = {e.get("basis") for e in per_experiment.values()} - {"pre-flight"}
+    basis = []
+    measured = sum(1 for e in per_experiment.values() if e.get("basis") == "pre-flight")
+    if measured:
+        basis.append(f"pre-flight measurements for {measured} of {len(per_experiment)} experiments")
+    if modelled or not per_experiment:
+        basis += sorted({machine.basis(e) for e in envs} or {machine.basis("upstream")})
+    return basis
+
+
+def read_calibrations(results: Path, envs: Iterable[str]) -> dict[str, dict | None]:
+    out: dict[str, dict | None] = {}
+    for env in envs:
+        try:
+            data = read_json(results / "calibration" / f"{env}.json")
+            out[env] = clean_calibration(data)[0]
+        except (OSError, ValueError):
+            out[env] = None
+    return out
+
+
+def done_trials(results: Path, experiments: list[Mapping], trials: int) -> list[tuple[str, int]]:
+    return [
+        (spec["id"], k)
+        for spec in experiments
+        for k in range(trials)
+        if (results / "records" / spec["id"] / f"trial{k}.json").exists()
+    ]
+
+
+def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, dict]:
+    """The pre-flight (records under ``records``) of each experiment that has an ok one of
+    that experiment as it now is: its wall time, its steps (warm-up included), and its
+    step time."""
+    from . import preflight
+
+    out: dict[str, dict] = {}
+    for spec in experiments:
+        try:
+            record = read_json((records / spec["id"] / "trial0.json"), want=None)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("status") != "ok":
+            continue
+        if not preflight.matches(dict(spec), record.get("spec")):
+            continue
+        step = ((record.get("metrics") or {}).get("step_time_s") or {}).get("median")
+        wall, steps = record.get("trial_wall_s"), len(record.get("losses") or [])
+        if finite(step) and finite(wall) and steps:
+            out[spec["id"]] = {"wall_s": float(wall), "step_s": float(step), "steps": steps}
+    return out
+
+
+def study_machine(study, results: Path | str = "results", measure: bool = True) -> Machine:
+    """What the estimate knows of this machine for a loaded study: the calibrations
+    under ``results``, a quick measurement for an environment without one (``measure``;
+    else a rough rate per CPU), and (for a study that is not itself a pre-flight) the
+    pre-flight of its experiments measured under ``results/preflight``."""
+    from .. import sysinfo
+    from . import preflight
+
+    results = Path(results)
+    calibrations = read_calibrations(results, list(study.envs))
+    quick = None
+    cpus = len(sysinfo.plan_cpus())
+    if measure and not all(isinstance(c, dict) and c.get("ceiling") for c in calibrations.values()):
+        quick = quick_fp32_gflops(cpus=cpus)
+    measured = {}
+    if not study.settings.get("preflight"):
+        root = preflight.under(results, {"preflight": True}) / "records"
+        measured = read_preflight(root, study.experiments)
+    return Machine(
+        calibrations,
+        quick,
+        cpus,
+        sysinfo.topology().get("cpu_flags") or [],
+        container=study.settings.get("runtime") != "local",
+        preflight=measured,
+    )
+
+
+def for_study(
+    study, results: Path | str = "results", measure: bool = True, machine: Machine | None = None
+) -> dict:
+    """The estimate of a loaded study (``study.Study``) on this machine, from the
+    calibrations under ``results`` (a quick measurement for what has none), or from
+    ``machine`` (one already measured: several estimates of one plan agree)."""
+    from . import preflight
+
+    results = Path(results)
+    settings = study.settings
+    machine = machine or study_machine(study, results, measure)
+    trials = int(settings["trials"])
+    variants = (settings.get("collectives") or {}).get("variants") or []
+    est = total(
+        study.experiments,
+        trials,
+        machine,
+        envs=list(study.envs),
+        collectives=len(variants),
+        done=done_trials(preflight.under(results, settings), study.experiments, trials),
+        margin=float(settings.get("margin", 0.03)),
+    )
+    return with_rounds(est, trials, rounds.cap(settings))
+
+
+def with_rounds(est: dict, trials: int, most: int) -> dict:
+    """``est`` (of ``trials`` each) with what the adaptive rounds may add at most: every
+    experiment at ``most`` (its trials cost the same each round)."""
+    est.pop("adaptive", None)
+    if most > trials:
+        more = est.get("later_round_s", est["trials_s"] / trials) * (most - trials)
+        est["adaptive"] = {"max_trials": most, "total_s": est["total_s"] + more}
+    return est
