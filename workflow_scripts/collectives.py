@@ -14,6 +14,7 @@ Runs in the workflow's environment (standard library only). Always writes its JS
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -83,17 +84,20 @@ def rank_counts(setting, cpus: int, nodes: int = 1) -> list[int]:
     return [int(setting)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """What the microbenchmark times at each rank count: the message sizes (KiB), the
+    dtypes, the timed calls per size, its time limit, and the nodes its ranks span."""
+
+    sizes_kb: list[float]
+    dtypes: list[str]
+    iterations: int = 20
+    timeout_s: int = TIMEOUT_S
+    nodes: int = 1
+
+
 def run(
-    variant: str,
-    env_info: dict,
-    out: Path,
-    log: Path,
-    ranks: int | list[int],
-    sizes_kb: list[float],
-    dtypes: list[str],
-    iterations: int,
-    timeout_s: int,
-    nodes: int = 1,
+    variant: str, env_info: dict, out: Path, log: Path, ranks: int | list[int], bench: Benchmark
 ) -> dict:
     """The benchmark at each rank count (per node, on ``nodes`` nodes) in turn (a run
     of its own each, the machine to itself), in one record: every result row says its
@@ -104,10 +108,9 @@ def run(
     runs = []
     for n in counts:  # (the ranks' result files are named after out and the count)
         where = out.with_name(f".{out.stem}.r{n}{out.suffix}")
-        runs.append((n, run_one(variant, env_info, where, log, n, sizes_kb, dtypes, iterations,
-                                timeout_s, nodes)))  # fmt: skip
+        runs.append((n, run_one(variant, env_info, where, log, n, bench)))
     record = combine(runs)
-    record.update(variant=variant, env_name=env_info.get("name"), nodes=nodes)
+    record.update(variant=variant, env_name=env_info.get("name"), nodes=bench.nodes)
     write_json_atomic(out, record)
     return record
 
@@ -139,40 +142,33 @@ def combine(runs: list[tuple[int, dict]]) -> dict:
 
 
 def run_one(
-    variant: str,
-    env_info: dict,
-    out: Path,
-    log: Path,
-    ranks: int,
-    sizes_kb: list[float],
-    dtypes: list[str],
-    iterations: int,
-    timeout_s: int,
-    nodes: int = 1,
+    variant: str, env_info: dict, out: Path, log: Path, ranks: int, bench: Benchmark
 ) -> dict:
     """The benchmark at one rank count per node (its record, not written; ``out``
     names the ranks' result files)."""
-    spec = variant_spec(variant, ranks, timeout_s, nodes)
+    spec = variant_spec(variant, ranks, bench.timeout_s, bench.nodes)
     launcher = launchers.get(spec["launcher"])
     template, paths = launchers.result_paths(out, launcher.ranks(spec))
     args = [
         "--spec-json", json.dumps(spec, sort_keys=True),
-        "--sizes-kb", ",".join(f"{kb:g}" for kb in sizes_kb),
-        "--dtypes", ",".join(dtypes), "--iterations", str(iterations), "--out", template,
+        "--sizes-kb", ",".join(f"{kb:g}" for kb in bench.sizes_kb),
+        "--dtypes", ",".join(bench.dtypes), "--iterations", str(bench.iterations),
+        "--out", template,
     ]  # fmt: skip
     runtime = runtimes.for_env(env_info)
     starter = launchers.starter(launcher, spec, runtime.name)
     cmd = launcher.command(spec, env_info["python"], args, program=PROGRAM, starter=starter)
     ran = run_measured(
         runtime, cmd, environment(spec, runtime, starter), label=f"collectives-{variant}",
-        log=log, timeout_s=timeout_s, results=paths, mounts=[(str(out.parent.resolve()), "rw")],
+        log=log, timeout_s=bench.timeout_s, results=paths,
+        mounts=[(str(out.parent.resolve()), "rw")],
     )  # fmt: skip
     record = merge(ran, log)
     record.update(
         kind="collectives",
         variant=variant,
         ranks=ranks,
-        nodes=nodes,
+        nodes=bench.nodes,
         env_name=env_info.get("name"),
         runtime=runtime.name,
         command=ran.cmd,
@@ -267,12 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv)
     env_info = with_limits(read_json(args.env_json, want=None), args)
     try:
-        record = run(
-            args.variant, env_info, args.out, args.log,
-            [int(n) for n in str(args.ranks).split(",")],
+        bench = Benchmark(
             [float(x) for x in args.sizes_kb.split(",")], args.dtypes.split(","),
             args.iterations, args.timeout, args.nodes,
         )  # fmt: skip
+        ranks = [int(n) for n in str(args.ranks).split(",")]
+        record = run(args.variant, env_info, args.out, args.log, ranks, bench)
     except runtimes.Interrupted as exc:
         print(f"[collectives] {args.variant}: {exc}; no result written", file=sys.stderr)
         return exc.exit_code

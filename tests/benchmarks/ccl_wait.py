@@ -66,7 +66,7 @@ def order(rounds: int) -> list[str]:
 def microbenchmark(variant: str, env: dict, work: Path, tag: str) -> dict:
     record = collectives.run(
         variant, env, work / f"{variant}-{tag}.json", work / f"{variant}-{tag}.log",
-        ranks=2, sizes_kb=SIZES_KB, dtypes=["float32"], iterations=20, timeout_s=900,
+        ranks=2, bench=collectives.Benchmark(SIZES_KB, ["float32"], iterations=20, timeout_s=900),
     )  # fmt: skip
     if record.get("status") != "ok":
         raise SystemExit(f"{variant} ({tag}) failed: {record.get('error')}")
