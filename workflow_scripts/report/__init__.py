@@ -40,7 +40,7 @@ from .families import (
     inference_section,
 )
 from .figures import plot_all
-from .headline import headline_html, headline_pairs
+from .headline import Findings, headline_html, headline_pairs
 from .html import page_html
 from .machines import Machine, load_machine, machines_section, parse_machines, result_files
 from .quality import correctness_section, startup_section
@@ -190,11 +190,11 @@ def build_report(
         failures_section(frame, records),
         summary_section(frame),
     ]
-    headline = headline_html(
+    found = Findings(
         rich, records, stats, baseline, costs, check, compiled, machine_summary,
-        family_lines(trained) + inference_lines(served),
-        comparisons,
+        family_lines(trained) + inference_lines(served), comparisons,
     )  # fmt: skip
+    headline = headline_html(found)
     provenance = provenance_html(frame, records)
     page = page_html(
         options.title, baseline, frame, len(stats), provenance, sections, headline, not_run

@@ -99,21 +99,35 @@ PREFLIGHT = (
 )
 
 
-def headline_html(
-    frame: pd.DataFrame,
-    records: Sequence[Any],
-    stats: pd.DataFrame,
-    baseline: str | None,
-    costs: pd.DataFrame,
-    check: pd.DataFrame,
-    compiled: pd.DataFrame,
-    machines: Mapping | None = None,
-    families: Sequence[str] = (),
-    comparisons: pd.DataFrame | None = None,
-) -> str:
-    """The headline box at the top of the page (``families``: a line per workload
-    family, see ``families.family_lines``; ``comparisons``: every comparison the report
-    states, :func:`uncertainty.comparisons_frame`)."""
+@dataclass(frozen=True)
+class Findings:
+    """What the report found, as its headline reads it: the summary with the records'
+    extras (``frame``), the records, each experiment's statistics, the baseline, the
+    costs, the loss check, the compiled pairs, the machines compared (None: this one
+    alone), a line per workload family (``families.family_lines``), and every
+    comparison the report states (:func:`uncertainty.comparisons_frame`)."""
+
+    frame: pd.DataFrame
+    records: Sequence[Any]
+    stats: pd.DataFrame
+    baseline: str | None
+    costs: pd.DataFrame
+    check: pd.DataFrame
+    compiled: pd.DataFrame
+    machines: Mapping | None = None
+    families: Sequence[str] = ()
+    comparisons: pd.DataFrame | None = None
+
+
+def headline_html(found: Findings) -> str:
+    """The headline box at the top of the page."""
+    frame, records, stats, baseline = found.frame, found.records, found.stats, found.baseline
+    costs, check, compiled, comparisons = (
+        found.costs,
+        found.check,
+        found.compiled,
+        found.comparisons,
+    )
     flags = cpu_flags(frame) if len(frame) else set()
     isa, meaning = isa_verdict(flags)
     cpu = cpu_description(frame, records) if len(frame) else "no trials"
@@ -162,7 +176,7 @@ def headline_html(
     if any(isinstance(r, Mapping) and (r.get("spec") or {}).get("preflight") for r in records):
         items.insert(0, PREFLIGHT)
     items.append(_correctness(check))
-    items += list(families)
+    items += list(found.families)
     if len(compiled):
         g = geomean(compiled["speedup"])
         if not isnan(g):
@@ -173,6 +187,7 @@ def headline_html(
                 f"{html.escape(_verdicts(compiled))}); its compile cost is in "
                 "Compile latency and memory."
             )
+    machines = found.machines
     if machines and machines.get("cheapest"):
         name, exp, cost, sps = machines["cheapest"]
         items.append(
