@@ -11,8 +11,7 @@ import pytest
 
 from tests.conftest import REPO, spec_of
 from tests.trials import TWO_CPUS, assert_ok, free_port, rank_pids, run
-from workflow_scripts import collectives, digits, metrics
-from workflow_scripts.rank.distributed import ranks
+from workflow_scripts import collectives, digits, experiment, metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -289,7 +288,7 @@ def test_the_microbenchmark_checks_sums_at_three_ranks(backend, upstream_env, on
     # ranks' own values fails the run.
     env = oneccl_env if backend == "ccl" else upstream_env
     spec = {**collectives.variant_spec("ccl-shm" if backend == "ccl" else "gloo", 3, 120),
-            ranks.PIN_KEY: False}  # fmt: skip
+            experiment.PIN_KEY: False}  # fmt: skip
     out = tmp_path / "r{rank}.json"
     subprocess.run(
         [env["python"], "-m", "torch.distributed.run", "--nproc-per-node=3",

@@ -24,12 +24,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..experiment import FAR_KEY
 from ..spec.fields import compare_keys
 from ..util import read_json, write_json_atomic
 
-#: the spec key that hands the rank its baseline's step time (the record's own key)
-SPEC_KEY = FAR_KEY
 #: what must match for two experiments' step times to be comparable (a launcher, an
 #: allocator or a backend changes how fast the step runs, not what it computes)
 SAME_WORK = (*compare_keys("workload"), "batch_size", "ranks", "nodes")

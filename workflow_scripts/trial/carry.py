@@ -38,11 +38,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..experiment import CARRIED_KEY
 from ..util import beside_records, read_json, write_json_atomic
 
-#: the spec key that hands the rank what it carries (stripped from the record's spec)
-SPEC_KEY = CARRIED_KEY
 #: the folder beside trial 0's record where it leaves its compile cache
 CACHE_FOLDER = "compile-cache"
 #: the folder beside ``records/`` where first trials leave their FLOP counts

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from .. import runtimes, sysinfo
+from ..experiment import CARRIED_KEY, FAR_KEY
 from ..plan import clock, estimate, far
 from ..runtimes.measured import Ran
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
@@ -94,10 +95,10 @@ def _run(job: Trial, noise: Noise) -> dict:
     shared = carry.shared_flops(out, spec) if trial == 0 else None
     if shared:  # another first trial of the same workload counted its FLOPs
         carried = shared
-    rank_spec = spec | {carry.SPEC_KEY: carried} if carried else spec
+    rank_spec = spec | {CARRIED_KEY: carried} if carried else spec
     far_from = far.reference(job.far_baseline, spec)
     if far_from:
-        rank_spec = rank_spec | {far.SPEC_KEY: far_from}
+        rank_spec = rank_spec | {FAR_KEY: far_from}
     if memory:  # a warning, not a refusal: the estimate is rough
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
@@ -177,7 +178,7 @@ def _run(job: Trial, noise: Noise) -> dict:
     elif trial == 0:
         carry.share_flops(out, spec, record)
     if far_from:
-        record[far.SPEC_KEY] = far_from
+        record[FAR_KEY] = far_from
     record["warnings"] = [memory] if memory else []
     write_json_atomic(out, record)
     return record

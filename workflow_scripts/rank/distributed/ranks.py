@@ -169,15 +169,10 @@ def placement(cpus: list[int], topo: dict) -> dict:
     }
 
 
-#: a key of a collectives benchmark's spec (not an experiment field) that leaves its
-#: ranks unpinned when false: more ranks than CPUs, on purpose
-PIN_KEY = experiment.PIN_KEY
-
-
 def pin(spec: dict) -> list[int] | None:
     """Pin this rank to its CPUs (before torch starts threads); None for one process
     without a CPU list (it keeps what it was given), or when the spec says ``pin: false``."""
-    if spec.get(PIN_KEY) is False:
+    if spec.get(experiment.PIN_KEY) is False:  # a collectives spec's: more ranks than CPUs
         return None
     _, _, local = world()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
