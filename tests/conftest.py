@@ -179,7 +179,7 @@ def spec_of(**fields) -> Spec:
             "steps": 3,
             "timeout_s": 300,
         },
-        "experiments": [fields],
+        "groups": {"g": {"runs": [fields]}},
     }
     return Spec(json.loads(study.load_study(config).spec_json(fields["id"])))
 

@@ -178,6 +178,18 @@ class QuickStudy:
         )  # fmt: skip
 
 
+def pick_runs(section: dict, keep) -> dict:
+    """The groups of a study (config.yaml's, a preset's) with only the runs ``keep``
+    names (a single run by its id, a sweep by its name), each in its group with the
+    group's shared fields: e.g. part of the quick preset for a --configfile."""
+    groups = {}
+    for name, group in section["groups"].items():
+        runs = [r for r in group["runs"] if r.get("id", r.get("name")) in keep]
+        if runs:
+            groups[name] = {**group, "runs": runs}
+    return groups
+
+
 # --------------------------------------------------------------------------- bad configs
 
 
@@ -189,7 +201,7 @@ def dry_run(wd: Path, *config: str, study: dict | None = None) -> subprocess.Com
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
     if study is not None:
         path = wd / "study.yaml"
-        path.write_text(yaml.safe_dump({"sweeps": [], **study}))
+        path.write_text(yaml.safe_dump(study))
         cmd += ["--configfile", str(path)]
     cmd += ["--config", "runtime=local", *config]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
@@ -232,7 +244,7 @@ def limited_dry_run(where: Path, *config: str, study: dict | None = None):
 
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
     if study is not None:
-        (where / "study.yaml").write_text(yaml.safe_dump({"sweeps": [], **study}))
+        (where / "study.yaml").write_text(yaml.safe_dump(study))
         cmd += ["--configfile", str(where / "study.yaml")]
     cmd += ["--config", "runtime=local", *config]
     t0 = time.monotonic()

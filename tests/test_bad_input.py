@@ -83,7 +83,7 @@ def test_trials_that_could_never_finish_are_refused_with_the_reason(wd):
     ("text", "expected"),
     [
         ("report: {name: 2026-01-01}\n", 'report.name: a date ("2026-01-01") is not a plain'),
-        ("sweeps: !!set {a, b}\n", "config error at sweeps: a set"),
+        ("groups: !!set {a, b}\n", "config error at groups: a set"),
         ("python: !!binary aGVsbG8=\n", "config error at python: binary data"),
         ("prices: [{name: x, usd_per_hour: 1, 2026-01-01: x}]\n", "is not text; a key is text"),
     ],
@@ -114,7 +114,7 @@ def test_a_templated_configfile_is_refused_and_said_to_have_run(wd):
 
 
 def test_a_look_alike_letter_is_shown_as_an_escape(wd):
-    text = 'experiments: [{id: "b\u0430seline", group: x}]\nsweeps: []\n'
+    text = 'groups: {x: {runs: [{id: "b\u0430seline"}]}}\n'
     out = refused(*limited_dry_run(wd, *configfile(wd, text)))
     assert "'b\\u0430seline' is not allowed" in out, out[-2000:]
 
@@ -141,14 +141,13 @@ def test_a_look_alike_letter_is_shown_as_an_escape(wd):
             "report.machines[0].results: '/proc' is on the kernel's proc filesystem",
         ),
         (
-            "experiments=[{id: a, data: image_folder, data_dir: /proc/self}]",
+            "groups={g: {runs: [{id: a, data: image_folder, data_dir: /proc/self}]}}",
             "experiment a.data_dir: '/proc/self' is on the kernel's proc filesystem",
         ),
     ],
 )
 def test_a_folder_setting_that_is_no_folder_of_data_is_refused(wd, override, expected):
-    extra = ["sweeps=[]"] if override.startswith("experiments") else []
-    out = refused(*limited_dry_run(wd, override, *extra))
+    out = refused(*limited_dry_run(wd, override))
     assert f"config error at {expected}" in out, out[-2000:]
 
 

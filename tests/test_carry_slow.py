@@ -24,10 +24,11 @@ runtime: local
 trials: 2
 max_trials: null
 collectives: {variants: []}
-sweeps: []
 defaults: {warmup_steps: 1, steps: 3, step_precision: null}
-experiments:
-  - {id: compiled, backend: inductor}
+groups:
+  compiled:
+    runs:
+      - {id: compiled, backend: inductor}
 """
 
 

@@ -93,7 +93,7 @@ def test_several_nodes_need_a_slurm_job(make_spec, monkeypatch):
     ],
 )
 def test_nodes_errors(fields, message):
-    config = {"experiments": [{"id": "x", **fields}]}
+    config = {"groups": {"g": {"runs": [{"id": "x", **fields}]}}}
     with pytest.raises(study.StudyConfigError) as err:
         study.load_study(config)
     assert message in str(err.value)

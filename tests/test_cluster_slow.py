@@ -20,7 +20,7 @@ def test_snakemake_refuses_several_nodes_on_one_machine(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     experiment = "{id: multi, launcher: torchrun, nodes: 2, ranks: 1, threads: 1, batch_size: 8}"
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config"]
-    cmd += [f"experiments=[{experiment}]", "sweeps=[]", "runtime=local"]
+    cmd += [f"groups={{g: {{runs: [{experiment}]}}}}", "runtime=local"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "experiment multi.nodes: 2 nodes need a cluster" in proc.stderr + proc.stdout

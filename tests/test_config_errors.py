@@ -18,18 +18,22 @@ pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)
 def test_every_mistake_at_once(wd):
     study = {
         "trials": 0,
-        "experiments": [
-            {"id": "a", "presicion": "bf16"},
-            {"id": "b", "batch_size": "big", "backend": "tpu"},
-            {"id": "c", "compile": "ipex"},
-        ],
+        "groups": {
+            "g": {
+                "runs": [
+                    {"id": "a", "presicion": "bf16"},
+                    {"id": "b", "batch_size": "big", "backend": "tpu"},
+                    {"id": "c", "compile": "ipex"},
+                ]
+            }
+        },
     }
     out = failed(dry_run(wd, study=study))
     for needle in (
         "config error at trials: 0 is not allowed; allowed: an integer >= 1",
-        "experiments[0].presicion: unknown field 'presicion' (did you mean 'precision'?)",
-        "experiments[1].batch_size: 'big' is a string; allowed: an integer >= 1",
-        "experiments[1].backend: 'tpu' is not allowed; allowed: eager, inductor, ipex, xla",
+        "groups.g.runs[0].presicion: unknown field 'presicion' (did you mean 'precision'?)",
+        "groups.g.runs[1].batch_size: 'big' is a string; allowed: an integer >= 1",
+        "groups.g.runs[1].backend: 'tpu' is not allowed; allowed: eager, inductor, ipex, xla",
     ):
         assert needle in out, out[-3000:]
     assert len(out) < 4000  # the messages, not a dump of the schema and the config
@@ -47,7 +51,7 @@ def test_a_yaml_syntax_error_names_its_line(wd):
 
 
 def test_whole_number_floats_and_nested_overrides(wd):
-    assert jobs(dry_run(wd, "trials=2.0", study={"experiments": [{"id": "a"}]})) == 2
+    assert jobs(dry_run(wd, "trials=2.0", study={"groups": {"g": {"runs": [{"id": "a"}]}}})) == 2
     # nested values from the command line arrive as strings: read as YAML again
     proc = dry_run(wd, "preset=quick", "defaults={batch_size: 4, steps: 2}")
     config = {**study.read_config(wd / "config.yaml"), "preset": "quick"}
@@ -64,10 +68,12 @@ def test_whole_number_floats_and_nested_overrides(wd):
     assert study.read_config(wd / "config.yaml")["trials"] == 2
     assert jobs(dry_run(wd, "preset=quick", "trials=2", nofar)) == 2 * n
     # ... and a --configfile wins over it as well, under --config
-    proc = dry_run(wd, "preset=quick", study={"trials": 2, "experiments": [{"id": "a"}]})
+    proc = dry_run(
+        wd, "preset=quick", study={"trials": 2, "groups": {"g": {"runs": [{"id": "a"}]}}}
+    )
     assert jobs(proc) == 2
     # nested strings the schema takes stay strings: an id of digits, a CPU list
-    proc = dry_run(wd, "experiments=[{id: '007', cpus: '0', steps: 2}]", "sweeps=[]")
+    proc = dry_run(wd, "groups={g: {runs: [{id: '007', cpus: '0', steps: 2}]}}")
     assert jobs(proc) == 2 and "results/records/007/trial1.json" in proc.stdout
 
 
@@ -138,19 +144,21 @@ def test_whole_number_floats_and_nested_overrides(wd):
     ],
 )
 def test_problems_known_at_plan_time(wd, experiment, message):
-    out = failed(dry_run(wd, study={"experiments": [{"id": "x", **experiment}]}))
+    out = failed(dry_run(wd, study={"groups": {"g": {"runs": [{"id": "x", **experiment}]}}}))
     assert message in out, out[-3000:]
 
 
 def test_a_missing_interpreter(wd):
-    out = failed(dry_run(wd, "python=/nonexistent/python3", study={"experiments": [{}]}))
+    out = failed(
+        dry_run(wd, "python=/nonexistent/python3", study={"groups": {"g": {"runs": [{}]}}})
+    )
     assert "config error at python: '/nonexistent/python3' does not exist" in out
 
 
 def test_suspicious_values_warn_and_run(wd):
     """A legal value that probably does not do what the user wants is a warning; a
     memory estimate beyond the machine's is refused unless asked for on purpose."""
-    huge = {"experiments": [{"id": "huge", "batch_size": 8192}]}
+    huge = {"groups": {"g": {"runs": [{"id": "huge", "batch_size": 8192}]}}}
     refused = failed(dry_run(wd, study=huge))
     assert "config error at experiment huge.batch_size: batch 8192 of resnet50" in refused
     assert "refused (limits: {over_memory: true} runs it anyway)" in refused
@@ -167,10 +175,10 @@ def test_a_dry_run_prints_the_studys_expected_time(wd):
         wd,
         study={
             "trials": 3,
-            "experiments": [
-                {"id": "small", "group": "ladder", "model": "cnn", "image_size": 32},
-                {"id": "big", "group": "models", "model": "resnet18", "image_size": 64},
-            ],
+            "groups": {
+                "ladder": {"runs": [{"id": "small", "model": "cnn", "image_size": 32}]},
+                "models": {"runs": [{"id": "big", "model": "resnet18", "image_size": 64}]},
+            },
         },
     )
     assert jobs(proc) == 6
@@ -190,10 +198,14 @@ def test_a_budget_caps_the_adaptive_rounds_and_says_what_it_buys(wd):
         "trials": 2,
         "max_trials": 5,
         "defaults": {"far_stop": None},  # (far from "small", "bf16" would run 1 trial)
-        "experiments": [
-            {"id": "small", "group": "g", "model": "cnn", "image_size": 32},
-            {"id": "bf16", "group": "g", "model": "cnn", "image_size": 32, "precision": "bf16"},
-        ],
+        "groups": {
+            "g": {
+                "runs": [
+                    {"id": "small", "model": "cnn", "image_size": 32},
+                    {"id": "bf16", "model": "cnn", "image_size": 32, "precision": "bf16"},
+                ]
+            }
+        },
     }
     roomy = dry_run(wd, "budget=10000h", study=part)
     assert jobs(roomy) == 4, roomy.stderr[-2000:]  # the rounds every experiment runs

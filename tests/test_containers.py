@@ -79,12 +79,12 @@ def test_an_explicit_engine_that_does_not_work_is_an_error(tmp_path):
 )
 def test_bad_container_settings(containers, message):
     with pytest.raises(study.StudyConfigError, match=message):
-        study.load_study({"containers": containers, "experiments": [{"id": "a"}]})
+        study.load_study({"containers": containers, "groups": {"g": {"runs": [{"id": "a"}]}}})
 
 
 def test_runtime_must_be_known():
     with pytest.raises(study.StudyConfigError, match="singularity"):
-        study.load_study({"runtime": "singularity", "experiments": [{"id": "a"}]})
+        study.load_study({"runtime": "singularity", "groups": {"g": {"runs": [{"id": "a"}]}}})
 
 
 def test_the_base_image_takes_the_hosts_debian_mirror(tmp_path):

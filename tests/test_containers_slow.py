@@ -142,7 +142,9 @@ def test_an_edited_containerfile_rebuilds_its_image_alone(quick_study):
 def test_a_trial_beyond_its_containers_memory_is_oom(quick_study, tmp_path):
     """containers.memory: oom, not a crash; the engine cannot always tell (cgroup v1),
     the limit's own cgroup can."""
-    config = {"experiments": [{"id": "big", "batch_size": 64, "probe_size": 0, "steps": 1}]}
+    config = {
+        "groups": {"g": {"runs": [{"id": "big", "batch_size": 64, "probe_size": 0, "steps": 1}]}}
+    }
     spec = study.load_study(config).spec_json("big")  # ResNet-50 at 224 px: several GB
     out = tmp_path / "oom" / "big" / "trial0.json"
     eager = quick_study.wd / "results/images/eager.json"

@@ -55,16 +55,18 @@ def test_a_backend_is_one_module_one_lock_one_containerfile(toy_backend):
     assert got["image"] == ["common", "toy"] and got["lineage"] == ["os", "common", "toy"]
     assert got["env_image"] == "toy"
     # the loader resolves its environment and applies its combination rule
-    proc = study(wd, {"experiments": [{"id": "t", "backend": "toy"}]})
+    proc = study(wd, {"groups": {"g": {"runs": [{"id": "t", "backend": "toy"}]}}})
     assert proc.returncode == 0, proc.stderr
     (spec,) = json.loads(proc.stdout)["experiments"]
     assert spec["env"] == "toy" and spec["compile"] == "none"
-    proc = study(wd, {"experiments": [{"id": "t", "backend": "toy", "precision": "bf16"}]})
+    proc = study(
+        wd, {"groups": {"g": {"runs": [{"id": "t", "backend": "toy", "precision": "bf16"}]}}}
+    )
     assert proc.returncode == 1
-    assert "experiments[0] (id t): backend 'toy' needs precision 'fp32'" in proc.stderr
+    assert "groups.g.runs[0] (id t): backend 'toy' needs precision 'fp32'" in proc.stderr
     # the workflow builds its environment and runs its experiment (a dry run)
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runtime=local"]
-    cmd += ["preset=default", "experiments=[{id: t, backend: toy}]", "sweeps=[]"]
+    cmd += ["preset=default", "groups={g: {runs: [{id: t, backend: toy}]}}"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "results/envs/toy.json" in proc.stdout and "calibration/toy.json" in proc.stdout
@@ -73,17 +75,17 @@ def test_a_backend_is_one_module_one_lock_one_containerfile(toy_backend):
 
 def test_a_knob_is_one_declaration(toy_knob):
     wd = toy_knob
-    config = {"experiments": [{"id": "a", "label_smoothing": 0.1}]}
-    config["sweeps"] = [{"name": "s", "label_smoothing": [0.0, 0.2]}]
+    runs = [{"id": "a", "label_smoothing": 0.1}, {"name": "s", "label_smoothing": [0.0, 0.2]}]
+    config = {"groups": {"g": {"runs": runs}}}
     proc = study(wd, config)
     assert proc.returncode == 0, proc.stderr
     specs = json.loads(proc.stdout)["experiments"]
     assert [(s["id"], s["label_smoothing"]) for s in specs] == [
         ("a", 0.1), ("s-ls0", 0.0), ("s-ls0.2", 0.2),
     ]  # fmt: skip
-    proc = study(wd, {"experiments": [{"label_smoothing": 2}, {"label_smothing": 0.1}]})
+    proc = study(wd, {"groups": {"g": {"runs": [{"label_smoothing": 2}, {"label_smothing": 0.1}]}}})
     assert proc.returncode == 1
-    assert "experiments[0].label_smoothing: 2 is not allowed; allowed: a number >= 0" in (
+    assert "groups.g.runs[0].label_smoothing: 2 is not allowed; allowed: a number >= 0" in (
         proc.stderr
     )
     assert "did you mean 'label_smoothing'?" in proc.stderr

@@ -31,7 +31,7 @@ def _losses(wd: Path, env: dict, spec: dict) -> list[float]:
 
 def _spec(wd: Path, **fields) -> dict:
     base = {"id": "x", "model": "cnn", "image_size": 32, "batch_size": 4, "warmup_steps": 1}
-    proc = study(wd, {"experiments": [{**base, "steps": 3, "probe_size": 0, **fields}]})
+    proc = study(wd, {"groups": {"g": {"runs": [{**base, "steps": 3, "probe_size": 0, **fields}]}}})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["experiments"][0]
 

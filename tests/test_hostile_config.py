@@ -84,16 +84,16 @@ HOSTILE = [
     ({"envs_root": "--target=/"}, "envs_root"),
     ({"python": "-c"}, "python"),
     ({"container_engine_conf": "-x"}, "container_engine_conf"),
-    ({"experiments": [{"id": "a", "data": "image_folder", "data_dir": "/srv:/etc"}]},
-     "experiments[0].data_dir"),
-    ({"experiments": [{"id": "a\n"}]}, "experiments[0].id"),
-    ({"experiments": [{"id": "a", "cpus": "0-1\n"}]}, "experiments[0].cpus"),
+    ({"groups": {"g": {"runs": [{"id": "a", "data": "image_folder", "data_dir": "/srv:/etc"}]}}},
+     "groups.g.runs[0].data_dir"),
+    ({"groups": {"g": {"runs": [{"id": "a\n"}]}}}, "groups.g.runs[0].id"),
+    ({"groups": {"g": {"runs": [{"id": "a", "cpus": "0-1\n"}]}}}, "groups.g.runs[0].cpus"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("override", "where"), HOSTILE, ids=[w for _, w in HOSTILE])
 def test_a_value_that_a_tool_could_read_as_an_option_is_refused(override, where):
-    config = {"experiments": [{"id": "a"}], **override}
+    config = {"groups": {"g": {"runs": [{"id": "a"}]}}, **override}
     with pytest.raises(StudyConfigError) as info:
         load_study(config)
     assert f"config error at {where}: " in str(info.value), str(info.value)
@@ -109,7 +109,7 @@ def test_through_snakemake_a_hostile_mirror_is_refused_before_any_job(wd):
     )
     assert expected in out, out[-2000:]
     ok = dry_run(wd, "containers={base: {mirror: 'http://deb.debian.org/debian'}}",
-                 study={"experiments": [{"id": "a"}]})  # fmt: skip
+                 study={"groups": {"g": {"runs": [{"id": "a"}]}}})  # fmt: skip
     assert jobs(ok) == 2, json.dumps(ok.stderr[-2000:])
 
 
@@ -170,7 +170,7 @@ def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(w
     """(A --configfile is read by Snakemake before the workflow's code: a bomb of lists
     reaches the workflow as shared objects; the file, read again as the study reads its
     own, is refused by its size before anything walks Snakemake's copy.)"""
-    (wd / "bomb.yaml").write_text("experiments: [{id: a}]\n" + alias_bomb())
+    (wd / "bomb.yaml").write_text("groups: {g: {runs: [{id: a}]}}\n" + alias_bomb())
     proc, took = limited_dry_run(wd, "--configfile", "bomb.yaml")
     out = failed(proc)
     assert "bomb.yaml has more than 200000 values (YAML aliases count" in out, out[-2000:]
@@ -182,31 +182,38 @@ def test_through_snakemake_an_alias_bomb_in_a_configfile_is_refused_in_seconds(w
     [
         (  # 99 x 99 experiments from one sweep: counted, never expanded
             {
-                "experiments": [],
-                "sweeps": [
-                    {"name": "s", "batch_size": list(range(1, 100)), "seed": list(range(99))}
-                ],
+                "groups": {
+                    "g": {
+                        "runs": [
+                            {
+                                "name": "s",
+                                "batch_size": list(range(1, 100)),
+                                "seed": list(range(99)),
+                            }
+                        ]
+                    }
+                },
             },
             "config error at limits.experiments: the study asks for 9801 experiments",
         ),
         (
-            {"experiments": [{"id": "a"}], "trials": 2, "max_trials": 10**9},
+            {"groups": {"g": {"runs": [{"id": "a"}]}}, "trials": 2, "max_trials": 10**9},
             "config error at limits.trials: 1 experiments x up to 1000000000 trials",
         ),
         (
-            {"experiments": [{"id": "a", "cpus": "0-99999"}]},
+            {"groups": {"g": {"runs": [{"id": "a", "cpus": "0-99999"}]}}},
             "is not a CPU list (CPU 99999 is beyond any machine's",
         ),
         (
-            {"experiments": [{"id": "a", "seed": 1, "env_vars": {"X": "y" * 10**6}}]},
+            {"groups": {"g": {"runs": [{"id": "a", "seed": 1, "env_vars": {"X": "y" * 10**6}}]}}},
             "characters) is longer than allowed: at most 4096 characters",
         ),
         (
-            {"experiments": [{"id": "big", "model": "bert-base", "batch_size": 65536}]},
+            {"groups": {"g": {"runs": [{"id": "big", "model": "bert-base", "batch_size": 65536}]}}},
             "it would be killed for memory; refused (limits: {over_memory: true} runs it",
         ),
         (
-            {"experiments": [{"id": "a", "probe_size": 10**6}]},
+            {"groups": {"g": {"runs": [{"id": "a", "probe_size": 10**6}]}}},
             "probe_size: 1000000 is not allowed; allowed: an integer >= 0 and <= 16384",
         ),
     ],
@@ -220,7 +227,7 @@ def test_through_snakemake_what_a_config_asks_beyond_limits_is_refused(wd, study
 
 
 def test_the_limits_are_raised_on_purpose(wd):
-    study = {"trials": 1, "experiments": [], "sweeps": [{"name": "s", "seed": list(range(30))}]}
+    study = {"trials": 1, "groups": {"g": {"runs": [{"name": "s", "seed": list(range(30))}]}}}
     proc, _ = limited_dry_run(wd, "limits={experiments: 10}", study=study)
     assert "more than the limit of 10" in failed(proc)
     proc, _ = limited_dry_run(wd, "limits={experiments: 30}", study=study)
@@ -273,7 +280,7 @@ def test_another_machines_results_and_a_data_folder_are_searched_within_bounds(t
     (deep / "trial0.json").write_text("{}")
     assert machine_results.result_files(tree) == [deep / "trial0.json"]
     config = {
-        "experiments": [{"id": "a", "data": "image_folder", "data_dir": str(tree)}],
+        "groups": {"g": {"runs": [{"id": "a", "data": "image_folder", "data_dir": str(tree)}]}},
         "report": {"machines": [{"name": "other", "results": str(tree)}]},
     }
     old = machine_results.WALK_MAX_ENTRIES, machine.COUNT_MAX_ENTRIES

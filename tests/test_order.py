@@ -77,7 +77,9 @@ def test_the_default_study_asks_its_question_first():
 
 
 def test_a_stage_that_adds_nothing_or_holds_everything_is_left_out():
-    one_group = study.load_study({"experiments": [{"id": "a"}, {"id": "b", "threads": 1}]})
+    one_group = study.load_study(
+        {"groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "threads": 1}]}}}
+    )
     assert order.stages(one_group.experiments) == {}  # the report is its only report
     two = study.load_study({"groups": {"g": {"runs": [{"id": "a"}]},
                                        "h": {"runs": [{"id": "b"}]}}})  # fmt: skip

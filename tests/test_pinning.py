@@ -145,12 +145,12 @@ DDP = {"launcher": "torchrun", "dist_backend": "ccl", "ccl_worker_offload": True
 )
 def test_a_comm_cpu_that_cannot_be_reserved_is_refused(fields, message):
     with pytest.raises(study.StudyConfigError, match=message):
-        study.load_study({"experiments": [{"id": "a", **fields}]})
+        study.load_study({"groups": {"g": {"runs": [{"id": "a", **fields}]}}})
 
 
 def test_multi_threaded_layouts_have_two_threads_a_rank_or_none():
     sweep = {"name": "c", "layouts": "multi-threaded", "cpus": "0-7", **DDP, "comm_cpu": True}
-    s = study.load_study({"sweeps": [sweep]})
+    s = study.load_study({"groups": {"g": {"runs": [sweep]}}})
     assert s.ids == ["c-r2-t4", "c-r4-t2"]
-    small = study.load_study({"sweeps": [{**sweep, "cpus": "0-1"}], "experiments": [{"id": "x"}]})
+    small = study.load_study({"groups": {"g": {"runs": [{**sweep, "cpus": "0-1"}, {"id": "x"}]}}})
     assert small.ids == ["x"]  # 2 CPUs hold no such layout: the rest of the study runs

@@ -16,7 +16,7 @@ def small_study(trials: int = 2) -> study.Study:
     config = {
         "trials": trials,
         "defaults": {"model": "cnn", "image_size": 32, "batch_size": 8, "steps": 20},
-        "experiments": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}],
+        "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}]}},
     }
     return study.load_study(config)
 

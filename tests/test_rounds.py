@@ -20,22 +20,22 @@ from workflow_scripts.study import load_study, read_config
 def study_of(**settings):
     config = {
         "defaults": {"model": "cnn", "image_size": 32, "batch_size": 8, "far_stop": 1.5},
-        "experiments": [
-            {"id": "base", "group": "ladder"},
-            {"id": "bf16", "group": "ladder", "precision": "bf16"},
-            {"id": "big", "group": "ladder", "batch_size": 16},
-            {"id": "acc", "group": "accuracy", "epochs": 1, "data": "digits"},
-            {
-                "id": "acc-bf16",
-                "group": "accuracy",
-                "epochs": 1,
-                "data": "digits",
-                "precision": "bf16",
+        "groups": {
+            "ladder": {
+                "runs": [
+                    {"id": "base"},
+                    {"id": "bf16", "precision": "bf16"},
+                    {"id": "big", "batch_size": 16},
+                    {"id": "nofar", "far_stop": None},
+                    {"id": "big-bf16", "batch_size": 16, "precision": "bf16"},
+                    {"id": "tcmalloc", "launcher": "run_cpu", "allocator": "tcmalloc"},
+                ]
             },
-            {"id": "nofar", "group": "ladder", "far_stop": None},
-            {"id": "big-bf16", "group": "ladder", "batch_size": 16, "precision": "bf16"},
-            {"id": "tcmalloc", "group": "ladder", "launcher": "run_cpu", "allocator": "tcmalloc"},
-        ],
+            "accuracy": {
+                "shared": {"epochs": 1, "data": "digits"},
+                "runs": [{"id": "acc"}, {"id": "acc-bf16", "precision": "bf16"}],
+            },
+        },  # fmt: skip
         **settings,
     }
     return load_study(config)
@@ -233,11 +233,15 @@ def test_what_a_number_of_trials_buys_is_students_t_over_the_pooled_spread():
 def test_a_seed_sweeps_seeds_are_its_replicates():
     config = {
         "defaults": {"model": "cnn", "image_size": 32, "epochs": 1, "data": "digits"},
-        "sweeps": [
-            {"name": "acc", "group": "accuracy", "seed": [0, 1, 2], "precision": ["fp32", "bf16"]},
-            {"name": "pair", "group": "accuracy", "seed": [0, 1], "lr": 0.01},
-        ],
-        "experiments": [{"id": "one-seed", "group": "accuracy", "seed": 4, "lr": 0.2}],
+        "groups": {
+            "accuracy": {
+                "runs": [
+                    {"id": "one-seed", "seed": 4, "lr": 0.2},
+                    {"name": "acc", "seed": [0, 1, 2], "precision": ["fp32", "bf16"]},
+                    {"name": "pair", "seed": [0, 1], "lr": 0.01},
+                ]
+            }
+        },  # fmt: skip
     }
     st = load_study(config)
     first = rounds.first_trials(st.experiments, 2)

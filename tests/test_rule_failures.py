@@ -30,28 +30,29 @@ trials: 1
 image_folder: {images_per_class: 2, classes: 2, size: 32}
 collectives: {variants: [gloo], ranks: 2, sizes_kb: [1], dtypes: [float32], iterations: 2}
 defaults: {model: cnn, image_size: 32, batch_size: 8, warmup_steps: 1, steps: 2}
-experiments:
-  - {id: synthetic, group: mine, probe_size: 0}
-  - {id: digits, group: mine, data: digits, probe_size: 256}
-  - {id: folder, group: mine, data: image_folder, probe_size: 0, batch_size: 2}
-sweeps: []
+groups:
+  mine:
+    runs:
+      - {id: synthetic, probe_size: 0}
+      - {id: digits, data: digits, probe_size: 256}
+      - {id: folder, data: image_folder, probe_size: 0, batch_size: 2}
 """
 
 ONE_EXPERIMENT = """
 runtime: local
 trials: 1
 collectives: {variants: []}
-experiments:
-  - id: cl-fp32
-    group: mine
-    channels_last: true
-    model: cnn
-    image_size: 32
-    batch_size: 8
-    warmup_steps: 1
-    steps: 2
-    probe_size: 0
-sweeps: []
+groups:
+  mine:
+    runs:
+      - id: cl-fp32
+        channels_last: true
+        model: cnn
+        image_size: 32
+        batch_size: 8
+        warmup_steps: 1
+        steps: 2
+        probe_size: 0
 """
 
 

@@ -24,7 +24,7 @@ def test_weak_scaling_multiplies_each_ranks_batch_and_the_rate_by_the_world():
     sweep = {"name": "w", "launcher": "torchrun", "layouts": "all", "cpus": "0-3",
              "batch_scaling": "weak", "batch_size": 16, "lr": 0.01, "seed": [0, 1, 2],
              **ACC}  # fmt: skip
-    got = specs({"sweeps": [sweep]})
+    got = specs({"groups": {"g": {"runs": [sweep]}}})
     by_layout = {(s["ranks"], s["seed"]): (s["batch_size"], s["lr"]) for s in got.values()}
     assert by_layout == {
         (r, seed): (16 * r, pytest.approx(0.01 * r)) for r in (1, 2, 4) for seed in (0, 1, 2)
@@ -33,10 +33,10 @@ def test_weak_scaling_multiplies_each_ranks_batch_and_the_rate_by_the_world():
     # across nodes: the world is nodes x ranks
     exp = {"id": "n", "launcher": "torchrun", "ranks": 2, "nodes": 2, "threads": 1,
            "batch_scaling": "weak", "batch_size": 8, "lr": 0.1, **ACC}  # fmt: skip
-    spec = specs({"experiments": [exp]})["n"]
+    spec = specs({"groups": {"g": {"runs": [exp]}}})["n"]
     assert (spec["batch_size"], spec["lr"]) == (32, 0.4)
     # fixed (the default): batch_size is the global batch, the rate as written
-    spec = specs({"experiments": [{**exp, "batch_scaling": "fixed"}]})["n"]
+    spec = specs({"groups": {"g": {"runs": [{**exp, "batch_scaling": "fixed"}]}}})["n"]
     assert (spec["batch_size"], spec["lr"]) == (8, 0.1)
 
 
@@ -66,7 +66,7 @@ def test_weak_scaling_multiplies_each_ranks_batch_and_the_rate_by_the_world():
 )
 def test_bad_arms_are_refused_naming_the_field(fields, message):
     with pytest.raises(study.StudyConfigError, match=message):
-        study.load_study({"experiments": [{"id": "a", **ACC, **fields}]})
+        study.load_study({"groups": {"g": {"runs": [{"id": "a", **ACC, **fields}]}}})
 
 
 def test_the_warm_up_rises_from_the_one_process_rate_to_the_scaled_one():

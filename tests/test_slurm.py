@@ -32,10 +32,9 @@ import yaml
 
 from tests.components import MPI, NODE_MEM_MB, NODES, cluster
 from tests.conftest import ENVS_ROOT, REPO
-from tests.runs import REQUIRED_COLUMNS, copy_workflow
+from tests.runs import REQUIRED_COLUMNS, copy_workflow, pick_runs
 from workflow_scripts import study
 from workflow_scripts.plan import rounds
-from workflow_scripts.study.config import flat_study
 
 pytestmark = pytest.mark.slow  # a SLURM cluster on this machine
 
@@ -46,23 +45,25 @@ HARD_LIMIT_S = 2700
 EXPERIMENTS = ("baseline", "ipex-optimize-fp32", "bert-tiny")
 #: DDP on one node against two, over both process groups (1 rank of 1 thread a node)
 DDP = [
-    {"id": f"ddp-{pg}-{n}n", "group": "ddp-nodes", "launcher": "torchrun", "ranks": 1,
-     "threads": 1, "nodes": n, "dist_backend": pg}
+    {"id": f"ddp-{pg}-{n}n", "launcher": "torchrun", "ranks": 1, "threads": 1, "nodes": n,
+     "dist_backend": pg}
     for pg in ("gloo", "ccl") for n in (1, 2)
 ]  # fmt: skip
 #: a trial over its job's memory (the node's, 4 GB): resnet50 at 224 px, batch 64
-OOM = {"id": "over-memory", "group": "faults", "model": "resnet50", "image_size": 224,
+OOM = {"id": "over-memory", "model": "resnet50", "image_size": 224,
        "batch_size": 64, "steps": 1, "warmup_steps": 1, "probe_size": 0}  # fmt: skip
 
 
 def slurm_study(workdir: Path) -> dict:
     """What this test submits (given to Snakemake as a config file, which wins over the
-    preset's own experiments, sweeps and collectives)."""
+    preset's own groups and collectives)."""
     quick = study.read_config(workdir / "config.yaml")["presets"]["quick"]
-    runs = flat_study(quick)  # its groups' runs with their group and shared fields
     return {
-        "experiments": [e for e in runs["experiments"] if e["id"] in EXPERIMENTS] + DDP + [OOM],
-        "sweeps": [],
+        "groups": {
+            **pick_runs(quick, EXPERIMENTS),  # in their groups, with their shared fields
+            "ddp-nodes": {"runs": DDP},
+            "faults": {"runs": [OOM]},
+        },
         "collectives": {
             **quick["collectives"],
             "nodes": 2,
@@ -256,7 +257,7 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     # trial a SLURM job of its own; then nothing is left to do
     keep = ("baseline", "ipex-optimize-fp32", "ddp-ccl-2n")
     part = slurm_study(wd)
-    part["experiments"] = [e for e in part["experiments"] if e["id"] in keep]
+    part["groups"] = pick_runs(part, keep)
     adaptive = run_through_slurm(wd, "trials=2", "max_trials=3", part=part)
     assert adaptive.returncode == 0, adaptive.stdout[-8000:]
     assert "localcheckpoint round_report" in adaptive.stdout
@@ -291,10 +292,8 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert cluster("status", slurm).returncode == 0
     wd = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", wd / "profiles", dirs_exist_ok=True)
-    quick = flat_study(study.read_config(wd / "config.yaml")["presets"]["quick"])
-    ddp = {"experiments": [e for e in quick["experiments"] if e["id"] == "baseline"],
-           "sweeps": [s for s in quick["sweeps"] if s.get("name") == "ddp"],
-           "collectives": {"variants": []}}  # fmt: skip
+    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    ddp = {"groups": pick_runs(quick, ("baseline", "ddp")), "collectives": {"variants": []}}
     cpus = node_cpus()
     for restrict in ([], ["taskset", "-c", "0"]):
         cmd = restrict + snakemake_cmd(wd, ddp, "-n", "--forceall")
@@ -320,7 +319,7 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     assert builds and max(asked) <= cpus, asked
     assert max(int(re.search(r"mem_mb=(\d+)", b).group(1)) for b in builds) <= NODE_MEM_MB
     # more threads than a node has: refused, naming the partition and its nodes
-    big = {"experiments": [{"id": "wide", "threads": cpus + 1}], "sweeps": [],
+    big = {"groups": {"wide": {"runs": [{"id": "wide", "threads": cpus + 1}]}},
            "collectives": {"variants": []}}  # fmt: skip
     refused = subprocess.run(snakemake_cmd(wd, big, "-n"), cwd=wd, capture_output=True,
                              text=True, timeout=600)  # fmt: skip
@@ -371,10 +370,10 @@ def test_ranks_under_each_mpi_plugin_sites_run(slurm, mpi):
 #: two trials that would run for hours, in jobs of a 1-minute time limit
 #: (and the environment build as a cluster job of its own: cluster.build_on: compute)
 #: (every step asked for: no stop once the step time is known)
-LOST = {"experiments": [{"id": f"lost-{how}", "group": "faults", "steps": 1_000_000,
-                         "probe_size": 0, "timeout_s": 3000, "step_precision": None,
-                         "far_stop": None} for how in ("time", "killed")],
-        "sweeps": [], "collectives": {"variants": []},
+LOST = {"groups": {"faults": {"runs": [
+            {"id": f"lost-{how}", "steps": 1_000_000, "probe_size": 0, "timeout_s": 3000,
+             "step_precision": None, "far_stop": None} for how in ("time", "killed")]}},
+        "collectives": {"variants": []},
         "cluster": {"build_on": "compute"}}  # fmt: skip
 
 

@@ -168,7 +168,10 @@ def test_the_collectives_across_nodes():
     res = sizing.collectives({**settings(), "collectives": {"ranks": 1, "nodes": 2}})
     assert (res["nodes"], res["tasks"]) == (2, 2)
     assert res["slurm_extra"] == "--exclusive --ntasks-per-node=1"
-    base = {"experiments": [{"id": "x"}], "collectives": {"variants": ["gloo"], "ranks": 1}}
+    base = {
+        "groups": {"g": {"runs": [{"id": "x"}]}},
+        "collectives": {"variants": ["gloo"], "ranks": 1},
+    }
     with pytest.raises(StudyConfigError, match="collectives.ranks: 1: on one node"):
         load_study({}, cli=base)
     across = {**base, "collectives": {**base["collectives"], "nodes": 2}}
@@ -207,12 +210,15 @@ def test_several_node_ccl_ranks_name_the_provider_between_their_nodes(make_spec,
                     ccl_transport="tcp")  # fmt: skip
     assert TORCHRUN.environment(tcp)["FI_PROVIDER"] == "tcp"
     # the setting: tcp by default, a provider's name, or null; nothing else
-    assert load_study({}, cli={"experiments": [{"id": "x"}]}).settings["cluster"][
+    assert load_study({}, cli={"groups": {"g": {"runs": [{"id": "x"}]}}}).settings["cluster"][
         "fabric_provider"] == "tcp"  # fmt: skip
-    chosen = {"experiments": [{"id": "x"}], "cluster": {"fabric_provider": None}}
+    chosen = {"groups": {"g": {"runs": [{"id": "x"}]}}, "cluster": {"fabric_provider": None}}
     assert load_study({}, cli=chosen).settings["cluster"]["fabric_provider"] is None
     with pytest.raises(StudyConfigError, match="cluster.fabric_provider"):
-        load_study({}, cli={"experiments": [{"id": "x"}], "cluster": {"fabric_provider": "a b"}})
+        load_study(
+            {},
+            cli={"groups": {"g": {"runs": [{"id": "x"}]}}, "cluster": {"fabric_provider": "a b"}},
+        )
 
 
 def test_builds_on_compute_nodes_need_the_local_runtime():

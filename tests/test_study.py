@@ -295,9 +295,10 @@ def test_shipped_paper_preset_inherits_experiments(shipped):
 
 def test_schema_lists_every_field():
     schema = build_schema()
-    assert set(schema["$defs"]["experiment"]["properties"]) == set(FIELD_NAMES)
-    sweep = set(schema["$defs"]["sweep"]["properties"])
-    assert sweep == (set(FIELD_NAMES) - {"id"}) | {"name", "layouts"}
+    single = set(schema["$defs"]["group_experiment"]["properties"])
+    assert single == set(FIELD_NAMES) - {"group"}  # a run's group is its group's name
+    sweep = set(schema["$defs"]["group_sweep"]["properties"])
+    assert sweep == (set(FIELD_NAMES) - {"id", "group"}) | {"name", "layouts"}
     assert set(schema["$defs"]["defaults"]["properties"]) == set(FIELD_NAMES) - {
         "id",
         "group",
@@ -324,9 +325,9 @@ def test_schema_lists_every_field():
 
 
 def test_builtin_defaults_fill_every_field():
-    (spec,) = load_study({"experiments": [{}]}).experiments
+    (spec,) = load_study({"groups": {"g": {"runs": [{}]}}}).experiments
     assert spec["id"] == "resnet50-fp32-bs16"
-    assert spec["group"] == "experiments"
+    assert spec["group"] == "g"
     assert spec["env"] == "upstream"
     assert spec["compile"] == "none"
     assert spec["preset"] == "default"
@@ -341,7 +342,7 @@ def test_builtin_defaults_fill_every_field():
             assert BUILTIN_DEFAULTS[field] is None and spec[field] == family[field]
         elif field not in ("id", "group", "compile"):
             assert spec[field] == BUILTIN_DEFAULTS[field]
-    (text,) = load_study({"experiments": [{"model": "bert-tiny"}]}).experiments
+    (text,) = load_study({"groups": {"g": {"runs": [{"model": "bert-tiny"}]}}}).experiments
     assert {k: text[k] for k in family} == {
         "optimizer": "adamw", "lr": 2e-5, "lr_schedule": "linear", "lr_warmup_steps": 100,
     }  # fmt: skip
@@ -350,12 +351,14 @@ def test_builtin_defaults_fill_every_field():
 
 def test_sweep_cartesian_product_in_field_order():
     config = {
-        "experiments": [{"id": "first"}],
-        "sweeps": [
-            {"precision": ["fp32", "bf16"], "batch_size": [8, 32], "channels_last": True},
-            {"name": "thr", "threads": [1, 2]},
-        ],
-    }
+        "groups": {
+            "g": {"runs": [
+                {"id": "first"},
+                {"precision": ["fp32", "bf16"], "batch_size": [8, 32], "channels_last": True},
+            ]},
+            "thr": {"runs": [{"name": "thr", "threads": [1, 2]}]},
+        },
+    }  # fmt: skip
     study = load_study(config)
     got = [(s["precision"], s["batch_size"]) for s in study.experiments[1:5]]
     assert got == [("fp32", 8), ("fp32", 32), ("bf16", 8), ("bf16", 32)]
@@ -369,24 +372,27 @@ def test_sweep_cartesian_product_in_field_order():
         "thr-t2",
     ]
     assert all(s["channels_last"] for s in study.experiments[1:5])
-    assert study.by_id["resnet50-fp32-cl-bs8"]["group"] == "precision+batch_size"
+    assert study.by_id["resnet50-fp32-cl-bs8"]["group"] == "g"  # a run's group is its group's
     assert study.by_id["thr-t1"]["group"] == "thr"
 
 
-def test_sweep_explicit_group_and_named_tags():
+def test_sweep_named_tags():
     config = {
-        "sweeps": [
-            {
-                "name": "mix",
-                "group": "g",
-                "backend": "ipex",
-                "compile": [None, "ipex"],
-                "channels_last": [False, True],
-                "allocator": ["tcmalloc"],
-                "launcher": "run_cpu",
-                "steps": [5],
+        "groups": {
+            "g": {
+                "runs": [
+                    {
+                        "name": "mix",
+                        "backend": "ipex",
+                        "compile": [None, "ipex"],
+                        "channels_last": [False, True],
+                        "allocator": ["tcmalloc"],
+                        "launcher": "run_cpu",
+                        "steps": [5],
+                    }
+                ]
             }
-        ]
+        }
     }
     study = load_study(config)
     assert study.ids == [
@@ -399,7 +405,7 @@ def test_sweep_explicit_group_and_named_tags():
 
 
 def test_unnamed_sweep_appends_fields_the_id_does_not_show():
-    study = load_study({"sweeps": [{"steps": [5, 20], "seed": [1]}]})
+    study = load_study({"groups": {"g": {"runs": [{"steps": [5, 20], "seed": [1]}]}}})
     assert study.ids == ["resnet50-fp32-bs16-steps5-seed1", "resnet50-fp32-bs16-steps20-seed1"]
 
 
@@ -430,30 +436,44 @@ def test_unnamed_sweep_appends_fields_the_id_does_not_show():
     ],
 )
 def test_derived_ids(fields, expected):
-    assert ids({"experiments": [fields]}) == [expected]
+    assert ids({"groups": {"g": {"runs": [fields]}}}) == [expected]
 
 
 def test_measurement_fields_and_settings():
-    (spec,) = load_study({"experiments": [{}]}).experiments
+    (spec,) = load_study({"groups": {"g": {"runs": [{}]}}}).experiments
     assert spec["probe_size"] == 1024 and spec["warm_compile_cache"] is False
-    settings = load_study({"experiments": [{}]}).settings
+    settings = load_study({"groups": {"g": {"runs": [{}]}}}).settings
     assert settings["noise_threshold"] == 0.85 and settings["noise_retries"] == 2
     # --config hands them over as strings
-    config = {"experiments": [{}], "noise_threshold": "0.9", "noise_retries": "0"}
+    config = {"groups": {"g": {"runs": [{}]}}, "noise_threshold": "0.9", "noise_retries": "0"}
     settings = load_study(config).settings
     assert settings["noise_threshold"] == 0.9 and settings["noise_retries"] == 0
-    assert load_study({"experiments": [{}], "noise_threshold": 1}).settings["noise_threshold"] == 1
+    assert (
+        load_study({"groups": {"g": {"runs": [{}]}}, "noise_threshold": 1}).settings[
+            "noise_threshold"
+        ]
+        == 1
+    )
 
 
 def test_measurement_fields_do_not_change_ids():
-    config = {"experiments": [{"probe_size": 0, "warm_compile_cache": True}]}
+    config = {"groups": {"g": {"runs": [{"probe_size": 0, "warm_compile_cache": True}]}}}
     assert ids(config) == ["resnet50-fp32-bs16"]
-    assert ids({"defaults": {"probe_size": 256}, "experiments": [{}]}) == ["resnet50-fp32-bs16"]
+    assert ids({"defaults": {"probe_size": 256}, "groups": {"g": {"runs": [{}]}}}) == [
+        "resnet50-fp32-bs16"
+    ]
 
 
 def test_swept_measurement_fields_are_tagged():
     config = {
-        "sweeps": [{"name": "p", "probe_size": [0, 512]}, {"warm_compile_cache": [False, True]}]
+        "groups": {
+            "g": {
+                "runs": [
+                    {"name": "p", "probe_size": [0, 512]},
+                    {"warm_compile_cache": [False, True]},
+                ]
+            }
+        }
     }
     assert ids(config) == [
         "p-probe0",
@@ -467,35 +487,35 @@ def test_swept_measurement_fields_are_tagged():
     "config, message",
     [
         (
-            {"experiments": [{"probe_size": -1}]},
-            "experiments[0].probe_size: -1 is not allowed; allowed: an integer >= 0",
+            {"groups": {"g": {"runs": [{"probe_size": -1}]}}},
+            "groups.g.runs[0].probe_size: -1 is not allowed; allowed: an integer >= 0",
         ),
         (
-            {"experiments": [{"warm_compile_cache": "yes"}]},
-            "experiments[0].warm_compile_cache: 'yes' is a string; allowed: true or false",
+            {"groups": {"g": {"runs": [{"warm_compile_cache": "yes"}]}}},
+            "groups.g.runs[0].warm_compile_cache: 'yes' is a string; allowed: true or false",
         ),
         (
-            {"experiments": [{}], "noise_threshold": 0},
+            {"groups": {"g": {"runs": [{}]}}, "noise_threshold": 0},
             "at noise_threshold: 0 is not allowed; allowed: a number > 0 and <= 1",
         ),
         (
-            {"experiments": [{}], "noise_threshold": 1.5},
+            {"groups": {"g": {"runs": [{}]}}, "noise_threshold": 1.5},
             "at noise_threshold: 1.5 is not allowed; allowed: a number > 0 and <= 1",
         ),
         (
-            {"experiments": [{}], "margin": 0},
+            {"groups": {"g": {"runs": [{}]}}, "margin": 0},
             "at margin: 0 is not allowed; allowed: a number > 0 and <= 1",
         ),
         (
-            {"experiments": [{}], "margin": "3 %"},
+            {"groups": {"g": {"runs": [{}]}}, "margin": "3 %"},
             "at margin: '3 %' is a string; allowed: a number > 0 and <= 1",
         ),
         (
-            {"experiments": [{}], "noise_retries": -1},
+            {"groups": {"g": {"runs": [{}]}}, "noise_retries": -1},
             "at noise_retries: -1 is not allowed; allowed: an integer >= 0",
         ),
         (
-            {"experiments": [{}], "noise_retries": 1.5},
+            {"groups": {"g": {"runs": [{}]}}, "noise_retries": 1.5},
             "at noise_retries: 1.5 is a number; allowed: an integer >= 0",
         ),
     ],
@@ -505,12 +525,12 @@ def test_measurement_field_errors(config, message):
 
 
 def test_px_tag_relative_to_resolved_defaults():
-    config = {"defaults": {"image_size": 64}, "experiments": [{}, {"image_size": 224}]}
+    config = {"defaults": {"image_size": 64}, "groups": {"g": {"runs": [{}, {"image_size": 224}]}}}
     assert ids(config) == ["resnet50-fp32-bs16", "resnet50-fp32-bs16-px224"]
 
 
 def test_integral_floats_become_ints():
-    (spec,) = load_study({"experiments": [{"batch_size": 8.0}]}).experiments
+    (spec,) = load_study({"groups": {"g": {"runs": [{"batch_size": 8.0}]}}}).experiments
     assert spec["batch_size"] == 8 and isinstance(spec["batch_size"], int)
     assert spec["id"] == "resnet50-fp32-bs8"
 
@@ -523,16 +543,13 @@ BASE = {
     "trials": 2,
     "image_folder": {"classes": 5},
     "defaults": {"batch_size": 4, "steps": 7},
-    "experiments": [{"id": "top"}],
-    "sweeps": [{"name": "s", "threads": [1, 2]}],
+    "groups": {"g": {"runs": [{"id": "top"}, {"name": "s", "threads": [1, 2]}]}},
     "presets": {
         "small": {"defaults": {"steps": 2}, "image_folder": {"size": 32}},
         "other": {
             "trials": 5,
-            "experiments": [{"id": "only"}],
-            "sweeps": [],
+            "groups": {"g": {"runs": [{"id": "only"}]}},
         },
-        "nosweep": {"sweeps": []},
     },
 }
 
@@ -558,7 +575,6 @@ def test_preset_lists_and_trials_replace():
     study = load_study({**BASE, "preset": "other"})
     assert study.ids == ["only"]
     assert study.settings["trials"] == 5
-    assert load_study({**BASE, "preset": "nosweep"}).ids == ["top"]
 
 
 def test_preset_named_default_in_presets_is_applied():
@@ -570,7 +586,7 @@ def test_preset_named_default_in_presets_is_applied():
 def test_unknown_preset():
     msg = error_of({**BASE, "preset": "quik"})
     assert msg == (
-        "config error at preset: 'quik' is not a preset; available: default, nosweep, other, small"
+        "config error at preset: 'quik' is not a preset; available: default, other, small"
     )
 
 
@@ -588,9 +604,14 @@ def test_config_style_overrides(shipped):
 
 def test_read_config_sets(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("experiments: [{}]\n")
+    path.write_text("groups: {g: {runs: [{}]}}\n")
     config = read_config(path, ["preset=quick", "trials=2", "python=null"])
-    assert config == {"experiments": [{}], "preset": "quick", "trials": 2, "python": None}
+    assert config == {
+        "groups": {"g": {"runs": [{}]}},
+        "preset": "quick",
+        "trials": 2,
+        "python": None,
+    }
     with pytest.raises(StudyConfigError, match="expected key=value"):
         read_config(path, ["trials"])
     with pytest.raises(StudyConfigError, match="cannot read"):
@@ -598,7 +619,7 @@ def test_read_config_sets(tmp_path):
 
 
 def test_specs_do_not_share_mutable_values():
-    study = load_study({"experiments": [{"id": "a"}, {"id": "b"}]})
+    study = load_study({"groups": {"g": {"runs": [{"id": "a"}, {"id": "b"}]}}})
     study.by_id["a"]["env_vars"]["X"] = "1"
     assert study.by_id["b"]["env_vars"] == {}
     assert BUILTIN_DEFAULTS["env_vars"] == {}
@@ -616,10 +637,10 @@ def test_load_study_does_not_mutate_input(shipped):
 
 
 def test_unknown_field_nested_path():
-    msg = error_of({"experiments": [{"id": "a"}, {"presicion": "bf16"}]})
-    assert msg.startswith("config error at experiments[1].presicion: unknown field 'presicion'")
+    msg = error_of({"groups": {"g": {"runs": [{"id": "a"}, {"presicion": "bf16"}]}}})
+    assert msg.startswith("config error at groups.g.runs[1].presicion: unknown field 'presicion'")
     assert "did you mean 'precision'?" in msg
-    assert "allowed: id, group, claim_speedup, backend" in msg
+    assert "allowed: id, claim_speedup, backend" in msg
 
 
 def test_unknown_field_in_preset_and_top_level():
@@ -629,22 +650,23 @@ def test_unknown_field_in_preset_and_top_level():
 
 
 def test_wrong_type():
-    msg = error_of({"experiments": [{"batch_size": "16"}]})
+    msg = error_of({"groups": {"g": {"runs": [{"batch_size": "16"}]}}})
     assert msg == (
-        "config error at experiments[0].batch_size: '16' is a string; allowed: an integer >= 1"
+        "config error at groups.g.runs[0].batch_size: '16' is a string; allowed: an integer >= 1"
     )
-    msg = error_of({"experiments": [{"threads": True}]})
-    assert "experiments[0].threads: true is a boolean; allowed: an integer >= 1 or null" in msg
-    msg = error_of({"experiments": [{"env_vars": {"X": 1}}]})
-    assert "experiments[0].env_vars.X: 1 is an integer; allowed: a string" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"threads": True}]}}})
+    assert "groups.g.runs[0].threads: true is a boolean; allowed: an integer >= 1 or null" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"env_vars": {"X": 1}}]}}})
+    assert "groups.g.runs[0].env_vars.X: 1 is an integer; allowed: a string" in msg
 
 
 def test_bad_enum_value():
-    msg = error_of({"experiments": [{}, {}, {"precision": "fp16"}]})
+    msg = error_of({"groups": {"g": {"runs": [{}, {}, {"precision": "fp16"}]}}})
     assert msg == (
-        "config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16, int8"
+        "config error at groups.g.runs[2].precision: 'fp16' is not allowed; allowed: fp32, "
+        "bf16, int8"
     )
-    msg = error_of({"runtime": "singularity", "experiments": [{}]})
+    msg = error_of({"runtime": "singularity", "groups": {"g": {"runs": [{}]}}})
     assert msg == (
         "config error at runtime: 'singularity' is not allowed; "
         "allowed: auto, local, podman, docker"
@@ -652,66 +674,82 @@ def test_bad_enum_value():
 
 
 def test_out_of_range_values():
-    msg = error_of({"experiments": [{"batch_size": 0, "lr": 0}], "trials": 0})
-    assert "experiments[0].batch_size: 0 is not allowed; allowed: an integer >= 1" in msg
-    assert "experiments[0].lr: 0 is not allowed; allowed: a number > 0" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"batch_size": 0, "lr": 0}]}}, "trials": 0})
+    assert "groups.g.runs[0].batch_size: 0 is not allowed; allowed: an integer >= 1" in msg
+    assert "groups.g.runs[0].lr: 0 is not allowed; allowed: a number > 0" in msg
     assert "at trials: 0 is not allowed; allowed: an integer >= 1" in msg
 
 
 def test_sweep_value_errors_name_the_list_item():
-    msg = error_of({"sweeps": [{"batch_size": [8, "x"], "precision": ["fp16"], "threads": []}]})
-    assert "sweeps[0].batch_size[1]: 'x' is a string; allowed: an integer >= 1" in msg
-    assert "sweeps[0].precision[0]: 'fp16' is not allowed; allowed: fp32, bf16" in msg
-    assert "sweeps[0].threads: an empty list is not allowed" in msg
-
-
-def test_list_in_experiments():
-    msg = error_of({"experiments": [{"batch_size": [8, 16]}]})
-    assert msg == (
-        "config error at experiments[0].batch_size: [8, 16] is a list; "
-        "an experiment takes single values (use sweeps for lists)"
+    msg = error_of(
+        {
+            "groups": {
+                "g": {"runs": [{"batch_size": [8, "x"], "precision": ["fp16"], "threads": []}]}
+            }
+        }
     )
-    msg = error_of({"defaults": {"precision": ["fp32"]}, "experiments": [{}]})
+    assert "groups.g.runs[0].batch_size[1]: 'x' is a string; allowed: an integer >= 1" in msg
+    assert "groups.g.runs[0].precision[0]: 'fp16' is not allowed; allowed: fp32, bf16" in msg
+    assert "groups.g.runs[0].threads: an empty list is not allowed" in msg
+
+
+def test_a_list_makes_a_run_a_sweep_and_defaults_take_single_values():
+    assert ids({"groups": {"g": {"runs": [{"batch_size": [8, 16]}]}}}) == [
+        "resnet50-fp32-bs8", "resnet50-fp32-bs16",
+    ]  # fmt: skip
+    msg = error_of({"defaults": {"precision": ["fp32"]}, "groups": {"g": {"runs": [{}]}}})
     assert 'defaults.precision: ["fp32"] is a list; defaults take single values' in msg
 
 
 def test_sweep_rules():
-    msg = error_of({"sweeps": [{"batch_size": 8}]})
-    assert msg.startswith("config error at sweeps[0]: a sweep needs at least one field with a list")
-    msg = error_of({"sweeps": [{"id": "x", "batch_size": [8]}]})
-    assert "sweeps[0].id: a sweep cannot have an explicit id" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"name": "s", "batch_size": 8}]}}})
+    assert msg.startswith(
+        "config error at groups.g.runs[0]: a sweep needs at least one field with a list"
+    )
+    msg = error_of({"groups": {"g": {"runs": [{"id": "x", "batch_size": [8]}]}}})
+    assert "groups.g.runs[0].id: a sweep cannot have an explicit id" in msg
     assert "set 'name' instead" in msg
-    msg = error_of({"sweeps": [{"group": ["a"], "batch_size": [8]}]})
-    assert "sweeps[0].group: [\"a\"] is a list; 'group' cannot be swept" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"weights_from": ["a"], "batch_size": [8]}]}}})
+    assert "groups.g.runs[0].weights_from: [\"a\"] is a list; 'weights_from' cannot be swept" in msg
 
 
 def test_defaults_cannot_hold_per_experiment_fields():
-    msg = error_of({"defaults": {"id": "x"}, "experiments": [{}]})
+    msg = error_of({"defaults": {"id": "x"}, "groups": {"g": {"runs": [{}]}}})
     assert (
         msg == "config error at defaults.id: 'id' cannot have a default; set it on each experiment"
     )
 
 
 def test_missing_required_price_field():
-    msg = error_of({"prices": [{"name": "x"}], "experiments": [{}]})
+    msg = error_of({"prices": [{"name": "x"}], "groups": {"g": {"runs": [{}]}}})
     assert msg == "config error at prices[0]: missing required field 'usd_per_hour'"
 
 
 def test_duplicate_ids():
-    msg = error_of({"experiments": [{"batch_size": 16}], "sweeps": [{"batch_size": [8, 16]}]})
+    msg = error_of({"groups": {"g": {"runs": [{"batch_size": 16}, {"batch_size": [8, 16]}]}}})
     assert msg == (
         "config error: duplicate experiment id 'resnet50-fp32-bs16' "
-        "(experiments[0] and sweeps[0] value batch_size=16); give one of them an explicit id"
+        "(groups.g.runs[0] and groups.g.runs[1] value batch_size=16); give one of them an "
+        "explicit id"
     )
-    msg = error_of({"sweeps": [{"name": "a", "threads": [1]}, {"name": "a", "threads": [1, 2]}]})
-    assert "duplicate experiment id 'a-t1' (sweeps[0] value threads=1 and sweeps[1] value" in msg
+    msg = error_of(
+        {
+            "groups": {
+                "g": {"runs": [{"name": "a", "threads": [1]}, {"name": "a", "threads": [1, 2]}]}
+            }
+        }
+    )
+    assert (
+        "duplicate experiment id 'a-t1' (groups.g.runs[0] value threads=1 and "
+        "groups.g.runs[1] value" in msg
+    )
     assert "give the sweeps different names" in msg
 
 
 def test_bad_ids():
-    msg = error_of({"experiments": [{"id": "has space"}]})
-    assert "experiments[0].id: 'has space' is not allowed; allowed: 1-100 letters" in msg
-    msg = error_of({"sweeps": [{"name": "x" * 99, "batch_size": [8]}]})
+    msg = error_of({"groups": {"g": {"runs": [{"id": "has space"}]}}})
+    assert "groups.g.runs[0].id: 'has space' is not allowed; allowed: 1-100 letters" in msg
+    msg = error_of({"groups": {"g": {"runs": [{"name": "x" * 99, "batch_size": [8]}]}}})
     assert "is not allowed; allowed: 1-100 letters" in msg
 
 
@@ -778,35 +816,42 @@ def test_bad_ids():
     ],
 )
 def test_impossible_combinations(fields, message):
-    msg = error_of({"experiments": [{"id": "x"}, fields]})
-    assert msg.startswith("config error at experiments[1] (id ")
+    msg = error_of({"groups": {"g": {"runs": [{"id": "x"}, fields]}}})
+    assert msg.startswith("config error at groups.g.runs[1] (id ")
     assert message in msg
 
 
 def test_combination_error_in_sweep_names_sweep_and_id():
-    msg = error_of({"sweeps": [{"compile": "ipex", "batch_size": [8]}]})
+    msg = error_of({"groups": {"g": {"runs": [{"compile": "ipex", "batch_size": [8]}]}}})
     assert msg == (
-        "config error at sweeps[0] (id resnet50-compile-ipex-fp32-bs8): "
+        "config error at groups.g.runs[0] (id resnet50-compile-ipex-fp32-bs8): "
         "compile 'ipex' needs backend 'ipex' (got backend 'eager')"
     )
 
 
 def test_combination_error_in_preset_names_preset_path():
-    config = {"experiments": [{}], "presets": {"p": {"experiments": [{"num_workers": 1}]}}}
+    config = {
+        "groups": {"g": {"runs": [{}]}},
+        "presets": {"p": {"groups": {"g": {"runs": [{"num_workers": 1}]}}}},
+    }
     assert load_study(config).ids == ["resnet50-fp32-bs16"]  # presets not selected: fine
     msg = error_of({**config, "preset": "p"})
-    assert msg.startswith("config error at presets.p.experiments[0] (id resnet50-fp32-nw1-bs16)")
+    assert msg.startswith("config error at presets.p.groups.g.runs[0] (id resnet50-fp32-nw1-bs16)")
 
 
 def test_valid_combinations():
     config = {
-        "experiments": [
-            {"data": "image_folder", "data_dir": "/data/imgs", "num_workers": 2},
-            {"model": "cnn", "image_size": 8},
-            {"launcher": "run_cpu", "allocator": "tcmalloc", "openmp": "intel"},
-            {"backend": "ipex", "compile": "inductor", "compile_mode": "max-autotune"},
-            {"cpus": "0-3,6", "threads": 2},
-        ]
+        "groups": {
+            "g": {
+                "runs": [
+                    {"data": "image_folder", "data_dir": "/data/imgs", "num_workers": 2},
+                    {"model": "cnn", "image_size": 8},
+                    {"launcher": "run_cpu", "allocator": "tcmalloc", "openmp": "intel"},
+                    {"backend": "ipex", "compile": "inductor", "compile_mode": "max-autotune"},
+                    {"cpus": "0-3,6", "threads": 2},
+                ]
+            }
+        }
     }
     assert len(load_study(config).experiments) == 5
 
@@ -827,23 +872,27 @@ def test_empty_study():
 
 
 def test_spec_json_changes_exactly_with_the_spec():
-    base = {"experiments": [{"id": "a"}, {"id": "b", "precision": "bf16"}]}
+    base = {"groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}]}}}
     study = load_study(base)
     a, b = study.spec_json("a"), study.spec_json("b")
     assert json.loads(a) == study.by_id["a"]
     assert a == load_study(copy.deepcopy(base)).spec_json("a")  # deterministic
     # the same spec written differently (explicit defaults, other field order)
     same = {
-        "experiments": [
-            {"steps": 10, "id": "a", "backend": "eager", "compile": None},
-            {"id": "b", "precision": "bf16", "steps": 10},
-        ]
+        "groups": {
+            "g": {
+                "runs": [
+                    {"steps": 10, "id": "a", "backend": "eager", "compile": None},
+                    {"id": "b", "precision": "bf16", "steps": 10},
+                ]
+            }
+        }
     }
     assert load_study(same).spec_json("a") == a
     # an unrelated change (other experiment, prices, trials) leaves it alone
     other = {
         **base,
-        "experiments": [{"id": "a"}, {"id": "b", "precision": "fp32"}],
+        "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "fp32"}]}},
         "trials": 4,
         "prices": [{"name": "x", "usd_per_hour": 1}],
     }
@@ -851,8 +900,9 @@ def test_spec_json_changes_exactly_with_the_spec():
     assert changed.spec_json("a") == a
     assert changed.spec_json("b") != b
     # any field change of the spec itself changes it
-    for fields in ({"steps": 11}, {"env_vars": {"X": "1"}}, {"seed": 1}, {"group": "g"}):
-        assert load_study({"experiments": [{"id": "a", **fields}]}).spec_json("a") != a
+    for fields in ({"steps": 11}, {"env_vars": {"X": "1"}}, {"seed": 1}):
+        assert load_study({"groups": {"g": {"runs": [{"id": "a", **fields}]}}}).spec_json("a") != a
+    assert load_study({"groups": {"h": {"runs": [{"id": "a"}]}}}).spec_json("a") != a
     assert load_study({**base, "defaults": {"lr": 0.1}}).spec_json("a") != a
 
 
@@ -891,10 +941,10 @@ def test_cli_invalid(tmp_path):
         "available: default, paper, preflight, quick" in proc.stderr
     )
     bad = tmp_path / "bad.yaml"
-    bad.write_text("experiments:\n  - precision: fp16\n")
+    bad.write_text("groups:\n  g:\n    runs:\n      - precision: fp16\n")
     proc = run_cli("--config", str(bad))
     assert proc.returncode == 1
-    assert "experiments[0].precision: 'fp16' is not allowed; allowed: fp32, bf16" in proc.stderr
+    assert "groups.g.runs[0].precision: 'fp16' is not allowed; allowed: fp32, bf16" in proc.stderr
 
 
 def test_main_json(capsys):
@@ -908,13 +958,20 @@ def test_layouts_split_the_cpus_and_share_the_batch():
     """layouts: all, on the sweep's cpus (6 here, on any machine): 1x6 and 2x3; 3x2
     and 6x1 cannot split a global batch of 32 evenly and are left out."""
     sweep = {"name": "d", "launcher": "torchrun", "cpus": "0-5", "batch_size": 32}
-    study = load_study({"sweeps": [{**sweep, "layouts": "all", "dist_backend": ["gloo", "ccl"]}]})
+    study = load_study(
+        {"groups": {"g": {"runs": [{**sweep, "layouts": "all", "dist_backend": ["gloo", "ccl"]}]}}}
+    )
     assert study.ids == ["d-gloo-r1-t6", "d-gloo-r2-t3", "d-ccl-r1-t6", "d-ccl-r2-t3"]
-    assert {s["group"] for s in study.experiments} == {"d"}
-    study = load_study({"sweeps": [{**sweep, "batch_size": 36, "layouts": "multi"}]})
+    assert {s["group"] for s in study.experiments} == {"g"}
+    study = load_study(
+        {"groups": {"g": {"runs": [{**sweep, "batch_size": 36, "layouts": "multi"}]}}}
+    )
     assert [(s["ranks"], s["threads"]) for s in study.experiments] == [(2, 3), (3, 2), (6, 1)]
     # the layouts are the only swept thing: no list needed
-    assert load_study({"sweeps": [{**sweep, "layouts": "all"}]}).ids == ["d-r1-t6", "d-r2-t3"]
+    assert load_study({"groups": {"g": {"runs": [{**sweep, "layouts": "all"}]}}}).ids == [
+        "d-r1-t6",
+        "d-r2-t3",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -927,25 +984,25 @@ def test_layouts_split_the_cpus_and_share_the_batch():
 )
 def test_layouts_errors(extra, message):
     sweep = {"name": "d", "launcher": "torchrun", "layouts": "all", **extra}
-    assert message in error_of({"sweeps": [sweep]})
+    assert message in error_of({"groups": {"g": {"runs": [sweep]}}})
 
 
 def test_a_sweep_over_folders_of_the_same_name_gets_distinct_ids():
     """Two data_dirs ending in the same folder name: each id gets a short hash of its
     path; a third one keeps its plain tag."""
     sweep = {"name": "f", "data": "image_folder", "data_dir": ["/a/imgs", "/b/imgs", "/c/x"]}
-    ids = load_study({"sweeps": [sweep]}).ids
+    ids = load_study({"groups": {"g": {"runs": [sweep]}}}).ids
     assert len(set(ids)) == 3 and ids[2] == "f-dir-x"
     assert all(i.startswith("f-dir-imgs-") and len(i) == len("f-dir-imgs-") + 6 for i in ids[:2])
-    assert load_study({"sweeps": [sweep]}).ids == ids  # the same ids every time
+    assert load_study({"groups": {"g": {"runs": [sweep]}}}).ids == ids  # the same ids every time
 
 
 def test_batch_norm_at_1x1_is_refused_for_training_only():
     """A ResNet at 32 px ends in 1x1 feature maps: at batch 1, training's batch norm has
     one value per channel; inference (eval mode) uses the running statistics."""
     fields = {"model": "resnet18", "image_size": 32, "batch_size": 1}
-    assert "batch_size 1 with image_size 32" in error_of({"experiments": [fields]})
-    assert ids({"experiments": [{**fields, "mode": "inference"}]}) == [
+    assert "batch_size 1 with image_size 32" in error_of({"groups": {"g": {"runs": [fields]}}})
+    assert ids({"groups": {"g": {"runs": [{**fields, "mode": "inference"}]}}}) == [
         "resnet18-infer-fp32-bs1-px32"
     ]
 
@@ -990,11 +1047,11 @@ def test_dropout_is_a_transformers_knob_on_in_the_default_study(shipped):
     # the checked first step runs in eval mode: a compiled run compiles again at its
     # second, which must be a warm-up step
     base = {"id": "b", "model": "bert-tiny", "dropout": True, "backend": "inductor"}
-    message = error_of({"experiments": [{**base, "warmup_steps": 1}]})
+    message = error_of({"groups": {"g": {"runs": [{**base, "warmup_steps": 1}]}}})
     assert "dropout with compile 'inductor' needs warmup_steps 2 at least (got 1)" in message
-    assert load_study({"experiments": [{**base, "warmup_steps": 2}]}).experiments
-    assert load_study({"experiments": [{**base, "warmup_steps": 1, "dropout": False}]})
+    assert load_study({"groups": {"g": {"runs": [{**base, "warmup_steps": 2}]}}}).experiments
+    assert load_study({"groups": {"g": {"runs": [{**base, "warmup_steps": 1, "dropout": False}]}}})
     # a sweep over it names its runs apart
     sweep = {"name": "d", "model": "bert-tiny", "dropout": [True, False]}
-    names = ids({"experiments": [], "sweeps": [sweep]})
+    names = ids({"groups": {"g": {"runs": [sweep]}}})
     assert len(set(names)) == 2, names

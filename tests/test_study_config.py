@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import error_of
 from workflow_scripts.study import build_schema, load_study
-from workflow_scripts.study.config import flat_study, is_sweep, study_runs
+from workflow_scripts.study.config import is_sweep, study_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
@@ -29,7 +29,7 @@ def studies(config: dict) -> list[tuple[str, dict]]:
     """config.yaml's study and each preset's own one (where a preset gives one)."""
     out = [("config.yaml", config)]
     for name, preset in config["presets"].items():
-        if any(key in preset for key in ("groups", "experiments", "sweeps")):
+        if "groups" in preset:
             out.append((f"presets.{name}", preset))
     return out
 
@@ -54,10 +54,9 @@ def test_config_yaml_stays_readable():
 
 
 def test_the_shipped_studies_are_written_as_groups(shipped):
-    """Each group's runs in one place: config.yaml and its presets write their studies
-    as groups alone, never a run with a `group:` of its own in experiments or sweeps."""
+    """Each group's runs in one place: config.yaml and each preset with a study of its
+    own write it as groups, the only way there is."""
     for where, section in studies(shipped):
-        assert set(section) & {"experiments", "sweeps"} == set(), where
         assert section["groups"], where
 
 
@@ -98,16 +97,12 @@ def test_no_sweep_exists_only_to_make_an_id(shipped):
             assert not lists or len(lists[0]) > 1, f"{run.where}: a leading one-value list"
 
 
-def test_the_groups_expand_to_their_runs_written_out_flat(shipped):
-    """The groups give exactly the experiments their runs give written out as plain
-    experiments and sweeps (group and shared fields on each), each group's experiments
-    together, in the order written."""
+def test_the_groups_expand_in_the_order_written(shipped):
+    """Each group's experiments together, the groups in the order written, each group's
+    baseline its first run's."""
     for preset in ("default", "quick"):
-        config = {**shipped, "preset": preset}
         section = shipped if preset == "default" else shipped["presets"][preset]
-        grouped = specs(config)
-        flat = specs(config, cli=flat_study(section))
-        assert sorted(grouped, key=lambda s: s["id"]) == sorted(flat, key=lambda s: s["id"])
+        grouped = specs({**shipped, "preset": preset})
         order = [key for key, _ in itertools.groupby(s["group"] for s in grouped)]
         assert order == list(section["groups"]), preset  # each group's runs together
         first = {s["group"]: s["id"] for s in reversed(grouped)}
@@ -142,54 +137,49 @@ def test_a_groups_runs_get_its_name_and_its_shared_values_their_own_win():
     assert [got[i]["steps"] for i in ("a", "s-fp32-steps2", "s-bf16-steps3")] == [5, 2, 3]
 
 
-def test_a_group_run_is_what_it_would_be_in_experiments_or_sweeps():
-    """Byte for byte: a group's run expands as the same run written in experiments or
-    sweeps with its group and the shared fields."""
+def test_a_groups_shared_fields_are_what_each_run_would_state_itself():
+    """Byte for byte: a group's shared fields give each run what the run would give
+    stating them itself."""
     shared = {"model": "bert-tiny", "seq_len": 32, "lr": 0.001}
-    grouped = {
-        "groups": {
-            "g": {
-                "shared": shared,
-                "runs": [
-                    {"id": "one", "precision": "bf16"},
-                    {},  # its id derived from the fields
-                    {"name": "sw", "launcher": "torchrun", "layouts": "all"},
-                ],
-            }
-        }
-    }
-    flat = {
-        "experiments": [
-            {"id": "one", "group": "g", **shared, "precision": "bf16"},
-            {"group": "g", **shared},
-        ],
-        "sweeps": [
-            {"name": "sw", "group": "g", **shared, "launcher": "torchrun", "layouts": "all"}
-        ],  # fmt: skip
-    }
-    assert specs(grouped) == specs(flat)
-    assert flat_study(grouped) == flat
+    runs = [
+        {"id": "one", "precision": "bf16"},
+        {},  # its id derived from the fields
+        {"name": "sw", "launcher": "torchrun", "layouts": "all"},
+    ]
+    grouped = {"groups": {"g": {"shared": shared, "runs": runs}}}
+    stated = {"groups": {"g": {"runs": [{**shared, **run} for run in runs]}}}
+    assert specs(grouped) == specs(stated)
     assert specs(grouped)[1]["id"] == "bert-tiny-fp32-bs16-seq32"  # derived
 
 
-def test_the_study_expands_experiments_then_sweeps_then_the_groups_in_order():
+def test_the_study_expands_the_groups_in_order():
     """Single runs and sweeps of a group in one list: the order written is the order of
     the study (a group's first run is its baseline, a single run or a sweep)."""
     config = {
-        "experiments": [{"id": "e"}],
-        "sweeps": [{"name": "s", "batch_size": [8, 16]}],
         "groups": {
             "z": {"runs": [{"name": "z", "threads": [1, 2]}, {"id": "z-single"}]},
             "a": {"runs": [{"id": "a-single"}, {"name": "a", "seed": [0, 1]}]},
         },
     }
     assert [s["id"] for s in specs(config)] == [
-        "e", "s-bs8", "s-bs16", "z-t1", "z-t2", "z-single", "a-single", "a-seed0", "a-seed1",
+        "z-t1", "z-t2", "z-single", "a-single", "a-seed0", "a-seed1",
     ]  # fmt: skip
     assert [run.where for run in study_runs(config)] == [
-        "experiments[0]", "sweeps[0]", "groups.z.runs[0]", "groups.z.runs[1]",
-        "groups.a.runs[0]", "groups.a.runs[1]",
+        "groups.z.runs[0]", "groups.z.runs[1]", "groups.a.runs[0]", "groups.a.runs[1]",
     ]  # fmt: skip
+
+
+def test_a_study_written_before_groups_is_refused_saying_how_to_write_it():
+    """Top-level (or a preset's) experiments and sweeps are no longer read: one line
+    each, naming where, what to write instead, and every other error beside them."""
+    msg = error_of({"experiments": [{"id": "a"}], "sweeps": [], "trials": 0})
+    lines = msg.splitlines()
+    for key in ("experiments", "sweeps"):
+        (line,) = [x for x in lines if x.startswith(f"config error at {key}:")]
+        assert "a study is written as groups: groups: {<name>: {runs: [...]}}" in line
+    assert any(x.startswith("config error at trials:") for x in lines)
+    msg = error_of({"groups": {"g": {"runs": [{}]}}, "presets": {"p": {"sweeps": []}}})
+    assert msg.startswith("config error at presets.p.sweeps: a study is written as groups")
 
 
 def test_a_run_is_a_sweep_with_a_name_layouts_or_a_list():
@@ -304,16 +294,12 @@ def test_a_groups_sweeps_count_toward_the_limit_before_they_expand():
 
 
 def test_a_command_line_or_preset_with_a_study_of_its_own_drops_the_configs_groups():
-    """experiments and sweeps come each from the first of the command line, the preset
-    and config.yaml that gives it (as before groups); groups from the first that gives
-    any of the three: `--config experiments=[...] sweeps=[]` runs those alone."""
+    """The groups come from the first of the command line, the preset and config.yaml
+    that gives them: `--config groups=...` (or a --configfile's) runs those alone."""
     config = {
-        "experiments": [{"id": "top"}],
-        "sweeps": [{"name": "s", "threads": [1, 2]}],
-        "groups": {"g": {"runs": [{"id": "from-config"}]}},
+        "groups": {"g": {"runs": [{"id": "top"}, {"name": "s", "threads": [1, 2]}]}},
         "presets": {
             "mine": {"groups": {"p": {"runs": [{"id": "from-preset"}]}}},
-            "nosweep": {"sweeps": []},
             "longer": {"defaults": {"steps": 20}},
         },
     }
@@ -321,18 +307,15 @@ def test_a_command_line_or_preset_with_a_study_of_its_own_drops_the_configs_grou
     def ids(preset: str = "default", **cli) -> list[str]:
         return [s["id"] for s in specs({**config, "preset": preset}, cli=cli)]
 
-    assert ids() == ["top", "s-t1", "s-t2", "from-config"]
-    assert ids("longer") == ["top", "s-t1", "s-t2", "from-config"]  # no study of its own
-    assert ids("mine") == ["top", "s-t1", "s-t2", "from-preset"]
-    assert ids("nosweep") == ["top"]
-    mine = {"experiments": [{"id": "cli"}], "sweeps": []}
+    assert ids() == ["top", "s-t1", "s-t2"]
+    assert ids("longer") == ["top", "s-t1", "s-t2"]  # no study of its own
+    assert ids("mine") == ["from-preset"]
+    mine = {"groups": {"c": {"runs": [{"id": "cli"}]}}}
     assert ids(**mine) == ids("mine", **mine) == ["cli"]
-    assert ids(experiments=[{"id": "cli"}]) == ["cli", "s-t1", "s-t2"]
-    assert ids("mine", groups={"c": {"runs": [{"id": "cli"}]}}) == ["top", "s-t1", "s-t2", "cli"]
     # --config groups='{...}' reaches the loader as text
-    assert ids(groups="{c: {runs: [{id: text}]}}", experiments="[]", sweeps="[]") == ["text"]
-    assert "has no experiments (give experiments, sweeps or groups)" in error_of(
-        config, cli={"experiments": [], "sweeps": []}
+    assert ids(groups="{c: {runs: [{id: text}]}}") == ["text"]
+    assert "has no experiments (give groups: {name: {runs: [...]}})" in error_of(
+        config, cli={"groups": {}}
     )
 
 

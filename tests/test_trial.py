@@ -349,7 +349,7 @@ def test_a_calibration_with_wrong_types_still_gives_a_record(make_spec, tmp_path
 
     (tmp_path / "calibration").mkdir()
     (tmp_path / "calibration" / "upstream.json").write_text(ref.read_text())
-    study = load_study({"experiments": [{"id": "a", "model": "cnn", "image_size": 32}]})
+    study = load_study({"groups": {"g": {"runs": [{"id": "a", "model": "cnn", "image_size": 32}]}}})
     est = study_estimate.for_study(study, tmp_path, measure=False)
     assert est["total_s"] > 0
 

@@ -42,12 +42,13 @@ trials: 2
 max_trials: {most}
 margin: 0.1
 collectives: {variants: []}
-sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
-experiments:
-  - {id: first, group: aa, threads: 1}
-  - {id: twin, group: aa, threads: 1, far_stop: null}
-  - {id: batch-1, group: aa, threads: 1, batch_size: 1}
+groups:
+  aa:
+    runs:
+      - {id: first, threads: 1}
+      - {id: twin, threads: 1, far_stop: null}
+      - {id: batch-1, threads: 1, batch_size: 1}
 """.replace("{most}", str(MOST))
 #: the experiments of AA_STUDY
 AA = ("first", "twin", "batch-1")
@@ -131,11 +132,12 @@ trials: 2
 max_trials: null
 margin: 0.1
 collectives: {variants: []}
-sweeps: []
 defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
-experiments:
-  - {id: two, group: far, threads: 2}
-  - {id: one, group: far, threads: 1}
+groups:
+  far:
+    runs:
+      - {id: two, threads: 2}
+      - {id: one, threads: 1}
 """
 
 
@@ -176,11 +178,12 @@ trials: 2
 max_trials: 3
 margin: 0.1
 collectives: {variants: []}
-sweeps: []
 defaults: {batch_size: 32, warmup_steps: 2, steps: 6, threads: 1, step_precision: null}
-experiments:
-  - {id: baseline, group: twins}
-""" + "".join(f"  - {{id: twin{i}, group: twins}}\n" for i in range(1, TWINS + 1))
+groups:
+  twins:
+    runs:
+      - {id: baseline}
+""" + "".join(f"      - {{id: twin{i}}}\n" for i in range(1, TWINS + 1))
 
 
 def test_through_snakemake_six_twins_crown_none_and_none_is_faster_or_slower(

@@ -5,6 +5,7 @@ before any job: tests/test_workflow_config.py.)"""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -31,13 +32,13 @@ from tests.runs import (
     dry_run_jobs,
     experiments_run,
     mtimes,
+    pick_runs,
 )
 from workflow_scripts import images, study
 from workflow_scripts.calibration import clean_calibration
 from workflow_scripts.plan import far, order
 from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
-from workflow_scripts.study.config import flat_study
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,6 @@ LOCAL_STUDY = """
 runtime: local
 trials: 1
 collectives: {variants: []}
-sweeps: []
 """
 #: of the quick preset, what the local study runs: one experiment in each of two
 #: environments (the whole preset runs in images: tests.runs.QuickStudy)
@@ -343,10 +343,10 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     """The local runtime end to end (its environments through their rule, found built by
     their lock's hash), and Snakemake reruns exactly what a change touches."""
     wd = copy_workflow(tmp_path / "wf")
-    quick = flat_study(study.read_config(wd / "config.yaml")["presets"]["quick"])
-    part = [e for e in quick["experiments"] if e["id"] in LOCAL_EXPERIMENTS]
+    quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
+    part = pick_runs(quick, LOCAL_EXPERIMENTS)
     local_study = wd / "local-study.yaml"
-    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"experiments": part}))
+    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": part}))
 
     # 1. the study, locally
     first = snakemake(wd)
@@ -366,8 +366,11 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     # (a new reference probe reruns nothing: test_calibration_is_an_ancient_input)
 
     # 3. one experiment's settings change: exactly it and the report rerun
-    edited = [{**e, "batch_size": 4} if e["id"] == "bf16-cl" else e for e in part]
-    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"experiments": edited}))
+    edited = copy.deepcopy(part)
+    for group in edited.values():
+        group["runs"] = [{**r, "batch_size": 4} if r.get("id") == "bf16-cl" else r
+                         for r in group["runs"]]  # fmt: skip
+    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": edited}))
     # (first with a budget whose clock has run out before the trial starts: it is left
     # out, not failed, the study still ends with its report; the next run runs it)
     clocked = snakemake(wd, config=("budget=1s",))
@@ -562,9 +565,11 @@ trials: 1
 collectives: {variants: []}
 defaults: {model: cnn, image_size: 32, batch_size: 8, warmup_steps: 1, probe_size: 0,
            time_budget_s: null, step_precision: null, far_stop: null, timeout_s: 900}
-experiments:
-  - {id: fast, steps: 2}
-  - {id: slow, steps: 20000}
+groups:
+  kill:
+    runs:
+      - {id: fast, steps: 2}
+      - {id: slow, steps: 20000}
 """
 
 

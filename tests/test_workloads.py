@@ -14,7 +14,7 @@ from workflow_scripts.study import machine
 
 def load(**fields) -> dict:
     """The one resolved spec of an experiment (its id derived unless given)."""
-    config = {"defaults": {"model": "cnn", "image_size": 32}, "experiments": [fields]}
+    config = {"defaults": {"model": "cnn", "image_size": 32}, "groups": {"g": {"runs": [fields]}}}
     (spec,) = study.load_study(config).experiments
     return json.loads(json.dumps(spec))
 
@@ -55,14 +55,14 @@ def test_every_model_is_a_value_of_the_model_field():
 
 
 def test_a_text_models_spec_holds_its_sequence_length_and_no_image_size():
-    spec = load(model="bert-tiny", group="g")
+    spec = load(model="bert-tiny")
     assert spec["seq_len"] == 128 and spec["image_size"] is None
     assert spec["id"] == "bert-tiny-fp32-bs16"  # the model's own length: no tag
     assert load(model="gpt2-tiny", seq_len=64)["id"] == "gpt2-tiny-fp32-bs16-seq64"
     image = load(model="resnet18")
     assert image["seq_len"] is None and image["image_size"] == 32
     # a sweep over both families: each spec takes its own input size
-    config = {"sweeps": [{"name": "m", "model": ["cnn", "bert-tiny"]}], "experiments": []}
+    config = {"groups": {"g": {"runs": [{"name": "m", "model": ["cnn", "bert-tiny"]}]}}}
     specs = {s["model"]: s for s in study.load_study(config).experiments}
     assert specs["cnn"]["image_size"] == 224 and specs["cnn"]["seq_len"] is None
     assert specs["bert-tiny"]["image_size"] is None and specs["bert-tiny"]["seq_len"] == 128
@@ -93,7 +93,7 @@ def test_memory_warning_of_a_text_model_names_its_tokens():
 
 
 def test_inference_mode_resolves_and_counts_the_forward_alone():
-    spec = load(model="bert-tiny", mode="inference", batch_size=1, group="g")
+    spec = load(model="bert-tiny", mode="inference", batch_size=1)
     assert spec["id"] == "bert-tiny-infer-fp32-bs1"
     forward = workloads.get("bert-tiny").forward_flops(spec)
     assert estimate.train_flops_per_sample(spec) == forward
@@ -156,13 +156,16 @@ def test_served_weights_come_from_a_run_that_trains_them_the_same_way():
     int8 = {**train, "backend": "inductor", "precision": "int8", "compile_freezing": True}
 
     def refused_study(*experiments) -> str:
-        config = {"defaults": {"model": "cnn", "image_size": 32}, "experiments": list(experiments)}
+        config = {"defaults": {"model": "cnn", "image_size": 32},
+                  "groups": {"g": {"runs": list(experiments)}}}  # fmt: skip
         with pytest.raises(study.StudyConfigError) as exc:
             study.load_study(config)
         return str(exc.value)
 
-    ok = study.load_study({"defaults": {"model": "cnn", "image_size": 32}, "experiments": [
-        {"id": "fp32", **train}, {"id": "q", **int8, "weights_from": "fp32"}]})  # fmt: skip
+    runs = [{"id": "fp32", **train}, {"id": "q", **int8, "weights_from": "fp32"}]
+    ok = study.load_study(
+        {"defaults": {"model": "cnn", "image_size": 32}, "groups": {"g": {"runs": runs}}}
+    )
     assert [s["weights_from"] for s in ok.experiments] == [None, "fp32"]
     assert "weights_from 'nope' names no experiment" in refused_study(
         {"id": "q", **int8, "weights_from": "nope"}

@@ -255,7 +255,7 @@ def resolve_spec(cfg: dict) -> dict:
         fields["optimizer"] = cfg["optimizer"]
     if text:
         fields["dropout"] = cfg.get("dropout", "off") == "on"
-    config = {"experiments": [fields]}
+    config = {"groups": {"g": {"runs": [fields]}}}
     return json.loads(study.load_study(config).spec_json(fields["id"]))
 
 

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         wd = copy_workflow(Path(tmp) / "wf")
         bench = {"preset": "default", "trials": 1, "max_trials": None,
-                 "experiments": [experiment], "sweeps": [],
+                 "groups": {"g": {"runs": [experiment]}},
                  "collectives": {"variants": []}}  # fmt: skip
         (wd / "bench.yaml").write_text(yaml.safe_dump(bench))
         from workflow_scripts import envs

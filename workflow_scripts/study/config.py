@@ -7,21 +7,20 @@
    declarations (``fields.py``, ``settings.py``; unknown keys anywhere are errors);
 2. applies the selected preset (``preset``, default ``"default"``): the
    preset's ``defaults`` and ``image_folder`` are merged key by key over the
-   top-level ones, its ``experiments``, ``sweeps`` and ``trials`` replace the
-   top-level ones when given; its ``groups`` replace config.yaml's when it gives
-   ``groups``, ``experiments`` or ``sweeps`` (the command line's study wins over
-   both by the same rule: :func:`study_of`);
-3. expands ``experiments``, then ``sweeps``, then each of ``groups`` (a group's
-   ``runs`` with its name as their ``group`` and its ``shared`` fields under their
-   own: :func:`study_runs`), in the order written, into fully resolved experiment
-   specs: a sweep is the Cartesian product of its list-valued fields in the order
-   written, the last field varying fastest;
+   top-level ones, its ``trials`` replaces the top-level one when given; the study's
+   ``groups`` come from the first of the command line, the preset and config.yaml
+   that gives them (:func:`study_of`);
+3. expands each of ``groups`` (a group's ``runs`` with its name as their ``group``
+   and its ``shared`` fields under their own: :func:`study_runs`), in the order
+   written, into fully resolved experiment specs: a sweep is the Cartesian product
+   of its list-valued fields in the order written, the last field varying fastest;
 4. checks each spec (field values, combinations of fields, ids);
 5. with ``preflight``, shortens each spec to its pre-flight (``preflight.py``).
 
 Every problem raises ``StudyConfigError`` whose message is meant for the
 user, one line per problem, e.g.
-``config error at experiments[2].precision: 'fp16' is not allowed; allowed: fp32, bf16``.
+``config error at groups.ladder.runs[2].precision: 'fp16' is not allowed; allowed:
+fp32, bf16``.
 
 Run ``python -m workflow_scripts.study [--config config.yaml] [--set key=value ...]``
 (``--schema`` prints the schema)
@@ -74,14 +73,9 @@ from .schema import (
 NON_STRING_SETTINGS = (
     *(name for name, s in SETTINGS.items() if s.structured),
     "defaults",
-    "experiments",
-    "sweeps",
     "groups",
     "presets",
 )
-#: the keys of a study's runs: the groups come from the first of the command line, the
-#: preset and config.yaml that gives any of them (:func:`study_of`)
-STUDY_KEYS = ("experiments", "sweeps", "groups")
 
 
 class StudyConfigError(Exception):
@@ -192,8 +186,8 @@ def derive_id(spec: dict, defaults: dict) -> str:
 @dataclasses.dataclass
 class _Item:
     spec: dict
-    where: str  # e.g. "experiments[2]" or "sweeps[0]"
-    origin: str  # e.g. "experiments[2]" or "sweeps[1] value batch_size=16"
+    where: str  # e.g. "groups.ladder.runs[2]"
+    origin: str  # e.g. "groups.batch.runs[0] value batch_size=16"
     is_sweep: bool
 
 
@@ -262,7 +256,7 @@ class _Run:
     """One entry of a study before its expansion: a single experiment or a sweep."""
 
     fields: dict  # a group's run: with its group and the group's shared fields
-    where: str  # e.g. "experiments[2]", "presets.quick.groups.ladder.runs[0]"
+    where: str  # e.g. "groups.ladder.runs[2]", "presets.quick.groups.ladder.runs[0]"
     is_sweep: bool
 
 
@@ -273,41 +267,19 @@ def is_sweep(run: dict) -> bool:
 
 
 def study_of(config: dict, overlay: dict, cli: dict, preset: str) -> list[_Run]:
-    """The study's runs, from the command line, the preset and config.yaml: its
-    ``experiments`` and its ``sweeps`` each from the first of them that gives that key
-    (as before groups: a preset of ``sweeps: []`` keeps config.yaml's experiments); its
-    ``groups`` from the first that gives any of the three, so that a command line or a
-    preset with experiments or sweeps of its own runs them without config.yaml's groups
-    (``--config experiments=[...] sweeps=[]`` runs those alone)."""
+    """The study's runs: the ``groups`` of the first of the command line, the preset and
+    config.yaml that gives them, so that a command line (or ``--configfile``) or a
+    preset with a study of its own runs it without config.yaml's groups."""
     layers = ((cli, ""), (overlay, f"presets.{preset}."), (config, ""))
-
-    def first(*keys: str) -> tuple[dict, str]:
-        return next(((s, b) for s, b in layers if any(k in s for k in keys)), ({}, ""))
-
-    runs: list[_Run] = []
-    for key, section_keys in (
-        ("experiments", ("experiments",)),
-        ("sweeps", ("sweeps",)),
-        ("groups", STUDY_KEYS),
-    ):
-        section, base = first(*section_keys)
-        runs += study_runs({key: section.get(key)}, base)
-    return runs
+    section, base = next(((s, b) for s, b in layers if "groups" in s), ({}, ""))
+    return study_runs(section, base)
 
 
 def study_runs(section: dict, base: str = "") -> list[_Run]:
-    """A study's entries in the order they expand: ``experiments``, then ``sweeps``, then
-    each group's ``runs`` (the groups in the order written), a group's run with the
-    group's name as its ``group`` and each of the group's ``shared`` fields it does not
-    set itself (its own value wins)."""
-    runs = [
-        _Run(dict(raw), f"{base}experiments[{i}]", False)
-        for i, raw in enumerate(section.get("experiments") or [])
-    ]
-    runs += [
-        _Run(dict(raw), f"{base}sweeps[{i}]", True)
-        for i, raw in enumerate(section.get("sweeps") or [])
-    ]
+    """A study's runs in the order they expand: each group's ``runs`` (the groups in the
+    order written), a run with the group's name as its ``group`` and each of the group's
+    ``shared`` fields it does not set itself (its own value wins)."""
+    runs = []
     for name, group in (section.get("groups") or {}).items():
         shared = group.get("shared") or {}
         for i, run in enumerate(group.get("runs") or []):
@@ -315,17 +287,6 @@ def study_runs(section: dict, base: str = "") -> list[_Run]:
             fields = {"group": name, **own, **run}
             runs.append(_Run(fields, f"{base}groups.{name}.runs[{i}]", is_sweep(run)))
     return runs
-
-
-def flat_study(section: dict) -> dict[str, list[dict]]:
-    """A study's (config.yaml's, a preset's) entries as plain ``experiments`` and
-    ``sweeps`` lists, each in its order, a group's runs with their group and shared
-    fields written out: e.g. to pick some of them for a ``--configfile`` of one's own."""
-    runs = study_runs(copy.deepcopy(section))
-    return {
-        "experiments": [run.fields for run in runs if not run.is_sweep],
-        "sweeps": [run.fields for run in runs if run.is_sweep],
-    }
 
 
 def _expand(
@@ -359,8 +320,6 @@ def _expand(
             errors += errors_
             continue
         spec = resolve_spec(run.fields, defaults, preset)
-        if spec["group"] is None:
-            spec["group"] = "experiments"
         if spec["id"] is None:
             spec["id"] = derive_id(spec, defaults)
         items.append(_Item(spec, run.where, run.where, False))
@@ -374,19 +333,14 @@ def _expand_sweep(run: _Run, *, defaults: dict, preset: str) -> tuple[list[_Item
     name = sweep.pop("name", None)
     swept = [k for k, v in sweep.items() if isinstance(v, list)]
     if not swept and "layouts" not in sweep:
-        single = (
-            "a single run takes an id, not a name"
-            if ".runs[" in where
-            else "move a single run to experiments"
-        )
         return [], [
             err(
                 where,
                 "a sweep needs at least one field with a list of values "
-                f"(e.g. batch_size: [8, 32]) or layouts; {single}",
+                "(e.g. batch_size: [8, 32]) or layouts; a single run takes an id, not a name",
             )
         ]
-    group = sweep.pop("group", None) or name or "+".join(swept)
+    group = sweep.pop("group")
     clashes = _tag_clashes(sweep, swept)
     layouts, problem = _layouts(sweep)
     if problem:
@@ -589,7 +543,9 @@ def load_study(config: dict | None, base_dir: Path | str = ".", cli: dict | None
     )
     if not items and not errors:
         raise StudyConfigError(
-            err("", f"preset {preset!r} has no experiments (give experiments, sweeps or groups)")
+            err(
+                "", f"preset {preset!r} has no experiments (give groups: {{name: {{runs: [...]}}}})"
+            )
         )
     errors += _problems(items, settings)  # 4. the checks of what it expanded to
     if errors:  # (one line per cause: a default wrong for every experiment, once)

@@ -3,8 +3,8 @@ user's messages for its errors.
 
 :func:`build_schema` assembles a JSON Schema (draft 2020-12) from
 :data:`fields.FIELDS` (one ``$defs`` entry per experiment field, and the
-``defaults``, ``experiment`` and ``sweep`` mappings built from them, and those of
-``groups``: ``study_group``, ``group_shared`` and ``group_run``) and
+``defaults`` mapping and those of ``groups``: ``study_group``, ``group_shared`` and
+``group_run``, a single experiment's or a sweep's) and
 :data:`settings.SETTINGS`. It has no ``default`` keywords: the defaults live in the
 declarations, and the loader applies them. :func:`validate_schema` turns
 jsonschema's errors into one line each, naming the field path, the value and what
@@ -31,6 +31,14 @@ from ..util import show as _show
 
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 
+#: how a study was written before groups: refused, saying how to write it now
+FORMER_STUDY_KEYS = ("experiments", "sweeps")
+FORMER_STUDY = (
+    "a study is written as groups: groups: {<name>: {runs: [...]}}, its single "
+    "experiments and sweeps in one list (docs/configuration.md#groups); top-level "
+    "experiments and sweeps are no longer read"
+)
+
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/$defs/{name}"}
@@ -51,11 +59,6 @@ def build_schema() -> dict:
         "additionalProperties": False,
         "properties": {n: _ref(n) for n in FIELDS if n not in PER_EXPERIMENT},
     }
-    defs["experiment"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {n: _ref(n) for n in FIELDS},
-    }
     sweep_props: dict[str, Any] = {"name": _ref("id")}
     for name in FIELDS:
         if name == "id":
@@ -73,7 +76,6 @@ def build_schema() -> dict:
         "of 2 threads or more (e.g. for comm_cpu; none on fewer than 4 CPUs); sets ranks and "
         "threads",
     }
-    defs["sweep"] = {"type": "object", "additionalProperties": False, "properties": sweep_props}
     # a group: its runs (single experiments and sweeps, in one list: the order is the
     # study's) get its name as their group, and its shared fields where they set none
     defs["group_shared"] = {
@@ -110,12 +112,10 @@ def build_schema() -> dict:
         },
     }
     runs = {
-        "experiments": {"type": "array", "items": _ref("experiment")},
-        "sweeps": {"type": "array", "items": _ref("sweep")},
         "groups": {
             "description": "the study by group: each group's runs (experiments and sweeps, "
             "in one list) get its name as their group and its shared fields where they set "
-            "none; expanded after experiments and sweeps, in the order written",
+            "none; expanded in the order written",
             "type": "object",
             "propertyNames": _ref("group"),
             "additionalProperties": _ref("study_group"),
@@ -294,6 +294,9 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
                     )
                 )
                 continue
+            if key in FORMER_STUDY_KEYS and (not parts or parts[0] == "presets" == parts[-2]):
+                lines.append(err(at, FORMER_STUDY))
+                continue
             if field == "defaults" and key in PER_EXPERIMENT:
                 lines.append(err(at, f"{key!r} cannot have a default; set it on each experiment"))
                 continue
@@ -312,15 +315,7 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
         missing = [k for k in error.validator_value if k not in value]
         return [err(where, f"missing required field {k!r}") for k in missing]
     if isinstance(value, list) and kind in ("type", "enum"):
-        if parent == "experiments" and field != "env_vars":
-            return [
-                err(
-                    where,
-                    f"{_show(value)} is a list; an experiment takes single values "
-                    "(use sweeps for lists)",
-                )
-            ]
-        if field in NOT_SWEPT and len(parts) >= 3 and parent in ("sweeps", "runs"):
+        if field in NOT_SWEPT and len(parts) >= 3 and parent == "runs":
             return [err(where, f"{_show(value)} is a list; {field!r} cannot be swept")]
         if len(parts) >= 2 and parts[-2] == "shared":
             return [
@@ -334,7 +329,8 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
             return [
                 err(
                     where,
-                    f"{_show(value)} is a list; defaults take single values (use sweeps for lists)",
+                    f"{_show(value)} is a list; defaults take single values (a run with a "
+                    "list of values is a sweep)",
                 )
             ]
     if kind == "type":
