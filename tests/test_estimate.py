@@ -11,6 +11,7 @@ from tests.conftest import REPO
 from tests.estimates import calibration, machine
 from workflow_scripts import study, workloads
 from workflow_scripts.plan import estimate, estimate_text, study_estimate
+from workflow_scripts.plan.study_estimate import Known, Setup
 from workflow_scripts.study.entry import read_config
 
 
@@ -156,14 +157,16 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     """What a user of a 2-core AVX2 machine reads before starting the default study."""
     st = _study("default")
     avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
-    est = study_estimate.total(st.experiments, st.settings["trials"], avx2, envs=st.envs)
+    est = study_estimate.total(st.experiments, st.settings["trials"], avx2, setup=Setup(st.envs))
     assert est["total_s"] > 3600
     text = estimate_text.format_estimate(est, st.settings["trials"])
     assert " h on this machine" in text.splitlines()[0]
     assert "[estimate]   ladder:" in text and "bf16 emulated" in text
     # the same study where bf16 is native: its bf16 runs take a fraction of the time
     native = estimate.Machine({}, 170.0, 2, ["avx2", "avx512_bf16"])
-    faster = study_estimate.total(st.experiments, st.settings["trials"], native, envs=st.envs)
+    faster = study_estimate.total(
+        st.experiments, st.settings["trials"], native, setup=Setup(st.envs)
+    )
     assert faster["total_s"] < est["total_s"]
     bf16 = [s for s in st.experiments if s["precision"] == "bf16"]
     emulated = sum(estimate.trial(s, avx2)["seconds"] for s in bf16)
@@ -178,7 +181,7 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
     # a calibration where bf16 is slower on a CPU with AVX-512 BF16 says so, not "emulated"
     slow = estimate.Machine({"upstream": calibration(bf16_ratio=1.5)}, None, 2, ["avx512_bf16"])
     said = estimate_text.format_estimate(
-        study_estimate.total(bf16[:1], 2, slow, envs=["upstream"]), 2
+        study_estimate.total(bf16[:1], 2, slow, setup=Setup(["upstream"])), 2
     )
     assert "bf16 trains slower than fp32 here (a step 1.5x fp32's): its 1 run takes" in said
 
@@ -186,12 +189,14 @@ def test_the_default_study_on_an_avx2_machine_takes_hours():
 def test_groups_sum_and_records_already_made_are_not_remaining():
     st = _study("quick")
     m = estimate.Machine({}, 100.0, 2, ["avx2"])
-    est = study_estimate.total(st.experiments, 1, m, envs=st.envs, collectives=2)
+    est = study_estimate.total(st.experiments, 1, m, setup=Setup(st.envs, 2))
     assert sum(g["seconds"] for g in est["groups"].values()) == pytest.approx(est["trials_s"], 0.01)
     assert sum(g["trials"] for g in est["groups"].values()) == len(st.experiments)
     assert est["setup"]["collectives"] == 2 * estimate.COLLECTIVES_S
     first = st.experiments[0]["id"]
-    done = study_estimate.total(st.experiments, 1, m, envs=st.envs, done=[(first, 0)])
+    done = study_estimate.total(
+        st.experiments, 1, m, setup=Setup(st.envs), known=Known([(first, 0)])
+    )
     assert done["remaining_trials_s"] == pytest.approx(
         est["trials_s"] - est["experiments"][first]["seconds"], abs=0.2
     )
@@ -256,7 +261,7 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     bf16 is native (2x faster) they are far too, but an fp32 rung near its baseline is not."""
     st = _study("default")
     avx2 = estimate.Machine({}, 170.0, 2, ["avx2", "fma"])
-    est = study_estimate.total(st.experiments, 2, avx2, envs=st.envs)
+    est = study_estimate.total(st.experiments, 2, avx2, setup=Setup(st.envs))
     per = est["experiments"]
     assert "bf16" in est["far"] and "inductor-fp32" not in est["far"]
     assert per["bf16"]["trials"] == 1 and per["bf16"]["timed_steps"] <= 2
@@ -275,10 +280,12 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     assert f"{low} trials: 2 per experiment, fewer for" in text
     assert f"adaptive rounds: {low} to {high} trials" in text
     # once a first trial has run, what it did counts, not the prediction
-    known = study_estimate.total(st.experiments, 2, avx2, envs=st.envs, far_known={"bf16": False})
+    known = study_estimate.total(
+        st.experiments, 2, avx2, setup=Setup(st.envs), known=Known(far={"bf16": False})
+    )
     assert known["experiments"]["bf16"]["trials"] == 2
     assert known["planned_trials"] == est["planned_trials"] + 1
     # a far stop within the margin settles nothing: the bf16 rungs run their trials
-    wide = study_estimate.total(st.experiments, 2, avx2, envs=st.envs, margin=0.6)
+    wide = study_estimate.total(st.experiments, 2, avx2, setup=Setup(st.envs), margin=0.6)
     assert wide["experiments"]["bf16"]["trials"] == 2 and "bf16" not in wide["far"]
     assert wide["experiments"]["bf16"]["timed_steps"] == per["bf16"]["timed_steps"]

@@ -10,6 +10,7 @@ import re
 from tests.estimates import calibration, machine
 from workflow_scripts import study
 from workflow_scripts.plan import estimate_text, progress, study_estimate
+from workflow_scripts.plan.study_estimate import Known, Setup
 
 
 def small_study(trials: int = 2) -> study.Study:
@@ -24,7 +25,7 @@ def small_study(trials: int = 2) -> study.Study:
 def predicted_study():
     """The small study, the machine it is estimated on and each experiment's estimate."""
     s, m = small_study(), machine(calibration())
-    return s, m, study_estimate.total(s.experiments, 2, m, envs=s.envs)["experiments"]
+    return s, m, study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
 
 
 def write_record(results, exp: str, trial: int, wall: float | None, **more) -> None:
@@ -40,7 +41,7 @@ def test_nothing_done_yet_says_the_estimate(tmp_path):
     m = machine(calibration())
     text = progress.line(s, tmp_path, started=100.0, now=160.0, machine=m)
     assert text.startswith("[progress] 0 of 6 trials have a record, 60 s elapsed in this run")
-    left = study_estimate.total(s.experiments, 2, m, envs=s.envs)["remaining_trials_s"]
+    left = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["remaining_trials_s"]
     assert f"about {estimate_text.human(left)} left (the estimate, nothing measured yet)" in text
 
 
@@ -51,7 +52,9 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
     write_record(tmp_path, "b", 0, wall=2 * predicted["b"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=7200.0, machine=m)
     done = [("a", 0), ("b", 0)]
-    left = study_estimate.total(s.experiments, 2, m, envs=s.envs, done=done)["remaining_trials_s"]
+    left = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done))[
+        "remaining_trials_s"
+    ]
     assert text.startswith("[progress] 2 of 6 trials have a record, 2.0 h elapsed")
     assert f"about {estimate_text.human(2 * left)} left" in text
     assert "for the 4 trials without a record, x 2.00: measured/estimated so far" in text

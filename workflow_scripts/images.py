@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import fcntl
 import hashlib
@@ -352,23 +353,28 @@ def build_os(engine: str, base: dict, name: str, log: Path, env: dict[str, str])
         )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What one image is built from: its name's prefix, its parent's record, the
+    wheelhouse its Containerfile installs from, and (the ``os`` image) the base settings."""
+
+    image: str
+    prefix: str = "localhost/cpu-train-study"
+    parent_json: Path | None = None
+    wheelhouse: Path | None = None
+    base: dict | None = None
+
+
 def build(
-    image: str,
-    engine: str,
-    out: Path,
-    log: Path,
-    prefix: str,
-    parent_json: Path | None = None,
-    wheelhouse: Path | None = None,
-    base: dict | None = None,
-    engine_conf: str | None = None,
+    source: Source, engine: str, out: Path, log: Path, engine_conf: str | None = None
 ) -> dict:
     """Build one image (with the engine's layer cache) and write its record."""
+    image, prefix, base, wheelhouse = source.image, source.prefix, source.base, source.wheelhouse
     env = engine_env(engine_conf)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     name = f"{prefix}-{image}:latest"
-    parent = read_json(parent_json, want=None) if parent_json else None
+    parent = read_json(source.parent_json, want=None) if source.parent_json else None
     t0 = time.perf_counter()
     try:
         if image == "os":
@@ -517,10 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "wheelhouse":
             fill_wheelhouse(args.lock, args.wheelhouse, args.out, args.log)
         elif args.cmd == "build":
-            rec = build(
-                args.image, args.engine, args.out, args.log, args.prefix, args.parent_json,
-                args.wheelhouse, json.loads(args.base_json), args.engine_conf,
-            )  # fmt: skip
+            source = Source(args.image, args.prefix, args.parent_json, args.wheelhouse,
+                            json.loads(args.base_json))  # fmt: skip
+            rec = build(source, args.engine, args.out, args.log, args.engine_conf)
             print(build_line(rec))
         elif args.cmd == "archive":
             saved = save_archive(args.image_json, args.out, args.log)

@@ -173,9 +173,8 @@ def line(
         experiments,
         trials,
         machine,
-        envs=study.envs,
-        done=done,
-        far_known=far_known,
+        setup=study_estimate.Setup(study.envs),
+        known=study_estimate.Known(done, far_known),
         margin=float(study.settings.get("margin", 0.03)),
     )
     # the same estimate's prediction for the trials done, against their wall time

@@ -5,6 +5,7 @@ times)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,36 +24,50 @@ from .estimate import (
 from .far import baseline_of, same_work
 
 
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The jobs around the trials: a calibration per environment (``envs``) and
+    ``collectives`` variants of the allreduce microbenchmark (the report's is fixed)."""
+
+    envs: Iterable[str] = ()
+    collectives: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """What the study's records tell so far: ``done``, the (experiment, trial) pairs that
+    have a record; ``far``, whether each experiment whose first trial ran stopped it far."""
+
+    done: Iterable[tuple[str, int]] = ()
+    far: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+
+
 def total(
     experiments: list[Mapping],
     trials: int,
     machine: Machine,
-    envs: Iterable[str] = (),
-    collectives: int = 0,
-    done: Iterable[tuple[str, int]] = (),
-    far_known: Mapping[str, bool] | None = None,
+    setup: Setup = Setup(),
+    known: Known = Known(),
     margin: float = 0.03,
 ) -> dict:
     """Every trial's estimate, summed per group and for the study, with the jobs around
-    them (calibrations, the collectives, the report; environment and image builds are
-    not included). ``done``: (experiment, trial) pairs that already have a record;
-    ``far_known``: whether each experiment whose first trial ran stopped it far;
-    ``margin``: the verdicts' (a far stop within it leaves the trials as they are).
+    them (``setup``: calibrations, the collectives, and the report; environment and
+    image builds are not included), less what is ``known`` done; ``margin``: the
+    verdicts' (a far stop within it leaves the trials as they are).
     Each experiment runs ``trials``, but a seed sweep's seeds share them
     (``rounds.first_trials``) and a run predicted far slower than its baseline runs one
     trial that stops at its first timed steps (:func:`predicted_far`); the others may go on
     in the adaptive rounds (``later_round_s``: one more round of them)."""
-    done = set(done)
+    envs, done = list(setup.envs), set(known.done)
     groups: dict[str, dict] = {}
     per_experiment = {}
     trials_s = remaining = later_round_s = 0.0
     planned = adaptive = 0
     firsts = rounds.first_trials(experiments, trials)
-    known = far_known or {}
     predicted = predicted_far(experiments, machine)
     # (a first trial that stopped far, slower: as predicted, or far beyond the factor)
-    far_ones = {e: r for e, r in predicted.items() if known.get(e, True)}
-    far_ones.update({e: math.inf for e, stopped in known.items() if stopped})
+    far_ones = {e: r for e, r in predicted.items() if known.far.get(e, True)}
+    far_ones.update({e: math.inf for e, stopped in known.far.items() if stopped})
     bf16 = {"seconds": 0.0, "experiments": 0, "ratios": []}
     for spec in experiments:
         ratio = far_ones.get(spec["id"])
@@ -79,7 +94,7 @@ def total(
                 remaining += seconds
     setup = {
         "calibrations": sum(machine.calibration_s(e) for e in envs),
-        "collectives": COLLECTIVES_S * collectives,
+        "collectives": COLLECTIVES_S * setup.collectives,
         "report": REPORT_S,
     }
     return {
@@ -225,13 +240,13 @@ def for_study(
     machine = machine or study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
+    done = done_trials(preflight.under(results, settings), study.experiments, trials)
     est = total(
         study.experiments,
         trials,
         machine,
-        envs=list(study.envs),
-        collectives=len(variants),
-        done=done_trials(preflight.under(results, settings), study.experiments, trials),
+        setup=Setup(list(study.envs), len(variants)),
+        known=Known(done),
         margin=float(settings.get("margin", 0.03)),
     )
     return with_rounds(est, trials, rounds.cap(settings))

@@ -41,7 +41,7 @@ from .families import (
 )
 from .figures import plot_all
 from .headline import Findings, headline_html, headline_pairs
-from .html import page_html
+from .html import Page, page_html
 from .machines import Machine, load_machine, machines_section, parse_machines, result_files
 from .quality import correctness_section, startup_section
 from .sections import (
@@ -196,10 +196,8 @@ def build_report(
     )  # fmt: skip
     headline = headline_html(found)
     provenance = provenance_html(frame, records)
-    page = page_html(
-        options.title, baseline, frame, len(stats), provenance, sections, headline, not_run
-    )
-    html_path.write_text(page, encoding="utf-8")
+    page = Page(options.title, baseline, sections, headline, provenance, not_run)
+    html_path.write_text(page_html(page, frame, len(stats)), encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
     return {"trials": n, "ok": n_ok, "failed": n_failed, "left_out": left_out(frame),
             "baseline": baseline}  # fmt: skip

@@ -3,6 +3,7 @@ the stylesheet and the page around the sections."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from collections.abc import Sequence
@@ -238,18 +239,26 @@ def baseline_label(baseline: str | None) -> str:
     return baseline if baseline is not None else "none found"
 
 
-def page_html(
-    title: str,
-    baseline: str | None,
-    frame: pd.DataFrame,
-    n_experiments: int,
-    provenance: str,
-    sections: Sequence[tuple[str, str, str]],
-    headline: str = "",
-    not_run: Sequence[str] = (),
-) -> str:
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """What the page shows besides its counts: its title, the run's baseline, the
+    sections, each an (id, heading, HTML content) triple, the headline, the run's
+    provenance and the sweeps this preset did not run."""
+
+    title: str
+    baseline: str | None
+    sections: Sequence[tuple[str, str, str]]
+    headline: str = ""
+    provenance: str = ""
+    not_run: Sequence[str] = ()
+
+
+def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
     """The whole page: title, the headline, contents, what was not run, how to read,
-    counts, provenance, and the sections, each an (id, heading, HTML content) triple."""
+    counts (of the trials in ``frame``, of ``n_experiments``), provenance, and the
+    sections."""
+    title, baseline, sections, not_run = page.title, page.baseline, page.sections, page.not_run
+    headline, provenance = page.headline, page.provenance
     n, n_ok, n_failed = trial_counts(frame)
     n_left = left_out(frame)
     left = f", <b>{n_left}</b> left out by the budget's clock" if n_left else ""

@@ -123,27 +123,26 @@ def run_prefix(
     mounts: list[tuple[str, str]],
     env: dict[str, str],
     cpus: list[int] | None = None,
-    shm_size: str = "2g",
-    network: bool = False,
-    workdir: str | None = None,
     memory: tuple[str, str | None] | None = None,
 ) -> list[str]:
     """``<engine> run ...`` up to and including the image ID; the command follows.
-    mounts: (host path, "ro"|"rw"), mounted at the same path inside."""
+    mounts: (host path, "ro"|"rw"), mounted at the same path inside, with the
+    repository (read-only, the working directory); no network; ``/dev/shm`` of the
+    record's ``shm_size``; ``memory``: (limit, the memory cgroup that holds it, or None:
+    the engine's --memory)."""
     # no --rm: the container stays until cleanup() (or the watchdog) removes it, so that
     # oom_killed() can still ask the engine how it ended
     cmd = [record["engine"], "run", "--name", name, "--init"]
-    cmd += ["--network", "host" if network else "none", "--shm-size", shm_size]
+    cmd += ["--network", "none", "--shm-size", record.get("shm_size") or "2g"]
     cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]
-    for path, mode in mounts:
+    for path, mode in [(str(REPO_ROOT), "ro"), *mounts]:
         cmd += ["-v", f"{path}:{path}:{mode}"]
     if cpus:
         cmd += ["--cpuset-cpus", ",".join(map(str, cpus))]
-    if memory:  # (limit, the memory cgroup that holds it, or None: the engine's --memory)
+    if memory:
         limit, parent = memory
         cmd += ["--cgroup-parent", parent] if parent else ["--memory", limit]
-    if workdir:
-        cmd += ["-w", workdir]
+    cmd += ["-w", str(REPO_ROOT)]
     for key, value in sorted(env.items()):
         cmd += ["-e", f"{key}={value}"]
     return [*cmd, record["image_id"]]
@@ -205,11 +204,7 @@ class ContainerRuntime(Runtime):
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"study-{label}") + f"-{os.getpid()}"
         limit = self.env_info.get("memory")
         memory = (limit, memory_cgroup(name, limit)) if limit else None
-        prefix = run_prefix(
-            self.env_info, name, [(str(REPO_ROOT), "ro"), *mounts], env, cpus=cpus,
-            shm_size=self.env_info.get("shm_size", "2g"), workdir=str(REPO_ROOT),
-            memory=memory,
-        )  # fmt: skip
+        prefix = run_prefix(self.env_info, name, list(mounts), env, cpus=cpus, memory=memory)
         return Wrapped(
             [*prefix, *cmd], engine_env(self.env_info.get("engine_conf")), name,
             cleanup_cmd=remove_command(self.env_info, name),
