@@ -33,7 +33,7 @@ def run(tmp_path: Path, code: str, results: list[Path], timeout_s: float = 60):
     rt = local()
     cmd = [sys.executable, "-c", code, *map(str, results)]
     return measured.run_measured(
-        rt, cmd, rt.environment(), label="t", log=tmp_path / "log" / "run.log",
+        rt, measured.Process(cmd, rt.environment(), "t"), log=tmp_path / "log" / "run.log",
         timeout_s=timeout_s, results=results,
     )  # fmt: skip
 

@@ -19,7 +19,7 @@ from typing import Any
 from . import backends, runtimes, sysinfo
 from .commands import Arg, Command
 from .rank import probe
-from .runtimes.measured import ENV_JSON, LIMIT_ARGS, run_measured, with_limits
+from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Process, run_measured, with_limits
 from .util import finite, int_list, read_json, tail, write_json_atomic
 
 TIMEOUT_S = 1800
@@ -49,10 +49,9 @@ def calibrate(
     ]  # fmt: skip
     runtime = runtimes.for_env(env_info)
     try:
-        ran = run_measured(
-            runtime, cmd, runtime.environment(), label="calibrate", log=log,
-            timeout_s=TIMEOUT_S, results=[partial], mounts=[(str(out.parent.resolve()), "rw")],
-        )  # fmt: skip
+        process = Process(cmd, runtime.environment(), "calibrate",
+                          mounts=[(str(out.parent.resolve()), "rw")])  # fmt: skip
+        ran = run_measured(runtime, process, log=log, timeout_s=TIMEOUT_S, results=[partial])
         problem = ran.problem()
         if problem:
             raise RuntimeError(f"the probe: {problem[1]}")

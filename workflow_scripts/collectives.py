@@ -22,7 +22,15 @@ from pathlib import Path
 
 from . import backends, launchers, runtimes, sysinfo
 from .commands import Arg, Command
-from .runtimes.measured import ENV_JSON, LIMIT_ARGS, Ran, environment, run_measured, with_limits
+from .runtimes.measured import (
+    ENV_JSON,
+    LIMIT_ARGS,
+    Process,
+    Ran,
+    environment,
+    run_measured,
+    with_limits,
+)
 from .util import read_json, tail, write_json_atomic
 
 PROGRAM = Path(__file__).resolve().parent / "rank" / "distributed" / "allreduce_bench.py"
@@ -158,11 +166,9 @@ def run_one(
     runtime = runtimes.for_env(env_info)
     starter = launchers.starter(launcher, spec, runtime.name)
     cmd = launcher.command(spec, env_info["python"], args, program=PROGRAM, starter=starter)
-    ran = run_measured(
-        runtime, cmd, environment(spec, runtime, starter), label=f"collectives-{variant}",
-        log=log, timeout_s=bench.timeout_s, results=paths,
-        mounts=[(str(out.parent.resolve()), "rw")],
-    )  # fmt: skip
+    process = Process(cmd, environment(spec, runtime, starter), f"collectives-{variant}",
+                      mounts=[(str(out.parent.resolve()), "rw")])  # fmt: skip
+    ran = run_measured(runtime, process, log=log, timeout_s=bench.timeout_s, results=paths)
     record = merge(ran, log)
     record.update(
         kind="collectives",

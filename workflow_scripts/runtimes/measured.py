@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import backends, launchers, shm
@@ -143,28 +143,35 @@ def with_limits(env_info: dict, args: argparse.Namespace) -> dict:
             "image_archives": getattr(args, "image_archives", "") or None}  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Process:
+    """A measured process to start: its command line and variables, a ``label`` that
+    names its container, the host folders it may write (``mounts``: (path, "rw"|"ro"),
+    at the same path inside a container) and the CPUs it may run on (None: the job's)."""
+
+    cmd: Sequence[str]
+    env: Mapping[str, str]
+    label: str
+    mounts: Sequence[tuple[str, str]] = ()
+    cpus: list[int] | None = None
+
+
 def run_measured(
-    runtime: Runtime,
-    cmd: list[str],
-    env: dict[str, str],
-    *,
-    label: str,
-    log: Path,
-    timeout_s: float,
-    results: Sequence[Path],
-    mounts: Sequence[tuple[str, str]] = (),
-    cpus: list[int] | None = None,
+    runtime: Runtime, process: Process, *, log: Path, timeout_s: float, results: Sequence[Path]
 ) -> Ran:
-    """Run ``cmd`` (with ``env``) in ``runtime`` and read the JSON its processes write
-    at ``results``. Raises :class:`Interrupted` when a signal from outside stopped it
-    (the job's or the run's own), after removing its results and its container."""
+    """Run ``process`` in ``runtime`` and read the JSON its processes write at
+    ``results``. Raises :class:`Interrupted` when a signal from outside stopped it (the
+    job's or the run's own), after removing its results and its container."""
+    cmd, env = list(process.cmd), dict(process.env)
     for path in results:
         path.unlink(missing_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     pids = shm.make_folder() if runtime.shares_host_shm else None
     if pids:  # where the run's oneCCL processes register (what they leave is removed)
         env = {**env, shm.PIDS_VAR: pids}
-    wrapped = runtime.wrap(cmd, env, label=label, mounts=list(mounts), cpus=cpus)
+    wrapped = runtime.wrap(
+        cmd, env, label=process.label, mounts=list(process.mounts), cpus=process.cpus
+    )
     container = wrapped.container is not None
     mark = runtime.oom_mark()
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..launchers import harness_args, result_paths
-from ..runtimes.measured import environment, run_measured
+from ..runtimes.measured import Process, environment, run_measured
 from .environment import absolute_path, compile_cache, run_mounts
 from .outcome import assemble, failure, outcome
 
@@ -65,11 +65,11 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
     started = sysinfo.now()
     offset = log.stat().st_size if log.exists() else 0  # this attempt's output: after it
     try:
-        ran = run_measured(
-            runtime, cmd, env, label=f"{spec['id']}-t{trial}-a{attempt}", log=log,
-            timeout_s=spec["timeout_s"], results=results,
+        process = Process(
+            cmd, env, f"{spec['id']}-t{trial}-a{attempt}",
             mounts=run_mounts(out, data_path, cache, spec.get("weights_from")), cpus=cpus,
         )  # fmt: skip
+        ran = run_measured(runtime, process, log=log, timeout_s=spec["timeout_s"], results=results)
     finally:
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
