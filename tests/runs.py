@@ -180,11 +180,22 @@ class QuickStudy:
 
 def pick_runs(section: dict, keep) -> dict:
     """The groups of a study (config.yaml's, a preset's) with only the runs ``keep``
-    names (a single run by its id, a sweep by its name), each in its group with the
-    group's shared fields: e.g. part of the quick preset for a --configfile."""
+    names (a single run by its id, a sweep by its name), each in its group (and block)
+    with their shared fields: e.g. part of the quick preset for a --configfile."""
+
+    def picked(runs: list[dict]) -> list[dict]:
+        out = []
+        for run in runs:
+            if "runs" in run:  # a block: the runs it keeps, with its shared fields
+                inner = picked(run["runs"])
+                out += [{**run, "runs": inner}] if inner else []
+            elif run.get("id", run.get("name")) in keep:
+                out.append(run)
+        return out
+
     groups = {}
     for name, group in section["groups"].items():
-        runs = [r for r in group["runs"] if r.get("id", r.get("name")) in keep]
+        runs = picked(group["runs"])
         if runs:
             groups[name] = {**group, "runs": runs}
     return groups

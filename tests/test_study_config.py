@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import error_of
 from workflow_scripts.study import build_schema, load_study
-from workflow_scripts.study.config import is_sweep, study_runs
+from workflow_scripts.study.config import is_block, is_sweep, study_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
@@ -61,22 +61,31 @@ def test_the_shipped_studies_are_written_as_groups(shipped):
 
 
 def test_a_value_every_run_of_a_group_shares_is_stated_once(shipped):
-    """No run restates a value of its group's `shared`, and no field has the same single
-    value in every run of a group of several (it belongs in `shared`)."""
+    """No run restates a value of its group's (or its block's) `shared`, and no field has
+    the same single value in every run of a group or block of several (it belongs in
+    `shared`); a block's runs share something beyond the group's."""
     for where, section in studies(shipped):
         for name, group in section["groups"].items():
-            shared = group.get("shared", {})
-            runs = group["runs"]
-            for i, run in enumerate(runs):
-                again = {k for k, v in shared.items() if k in run and run[k] == v}
-                assert not again, f"{where}.groups.{name}.runs[{i}] restates {again}"
-            if len(runs) > 1:
-                # (a list is a sweep's own: shared values are single)
-                common = set.intersection(
-                    *({_key(k, v) for k, v in r.items() if not isinstance(v, list)} for r in runs)
-                )
-                common -= {_key("name", r.get("name")) for r in runs}
-                assert not common, f"{where}.groups.{name}: every run sets {common}"
+            _stated_once(f"{where}.groups.{name}", group.get("shared", {}), group["runs"])
+            for i, block in enumerate(group["runs"]):
+                if is_block(block):
+                    at, inner = f"{where}.groups.{name}.runs[{i}]", block.get("shared", {})
+                    assert set(inner) - set(group.get("shared", {})), f"{at} shares nothing more"
+                    _stated_once(at, {**group.get("shared", {}), **inner}, block["runs"])
+
+
+def _stated_once(where: str, shared: dict, runs: list[dict]) -> None:
+    for i, run in enumerate(runs):
+        again = {k for k, v in shared.items() if k in run and run[k] == v}
+        assert not again, f"{where}.runs[{i}] restates {again}"
+    runs = [r for r in runs if not is_block(r)]
+    if len(runs) > 1:
+        # (a list is a sweep's own: shared values are single)
+        common = set.intersection(
+            *({_key(k, v) for k, v in r.items() if not isinstance(v, list)} for r in runs)
+        )
+        common -= {_key("name", r.get("name")) for r in runs}
+        assert not common, f"{where}: every run sets {common}"
 
 
 def _key(field: str, value) -> tuple[str, str]:
@@ -135,6 +144,63 @@ def test_a_groups_runs_get_its_name_and_its_shared_values_their_own_win():
     assert {s["mode"] for s in got.values()} == {"inference"}
     assert [got[i]["batch_size"] for i in ("a", "b", "s-bf16-steps3")] == [1, 4, 1]
     assert [got[i]["steps"] for i in ("a", "s-fp32-steps2", "s-bf16-steps3")] == [5, 2, 3]
+
+
+def test_a_block_of_runs_shares_more_values_in_its_place():
+    """A block (an entry of a group's runs with runs of its own) gives its runs its shared
+    values over the group's (a run's own still win), in the block's place, in its group;
+    errors name the run's path inside the block."""
+    config = {
+        "groups": {
+            "serve": {
+                "shared": {"mode": "inference", "steps": 5},
+                "runs": [
+                    {"id": "a"},
+                    {"shared": {"batch_size": 1, "steps": 9},
+                     "runs": [{"id": "b"}, {"id": "c", "steps": 3},
+                              {"name": "s", "precision": ["fp32", "bf16"]}]},
+                    {"id": "d"},
+                ],
+            }
+        }
+    }  # fmt: skip
+    got = {s["id"]: s for s in specs(config)}
+    assert list(got) == ["a", "b", "c", "s-fp32", "s-bf16", "d"]
+    assert {s["group"] for s in got.values()} == {"serve"}
+    assert {s["mode"] for s in got.values()} == {"inference"}
+    assert [got[i]["steps"] for i in got] == [5, 9, 3, 9, 9, 5]
+    assert [got[i]["batch_size"] for i in got] == [16, 1, 1, 1, 1, 16]
+    assert [run.where for run in study_runs(config)] == [
+        "groups.serve.runs[0]", "groups.serve.runs[1].runs[0]", "groups.serve.runs[1].runs[1]",
+        "groups.serve.runs[1].runs[2]", "groups.serve.runs[2]",
+    ]  # fmt: skip
+    bad = {"groups": {"g": {"runs": [
+        {"shared": {"group": "h", "id": "x", "bach_size": 1}, "runs": [
+            {"id": "a", "group": "g", "precision": "fp16"}, {"runs": []}]},
+    ]}}}  # fmt: skip
+    lines = error_of(bad).splitlines()
+    assert "config error at groups.g.runs[0].runs[0].precision: 'fp16' is not allowed" in (
+        "\n".join(lines)
+    )
+    for line in (
+        "config error at groups.g.runs[0].shared.group: the runs of a group get its name "
+        "('g') as their group; remove 'group' here",
+        "config error at groups.g.runs[0].shared.id: an id names one experiment: set it on "
+        "each run (a sweep: its name)",
+        "config error at groups.g.runs[0].runs[0].group: the runs of a group get its name "
+        "('g') as their group; remove 'group' here",
+    ):
+        assert line in lines, lines
+    assert any(
+        x.startswith(
+            "config error at groups.g.runs[0].shared.bach_size: unknown "
+            "field 'bach_size' (did you mean 'batch_size'?)"
+        )
+        for x in lines
+    )
+    # one level: a block inside a block is refused
+    assert any(x.startswith("config error at groups.g.runs[0].runs[1].runs: unknown field")
+               for x in lines), lines  # fmt: skip
 
 
 def test_a_groups_shared_fields_are_what_each_run_would_state_itself():

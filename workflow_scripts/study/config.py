@@ -278,15 +278,31 @@ def study_of(config: dict, overlay: dict, cli: dict, preset: str) -> list[_Run]:
 def study_runs(section: dict, base: str = "") -> list[_Run]:
     """A study's runs in the order they expand: each group's ``runs`` (the groups in the
     order written), a run with the group's name as its ``group`` and each of the group's
-    ``shared`` fields it does not set itself (its own value wins)."""
+    ``shared`` fields it does not set itself (its own value wins). A block (an entry of a
+    group's runs with ``runs`` of its own) gives its runs, in its place, its ``shared``
+    fields over the group's."""
     runs = []
     for name, group in (section.get("groups") or {}).items():
         shared = group.get("shared") or {}
         for i, run in enumerate(group.get("runs") or []):
-            own = {k: v for k, v in shared.items() if k not in run}
-            fields = {"group": name, **own, **run}
-            runs.append(_Run(fields, f"{base}groups.{name}.runs[{i}]", is_sweep(run)))
+            where = f"{base}groups.{name}.runs[{i}]"
+            if is_block(run):
+                inner = {**shared, **(run.get("shared") or {})}
+                for j, each in enumerate(run["runs"] or []):
+                    runs.append(_group_run(name, inner, each, f"{where}.runs[{j}]"))
+            else:
+                runs.append(_group_run(name, shared, run, where))
     return runs
+
+
+def is_block(run: dict) -> bool:
+    """Whether an entry of a group's runs is a block of runs (it has ``runs``)."""
+    return "runs" in run
+
+
+def _group_run(group: str, shared: dict, run: dict, where: str) -> _Run:
+    own = {k: v for k, v in shared.items() if k not in run}
+    return _Run({"group": group, **own, **run}, where, is_sweep(run))
 
 
 def _expand(

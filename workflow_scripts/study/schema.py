@@ -95,12 +95,30 @@ def build_schema() -> dict:
     }
     # a sweep: a name, layouts or a field holding a list (config.is_sweep)
     some_list = {"not": {"additionalProperties": {"not": {"type": "array"}}}}
-    defs["group_run"] = {
+    defs["group_single_or_sweep"] = {
         "description": "a group's run: a sweep when it has a name, layouts or a field "
         "holding a list of values, else one experiment",
         "if": {"anyOf": [{"required": ["name"]}, {"required": ["layouts"]}, some_list]},
         "then": _ref("group_sweep"),
         "else": _ref("group_experiment"),
+    }
+    defs["group_block"] = {
+        "description": "runs of the group that share more values: its shared fields over "
+        "the group's, for its runs alone, in its place",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["runs"],
+        "properties": {
+            "shared": _ref("group_shared"),
+            "runs": {"type": "array", "items": _ref("group_single_or_sweep")},
+        },
+    }
+    defs["group_run"] = {
+        "description": "a group's run (one experiment or a sweep), or a block of runs "
+        "that share more values (it has runs of its own)",
+        "if": {"type": "object", "required": ["runs"]},
+        "then": _ref("group_block"),
+        "else": _ref("group_single_or_sweep"),
     }
     defs["study_group"] = {
         "type": "object",
@@ -354,13 +372,15 @@ def schema_message(error: jsonschema.ValidationError) -> list[str]:
 
 
 def _group_of(parts: list) -> str | None:
-    """The group whose run (``groups.<name>.runs[i]``) or shared fields
-    (``groups.<name>.shared``) a path names, else None."""
-    if len(parts) >= 4 and parts[-4] == "groups" and parts[-2] == "runs":
-        return str(parts[-3])
-    if len(parts) >= 3 and parts[-3] == "groups" and parts[-1] == "shared":
-        return str(parts[-2])
-    return None
+    """The group whose run (``groups.<name>.runs[i]``, a block's
+    ``groups.<name>.runs[i].runs[j]``) or shared fields (``groups.<name>.shared``, a
+    block's ``groups.<name>.runs[i].shared``) a path names, else None."""
+    k = 2 if parts[:1] == ["presets"] else 0  # (a preset's: presets.<preset>.groups)
+    if parts[k : k + 1] != ["groups"] or len(parts) < k + 3:
+        return None
+    tail = [p if isinstance(p, str) else 0 for p in parts[k + 2 :]]
+    shapes = (["runs", 0], ["shared"], ["runs", 0, "runs", 0], ["runs", 0, "shared"])
+    return str(parts[k + 1]) if tail in shapes else None
 
 
 def _in_group(key: str, group: str, *, shared: bool) -> str:
