@@ -59,92 +59,21 @@ def build_schema() -> dict:
         "additionalProperties": False,
         "properties": {n: _ref(n) for n in FIELDS if n not in PER_EXPERIMENT},
     }
-    sweep_props: dict[str, Any] = {"name": _ref("id")}
-    for name in FIELDS:
-        if name == "id":
-            continue
-        if name in NOT_SWEPT:
-            sweep_props[name] = _ref(name)
-        else:
-            many = {"type": "array", "minItems": 1, "items": _ref(name)}
-            sweep_props[name] = {"anyOf": [_ref(name), many]}
-    sweep_props["layouts"] = {
-        "enum": ["all", "multi", "multi-threaded"],
-        "description": "all: one experiment per ranks x threads split of the CPUs (the "
-        "sweep's cpus, else all this machine lets the study use) whose ranks divide the "
-        "global batch; multi: those with 2 ranks or more; multi-threaded: 2 ranks or more "
-        "of 2 threads or more (e.g. for comm_cpu; none on fewer than 4 CPUs); sets ranks and "
-        "threads",
-    }
-    # a group: its runs (single experiments and sweeps, in one list: the order is the
-    # study's) get its name as their group, and its shared fields where they set none
-    defs["group_shared"] = {
+    defs.update(_group_defs(_sweep_properties()))
+    groups = {
+        "description": "the study by group: each group's runs (experiments and sweeps, in "
+        "one list) get its name as their group and its shared fields where they set none; "
+        "expanded in the order written",
         "type": "object",
-        "additionalProperties": False,
-        "properties": {n: _ref(n) for n in FIELDS if n not in ("id", "group")},
-    }
-    defs["group_experiment"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {n: _ref(n) for n in FIELDS if n != "group"},
-    }
-    defs["group_sweep"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {n: v for n, v in sweep_props.items() if n != "group"},
-    }
-    # a sweep: a name, layouts or a field holding a list (config.is_sweep)
-    some_list = {"not": {"additionalProperties": {"not": {"type": "array"}}}}
-    defs["group_single_or_sweep"] = {
-        "description": "a group's run: a sweep when it has a name, layouts or a field "
-        "holding a list of values, else one experiment",
-        "if": {"anyOf": [{"required": ["name"]}, {"required": ["layouts"]}, some_list]},
-        "then": _ref("group_sweep"),
-        "else": _ref("group_experiment"),
-    }
-    defs["group_block"] = {
-        "description": "runs of the group that share more values: its shared fields over "
-        "the group's, for its runs alone, in its place",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["runs"],
-        "properties": {
-            "shared": _ref("group_shared"),
-            "runs": {"type": "array", "items": _ref("group_single_or_sweep")},
-        },
-    }
-    defs["group_run"] = {
-        "description": "a group's run (one experiment or a sweep), or a block of runs "
-        "that share more values (it has runs of its own)",
-        "if": {"type": "object", "required": ["runs"]},
-        "then": _ref("group_block"),
-        "else": _ref("group_single_or_sweep"),
-    }
-    defs["study_group"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["runs"],
-        "properties": {
-            "shared": _ref("group_shared"),
-            "runs": {"type": "array", "items": _ref("group_run")},
-        },
-    }
-    runs = {
-        "groups": {
-            "description": "the study by group: each group's runs (experiments and sweeps, "
-            "in one list) get its name as their group and its shared fields where they set "
-            "none; expanded in the order written",
-            "type": "object",
-            "propertyNames": _ref("group"),
-            "additionalProperties": _ref("study_group"),
-        },
+        "propertyNames": _ref("group"),
+        "additionalProperties": _ref("study_group"),
     }
     defs["preset"] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
             "defaults": _ref("defaults"),
-            **runs,
+            "groups": groups,
             "trials": _ref("trials"),
             "max_trials": _ref("max_trials"),
             "preflight": SETTINGS["preflight"].schema,
@@ -160,7 +89,7 @@ def build_schema() -> dict:
     }
     properties = {name: shared.get(name, s.schema) for name, s in SETTINGS.items()}
     properties["defaults"] = _ref("defaults")
-    properties.update(runs)
+    properties["groups"] = groups
     properties["presets"] = {
         "type": "object",
         "propertyNames": _ref("preset_name"),
@@ -173,6 +102,81 @@ def build_schema() -> dict:
         "additionalProperties": False,
         "properties": properties,
         "$defs": defs,
+    }
+
+
+def _sweep_properties() -> dict[str, Any]:
+    """A sweep's keys: its ``name``, every field (a swept one: a value or a list of
+    them) and ``layouts``."""
+    props: dict[str, Any] = {"name": _ref("id")}
+    for name in FIELDS:
+        if name == "id":
+            continue
+        if name in NOT_SWEPT:
+            props[name] = _ref(name)
+        else:
+            many = {"type": "array", "minItems": 1, "items": _ref(name)}
+            props[name] = {"anyOf": [_ref(name), many]}
+    props["layouts"] = {
+        "enum": ["all", "multi", "multi-threaded"],
+        "description": "all: one experiment per ranks x threads split of the CPUs (the "
+        "sweep's cpus, else all this machine lets the study use) whose ranks divide the "
+        "global batch; multi: those with 2 ranks or more; multi-threaded: 2 ranks or more "
+        "of 2 threads or more (e.g. for comm_cpu; none on fewer than 4 CPUs); sets ranks and "
+        "threads",
+    }
+    return props
+
+
+def _group_defs(sweep_props: dict[str, Any]) -> dict[str, Any]:
+    """A group: its runs (single experiments, sweeps and blocks of them, in one list: the
+    order is the study's) get its name as their group, and its shared fields where they
+    set none; a block's runs its shared fields over the group's."""
+    closed = {"type": "object", "additionalProperties": False}
+    # a sweep: a name, layouts or a field holding a list (config.is_sweep)
+    some_list = {"not": {"additionalProperties": {"not": {"type": "array"}}}}
+    return {
+        "group_shared": {
+            **closed,
+            "properties": {n: _ref(n) for n in FIELDS if n not in ("id", "group")},
+        },
+        "group_experiment": {**closed, "properties": {n: _ref(n) for n in FIELDS if n != "group"}},
+        "group_sweep": {
+            **closed,
+            "properties": {n: v for n, v in sweep_props.items() if n != "group"},
+        },
+        "group_single_or_sweep": {
+            "description": "a group's run: a sweep when it has a name, layouts or a field "
+            "holding a list of values, else one experiment",
+            "if": {"anyOf": [{"required": ["name"]}, {"required": ["layouts"]}, some_list]},
+            "then": _ref("group_sweep"),
+            "else": _ref("group_experiment"),
+        },
+        "group_block": {
+            "description": "runs of the group that share more values: its shared fields "
+            "over the group's, for its runs alone, in its place",
+            **closed,
+            "required": ["runs"],
+            "properties": {
+                "shared": _ref("group_shared"),
+                "runs": {"type": "array", "items": _ref("group_single_or_sweep")},
+            },
+        },
+        "group_run": {
+            "description": "a group's run (one experiment or a sweep), or a block of runs "
+            "that share more values (it has runs of its own)",
+            "if": {"type": "object", "required": ["runs"]},
+            "then": _ref("group_block"),
+            "else": _ref("group_single_or_sweep"),
+        },
+        "study_group": {
+            **closed,
+            "required": ["runs"],
+            "properties": {
+                "shared": _ref("group_shared"),
+                "runs": {"type": "array", "items": _ref("group_run")},
+            },
+        },
     }
 
 
