@@ -212,7 +212,7 @@ def dry_run(wd: Path, *config: str, study: dict | None = None) -> subprocess.Com
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
     if study is not None:
         path = wd / "study.yaml"
-        path.write_text(yaml.safe_dump(study))
+        path.write_text(yaml.safe_dump(study, sort_keys=False))
         cmd += ["--configfile", str(path)]
     cmd += ["--config", "runtime=local", *config]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300)
@@ -255,7 +255,7 @@ def limited_dry_run(where: Path, *config: str, study: dict | None = None):
 
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
     if study is not None:
-        (where / "study.yaml").write_text(yaml.safe_dump(study))
+        (where / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
         cmd += ["--configfile", str(where / "study.yaml")]
     cmd += ["--config", "runtime=local", *config]
     t0 = time.monotonic()

@@ -104,7 +104,7 @@ def snakemake_cmd(workdir: Path, study_part: dict, *args: str) -> list[str]:
     # (noise reruns are the trial policy's, tested on their own: here they would only
     # add minutes on a shared machine)
     path = workdir / "slurm-study.yaml"
-    path.write_text(yaml.safe_dump(study_part))
+    path.write_text(yaml.safe_dump(study_part, sort_keys=False))
     cmd += ["--configfile", str(path)]
     cmd += ["--config", "preset=quick", "runtime=local", f"envs_root={ENVS_ROOT}"]
     return cmd + ["noise_retries=0"]

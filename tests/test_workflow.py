@@ -346,7 +346,7 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
     part = pick_runs(quick, LOCAL_EXPERIMENTS)
     local_study = wd / "local-study.yaml"
-    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": part}))
+    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": part}, sort_keys=False))
 
     # 1. the study, locally
     first = snakemake(wd)
@@ -370,7 +370,7 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     for group in edited.values():
         group["runs"] = [{**r, "batch_size": 4} if r.get("id") == "bf16-cl" else r
                          for r in group["runs"]]  # fmt: skip
-    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": edited}))
+    local_study.write_text(LOCAL_STUDY + yaml.safe_dump({"groups": edited}, sort_keys=False))
     # (first with a budget whose clock has run out before the trial starts: it is left
     # out, not failed, the study still ends with its report; the next run runs it)
     clocked = snakemake(wd, config=("budget=1s",))

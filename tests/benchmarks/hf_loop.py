@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = {"preset": "default", "trials": 1, "max_trials": None,
                  "groups": {"g": {"runs": [experiment]}},
                  "collectives": {"variants": []}}  # fmt: skip
-        (wd / "bench.yaml").write_text(yaml.safe_dump(bench))
+        (wd / "bench.yaml").write_text(yaml.safe_dump(bench, sort_keys=False))
         from workflow_scripts import envs
 
         with open(Path(tmp) / "env.log", "w") as log:  # the study's own (reused when built)
