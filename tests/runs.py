@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from workflow_scripts.study.config import is_block
+
 REPO = Path(__file__).resolve().parents[1]
 #: the workflow as a user's checkout runs it (profiles/default: read on every run)
 WORKFLOW_FILES = ["Snakefile", "config.yaml", "rules", "workflow_scripts", "envs", "containers",
@@ -186,7 +188,7 @@ def pick_runs(section: dict, keep) -> dict:
     def picked(runs: list[dict]) -> list[dict]:
         out = []
         for run in runs:
-            if "runs" in run:  # a block: the runs it keeps, with its shared fields
+            if is_block(run):  # a block: the runs it keeps, with its shared fields
                 inner = picked(run["runs"])
                 out += [{**run, "runs": inner}] if inner else []
             elif run.get("id", run.get("name")) in keep:

@@ -359,7 +359,7 @@ class Source:
     wheelhouse its Containerfile installs from, and (the ``os`` image) the base settings."""
 
     image: str
-    prefix: str = "localhost/cpu-train-study"
+    prefix: str  # (the rule's; the command line's default)
     parent_json: Path | None = None
     wheelhouse: Path | None = None
     base: dict | None = None
