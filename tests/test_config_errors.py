@@ -244,5 +244,8 @@ def test_a_budget_below_the_minimum_runs_the_question_first_and_says_what_it_lea
     assert "runs the first 3 of its 6 experiments in its order, the question first" in said[0]
     assert said[0].endswith("leaves out 3: other (3)"), said
     assert said[1].startswith("[budget] what it runs: about ")
+    # the question alone is past a second: the clock, not the plan, holds the study to it
+    assert said[2].startswith("[budget] that is more than 1s (the question alone, "), said
+    assert "a trial that would end past its deadline (" in said[2]
     roomy = dry_run(wd, "budget=10000h", study=part)
     assert jobs(roomy) == 12 and "leaves out" not in roomy.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -240,7 +241,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     precision that buys. Not even the minimum (``trials``) fitting is said too; the
     study then runs the minimum. The estimate it planned with (None: none made), for
     :func:`print_estimate`."""
-    from ..plan import estimate_text, rounds, study_estimate
+    from ..plan import estimate_text, order, rounds, study_estimate
 
     settings = study.settings
     if not settings.get("budget"):
@@ -290,6 +291,10 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
             n = len(study.experiments)
             print(f"[budget] what it runs: about {human(est['total_s'])} here",
                   file=sys.stderr)  # fmt: skip
+        if est["total_s"] > budget:
+            question = set(order.question(all_specs))
+            print(_over_budget(settings["budget"], only_question=set(kept) <= question),
+                  file=sys.stderr)  # fmt: skip
         fits = low
     else:
         print(f"[budget] {settings['budget']}: {low} to {fits} trials per experiment fit "
@@ -303,6 +308,18 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     settings["max_trials"] = fits
     os.environ[MAX_TRIALS_VAR] = str(fits)
     return study_estimate.with_rounds(est, low, rounds.cap(settings))
+
+
+def _over_budget(budget: str, only_question: bool) -> str:
+    """What happens where even the plan that leaves experiments out is estimated past the
+    budget: the clock (plan/clock.py) holds the study to it."""
+    why = (" (the question alone, which a budget never leaves out: the headline's group and "
+           "every group's baseline)" if only_question else "")  # fmt: skip
+    until = clock.deadline()
+    at = f" ({time.strftime('%H:%M', time.localtime(until))})" if until else ""
+    return (f"[budget] that is more than {budget}{why}: the budget's clock holds the study to "
+            f"it: a trial that would end past its deadline{at} does not start, the report "
+            "counts it as left out, and the next snakemake runs it")  # fmt: skip
 
 
 def _by_group(study: Study, ids: list[str]) -> str:
