@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 
 from tests.estimates import calibration, machine
 from workflow_scripts import study
-from workflow_scripts.plan import estimate_text, progress, study_estimate
+from workflow_scripts.plan import estimate, estimate_text, progress, study_estimate
 from workflow_scripts.plan.study_estimate import Known, Setup
 
 
@@ -42,7 +43,10 @@ def test_nothing_done_yet_says_the_estimate(tmp_path):
     text = progress.line(s, tmp_path, started=100.0, now=160.0, machine=m)
     assert text.startswith("[progress] 0 of 6 trials have a record, 60 s elapsed in this run")
     left = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["remaining_trials_s"]
-    assert f"about {estimate_text.human(left)} left (the estimate, nothing measured yet)" in text
+    after, jobs = progress.after_trials(s, tmp_path)
+    assert jobs == len(s.settings["collectives"]["variants"]) > 0
+    assert f"about {estimate_text.human(left + after)} left (the estimate, nothing measured" in text
+    assert f"then about {estimate_text.human(after)} for the {jobs} collectives jobs and" in text
 
 
 def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
@@ -56,7 +60,8 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
         "remaining_trials_s"
     ]
     assert text.startswith("[progress] 2 of 6 trials have a record, 2.0 h elapsed")
-    assert f"about {estimate_text.human(2 * left)} left" in text
+    after, _ = progress.after_trials(s, tmp_path)
+    assert f"about {estimate_text.human(2 * left + after)} left" in text
     assert "for the 4 trials without a record, x 2.00: measured/estimated so far" in text
     # a record without a wall time counts as done, not in the ratio
     write_record(tmp_path, "c", 0, wall=None)
@@ -110,10 +115,36 @@ def test_every_trial_done(tmp_path):
     for exp in ("a", "b", "c"):
         write_record(tmp_path, exp, 0, wall=5.0)
     text = progress.line(s, tmp_path, started=0.0, now=30.0, machine=machine(calibration()))
-    assert (
-        text
-        == "[progress] 3 of 3 trials have a record, 30 s elapsed in this run; every trial is done"
+    assert text.startswith(
+        "[progress] 3 of 3 trials have a record, 30 s elapsed in this run; every trial is done"
     )
+    # what runs after the trials is still to come
+    after, jobs = progress.after_trials(s, tmp_path)
+    assert text.endswith(f"; then about {estimate_text.human(after)} for the {jobs} collectives "
+                         "jobs and the report")  # fmt: skip
+
+
+def test_the_time_left_holds_the_collectives_still_to_run(tmp_path):
+    """The jobs after the trials count in the time left: a collectives variant without a
+    result at the median wall time of those done (the estimate's before any), and the
+    report; none said once every variant has its result."""
+    s = small_study(trials=1)
+    variants = s.settings["collectives"]["variants"]
+    after, jobs = progress.after_trials(s, tmp_path)
+    assert jobs == len(variants) and after > estimate.REPORT_S
+    folder = tmp_path / "collectives"
+    folder.mkdir()
+    for k, variant in enumerate(variants[:-1]):
+        (folder / f"{variant}.json").write_text(json.dumps({"process_wall_s": 40.0 + k}))
+    after, jobs = progress.after_trials(s, tmp_path)
+    walls = [40.0 + k for k in range(len(variants) - 1)]
+    assert jobs == 1 and after == statistics.median(walls) + estimate.REPORT_S
+    (folder / f"{variants[-1]}.json").write_text(json.dumps({"process_wall_s": 50.0}))
+    assert progress.after_trials(s, tmp_path) == (estimate.REPORT_S, 0)
+    for exp in ("a", "b", "c"):
+        write_record(tmp_path, exp, 0, wall=5.0)
+    text = progress.line(s, tmp_path, started=0.0, now=30.0, machine=machine(calibration()))
+    assert text.endswith("; every trial is done"), text
 
 
 def test_the_start_is_set_once_and_inherited(monkeypatch):

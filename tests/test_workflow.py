@@ -86,9 +86,11 @@ def test_the_quick_study_runs_every_experiment_and_says_its_progress(quick_study
     assert {int(t) for _, t, _ in done} == {len(expected)}
     assert all(rest.startswith("about ") for d, _, rest in done if int(d) < len(expected))
     (last,) = [rest for d, _, rest in done if int(d) == len(expected)]
-    # the last line: how much of the trials' time was measuring, then that all is done
+    # the last line: how much of the trials' time was measuring, that all is done, and
+    # what is still to run after the trials
     assert re.fullmatch(r"measuring \d+% of the trials' wall time \(.+ in the step loops"
-                        r"(?:; noise reruns [^)]+)?\), \d+% of this run's; every trial is done",
+                        r"(?:; noise reruns [^)]+)?\), \d+% of this run's; every trial is done"
+                        r"(?:; then about .+ for the \d collectives jobs? and the report)?",
                         last), last  # fmt: skip
     assert "this study will take about" in quick_study.proc.stderr
     # every trial ok, but the one that must not be

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..util import finite, measuring_seconds, read_json
+from ..util import UnreadableFile, finite, measuring_seconds, read_json
 from . import estimate, estimate_text, rounds, study_estimate
 
 #: when this run started (seconds since the epoch), set once by the main process and
@@ -115,6 +115,31 @@ def first_answer(results: Path, elapsed: float, now: float | None = None) -> str
     return f" (the question's first answer: {results / FIRST_REPORT}, written {when})"
 
 
+def after_trials(study, results: Path) -> tuple[float, int]:
+    """The jobs that run after the trials and are not done yet, in seconds, and how many
+    of them are collectives jobs: each variant without a result (at the median wall time
+    of those done, else the estimate's :data:`~.estimate.COLLECTIVES_S` a rank count),
+    and the report. The time left is the study's, not only its trials': the default
+    study's four collectives jobs took 4 min after its last trial on 2 CPUs."""
+    from ..collectives import rank_counts
+    from ..sysinfo import plan_cpus
+
+    settings = study.settings.get("collectives") or {}
+    missing, walls = 0, []
+    for variant in settings.get("variants") or []:
+        try:
+            wall = read_json(results / "collectives" / f"{variant}.json").get("process_wall_s")
+        except UnreadableFile:
+            missing += 1
+            continue
+        if finite(wall) and wall > 0:
+            walls.append(float(wall))
+    counts = len(rank_counts(settings.get("ranks", "all"), len(plan_cpus()),
+                             settings.get("nodes") or 1)) if missing else 0  # fmt: skip
+    each = statistics.median(walls) if walls else estimate.COLLECTIVES_S * max(1, counts)
+    return missing * each + estimate.REPORT_S, missing
+
+
 def spread_of(ratios: list[float]) -> float:
     """The half-width (log units, about 95 %) of the mean of ``ratios``' logs; 0 with
     fewer than two."""
@@ -195,16 +220,23 @@ def line(
     text += "elapsed in this run"
     text += first_answer(preflight.under(results, study.settings), elapsed, now)
     left = est["remaining_trials_s"]
+    after, jobs = after_trials(study, preflight.under(results, study.settings))
+    then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
+            f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
     if len(done) >= total:
         most = rounds.cap(study.settings)
         text += efficiency(times.values(), elapsed)
         if most > trials:
-            return text + (
-                f"; the {total} trials of the minimum are done: more (up to {most} each) only "
-                "where a comparison is still undecided or the headline's is not yet within "
-                "the margin"
+            return (
+                text
+                + (
+                    f"; the {total} trials of the minimum are done: more (up to {most} each) only "
+                    "where a comparison is still undecided or the headline's is not yet within "
+                    "the margin"
+                )
+                + then
             )
-        return text + "; every trial is done"
+        return text + "; every trial is done" + then
     missing = total - len(done)
     trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"
     if est_sum > 0:
@@ -216,13 +248,17 @@ def line(
         if half > math.log(RANGE_FROM):
             low = min(max(ratio * math.exp(-half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
             high = min(max(ratio * math.exp(half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
-            span = f", {estimate_text.human(left * low)} to {estimate_text.human(left * high)}"
+            span = (f", {estimate_text.human(left * low + after)} to "
+                    f"{estimate_text.human(left * high + after)}")  # fmt: skip
         return (
-            text + f"; about {estimate_text.human(left * ratio)} left{span} (the estimate of "
-            f"{estimate_text.human(left)} for the {trials_left}, "
-            f"x {ratio:.2f}: measured/estimated so far, noise reruns left out)"
+            text + f"; about {estimate_text.human(left * ratio + after)} left{span} (the "
+            f"estimate of {estimate_text.human(left)} for the {trials_left}, "
+            f"x {ratio:.2f}: measured/estimated so far, noise reruns left out{then})"
         )
-    return text + f"; about {estimate_text.human(left)} left (the estimate, nothing measured yet)"
+    return text + (
+        f"; about {estimate_text.human(left + after)} left (the estimate, nothing measured "
+        f"yet{then})"
+    )
 
 
 def report(study, results: Path | str = "results") -> None:
