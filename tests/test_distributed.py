@@ -314,30 +314,29 @@ CHECKED_DATA = """
 import torch
 from workflow_scripts.rank.distributed import allreduce_bench as ab
 
-index = torch.arange(10) % ab.PERIOD
-phase = index.to(torch.uint8)
-for world in (2, 3, 5):
-    for call in (0, 1, 7):
-        parts = [ab.checked_data(phase, r, call, torch.bfloat16) for r in range(world)]
-        total = torch.stack([p.double() for p in parts]).sum(0).to(torch.bfloat16)
-        assert torch.equal(total, ab.checked_expected(index, world, call, torch.bfloat16))
-        assert len({tuple(p.tolist()) for p in parts}) == min(world, ab.PERIOD)
-        assert len(set(parts[0].tolist())) == ab.PERIOD  # differs along the tensor
-    # what the benchmark sends and checks: the same data, and every wrong element found
-    for n in (1, 3, 8, 10):
-        pattern = ab.checked_pattern(n, torch.bfloat16)
-        phase_n = (torch.arange(n) % ab.PERIOD).to(torch.uint8)
+for n in (1, 3, 8, 10):
+    pattern = ab.checked_pattern(n, torch.bfloat16)
+    index = torch.arange(n) % ab.PERIOD
+    for world in (2, 3, 5):
         for call in (0, 1, 7):
-            for r in range(world):
-                s = (r + call) % ab.PERIOD
-                data = ab.checked_data(phase_n, r, call, torch.bfloat16)
-                assert torch.equal(pattern[s:s + n], data)
-            expected = ab.checked_expected(torch.arange(n) % ab.PERIOD, world, call, torch.bfloat16)
-            assert ab.wrong_elements(expected.clone(), world, call) == 0
-            spoiled = expected.clone()
+            parts = [ab.checked_data(pattern, r, call) for r in range(world)]
+            assert all(p.shape == (n,) for p in parts)
+            # element e of rank r: 1 + (r + call + e) % PERIOD
+            e = torch.arange(n)
+            for r, p in enumerate(parts):
+                assert torch.equal(p, ((r + call + e) % ab.PERIOD + 1).to(torch.bfloat16))
+            total = torch.stack([p.double() for p in parts]).sum(0).to(torch.bfloat16)
+            assert torch.equal(total, ab.checked_expected(index, world, call, torch.bfloat16))
+            if n >= ab.PERIOD:
+                assert len({tuple(p.tolist()) for p in parts}) == min(world, ab.PERIOD)
+                assert len(set(parts[0].tolist())) == ab.PERIOD  # differs along the tensor
+            # every wrong element of a sum is found
+            assert ab.wrong_elements(total.clone(), world, call) == 0
+            spoiled = total.clone()
             spoiled[n - 1] += 1
             spoiled[0] += 1
             assert ab.wrong_elements(spoiled, world, call) == (1 if n == 1 else 2)
+for world in (2, 3, 5):
     zero = sum(ab.loop_data(3, torch.float32, r, world) for r in range(world))
     assert torch.equal(zero, torch.zeros(3)), zero
 print("checked")

@@ -55,10 +55,6 @@ def loop_data(n: int, dtype, rank: int, world: int):
     return torch.full((n,), float(2 * rank - (world - 1)), dtype=dtype)
 
 
-def checked_data(phase, rank: int, call: int, dtype):
-    return ((phase + (rank + call) % PERIOD) % PERIOD + 1).to(dtype)
-
-
 def checked_expected(index, world: int, call: int, dtype):
     """What the sum over ``world`` ranks of :func:`checked_data` is, element by element
     (``index``: the elements' phase, as int64)."""
@@ -72,12 +68,18 @@ def checked_expected(index, world: int, call: int, dtype):
 
 
 def checked_pattern(n: int, dtype):
-    """:func:`checked_data`'s values for every call at once: the data of rank r in call i
-    is ``pattern[s:s + n]`` with s = (r + i) % PERIOD (a copy of a slice, not five passes
-    over the message each call)."""
+    """The checked pass's values for every rank and call at once (:func:`checked_data`
+    slices it): element j is 1 + j % PERIOD, for n + PERIOD - 1 elements."""
     import torch
 
     return (torch.arange(n + PERIOD - 1, dtype=torch.int32) % PERIOD + 1).to(dtype)
+
+
+def checked_data(pattern, rank: int, call: int):
+    """Rank ``rank``'s data in call ``call``: element e is 1 + (rank + call + e) % PERIOD,
+    a copy of a slice of :func:`checked_pattern` (not five passes over the message)."""
+    shift = (rank + call) % PERIOD
+    return pattern[shift : shift + pattern.numel() - PERIOD + 1].clone()
 
 
 def wrong_elements(t, world: int, call: int) -> int:
@@ -144,8 +146,7 @@ def measure(size_bytes: int, dtype_name: str, iterations: int, budget_s: float) 
     times, bad = [], []
     spent = 0.0
     for i in range(iterations):
-        shift = (rank + i) % PERIOD
-        t = pattern[shift : shift + n].clone()
+        t = checked_data(pattern, rank, i)
         dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(t)
