@@ -118,15 +118,11 @@ def first_answer(results: Path, elapsed: float, now: float | None = None) -> str
 def after_trials(study, results: Path) -> tuple[float, int]:
     """The jobs that run after the trials and are not done yet, in seconds, and how many
     of them are collectives jobs: each variant without a result (at the median wall time
-    of those done, else the estimate's :data:`~.estimate.COLLECTIVES_S` a rank count),
-    and the report. The time left is the study's, not only its trials': the default
-    study's four collectives jobs took 4 min after its last trial on 2 CPUs."""
-    from ..collectives import rank_counts
-    from ..sysinfo import plan_cpus
-
-    settings = study.settings.get("collectives") or {}
+    of those done, else what the study's estimate counts for one), and the report. The
+    time left is the study's, not only its trials': the default study's four
+    collectives jobs took 4 min after its last trial on 2 CPUs."""
     missing, walls = 0, []
-    for variant in settings.get("variants") or []:
+    for variant in (study.settings.get("collectives") or {}).get("variants") or []:
         try:
             wall = read_json(results / "collectives" / f"{variant}.json").get("process_wall_s")
         except UnreadableFile:
@@ -134,9 +130,7 @@ def after_trials(study, results: Path) -> tuple[float, int]:
             continue
         if finite(wall) and wall > 0:
             walls.append(float(wall))
-    counts = len(rank_counts(settings.get("ranks", "all"), len(plan_cpus()),
-                             settings.get("nodes") or 1)) if missing else 0  # fmt: skip
-    each = statistics.median(walls) if walls else estimate.COLLECTIVES_S * max(1, counts)
+    each = statistics.median(walls) if walls else estimate.COLLECTIVES_S
     return missing * each + estimate.REPORT_S, missing
 
 
@@ -183,14 +177,15 @@ def line(
     from . import preflight
 
     results = Path(results)
+    here = preflight.under(results, study.settings)  # (a pre-flight's results apart)
     trials = int(study.settings["trials"])
     experiments = study.experiments
-    done, times = measure(experiments, trials, preflight.under(results, study.settings))
+    done, times = measure(experiments, trials, here)
     # each trial without its noise reruns: a rerun is not extrapolated to the whole study
     walls = {key: t[0] for key, t in times.items() if t[0] is not None}
     if machine is None:
         machine = study_estimate.study_machine(study, results, measure=False)
-    records = preflight.under(results, study.settings) / "records"
+    records = here / "records"
     first_done = [e for e, k in done if k == 0]
     stopped = rounds.stopped_far(records, first_done)
     far_known = {e: e in stopped for e in first_done}
@@ -218,9 +213,9 @@ def line(
         f"[progress] {len(done)} of {total} trials have a record, {estimate_text.human(elapsed)} "
     )
     text += "elapsed in this run"
-    text += first_answer(preflight.under(results, study.settings), elapsed, now)
+    text += first_answer(here, elapsed, now)
     left = est["remaining_trials_s"]
-    after, jobs = after_trials(study, preflight.under(results, study.settings))
+    after, jobs = after_trials(study, here)
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
     if len(done) >= total:
