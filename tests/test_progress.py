@@ -8,6 +8,8 @@ import os
 import re
 import statistics
 
+import pytest
+
 from tests.estimates import calibration, machine
 from workflow_scripts import study
 from workflow_scripts.plan import estimate, estimate_text, progress, study_estimate
@@ -100,14 +102,38 @@ def test_trials_that_disagree_give_a_range(tmp_path):
 
 def test_the_last_line_says_how_much_of_the_time_was_measuring(tmp_path):
     s = small_study(trials=1)
-    metrics = {"train_time_s": 4.0, "time_to_first_step_s": 1.0}
+    # a 5 s step loop: a first step of 2 s, then 3 timed steps of 1 s (and a warm-up step)
+    metrics = {"train_time_s": 5.0, "time_to_first_step_s": 2.0, "steps_timed": 3,
+               "step_time_s": {"median": 1.0, "mean": 1.0}}  # fmt: skip
     write_record(tmp_path, "a", 0, wall=10.0, metrics=metrics)
     write_record(tmp_path, "b", 0, wall=10.0, metrics=metrics, retry_wall_s=5.0)
-    write_record(tmp_path, "c", 0, wall=5.0, metrics=metrics)
+    # a record without its timed steps: its whole first step is left out (2 s of 4)
+    write_record(tmp_path, "c", 0, wall=5.0, metrics={"train_time_s": 4.0,
+                                                      "time_to_first_step_s": 2.0})  # fmt: skip
     text = progress.line(s, tmp_path, started=0.0, now=45.0, machine=machine(calibration()))
-    # 3 x 3 s of steps (the first step of each left out) of 25 s of trials, 45 s of run
-    assert "measuring 36% of the trials' wall time (9 s of 25 s in the step loops" in text
-    assert "noise reruns 5 s, 20%), 20% of this run's; every trial is done" in text
+    # 4 + 4 + 2 s of warm-up and timed steps (the first step's 1 s beyond a steady one
+    # left out) of 25 s of trials, 45 s of run; 2 x 3 s timed
+    assert ("measuring 40% of the trials' wall time (10 s of 25 s in warm-up and timed "
+            "steps, 24% in the timed steps") in text  # fmt: skip
+    assert "noise reruns 5 s, 20%), 22% of this run's; every trial is done" in text
+
+
+def test_the_first_steps_one_off_costs_are_its_time_beyond_a_steady_step():
+    from workflow_scripts.util import first_step_one_off, measuring_seconds, timed_seconds
+
+    # a compiled run: the first step compiles (56 s), a steady step takes 3.4 s
+    compiled = {"train_time_s": 90.0, "time_to_first_step_s": 56.0, "steps_timed": 8,
+                "step_time_s": {"median": 3.4, "mean": 3.5}}  # fmt: skip
+    assert first_step_one_off(compiled) == pytest.approx(52.6)
+    assert measuring_seconds(compiled) == pytest.approx(90.0 - 52.6)
+    assert timed_seconds(compiled) == pytest.approx(28.0)
+    # a first step faster than the median: nothing one-off, the whole loop measured
+    assert first_step_one_off({**compiled, "time_to_first_step_s": 3.0}) == 0.0
+    # no timed step says what steady is: the whole first step is one-off
+    bare = {"train_time_s": 10.0, "time_to_first_step_s": 4.0}
+    assert first_step_one_off(bare) == 4.0 and measuring_seconds(bare) == 6.0
+    assert timed_seconds(bare) is None and measuring_seconds({"train_time_s": None}) is None
+    assert first_step_one_off({**bare, "step_time_s": "n/a"}) == 4.0
 
 
 def test_every_trial_done(tmp_path):

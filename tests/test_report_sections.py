@@ -366,7 +366,8 @@ def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():
     records = []
     for k, retry in enumerate((0.0, 30.0)):
         r = make("baseline", k, 10.0)
-        r["metrics"].update(train_time_s=24.2, time_to_first_step_s=4.2)
+        # a 1.6 s step (10 timed): the first step's 4.2 s is 2.6 s of one-off costs
+        r["metrics"].update(train_time_s=22.6, time_to_first_step_s=4.2)
         r.update(estimate={"seconds": 40.0}, trial_wall_s=40.0 + retry, retry_wall_s=retry)
         r["discarded_attempts"] = [{"attempt": 1}] if retry else []
         records.append(r)
@@ -374,12 +375,13 @@ def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():
     assert list(frame["measuring_s"]) == [20.0, 20.0]
     assert list(frame["retry_wall_s"]) == [0.0, 30.0]
     plain = re.sub(r"<[^>]+>", "", timing_section(frame)[2])
-    # 30 s of reruns in 110 s of trials; 2 x 20 s in the step loops after the first step
+    # 30 s of reruns in 110 s of trials; 2 x 20 s in warm-up and timed steps, 2 x 16 timed
     assert (
         "the noise reruns (attempts discarded as disturbed, and the pauses after them) "
         "30 s, 27.3%" in plain
     )
-    assert "took 40 s: a measurement efficiency of 36% of the trials' wall time" in plain
+    assert ("took 40 s: a measurement efficiency of 36% of the trials' wall time, the timed "
+            "steps alone 29%") in plain  # fmt: skip
     line = re.sub(r"<[^>]+>", "", _noise(frame, pd.DataFrame(), records))
     assert "1 attempt discarded and rerun, 27% of the trials' wall time (0.5 of 1.8 min)" in line
 
@@ -389,7 +391,8 @@ def test_where_the_trials_time_went_part_by_part():
 
     r = make("baseline", 0, 10.0)
     r["metrics"].update(wall_s=30.0, import_s=2.0, flops_count_s=3.0, setup_s=1.0,
-                        grad_check_s=4.0, time_to_first_step_s=5.0, train_time_s=17.0)  # fmt: skip
+                        grad_check_s=4.0, time_to_first_step_s=5.0, train_time_s=17.0,
+                        steps_timed=8, step_time_s={"median": 1.0, "mean": 1.0})  # fmt: skip
     r["probe"] = {"seconds": 0.5}
     r["probe_after"] = {"seconds": 0.5}
     r["provenance"] = {**r["provenance"], "process_wall_s": 34.0}
@@ -397,17 +400,20 @@ def test_where_the_trials_time_went_part_by_part():
     parts = time_parts(r)
     assert list(parts) == [name for name, _ in PARTS]
     assert parts["noise reruns"] == 15.0 and parts["process start and exit"] == 4.0
-    assert parts["measuring"] == 12.0 and parts["first step"] == 5.0
-    # 30 s of harness: 2 + 3 + 1 + 1 (probes) + 4 + 5 + 12 = 28, the rest 2; policy 1
+    # a first step of 5 s where a steady one takes 1 s: 4 s of one-off costs; the other
+    # 13 s of the loop are warm-up (the first step's 1 s and 4 more) and 8 timed steps
+    assert parts["first step's one-off costs"] == 4.0
+    assert parts["warm-up steps"] == 5.0 and parts["timed steps"] == 8.0
+    # 30 s of harness: 2 + 3 + 1 + 1 (probes) + 4 + 4 + 13 = 28, the rest 2; policy 1
     assert parts["the rest of the harness"] == pytest.approx(2.0)
     assert parts["the trial policy"] == pytest.approx(1.0)
     assert sum(parts.values()) == pytest.approx(50.0)
     table = time_parts_frame([r, r, {"status": "failed"}])
-    assert table.set_index("part").loc["measuring", "seconds"] == 24.0
+    assert table.set_index("part").loc["timed steps", "seconds"] == 16.0
     assert table["share"].sum() == pytest.approx(1.0)
     plain = re.sub(r"<[^>]+>", " ", timing_section(rec.summary_frame([r]), [r])[2])
     assert "Where the trials' time went" in plain
-    row = r"measuring\s+warm-up after the first step, and the timed steps\s+12 s\s+24.0%"
+    row = r"timed steps\s+what the results are computed from\s+8 s\s+16.0%"
     assert re.search(row, plain), plain
 
 

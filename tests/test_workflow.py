@@ -88,7 +88,8 @@ def test_the_quick_study_runs_every_experiment_and_says_its_progress(quick_study
     (last,) = [rest for d, _, rest in done if int(d) == len(expected)]
     # the last line: how much of the trials' time was measuring, that all is done, and
     # what is still to run after the trials
-    assert re.fullmatch(r"measuring \d+% of the trials' wall time \(.+ in the step loops"
+    assert re.fullmatch(r"measuring \d+% of the trials' wall time \(.+ in warm-up and "
+                        r"timed steps, \d+% in the timed steps"
                         r"(?:; noise reruns [^)]+)?\), \d+% of this run's; every trial is done"
                         r"(?:; then about .+ for the \d collectives jobs? and the report)?",
                         last), last  # fmt: skip

@@ -29,16 +29,49 @@ def beside_records(out: Path | str, name: str) -> Path:
     return (records.parent if records.name == "records" else records) / name
 
 
+def _step_time(metrics: dict, statistic: str) -> Any:
+    dist = metrics.get("step_time_s")
+    return dist.get(statistic) if isinstance(dist, dict) else None
+
+
+def first_step_one_off(metrics: Any) -> float:
+    """The first step's one-off costs (allocation, lazy initialisation, compilation): its
+    time beyond a steady step (the median timed step) where the record says both; the
+    whole first step where no timed step says what a steady one takes."""
+    if not isinstance(metrics, dict):
+        return 0.0
+    first = metrics.get("time_to_first_step_s")
+    if not finite(first) or first <= 0:
+        return 0.0
+    steady = _step_time(metrics, "median")
+    if finite(steady) and steady > 0:
+        return max(0.0, float(first) - float(steady))
+    return float(first)
+
+
 def measuring_seconds(metrics: Any) -> float | None:
-    """How long a trial measured (a record's ``metrics``): its step loop (warm-up and
-    timed steps, scoring and checking left out) less the first step, which pays the
-    one-off costs (allocation, compilation); None where the record does not say."""
+    """How long a trial measured (a record's ``metrics``): its step loop, scoring and
+    checking left out, that is its warm-up steps and timed steps, less the first step's
+    one-off costs (:func:`first_step_one_off`: the first step is a warm-up step as long
+    as a steady one); None where the record does not say."""
     if not isinstance(metrics, dict):
         return None
-    loop, first = metrics.get("train_time_s"), metrics.get("time_to_first_step_s")
+    loop = metrics.get("train_time_s")
     if not finite(loop) or loop <= 0:
         return None
-    return max(0.0, float(loop) - (float(first) if finite(first) else 0.0))
+    return max(0.0, float(loop) - first_step_one_off(metrics))
+
+
+def timed_seconds(metrics: Any) -> float | None:
+    """How long a trial's timed steps took (a record's ``metrics``: their mean times their
+    number); None where the record does not say."""
+    if not isinstance(metrics, dict):
+        return None
+    mean = _step_time(metrics, "mean")
+    n = metrics.get("steps_timed")
+    if not finite(mean) or not finite(n) or mean <= 0 or n <= 0:
+        return None
+    return float(mean) * float(n)
 
 
 def int_list(text: str) -> list[int]:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..util import UnreadableFile, finite, measuring_seconds, read_json
+from ..util import UnreadableFile, finite, measuring_seconds, read_json, timed_seconds
 from . import estimate, estimate_text, rounds, study_estimate
 
 #: when this run started (seconds since the epoch), set once by the main process and
@@ -53,15 +53,16 @@ def started_at() -> float:
 _MISSING = object()
 
 
-def _times(record) -> tuple[float | None, float, float | None]:
-    """A record's (wall time without its noise reruns, their time, its step loop's time
-    less the first step): None where it does not say."""
+def _times(record) -> tuple[float | None, float, float | None, float | None]:
+    """A record's (wall time without its noise reruns, their time, its warm-up and timed
+    steps' time, its timed steps'): None where it does not say."""
     if not isinstance(record, dict):
-        return None, 0.0, None
+        return None, 0.0, None, None
     wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
     retry = float(retry) if finite(retry) and retry > 0 else 0.0
     kept = float(wall) - retry if finite(wall) and wall - retry > 0 else None
-    return kept, retry, measuring_seconds(record.get("metrics"))
+    metrics = record.get("metrics")
+    return kept, retry, measuring_seconds(metrics), timed_seconds(metrics)
 
 
 def _wall(path: Path):
@@ -144,18 +145,20 @@ def spread_of(ratios: list[float]) -> float:
 
 
 def efficiency(times: Iterable[tuple], elapsed: float) -> str:
-    """The study's measurement efficiency: its trials' step loops (warm-up after the
-    first step, and the timed steps) over the trials' wall time and over this run's; ""
-    where no record says."""
+    """The study's measurement efficiency: its trials' warm-up and timed steps (the first
+    step at a steady step's time) over the trials' wall time and over this run's, and the
+    timed steps' share; "" where no record says."""
     times = list(times)
     measuring = sum(t[2] for t in times if t[2] is not None)
+    timed = sum(min(t[3], t[2]) for t in times if t[2] is not None and t[3] is not None)
     wall = sum((t[0] or 0.0) + t[1] for t in times)
     retries = sum(t[1] for t in times)
     if measuring <= 0 or wall <= 0:
         return ""
     text = (
         f"; measuring {100 * measuring / wall:.0f}% of the trials' wall time "
-        f"({estimate_text.human(measuring)} of {estimate_text.human(wall)} in the step loops"
+        f"({estimate_text.human(measuring)} of {estimate_text.human(wall)} in warm-up and "
+        f"timed steps, {100 * timed / wall:.0f}% in the timed steps"
     )
     if retries > 0:
         text += f"; noise reruns {estimate_text.human(retries)}, {100 * retries / wall:.0f}%"

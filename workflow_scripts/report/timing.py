@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from ..util import finite, measuring_seconds
+from ..util import finite, first_step_one_off, measuring_seconds, timed_seconds
 from .formatting import fmt_int, fmt_num
 from .html import table_html
 from .values import isnan
@@ -45,8 +45,9 @@ PARTS = (
     ("compile-pool wait", "IPEX's import starts Inductor's workers: waited out"),
     ("noise probes", "dense matmuls before and after the steps"),
     ("gradient check", "eager references of the first step (trial 0; later trials carry it)"),
-    ("first step", "one-off costs: allocation, compilation"),
-    ("measuring", "warm-up after the first step, and the timed steps"),
+    ("first step's one-off costs", "its time beyond a steady step's: allocation, compilation"),
+    ("warm-up steps", "untimed, to a steady state (the first at a steady step's time)"),
+    ("timed steps", "what the results are computed from"),
     ("scoring", "held-out accuracy during an epochs run"),
     ("the rest of the harness", "what the parts above leave of the harness's time"),
     ("the trial policy", "around the process: the record, the compile cache"),
@@ -73,6 +74,7 @@ def time_parts(record: Mapping) -> dict[str, float] | None:
     probes = sum(_n(p.get("seconds")) for p in (record.get("probe"), record.get("probe_after"))
                  if isinstance(p, Mapping))  # fmt: skip
     measuring = measuring_seconds(m) or 0.0
+    timed = min(timed_seconds(m) or 0.0, measuring)
     inside = {
         "import torch": _n(m.get("import_s")),
         "FLOP count": _n(m.get("flops_count_s")),
@@ -80,8 +82,9 @@ def time_parts(record: Mapping) -> dict[str, float] | None:
         "compile-pool wait": _n(m.get("compile_pool_wait_s")),
         "noise probes": probes,
         "gradient check": _n(m.get("grad_check_s")),
-        "first step": _n(m.get("time_to_first_step_s")) if measuring else 0.0,
-        "measuring": measuring,
+        "first step's one-off costs": first_step_one_off(m) if measuring else 0.0,
+        "warm-up steps": measuring - timed,
+        "timed steps": timed,
         "scoring": _n(m.get("scoring_s")),
     }
     parts = {"noise reruns": retry, "process start and exit": max(0.0, process - harness)}
@@ -119,6 +122,7 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
         _probe=_num(frame, "probe_s"),
         _retry=_num(frame, "retry_wall_s"),
         _measuring=_num(frame, "measuring_s"),
+        _timed=_num(frame, "timed_s"),
         _attempts=_num(frame, "attempts"),
     )
     sub = sub[sub["_est"].notna() & sub["_wall"].notna()]
@@ -136,6 +140,7 @@ def timing_frame(frame: pd.DataFrame) -> pd.DataFrame:
                 "probe_sum_s": part["_probe"].fillna(0).sum(),
                 "retry_sum_s": part["_retry"].fillna(0).sum(),
                 "measuring_sum_s": part["_measuring"].fillna(0).sum(),
+                "timed_sum_s": part["_timed"].fillna(0).sum(),
             }
         )
     return pd.DataFrame(rows)
@@ -181,7 +186,7 @@ def timing_section(frame: pd.DataFrame, records: Iterable[Mapping] = ()) -> Sect
         )
     est, wall = table["estimate_sum_s"].sum(), table["wall_sum_s"].sum()
     probes, retries = table["probe_sum_s"].sum(), table["retry_sum_s"].sum()
-    measuring = table["measuring_sum_s"].sum()
+    measuring, timed = table["measuring_sum_s"].sum(), table["timed_sum_s"].sum()
     worst = table.assign(r=table["wall_s"] / table["estimate_s"])
     over, under = worst.loc[worst["r"].idxmax()], worst.loc[worst["r"].idxmin()]
     counts = (
@@ -194,9 +199,11 @@ def timing_section(frame: pd.DataFrame, records: Iterable[Mapping] = ()) -> Sect
         f"The noise probes (before and after the steps) took <b>{_minutes(probes)}</b>, "
         f"{100 * probes / wall:.1f}% of the trials' wall time; the noise reruns (attempts "
         f"discarded as disturbed, and the pauses after them) <b>{_minutes(retries)}</b>, "
-        f"{100 * retries / wall:.1f}%. Measuring (the step loops after their first step: "
-        f"warm-up and timed steps) took <b>{_minutes(measuring)}</b>: a measurement "
-        f"efficiency of <b>{100 * measuring / wall:.0f}%</b> of the trials' wall time.</p>"
+        f"{100 * retries / wall:.1f}%. Measuring (the warm-up and timed steps; the first "
+        f"step as long as a steady one, its one-off costs such as compilation apart) took "
+        f"<b>{_minutes(measuring)}</b>: a measurement efficiency of "
+        f"<b>{100 * measuring / wall:.0f}%</b> of the trials' wall time, the timed steps "
+        f"alone {100 * timed / wall:.0f}%.</p>"
         if wall > 0
         else ""
     )

@@ -278,6 +278,8 @@ def _measured_columns(record: dict, spec: dict, prov: dict) -> dict:
     row["attempts"] = _int_or_nan(record.get("attempts"))
     measuring = util.measuring_seconds(metrics)
     row["measuring_s"] = measuring if measuring is not None else math.nan
+    timed = util.timed_seconds(metrics)
+    row["timed_s"] = timed if timed is not None else math.nan
     discarded = record.get("discarded_attempts")
     row["discarded_attempts"] = len(discarded) if isinstance(discarded, list) else math.nan
     return row

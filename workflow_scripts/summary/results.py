@@ -266,8 +266,9 @@ def _measurement() -> list[Result]:
             "number",
             m,
             "s",
-            "of it, in the step loop after the first step: warm-up and timed steps",
+            "of it, in warm-up and timed steps (the first step at a steady step's time)",
         ),
+        Result("timed_s", "number", m, "s", "of it, in the timed steps"),
         Result("estimate_s", "number", m, "s", "the estimate of its wall time"),
         Result(
             "tokens_per_sample",
