@@ -57,6 +57,26 @@ def test_a_warm_up_that_took_the_time_budget_ends_after_its_first_step(
     assert rec["metrics"]["warmup_steps_run"] == 3
 
 
+def test_an_eager_warm_up_ends_after_a_first_step_of_a_quarter_of_the_time_budget(
+    upstream_env, make_spec, tmp_path
+):
+    """A run that compiles nothing pays its one-off costs in its first step: where that
+    step took a quarter of the time budget or more, the warm-up ends there (the timed
+    steps measure what a second warm-up step would), though the budget is not spent."""
+    rec = assert_ok(run(make_spec(warmup_steps=3, steps=2), upstream_env, tmp_path / "free"))
+    m = rec["metrics"]
+    assert m["warmup_steps_run"] == 3  # no budget: every warm-up step
+    # a budget twice this machine's median step: a first step (a steady step and its
+    # one-off costs) takes a quarter of it or more, not the whole of it
+    budget = 2 * m["step_time_s"]["median"]
+    rec = assert_ok(run(make_spec(warmup_steps=3, steps=4, time_budget_s=budget),
+                        upstream_env, tmp_path / "budget"))  # fmt: skip
+    m = rec["metrics"]
+    assert m["time_to_first_step_s"] >= budget / 4, m
+    assert m["warmup_steps_run"] == 1 and m["steps_timed"] >= 2, m
+    assert len(rec["losses"]) == 1 + m["steps_timed"]
+
+
 def test_a_trial_times_until_its_step_time_is_known(upstream_env, make_spec, tmp_path):
     """step_precision: timing stops at the first look (from 3 timed steps on) that
     finds the mean step time known within it, and the record says why."""

@@ -95,3 +95,29 @@ def test_scoring_points_and_the_time_to_a_target():
     assert schedule.time_to_accuracy(curve, 0.9) == 2.0
     assert schedule.time_to_accuracy(curve, 0.95) is None  # never reached
     assert schedule.time_to_accuracy(curve, None) is None  # no target
+
+
+def test_a_warm_up_ends_short_where_its_steps_took_long_enough():
+    """Without a time budget every warm-up step runs; with one, a run that compiles
+    nothing in its steps stops warming up once its steps took a quarter of the budget,
+    one that does (torch.compile, XLA, TorchScript) once they took all of it; a compiled
+    training with dropout warms up two steps at least (its second compiles again)."""
+    eager = {"backend": "eager", "compile": "none", "warmup_steps": 2, "time_budget_s": 120}
+    assert schedule.warmup_enough_s(eager) == 30.0
+    assert schedule.warmup_enough_s({**eager, "time_budget_s": None}) is None
+    assert schedule.warmup_ends_after({**eager, "time_budget_s": None}, 500.0) == 2
+    # an emulated bf16 ResNet-50 step (41-61 s on 2 AVX2 cores): one warm-up step
+    assert schedule.warmup_ends_after(eager, 41.0) == 1
+    assert schedule.warmup_ends_after(eager, 29.0) == 2  # (29 s < 30 s: a second)
+    assert schedule.warmup_ends_after(eager, 3.7) == 2  # (never more than warmup_steps)
+    for compiling in ({"compile": "inductor"}, {"backend": "xla"},
+                      {"backend": "ipex", "ipex_torchscript": True}):  # fmt: skip
+        spec = {**eager, **compiling}
+        assert schedule.compiles_in_steps(spec), spec
+        assert schedule.warmup_enough_s(spec) == 120.0
+        assert schedule.warmup_ends_after(spec, 61.0) == 2
+        assert schedule.warmup_ends_after(spec, 130.0) == 1
+    assert not schedule.compiles_in_steps({**eager, "backend": "ipex"})
+    redrop = {**eager, "compile": "inductor", "dropout": True, "mode": "train"}
+    assert schedule.least_warmup(redrop) == 2 and schedule.warmup_ends_after(redrop, 500.0) == 2
+    assert schedule.least_warmup({**redrop, "mode": "inference"}) == 1

@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from .. import backends, launchers, metrics, workloads
-from ..rank import gradcheck, probe
+from ..rank import gradcheck, probe, schedule
 from ..util import finite
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
@@ -330,9 +330,8 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
         budget = spec.get("time_budget_s")
         if finite(budget) and step > 0:
             timed_steps = min(steps, max(min(2, steps), math.ceil(budget / step)))
-            # the warm-up ends once its steps took the budget (rank/harness.py)
-            least = 2 if compiled and spec.get("dropout") and not serving else 1
-            untimed = min(warmup, max(least, math.ceil(budget / step)))
+            # the warm-up ends once its steps took long enough (rank/harness.py)
+            untimed = schedule.warmup_ends_after(spec, step)
         if far:
             squared = float(spec.get("far_stop") or math.inf) ** 2
             timed_steps = min(timed_steps, 1 if far > squared else metrics.MIN_FAR_STEPS)

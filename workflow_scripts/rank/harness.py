@@ -208,17 +208,15 @@ def run_steps(trainer: Trainer, progress=None) -> Steps:
 
 def short_warmup(spec: dict, done: int, seconds: float) -> bool:
     """Whether the warm-up ends after its first ``done`` steps, short of
-    ``warmup_steps``: where they took ``time_budget_s`` already (a step that slow, bf16
-    where it is emulated, 40x fp32's, paid its one-off costs in the first, and a second
-    warm-up step of a BERT-base would take minutes more), after one step at least (two
-    for a compiled run with dropout: its first runs without dropout, the gradient
-    check's, and the second compiles again with it). Every rank decides together."""
-    budget = spec.get("time_budget_s")
-    compiled = spec.get("compile") not in (None, "none")
-    redrop = compiled and spec.get("dropout") and spec.get("mode", "train") == "train"
-    if not budget or done < (2 if redrop else 1) or done >= spec["warmup_steps"]:
+    ``warmup_steps``: where they took ``schedule.warmup_enough_s`` already (the time
+    budget, or a quarter of it for a run that compiles nothing in its steps: a step that
+    slow, bf16 where it is emulated, paid its one-off costs in the first, and a second
+    warm-up step of a BERT-base would take minutes more), after
+    ``schedule.least_warmup`` steps at least. Every rank decides together."""
+    enough = schedule.warmup_enough_s(spec)
+    if enough is None or done < schedule.least_warmup(spec) or done >= spec["warmup_steps"]:
         return False
-    return ranks.agree(seconds >= budget)
+    return ranks.agree(seconds >= enough)
 
 
 def early_stop(spec: dict, step_times: list[float]) -> str | None:

@@ -641,7 +641,8 @@ FIELDS: dict[str, Field] = {
             {"type": "integer", "minimum": 1},
             3,
             "untimed steps first (allocation, compilation); fewer where they took "
-            "time_budget_s already (one at least; two for a compiled run with dropout)",
+            "time_budget_s already, or a quarter of it in a run that compiles nothing in its "
+            "steps (one at least; two for a compiled run with dropout)",
             tag=_prefixed("warmup"),
             column=True,
             label="warm-up steps",
