@@ -133,6 +133,9 @@ def test_the_first_steps_one_off_costs_are_its_time_beyond_a_steady_step():
     bare = {"train_time_s": 10.0, "time_to_first_step_s": 4.0}
     assert first_step_one_off(bare) == 4.0 and measuring_seconds(bare) == 6.0
     assert timed_seconds(bare) is None and measuring_seconds({"train_time_s": None}) is None
+    # the timed steps are part of the step loop: none without its time, never more
+    assert timed_seconds({k: v for k, v in compiled.items() if k != "train_time_s"}) is None
+    assert timed_seconds({**compiled, "train_time_s": 70.0}) == pytest.approx(70.0 - 52.6)
     assert first_step_one_off({**bare, "step_time_s": "n/a"}) == 4.0
 
 

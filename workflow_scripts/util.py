@@ -64,14 +64,16 @@ def measuring_seconds(metrics: Any) -> float | None:
 
 def timed_seconds(metrics: Any) -> float | None:
     """How long a trial's timed steps took (a record's ``metrics``: their mean times their
-    number); None where the record does not say."""
-    if not isinstance(metrics, dict):
+    number), never more than :func:`measuring_seconds`, which holds them; None where the
+    record does not say either."""
+    measuring = measuring_seconds(metrics)
+    if measuring is None:
         return None
     mean = _step_time(metrics, "mean")
     n = metrics.get("steps_timed")
     if not finite(mean) or not finite(n) or mean <= 0 or n <= 0:
         return None
-    return float(mean) * float(n)
+    return min(float(mean) * float(n), measuring)
 
 
 def int_list(text: str) -> list[int]:

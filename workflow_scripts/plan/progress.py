@@ -150,7 +150,7 @@ def efficiency(times: Iterable[tuple], elapsed: float) -> str:
     timed steps' share; "" where no record says."""
     times = list(times)
     measuring = sum(t[2] for t in times if t[2] is not None)
-    timed = sum(min(t[3], t[2]) for t in times if t[2] is not None and t[3] is not None)
+    timed = sum(t[3] for t in times if t[3] is not None)
     wall = sum((t[0] or 0.0) + t[1] for t in times)
     retries = sum(t[1] for t in times)
     if measuring <= 0 or wall <= 0:

@@ -59,12 +59,16 @@ def time_to_accuracy(curve: list[dict], target: float | None) -> float | None:
     return None
 
 
+def _compiled(spec: dict) -> bool:
+    return spec.get("compile") not in (None, "none")
+
+
 def compiles_in_steps(spec: dict) -> bool:
     """Whether the run compiles in its first steps, so that its second step may compile
     again: torch.compile (any backend), XLA (its graph traced in the first steps), a
     TorchScript model (profiled at its first calls)."""
     return (
-        spec.get("compile") not in (None, "none")
+        _compiled(spec)
         or backends.get(spec["backend"]).estimate_trace_s > 0
         or bool(spec.get("ipex_torchscript"))
     )
@@ -74,8 +78,7 @@ def least_warmup(spec: dict) -> int:
     """The fewest warm-up steps a run takes: one (its first step pays its one-off costs);
     two for a compiled training with dropout (its first step runs without dropout, the
     gradient check's, and the second compiles again with it)."""
-    compiled = spec.get("compile") not in (None, "none")
-    redrop = compiled and spec.get("dropout") and spec.get("mode", "train") == "train"
+    redrop = _compiled(spec) and spec.get("dropout") and spec.get("mode", "train") == "train"
     return 2 if redrop else 1
 
 
