@@ -87,6 +87,32 @@ def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
     assert "x 1.00: measured/estimated so far, noise reruns left out" in text
 
 
+def test_a_trial_that_did_not_end_ok_is_not_extrapolated_and_predicts_its_repeats(tmp_path):
+    s, m, predicted = predicted_study()
+    a = predicted["a"]["seconds"]
+    write_record(tmp_path, "a", 0, wall=2 * a)
+    # b failed after 5 s (an instruction set this CPU lacks), where a whole trial was
+    # predicted: the ratio is a's alone, and b's trial 1 is predicted at 5 s, not scaled
+    assert predicted["b"]["seconds"] > 2 * 5.0
+    write_record(tmp_path, "b", 0, wall=5.0, status="failed")
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert "4 trials without a record, x 2.00: measured/estimated so far" in text, text
+    done = [("a", 0), ("b", 0)]
+    est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done, failed={"b": 5.0}))
+    assert est["experiments"]["b"]["later_seconds"] == 5.0 and est["remaining_repeats_s"] == 5.0
+    after, _ = progress.after_trials(s, tmp_path)
+    left = 2 * (est["remaining_trials_s"] - 5.0) + 5.0 + after
+    assert f"about {estimate_text.human(left)} left" in text, text
+    # the start-of-run estimate reads the same from the records
+    assert study_estimate.failed_walls(tmp_path, s.experiments, 2) == {"b": 5.0}
+    # b's trial 1 ran ok: its failure is no longer what its trials repeat
+    b = predicted["b"]["later_seconds"]
+    write_record(tmp_path, "b", 1, wall=b)
+    assert study_estimate.failed_walls(tmp_path, s.experiments, 2) == {}
+    again = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert f"3 trials without a record, x {(2 * a + b) / (a + b):.2f}" in again, again
+
+
 def test_trials_that_disagree_give_a_range(tmp_path):
     s, m, predicted = predicted_study()
     write_record(tmp_path, "a", 0, wall=0.5 * predicted["a"]["seconds"])

@@ -8,7 +8,12 @@ for the trials done so far (their wall time, each record's ``trial_wall_s``, aga
 what the same estimate predicts for them): an estimate that was 1.5x optimistic for
 the first trials is taken as 1.5x optimistic for the others. A trial's noise reruns
 (``retry_wall_s``) are left out of its wall time: one trial run three times says
-nothing of the others. Where the trials' own ratios disagree (a few, or unlike ones),
+nothing of the others. Nor is a trial that did not end ok (failed, out of memory,
+timed out, incorrect): a failure after seconds where a whole trial was predicted says
+nothing of the trials that run; its experiment's trials yet to run are predicted at its
+own wall time, the same end again, and added as measured, not scaled (on an AVX2 CPU the
+default study's IPEX bf16 runs fail in seconds: counted, they had turned the ratio from
+0.93 to 0.62). Where the trials' own ratios disagree (a few, or unlike ones),
 the line gives the range that their spread allows. (Not against each
 record's own estimate, made by the trial from the calibration alone: scaling the
 pre-flight's estimate by that ratio corrected it twice, to 69 min left where 2.8 h
@@ -24,6 +29,7 @@ import statistics
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from ..util import UnreadableFile, finite, measuring_seconds, read_json, timed_seconds
 from . import estimate, estimate_text, rounds, study_estimate
@@ -37,7 +43,7 @@ RATIO_BOUNDS = (0.2, 5.0)
 #: the time left is given as a range too where the trials' ratios make it this uncertain
 RANGE_FROM = 1.15
 
-_cache: dict[str, tuple[int, float | None]] = {}
+_cache: dict[str, tuple[int, Times]] = {}
 
 
 def started_at() -> float:
@@ -53,16 +59,28 @@ def started_at() -> float:
 _MISSING = object()
 
 
-def _times(record) -> tuple[float | None, float, float | None, float | None]:
-    """A record's (wall time without its noise reruns, their time, its warm-up and timed
-    steps' time, its timed steps'): None where it does not say."""
+class Times(NamedTuple):
+    """A record's times: its wall time without its noise reruns, their time, its warm-up
+    and timed steps' time, its timed steps' (None where it does not say); and where it
+    did not end ok, its wall time again (``study_estimate.failed_wall``), else None."""
+
+    wall: float | None
+    retry: float
+    measuring: float | None
+    timed: float | None
+    failed: float | None
+
+
+def _times(record) -> Times:
+    """A record's :class:`Times`."""
     if not isinstance(record, dict):
-        return None, 0.0, None, None
+        return Times(None, 0.0, None, None, None)
     wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
     retry = float(retry) if finite(retry) and retry > 0 else 0.0
     kept = float(wall) - retry if finite(wall) and wall - retry > 0 else None
     metrics = record.get("metrics")
-    return kept, retry, measuring_seconds(metrics), timed_seconds(metrics)
+    failed = study_estimate.failed_wall(record)
+    return Times(kept, retry, measuring_seconds(metrics), timed_seconds(metrics), failed)
 
 
 def _wall(path: Path):
@@ -78,7 +96,7 @@ def _wall(path: Path):
     try:
         record = read_json(path, want=None)
     except (OSError, ValueError):
-        return None, 0.0, None
+        return _times(None)
     times = _times(record)
     _cache[key] = (mtime, times)
     return times
@@ -86,10 +104,10 @@ def _wall(path: Path):
 
 def measure(
     experiments: Iterable[Mapping], trials: int, results: Path
-) -> tuple[list[tuple[str, int]], dict[tuple[str, int], tuple[float | None, float, float | None]]]:
+) -> tuple[list[tuple[str, int]], dict[tuple[str, int], Times]]:
     """The (experiment, trial) pairs with a record, and the times of each (``_times``)."""
     done: list[tuple[str, int]] = []
-    times: dict[tuple[str, int], tuple] = {}
+    times: dict[tuple[str, int], Times] = {}
     for spec in experiments:
         for k in range(trials):
             got = _wall(results / "records" / spec["id"] / f"trial{k}.json")
@@ -184,8 +202,17 @@ def line(
     trials = int(study.settings["trials"])
     experiments = study.experiments
     done, times = measure(experiments, trials, here)
-    # each trial without its noise reruns: a rerun is not extrapolated to the whole study
-    walls = {key: t[0] for key, t in times.items() if t[0] is not None}
+    # each trial without its noise reruns: a rerun is not extrapolated to the whole study;
+    # nor is a trial that did not end ok (a failure after seconds where an hour was
+    # predicted says nothing of the others), whose experiment's trials yet to run are
+    # predicted at its own wall time instead (its last trial's)
+    walls = {key: t.wall for key, t in times.items() if t.wall is not None and t.failed is None}
+    failed: dict[str, float] = {}
+    for (e, _), t in sorted(times.items(), key=lambda item: item[0][1]):
+        if t.failed is None:
+            failed.pop(e, None)
+        else:
+            failed[e] = t.failed
     if machine is None:
         machine = study_estimate.study_machine(study, results, measure=False)
     records = here / "records"
@@ -197,7 +224,7 @@ def line(
         trials,
         machine,
         setup=study_estimate.Setup(study.envs),
-        known=study_estimate.Known(done, far_known),
+        known=study_estimate.Known(done, far_known, failed),
         margin=float(study.settings.get("margin", 0.03)),
     )
     # the same estimate's prediction for the trials done, against their wall time
@@ -218,6 +245,12 @@ def line(
     text += "elapsed in this run"
     text += first_answer(here, elapsed, now)
     left = est["remaining_trials_s"]
+    # (the failures' repeats are measured times: not scaled)
+    repeats = est["remaining_repeats_s"]
+
+    def scaled(by: float) -> float:
+        return (left - repeats) * by + repeats + after
+
     after, jobs = after_trials(study, here)
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
@@ -246,10 +279,11 @@ def line(
         if half > math.log(RANGE_FROM):
             low = min(max(ratio * math.exp(-half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
             high = min(max(ratio * math.exp(half), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
-            span = (f", {estimate_text.human(left * low + after)} to "
-                    f"{estimate_text.human(left * high + after)}")  # fmt: skip
+            span = (f", {estimate_text.human(scaled(low))} to "
+                    f"{estimate_text.human(scaled(high))}")  # fmt: skip
+        guess = scaled(ratio)
         return (
-            text + f"; about {estimate_text.human(left * ratio + after)} left{span} (the "
+            text + f"; about {estimate_text.human(guess)} left{span} (the "
             f"estimate of {estimate_text.human(left)} for the {trials_left}, "
             f"x {ratio:.2f}: measured/estimated so far, noise reruns left out{then})"
         )

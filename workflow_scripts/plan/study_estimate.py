@@ -36,10 +36,15 @@ class Setup:
 @dataclasses.dataclass(frozen=True)
 class Known:
     """What the study's records tell so far: ``done``, the (experiment, trial) pairs that
-    have a record; ``far``, whether each experiment whose first trial ran stopped it far."""
+    have a record; ``far``, whether each experiment whose first trial ran stopped it far;
+    ``failed``, the wall time of each experiment's last trial where it did not end ok
+    (failed, out of memory, timed out, incorrect): its trials yet to run are predicted at
+    that time, the same end again (an instruction set this CPU lacks, a model its
+    compiler cannot take), not at a whole trial's."""
 
     done: Iterable[tuple[str, int]] = ()
     far: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    failed: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def total(
@@ -53,7 +58,9 @@ def total(
     """Every trial's estimate, summed per group and for the study, with the jobs around
     them (``setup``: calibrations, the collectives, and the report; environment and
     image builds are not included), less what is ``known`` done; ``margin``: the
-    verdicts' (a far stop within it leaves the trials as they are).
+    verdicts' (a far stop within it leaves the trials as they are). Of the trials left,
+    ``remaining_repeats_s`` is what the ``known`` failures predict: measured, not
+    estimated.
     Each experiment runs ``trials``, but a seed sweep's seeds share them
     (``rounds.first_trials``) and a run predicted far slower than its baseline runs one
     trial that stops at its first timed steps (:func:`predicted_far`); the others may go on
@@ -61,7 +68,7 @@ def total(
     envs, done = list(setup.envs), set(known.done)
     groups: dict[str, dict] = {}
     per_experiment = {}
-    trials_s = remaining = later_round_s = 0.0
+    trials_s = remaining = repeats = later_round_s = 0.0
     planned = adaptive = 0
     firsts = rounds.first_trials(experiments, trials)
     predicted = predicted_far(experiments, machine)
@@ -73,6 +80,9 @@ def total(
         ratio = far_ones.get(spec["id"])
         first = trial(spec, machine, far=ratio)
         later = trial(spec, machine, later=True, far=ratio)["seconds"]
+        again = known.failed.get(spec["id"])
+        if finite(again) and again >= 0:
+            later = float(again)
         last = bool(ratio and ratio > 1) and rounds.one_trial_when_far(spec, margin)
         n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
@@ -92,6 +102,7 @@ def total(
             planned += 1
             if (spec["id"], k) not in done:
                 remaining += seconds
+                repeats += seconds if k and spec["id"] in known.failed else 0.0
     setup = {
         "calibrations": sum(machine.calibration_s(e) for e in envs),
         "collectives": COLLECTIVES_S * setup.collectives,
@@ -102,6 +113,7 @@ def total(
         "setup_s": round(sum(setup.values()), 1),
         "total_s": round(trials_s + sum(setup.values()), 1),
         "remaining_trials_s": round(remaining, 1),
+        "remaining_repeats_s": round(repeats, 1),
         "later_round_s": round(later_round_s, 1),
         "planned_trials": planned,
         "adaptive_experiments": adaptive,
@@ -176,6 +188,33 @@ def done_trials(results: Path, experiments: list[Mapping], trials: int) -> list[
     ]
 
 
+def failed_walls(results: Path, experiments: list[Mapping], trials: int) -> dict[str, float]:
+    """Each experiment whose last trial with a record (of its first ``trials``) did not end
+    ok, and that trial's wall time without its noise reruns (``Known.failed``)."""
+    out: dict[str, float] = {}
+    for spec in experiments:
+        for k in reversed(range(trials)):
+            try:
+                record = read_json(results / "records" / spec["id"] / f"trial{k}.json", want=None)
+            except (OSError, ValueError):
+                continue
+            wall = failed_wall(record)
+            if wall is not None:
+                out[str(spec["id"])] = wall
+            break
+    return out
+
+
+def failed_wall(record) -> float | None:
+    """A record that did not end ok: its wall time without its noise reruns; else None."""
+    if not isinstance(record, dict) or record.get("status") in ("ok", None):
+        return None
+    wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
+    if not finite(wall):
+        return None
+    return max(float(wall) - (float(retry) if finite(retry) else 0.0), 0.0)
+
+
 def read_preflight(records: Path, experiments: Iterable[Mapping]) -> dict[str, dict]:
     """The pre-flight (records under ``records``) of each experiment that has an ok one of
     that experiment as it now is: its wall time, its steps (warm-up included), and its
@@ -240,13 +279,14 @@ def for_study(
     machine = machine or study_machine(study, results, measure)
     trials = int(settings["trials"])
     variants = (settings.get("collectives") or {}).get("variants") or []
-    done = done_trials(preflight.under(results, settings), study.experiments, trials)
+    here = preflight.under(results, settings)
+    done = done_trials(here, study.experiments, trials)
     est = total(
         study.experiments,
         trials,
         machine,
         setup=Setup(list(study.envs), len(variants)),
-        known=Known(done),
+        known=Known(done, failed=failed_walls(here, study.experiments, trials)),
         margin=float(settings.get("margin", 0.03)),
     )
     return with_rounds(est, trials, rounds.cap(settings))
