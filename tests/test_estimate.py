@@ -200,7 +200,23 @@ def test_groups_sum_and_records_already_made_are_not_remaining():
     assert done["remaining_trials_s"] == pytest.approx(
         est["trials_s"] - est["experiments"][first]["seconds"], abs=0.2
     )
-    assert "without a record yet" in estimate_text.format_estimate(done, 1)
+    said = estimate_text.format_estimate(done, 1)
+    assert "without a record yet" in said
+    # each group says what of it is left: the one with the record done, its trials less one
+    group = st.experiments[0].get("group") or first
+    g = done["groups"][group]
+    assert g["left_trials"] == g["trials"] - 1
+    left_s = g["seconds"] - est["experiments"][first]["seconds"]
+    assert g["left_s"] == pytest.approx(left_s, abs=0.2)
+    line = next(t for t in said.splitlines() if t.startswith(f"[estimate]   {group}:"))
+    n = g["left_trials"]
+    assert line.endswith(
+        f"of it left ({n} trial{'' if n == 1 else 's'} without a record)"
+        if n
+        else ", every trial done"
+    ), line
+    # a fresh study's group lines are the whole study's: nothing said of what is left
+    assert "of it left" not in estimate_text.format_estimate(est, 1)
 
 
 def test_calibration_times_come_from_the_calibrations():

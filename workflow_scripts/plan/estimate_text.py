@@ -34,20 +34,29 @@ def format_estimate(est: Mapping, trials: int) -> str:
             f"margin), so about {human(est['total_s'])} to "
             f"{human(adaptive['total_s'])}"
         )
-    if est["remaining_trials_s"] < est["trials_s"]:
+    resumed = est["remaining_trials_s"] < est["trials_s"]
+    if resumed:
         lines.append(
             f"[estimate] trials without a record yet: about {human(est['remaining_trials_s'])}"
         )
     for name, g in sorted(est["groups"].items(), key=lambda kv: -kv[1]["seconds"]):
         n = g["trials"]
-        lines.append(
-            f"[estimate]   {name}: {human(g['seconds'])} ({n} trial{'' if n == 1 else 's'})"
-        )
+        text = f"[estimate]   {name}: {human(g['seconds'])} ({_trials(n)})"
+        left = g.get("left_trials", n)
+        if resumed and not left:
+            text += ", every trial done"
+        elif resumed and left < n:
+            text += f", {human(g['left_s'])} of it left ({_trials(left)} without a record)"
+        lines.append(text)
     slow = _bf16_line(est)
     if slow:
         lines.append(slow)
     lines.append(f"[estimate] basis: {'; '.join(est['basis'])} (rough: see the report)")
     return "\n".join(lines)
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial{'' if n == 1 else 's'}"
 
 
 def _bf16_line(est: Mapping) -> str | None:

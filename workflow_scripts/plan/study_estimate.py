@@ -93,7 +93,10 @@ def total(
         if n >= trials:
             later_round_s += later
             adaptive += 1
-        g = groups.setdefault(spec.get("group") or spec["id"], {"seconds": 0.0, "trials": 0})
+        g = groups.setdefault(
+            spec.get("group") or spec["id"],
+            {"seconds": 0.0, "trials": 0, "left_s": 0.0, "left_trials": 0},
+        )
         for k in range(n):
             seconds = first["seconds"] if k == 0 else later
             g["seconds"] += seconds
@@ -102,6 +105,8 @@ def total(
             planned += 1
             if (spec["id"], k) not in done:
                 remaining += seconds
+                g["left_s"] += seconds
+                g["left_trials"] += 1
                 repeats += seconds if k and spec["id"] in known.failed else 0.0
     setup = {
         "calibrations": sum(machine.calibration_s(e) for e in envs),
@@ -118,7 +123,10 @@ def total(
         "planned_trials": planned,
         "adaptive_experiments": adaptive,
         "far": sorted(e for e in far_ones if per_experiment[e]["trials"] == 1),
-        "groups": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in groups.items()},
+        "groups": {
+            k: {**v, "seconds": round(v["seconds"], 1), "left_s": round(v["left_s"], 1)}
+            for k, v in groups.items()
+        },
         "setup": setup,
         "experiments": per_experiment,
         "basis": _basis(machine, envs, per_experiment),
