@@ -247,11 +247,11 @@ def line(
     left = est["remaining_trials_s"]
     # (the failures' repeats are measured times: not scaled)
     repeats = est["remaining_repeats_s"]
+    after, jobs = after_trials(study, here)
 
     def scaled(by: float) -> float:
         return (left - repeats) * by + repeats + after
 
-    after, jobs = after_trials(study, here)
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
     if len(done) >= total:
