@@ -201,6 +201,39 @@ def test_bf16_share_uses_the_faster_ceiling(upstream_env, make_spec, tmp_path, c
     assert 0 < m["pct_of_peak"] <= 100
 
 
+REPROBE_SCRIPT = """
+import json, sys
+from workflow_scripts.rank import measure
+first = measure.probe_or_error(256)
+spec = {"probe_size": 256, "probe_floors": {str(first["threads"]): float(sys.argv[1])}}
+print(json.dumps(measure.probe_again_while_low(spec, first, pause_s=0.0)))
+"""
+
+
+def _probe_before_steps(env: dict, floor: float, **more_env: str) -> dict:
+    cmd = [env["python"], "-c", REPROBE_SCRIPT, str(floor)]
+    res = subprocess.run(cmd, env={**runtimes.for_env(env).environment(), **more_env},
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_a_probe_below_its_floor_is_taken_again_before_the_steps(upstream_env):
+    from workflow_scripts.rank import measure
+
+    # a floor no probe reaches: probed again REPROBES times, the earlier rates kept and
+    # the last probe the one the trial is judged by
+    low = _probe_before_steps(upstream_env, 1e9)
+    assert low["fp32_gflops"] > 0 and low["size"] == 256
+    again = low["reprobed"]
+    assert again["floor_gflops"] == 1e9 and len(again["earlier_gflops"]) == measure.REPROBES
+    assert all(rate > 0 for rate in again["earlier_gflops"])
+    # above its floor: probed once
+    assert "reprobed" not in _probe_before_steps(upstream_env, 0.0)
+    # a rank of several: its ranks probe together, and none pauses alone
+    assert "reprobed" not in _probe_before_steps(upstream_env, 1e9, WORLD_SIZE="2", RANK="0")
+
+
 def test_steps_slowed_by_a_competing_process_are_caught(upstream_env, make_spec, tmp_path):
     """Busy processes started in the middle of the timed steps, on the trial's CPUs (its
     first attempt), and stopped ten steps later: the attempt is discarded, caught by the

@@ -413,6 +413,16 @@ def test_where_the_trials_time_went_part_by_part():
     assert table["share"].sum() == pytest.approx(1.0)
     plain = re.sub(r"<[^>]+>", " ", timing_section(rec.summary_frame([r]), [r])[2])
     assert "Where the trials' time went" in plain
+    # a probe taken again before the steps (after a pause): its earlier probes and pauses
+    # are the probes' time too, in the parts and in summary.csv
+    # (4.5 s more of the harness's, the process's and the trial's wall time)
+    again = {**r, "probe": {"seconds": 0.5, "reprobed": {"seconds": 4.5}},
+             "metrics": {**r["metrics"], "wall_s": 34.5}, "trial_wall_s": 54.5,
+             "provenance": {**r["provenance"], "process_wall_s": 38.5}}  # fmt: skip
+    parts = time_parts(again)
+    assert parts["noise probes"] == 5.5 and parts["the rest of the harness"] == pytest.approx(2.0)
+    assert sum(parts.values()) == pytest.approx(54.5)
+    assert rec.summary_frame([again])["probe_s"].iloc[0] == 5.5
     row = r"timed steps\s+what the results are computed from\s+8 s\s+16.0%"
     assert re.search(row, plain), plain
 

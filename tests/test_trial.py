@@ -60,6 +60,9 @@ result = {{
         "cache_found": found,
     }},
 }}
+spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
+with open(here / "floors.jsonl", "a") as f:  # the probe floors each attempt was given
+    f.write(json.dumps(spec.get("probe_floors")) + "\\n")
 out = Path(sys.argv[sys.argv.index("--out") + 1])
 out.write_text(json.dumps(result))
 """
@@ -164,6 +167,50 @@ def test_noisy_attempts_are_rerun_until_the_probe_is_clean(make_spec, tmp_path):
     assert log.count("discarded") == 2 and log.count("$ ") == 3
     line = trial.progress_line(record)
     assert "probe 95 GFLOP/s fp32" in line and "2 discarded as noisy" in line
+
+
+def floors_given(env: dict) -> list:
+    """The probe floors the fake harness was given, one per attempt."""
+    text = (Path(env["prefix"]) / "floors.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_each_attempt_is_given_the_floor_its_probe_before_the_steps_is_judged_by(
+    make_spec, tmp_path
+):
+    # peers at 100 (2 threads) and 50 (1 thread): each attempt is told, per thread count,
+    # the rate below which its probe before the steps was disturbed, the same bound the
+    # noise check applies after it (0.85 of the level here), to probe again below it
+    spec = make_spec()
+    seed_peers(tmp_path, [98.0, 100.0, 102.0, 99.0, 101.0, 100.0], spec["env"])
+    seed_peers(tmp_path, [50.0] * 4, spec["env"], threads=1)
+    seed_peers(tmp_path, [10.0] * 9, spec["env"], size=256)  # another probe size: not its
+    plan = [{"fp32": 50.0}, {"fp32": 100.0}]
+    record, env = run(tmp_path, spec, plan, reference=REFERENCE, max_retries=2)
+    first, second = floors_given(env)
+    assert first == {"2": pytest.approx(85.0), "1": pytest.approx(42.5)}, first
+    # the second attempt: the first's probe (50 at 2 threads) is its own trial's, not a peer
+    assert second == first
+    assert "probe_floors" not in record["spec"]  # the record's spec is the experiment's
+    # where disturbed attempts are not run again, nothing is probed again either
+    (Path(env["prefix"]) / "floors.jsonl").unlink()
+    (tmp_path / "records" / "t" / "trial0.json").unlink()
+    run(tmp_path, spec, plan, reference=REFERENCE, max_retries=0)
+    assert floors_given(env) == [None]
+
+
+def test_peer_floors_per_thread_count():
+    lines = [{"size": 1024, "threads": 2, "world": 1, "node": "n", "before": r,
+              "experiment": f"p{i}", "trial": 0} for i, r in enumerate([100.0] * 4)]  # fmt: skip
+    lines += [{"size": 1024, "threads": 4, "world": 1, "node": "n", "before": 200.0,
+               "experiment": "few", "trial": 0}]  # fmt: skip
+    lines += [{"size": 1024, "threads": 2, "world": 2, "node": "n", "before": 10.0,
+               "experiment": f"r{i}", "trial": 0} for i in range(5)]  # fmt: skip
+    assert peers.floors(lines, 1024, "n", ("x", 0), 0.85) == {"2": pytest.approx(85.0)}
+    # its own trial's probes are no peers of its own; too few: no floor
+    assert peers.floors(lines, 1024, "n", ("p0", 0), 0.85) == {}
+    assert peers.floors(lines, 0, "n", ("x", 0), 0.85) == {}  # no probe
+    assert peers.floors(lines, 1024, "other node", ("x", 0), 0.85) == {}
 
 
 def test_a_probe_is_judged_by_the_ordinary_spread_of_its_peers(make_spec, tmp_path):

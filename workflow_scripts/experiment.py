@@ -27,8 +27,12 @@ FAR_KEY = "far_from"
 PIN_KEY = "pin"
 #: the pre-flight's mark on a spec it shortened (plan/preflight.py)
 PREFLIGHT_KEY = "preflight"
+#: what the probe before the steps ordinarily reads here, per thread count: the rate
+#: below which it was disturbed (trial/peers.py), so that the trial probes again before
+#: it steps rather than run disturbed and be run again
+PROBE_FLOOR_KEY = "probe_floors"
 #: the keys a spec holds only where they were set: ``.get`` gives its default for them
-EXTRA_KEYS = frozenset({CARRIED_KEY, FAR_KEY, PIN_KEY, PREFLIGHT_KEY})
+EXTRA_KEYS = frozenset({CARRIED_KEY, FAR_KEY, PIN_KEY, PREFLIGHT_KEY, PROBE_FLOOR_KEY})
 
 
 class Spec(dict):

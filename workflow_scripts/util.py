@@ -62,6 +62,16 @@ def measuring_seconds(metrics: Any) -> float | None:
     return max(0.0, float(loop) - first_step_one_off(metrics))
 
 
+def probe_seconds(probe: Any) -> float | None:
+    """A probe's seconds, with those of the probes taken again before it and the pauses
+    between them (``reprobed``, rank/measure.py); None where it does not say."""
+    if not isinstance(probe, dict) or not finite(probe.get("seconds")):
+        return None
+    again = probe.get("reprobed")
+    extra = again.get("seconds") if isinstance(again, dict) else None
+    return float(probe["seconds"]) + (float(extra) if finite(extra) and extra > 0 else 0.0)
+
+
 def timed_seconds(metrics: Any) -> float | None:
     """How long a trial's timed steps took (a record's ``metrics``: their mean times their
     number), never more than :func:`measuring_seconds`, which holds them; None where the

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from ..util import finite, first_step_one_off, measuring_seconds, timed_seconds
+from ..util import finite, first_step_one_off, measuring_seconds, probe_seconds, timed_seconds
 from .formatting import fmt_int, fmt_num
 from .html import table_html
 from .values import isnan
@@ -71,8 +71,7 @@ def time_parts(record: Mapping) -> dict[str, float] | None:
     retry = _n(record.get("retry_wall_s"))
     process = _n(prov.get("process_wall_s"))
     harness = min(_n(m.get("wall_s")), process) if process else _n(m.get("wall_s"))
-    probes = sum(_n(p.get("seconds")) for p in (record.get("probe"), record.get("probe_after"))
-                 if isinstance(p, Mapping))  # fmt: skip
+    probes = sum(_n(probe_seconds(p)) for p in (record.get("probe"), record.get("probe_after")))
     measuring = measuring_seconds(m) or 0.0
     timed = timed_seconds(m) or 0.0
     inside = {

@@ -335,7 +335,7 @@ def _noise_columns(record: dict) -> dict:
     row["probe_bf16_gflops"] = _num(probe.get("bf16_gflops"))
     row["probe_fp32_median_gflops"] = math.nan
     row["probe_bf16_median_gflops"] = math.nan
-    probe_s = [_num(p.get("seconds")) for p in (probe, after) if p]
+    probe_s = [_num(util.probe_seconds(p)) for p in (probe, after) if p]
     row["probe_s"] = sum(probe_s) if probe_s else math.nan
     row["probe_size"] = _int_or_nan(probe.get("size"))
     row["probe_threads"] = _int_or_nan(probe.get("threads"))

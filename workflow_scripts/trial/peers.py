@@ -14,7 +14,10 @@ own:
   robust spread ``s`` (1.4826 x the median absolute deviation of the log rates, at
   least :data:`SPREAD_FLOOR`) says how far an ordinary probe strays: a probe is
   disturbed when it is below ``min(noise_threshold, exp(-OUTLIER_K * s))`` x the level,
-  an outlier among its kind and a drop of at least ``1 - noise_threshold``;
+  an outlier among its kind and a drop of at least ``1 - noise_threshold``; a
+  one-process trial whose probe before the steps reads below that probes again after
+  a pause (:func:`floors`, rank/measure.py), up to three times, before it steps: a
+  moment's disturbance then costs seconds, not a whole attempt run and discarded;
 - with fewer, the calibration is the only level there is, and a probe is disturbed only
   below :data:`COLD_START` x it: on these machines another process busy on one of two
   cores halves a 2-thread probe, where an ordinary trial probe read 0.64-0.82x.
@@ -138,6 +141,24 @@ def bound(level: dict | None, threshold: float) -> float:
     if level is None:
         return min(threshold, COLD_START)
     return min(threshold, math.exp(-OUTLIER_K * level["spread"]))
+
+
+def floors(
+    lines: Iterable[dict], size, node: str, own: tuple[str, int], threshold: float
+) -> dict[str, float]:
+    """Per thread count, the fp32 rate below which a one-process probe of ``size``
+    before the steps was disturbed (its peers' level x :func:`bound`): the trial probes
+    again while below it (rank/measure.py). Only where there are enough peers: before
+    that, the probe is judged against the calibration after the attempt, as ever."""
+    out: dict[str, float] = {}
+    if not size:
+        return out
+    for threads in sorted({line.get("threads") for line in lines} - {None}, key=str):
+        kind = {"size": size, "threads": threads, "world": 1, "node": node}
+        level = ordinary(peer_rates(lines, kind, "before", own))
+        if level is not None:
+            out[str(threads)] = level["level"] * bound(level, threshold)
+    return out
 
 
 def line_for(record: dict, experiment: str, trial: int, attempt: int, node: str) -> dict | None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .. import runtimes, sysinfo
-from ..experiment import CARRIED_KEY, FAR_KEY
+from ..experiment import CARRIED_KEY, FAR_KEY, PROBE_FLOOR_KEY
 from ..plan import clock, estimate, far
 from ..runtimes.measured import Ran
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
@@ -121,8 +121,16 @@ def _run(job: Trial, noise: Noise) -> dict:
     own = (spec["id"], trial)
     while True:
         attempt_started = time.monotonic()
+        # what the probe before the steps ordinarily reads here: below it, the trial
+        # probes again before it steps (where disturbed attempts are run again at all)
+        floors = (
+            peers.floors(peers.read(probe_log), spec.get("probe_size"), node, own, noise.threshold)
+            if reference is not None and noise.max_retries > 0
+            else {}
+        )
+        attempt_spec = rank_spec | {PROBE_FLOOR_KEY: floors} if floors else rank_spec
         record = with_ceiling(
-            attempt_once(dataclasses.replace(job, spec=rank_spec), attempt, cache_plan),
+            attempt_once(dataclasses.replace(job, spec=attempt_spec), attempt, cache_plan),
             reference,
         )
         record["spec"] = spec  # (what it carried: the record's own key)
