@@ -234,6 +234,38 @@ def test_a_probe_below_its_floor_is_taken_again_before_the_steps(upstream_env):
     assert "reprobed" not in _probe_before_steps(upstream_env, 1e9, WORLD_SIZE="2", RANK="0")
 
 
+def test_a_trial_whose_probe_is_below_its_peers_probes_again_before_it_steps(
+    upstream_env, make_spec, tmp_path
+):
+    from workflow_scripts import sysinfo
+    from workflow_scripts.rank import measure
+    from workflow_scripts.trial import peers
+
+    # peers that read far more than this machine can (of every thread count): each
+    # attempt's probe is below its floor, taken again before its steps, and still low
+    spec = make_spec()
+    out = tmp_path / "records" / f"{spec['id']}.json"
+    log = peers.log_path(out, spec["env"])
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        for i in range(peers.MIN_PEERS):
+            peers.append(log, {"size": spec["probe_size"], "threads": threads, "world": 1,
+                               "node": sysinfo.node_type(), "before": 1e6, "after": 1e6,
+                               "experiment": f"peer{i}", "trial": 0, "attempt": 1})  # fmt: skip
+    size = spec["probe_size"]
+    reference = {"kind": "calibration", "size": size, "threads": 1, "fp32_gflops": 1e6,
+                 "bf16_gflops": None,
+                 "entries": [{"size": size, "threads": 1, "fp32_gflops": 1e6}]}  # fmt: skip
+    rec = run(spec, upstream_env, tmp_path, reference=reference, max_retries=1, retry_delay_s=0)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["attempts"] == 2 and rec["noise_check"]["passed"] is False  # kept, flagged
+    for probe in (rec["probe"], rec["discarded_attempts"][0]["probe"]):
+        again = probe["reprobed"]
+        assert len(again["earlier_gflops"]) == measure.REPROBES, again
+        assert again["floor_gflops"] == pytest.approx(1e6 * 0.85)
+        assert again["seconds"] >= measure.REPROBES * measure.REPROBE_PAUSE_S
+    assert "probe_floors" not in rec["spec"]
+
+
 def test_steps_slowed_by_a_competing_process_are_caught(upstream_env, make_spec, tmp_path):
     """Busy processes started in the middle of the timed steps, on the trial's CPUs (its
     first attempt), and stopped ten steps later: the attempt is discarded, caught by the
