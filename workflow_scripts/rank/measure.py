@@ -106,6 +106,15 @@ REPROBES = 3
 REPROBE_PAUSE_S = 2.0
 
 
+def _one_process() -> bool:
+    """A run of one process: no launcher's world of several, no process group of several."""
+    if ranks.world()[1] != 1:
+        return False
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
 def probe_again_while_low(spec: dict, result: dict | None, pause_s: float = REPROBE_PAUSE_S):
     """The probe before the steps, taken again (up to :data:`REPROBES` times, after a
     pause) while its fp32 rate is below the floor the trial policy passed for its thread
@@ -115,7 +124,7 @@ def probe_again_while_low(spec: dict, result: dict | None, pause_s: float = REPR
     from ..experiment import PROBE_FLOOR_KEY
 
     floors = spec.get(PROBE_FLOOR_KEY) or {}
-    if not isinstance(result, dict) or ranks.world()[1] != 1:
+    if not floors or not isinstance(result, dict) or not _one_process():
         return result
     floor = floors.get(str(result.get("threads")))
     earlier: list[float] = []
