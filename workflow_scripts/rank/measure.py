@@ -8,6 +8,7 @@ import os
 import time
 
 from .. import sysinfo, workloads
+from ..util import finite
 from . import probe
 from .distributed import ranks
 
@@ -127,19 +128,19 @@ def probe_again_while_low(spec: dict, result: dict | None, pause_s: float = REPR
     if not floors or not isinstance(result, dict) or not _one_process():
         return result
     floor = floors.get(str(result.get("threads")))
+    if not finite(floor):
+        return result
     earlier: list[float] = []
     spent = 0.0  # the earlier probes and the pauses after them
     while len(earlier) < REPROBES:
         rate = result.get("fp32_gflops")
-        if not (isinstance(floor, (int, float)) and isinstance(rate, (int, float))):
-            break
-        if rate >= floor:
+        if not finite(rate) or rate >= floor:
             break
         earlier.append(rate)
         spent += float(result.get("seconds") or 0.0) + pause_s
         time.sleep(pause_s)
         again = probe_or_error(spec.get("probe_size"))
-        if not isinstance(again, dict) or "fp32_gflops" not in again:
+        if not isinstance(again, dict) or not finite(again.get("fp32_gflops")):
             break
         result = again
     if earlier:
