@@ -85,6 +85,20 @@ def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
     write_record(tmp_path, "b", 0, wall=predicted["b"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
     assert "x 1.00: measured/estimated so far, noise reruns left out" in text
+    # they are added at this run's rate instead (their time over the kept trials' wall),
+    # weighed by how many trials say: two of them, so 2 / (2 + 10) of that rate
+    b = predicted["b"]["seconds"]
+    share = 2 * a / (a + b) * 2 / (2 + progress.RERUN_PRIOR_TRIALS)
+    assert f"and {100 * share:.0f}% more for noise reruns at this run's rate" in text, text
+    done = [("a", 0), ("b", 0)]
+    left = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done))
+    after, _ = progress.after_trials(s, tmp_path)
+    guess = left["remaining_trials_s"] * (1 + share) + after
+    assert f"about {estimate_text.human(guess)} left" in text, text
+    # without reruns, nothing is added
+    write_record(tmp_path, "a", 0, wall=a)
+    quiet = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert "noise reruns left out;" in quiet and "more for noise reruns" not in quiet, quiet
 
 
 def test_a_trial_that_did_not_end_ok_is_not_extrapolated_and_predicts_its_repeats(tmp_path):

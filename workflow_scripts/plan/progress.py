@@ -2,23 +2,27 @@
 study's trials have a record, how long this run has taken, and how long the rest should
 take.
 
-The rest is the study's estimate for the trials without a record (``study_estimate.total``,
-from the calibrations and the pre-flight), scaled by how far the same estimate was off
-for the trials done so far (their wall time, each record's ``trial_wall_s``, against
-what the same estimate predicts for them): an estimate that was 1.5x optimistic for
-the first trials is taken as 1.5x optimistic for the others. A trial's noise reruns
-(``retry_wall_s``) are left out of its wall time: one trial run three times says
-nothing of the others. Nor is a trial that did not end ok (failed, out of memory,
-timed out, incorrect): a failure after seconds where a whole trial was predicted says
-nothing of the trials that run; its experiment's trials yet to run are predicted at its
-own wall time, the same end again, and added as measured, not scaled (on an AVX2 CPU the
-default study's IPEX bf16 runs fail in seconds: counted, they had turned the ratio from
-0.93 to 0.62). Where the trials' own ratios disagree (a few, or unlike ones),
-the line gives the range that their spread allows. (Not against each
-record's own estimate, made by the trial from the calibration alone: scaling the
-pre-flight's estimate by that ratio corrected it twice, to 69 min left where 2.8 h
-were.) Host side, standard library only; the records are read once each (cached by
-path and modification time), so a line costs milliseconds in a long run.
+The rest is the study's estimate for the trials without a record
+(``study_estimate.total``, from the calibrations and the pre-flight), scaled by how far
+the same estimate was off for the trials done so far (their wall time, each record's
+``trial_wall_s``, against what the same estimate predicts for them): an estimate that
+was 1.5x optimistic for the first trials is taken as 1.5x optimistic for the others. A
+trial's noise reruns (``retry_wall_s``) are left out of its wall time: one trial run
+three times says nothing of the others; the run's noise reruns are added instead at
+their rate so far (their time over the kept trials' wall), weighed down while few trials
+say (:func:`rerun_share`: left out, 80 trials of the default study on two busy CPUs took
+1.47x the time the lines had said, its reruns 16 % of the trials' wall). Nor is a trial
+that did not end ok (failed, out of memory, timed out, incorrect): a failure after
+seconds where a whole trial was predicted says nothing of the trials that run; its
+experiment's trials yet to run are predicted at its own wall time, the same end again,
+and added as measured, not scaled (on an AVX2 CPU the default study's IPEX bf16 runs
+fail in seconds: counted, they had turned the ratio from 0.93 to 0.62). Where the
+trials' own ratios disagree (a few, or unlike ones), the line gives the range that their
+spread allows. (Not against each record's own estimate, made by the trial from the
+calibration alone: scaling the pre-flight's estimate by that ratio corrected it twice,
+to 69 min left where 2.8 h were.) Host side, standard library only; the records are read
+once each (cached by path and modification time), so a line costs milliseconds in a long
+run.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ STARTED_VAR = "STUDY_STARTED_AT"
 RATIO_BOUNDS = (0.2, 5.0)
 #: the time left is given as a range too where the trials' ratios make it this uncertain
 RANGE_FROM = 1.15
+#: the noise reruns' rate so far counts as if this many more trials had had none (one
+#: trial run three times early on is not the study's rate; thirty trials mostly are)
+RERUN_PRIOR_TRIALS = 10
 
 _cache: dict[str, tuple[int, Times]] = {}
 
@@ -162,6 +169,16 @@ def spread_of(ratios: list[float]) -> float:
     return 2.0 * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
+def rerun_share(times: Iterable[Times]) -> float:
+    """The noise reruns' time per second of kept trial wall, over the trials that ended
+    ok, weighed by how many they are (``n / (n + RERUN_PRIOR_TRIALS)``); 0 without any."""
+    kept = [t for t in times if t.wall is not None and t.failed is None]
+    wall = sum(t.wall for t in kept)
+    if wall <= 0:
+        return 0.0
+    return sum(t.retry for t in kept) / wall * len(kept) / (len(kept) + RERUN_PRIOR_TRIALS)
+
+
 def efficiency(times: Iterable[tuple], elapsed: float) -> str:
     """The study's measurement efficiency: its trials' warm-up and timed steps (the first
     step at a steady step's time) over the trials' wall time and over this run's, and the
@@ -248,9 +265,10 @@ def line(
     # (the failures' repeats are measured times: not scaled)
     repeats = est["remaining_repeats_s"]
     after, jobs = after_trials(study, here)
+    reruns = rerun_share(times.values())
 
     def scaled(by: float) -> float:
-        return (left - repeats) * by + repeats + after
+        return (left - repeats) * by * (1.0 + reruns) + repeats + after
 
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
@@ -282,10 +300,12 @@ def line(
             span = (f", {estimate_text.human(scaled(low))} to "
                     f"{estimate_text.human(scaled(high))}")  # fmt: skip
         guess = scaled(ratio)
+        noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"
+                 if reruns >= 0.005 else "")  # fmt: skip
         return (
             text + f"; about {estimate_text.human(guess)} left{span} (the "
             f"estimate of {estimate_text.human(left)} for the {trials_left}, "
-            f"x {ratio:.2f}: measured/estimated so far, noise reruns left out{then})"
+            f"x {ratio:.2f}: measured/estimated so far, noise reruns left out{noise}{then})"
         )
     return text + (
         f"; about {estimate_text.human(left + after)} left (the estimate, nothing measured "
