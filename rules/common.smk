@@ -33,6 +33,11 @@ except images.ImageError as exc:
 if _note:
     print(_note, file=sys.stderr)
 IN_CONTAINERS = RUNTIME in images.ENGINES
+# In virtualenvs here, the allocators run_cpu preloads come from this machine (the
+# images install them): say before the study which runs would fail without them.
+_missing = None if IN_CONTAINERS else envs.missing_allocators(STUDY.experiments)
+if _missing:
+    print(_missing, file=sys.stderr)
 CONTAINERS = SETTINGS["containers"]
 WHEELHOUSE = CONTAINERS["wheelhouse"]
 # In containers the study builds every image (oneccl too, for the distributed runs),

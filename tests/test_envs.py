@@ -47,3 +47,28 @@ def test_a_reused_environment_without_bytecode_is_compiled_once(tmp_path, monkey
         envs.build("tiny", lock, root, sys.executable, "uv", log)
     assert pyc.stat().st_mtime_ns == stamp
     assert "compileall" not in (tmp_path / "build2.log").read_text()
+
+
+def test_a_study_run_here_is_told_which_runs_lack_their_allocator(tmp_path):
+    from workflow_scripts import study
+
+    default = study.load_study(study.read_config(Path(envs.REPO_ROOT) / "config.yaml"))
+    wanting = sorted(
+        s["id"] for s in default.experiments
+        if s["launcher"] == "run_cpu" and s["allocator"] != "default"
+    )  # fmt: skip
+    assert wanting  # the default study measures both allocators
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    # neither library on this machine: every such run is named, with what to install
+    text = envs.missing_allocators(default.experiments, dirs=[str(lib)])
+    assert all(i in text for i in wanting), text
+    assert "libjemalloc2" in text and "libgoogle-perftools4" in text
+    assert "recorded as failed and the rest of the study runs" in text
+    # Debian's jemalloc (its versioned name) is found: only tcmalloc's runs are named
+    (lib / "libjemalloc.so.2").write_bytes(b"")
+    text = envs.missing_allocators(default.experiments, dirs=[str(lib)])
+    assert "tcmalloc" in text and "jemalloc" not in text, text
+    assert all(i in text for i in wanting if "tcmalloc" in i)
+    (lib / "libtcmalloc_minimal.so.4").write_bytes(b"")
+    assert envs.missing_allocators(default.experiments, dirs=[str(lib)]) is None

@@ -100,6 +100,35 @@ def find_system_lib(candidates: list[str], dirs: list[str] = SYSTEM_LIB_DIRS) ->
     return None
 
 
+def missing_allocators(experiments, dirs: list[str] = SYSTEM_LIB_DIRS) -> str | None:
+    """For a study run in virtualenvs here (the images install both allocators): one
+    warning naming the experiments that ask run_cpu to preload an allocator this
+    machine lacks, and what to install; None where nothing is missing. Such a run is
+    recorded as failed (``run_cpu.verify``) and the study goes on: the warning says so
+    before the hours the study takes, not after."""
+    from .launchers import run_cpu
+
+    wanted: dict[str, list[str]] = {}
+    for spec in experiments:
+        allocator = spec.get("allocator")
+        if spec.get("launcher") == run_cpu.LAUNCHER.name and allocator not in (None, "default"):
+            wanted.setdefault(str(allocator), []).append(str(spec["id"]))
+    missing = {
+        a: ids for a, ids in sorted(wanted.items())
+        if find_system_lib(ALLOCATOR_LIBS.get(f"lib{a}.so", []), dirs) is None
+    }  # fmt: skip
+    if not missing:
+        return None
+    ids = [i for group in missing.values() for i in group]
+    hints = " and ".join(run_cpu.HINTS[f"lib{a}"] for a in missing if f"lib{a}" in run_cpu.HINTS)
+    return (
+        f"warning: {', '.join(ids)} ask run_cpu to preload {' and '.join(missing)}, which "
+        f"this machine lacks: they will be recorded as failed and the rest of the study "
+        f"runs; to measure them, install {hints} before the environments are built (they "
+        "link the allocators when they are built)"
+    )
+
+
 def link_allocators(prefix: Path) -> dict[str, str | None]:
     """Make Debian's versioned allocators visible to run_cpu; return what is in place."""
     lib = prefix / "lib"
