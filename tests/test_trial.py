@@ -639,6 +639,42 @@ def test_noise_signals_other_work_and_the_probe_after_the_steps():
     assert trial.noise_check(ok_record(1.0, probe_fp32=None), None, 0.85) is None
 
 
+def test_the_probe_after_the_steps_alone_discards_no_attempt_whose_steps_were_steady():
+    level = peers.ordinary([100.0] * 5)
+    levels = {"before": level, "after": level}
+    quiet = {"share": 0.02, "other_cpu_s": 0.4, "cpus": 2, "threads": 2, "wall_s": 10.0}
+
+    def record(steps, work=quiet, before=100.0):
+        rec = ok_record(50.0, probe_fp32=before)
+        rec["probe_after"] = {"fp32_gflops": 60.0, "size": 1024, "threads": 2}
+        rec["step_times_s"] = steps
+        if work is not None:
+            rec["other_work"] = work
+        return rec
+
+    # the probe after read 0.6 of its peers, yet the 8 steps before it kept their pace
+    # (the later half no slower than the earlier): what it read came after them
+    check = trial.noise_check(record([1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.1]), REFERENCE,
+                              0.85, levels)  # fmt: skip
+    assert check["passed"] is True and check["caught_by"] == [], check
+    after = next(x for x in check["signals"] if x["signal"] == trial.PROBE_AFTER)
+    assert after["kept_by_steps"]["steps"] == 8 and after["kept_by_steps"]["passed"]
+    assert "kept: its 8 timed steps show none of it" in after["note"]
+    # the later half slowed by more than the threshold allows: disturbed, as before
+    slowed = record([1.0, 1.0, 1.0, 1.0, 1.3, 1.3, 1.3, 1.3])
+    check = trial.noise_check(slowed, REFERENCE, 0.85, levels)
+    assert check["caught_by"] == [trial.PROBE_AFTER] and check["passed"] is False
+    # too few timed steps to tell, no other-work reading, or the probe before low too:
+    # the probe after decides, as before
+    for rec in (
+        record([1.0, 1.0, 1.0]),
+        record([1.0] * 8, work=None),
+        record([1.0] * 8, before=60.0),
+    ):
+        check = trial.noise_check(rec, REFERENCE, 0.85, levels)
+        assert trial.PROBE_AFTER in check["caught_by"] and check["passed"] is False, check
+
+
 def test_other_work_share():
     # a 2-thread run on 2 CPUs: one busy process beside it takes half its threads' time
     assert contention.share(10.0, 10.0, cpus=2, threads=2) == 0.5

@@ -22,7 +22,8 @@ its noise probe just before the steps, or the one just after them, was an outlie
 below what its peers ordinarily read (the study's trials probed the same way, by at
 least ``1 - noise_threshold``; before there are peers, below half the calibration's
 rate: ``peers.py``), or other work took more than ``1 - noise_threshold``
-of its threads' CPU time during the timed steps (``workflow_scripts.rank.contention``). A
+of its threads' CPU time during the timed steps (``workflow_scripts.rank.contention``);
+the probe after the steps alone does not, where the steps kept their pace. A
 disturbed trial is run again after a pause, at most ``max_retries`` times. The
 discarded attempts stay in the record (``discarded_attempts``, with the signal that
 caught each), with ``attempts`` and the last check (``noise_check``); a last attempt
