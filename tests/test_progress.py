@@ -235,3 +235,65 @@ def test_the_line_says_when_the_first_answer_was_written(tmp_path):
     os.utime(page, (1600.0, 1600.0))
     text = progress.line(s, tmp_path, started=1000.0, now=2000.0, machine=m)
     assert f"(the question's first answer: {page}, written 10 min into this run)" in text
+
+
+def write_round(results, k: int, undecided: list[tuple[str, str]], decided=()) -> None:
+    """Round k's report as far as the rounds read it: its comparisons and verdicts."""
+    path = results / "rounds" / str(k) / "comparisons.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ["baseline,experiment,verdict,headline,ratio,ci_low,ci_high,margin"]
+    rows += [f"{b},{e},undecided,False,1.1,0.9,1.3,0.03" for b, e in undecided]
+    rows += [f"{b},{e},faster,False,2.0,1.9,2.1,0.03" for b, e in decided]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
+    """Up to max_trials where comparisons stay undecided: while the minimum runs, the
+    line says what the rounds may add at most; once a round's report has decided which
+    experiments go on, their trials are the time left, with the next round likely at
+    the share that went on, and at most every one of them to the cap."""
+    config = {
+        "trials": 2,
+        "max_trials": 4,
+        "defaults": {"model": "resnet50", "image_size": 224, "batch_size": 16, "steps": 20},
+        "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}]}},
+    }
+    s, m = study.load_study(config), machine(calibration())
+    per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
+    later = {e: per[e]["later_seconds"] for e in "abc"}
+    after, _ = progress.after_trials(s, tmp_path)
+    human = estimate_text.human
+    # the minimum running: the rounds may add two more trials of each, at most
+    write_record(tmp_path, "a", 0, wall=per["a"]["seconds"])
+    text = progress.line(s, tmp_path, started=0.0, now=60.0, machine=m)
+    assert text.startswith("[progress] 1 of 6 trials have a record"), text
+    most = 2 * sum(later.values())
+    assert f"; the adaptive rounds then up to about {human(most)} more, where comparisons" in text
+    # the minimum done, no round report yet: what the rounds may add
+    for e, k in [("b", 0), ("c", 0), ("a", 1), ("b", 1), ("c", 1)]:
+        write_record(tmp_path, e, k, wall=per[e]["seconds"] if k == 0 else later[e])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert "the 6 trials of the minimum are done: more (up to 4 each)" in text, text
+    assert f"up to about {human(most + after)} more" in text, text
+    # round 1's report: a against b undecided, c decided; round 2 runs a and b
+    write_round(tmp_path, 1, [("a", "b")], decided=[("a", "c")])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    assert text.startswith("[progress] 6 of 8 trials have a record"), text
+    assert "adaptive round 2 (trial 3 of up to 4 each): 2 experiments still undecided, " in text
+    assert "2 trials without a record" in text
+    ab = later["a"] + later["b"]
+    # likely: round 2's, and round 3 at the share that went on (2 of 3); at most both
+    guess, upper = ab + 2 / 3 * ab + after, 2 * ab + after
+    assert f"about {human(guess)} left, up to {human(upper)} if every one goes on" in text, text
+    assert "x 1.00: measured/estimated so far" in text
+    # a's trial 2 done, taking twice its estimate: the rest is scaled by what was measured
+    write_record(tmp_path, "a", 2, wall=2 * later["a"])
+    text = progress.line(s, tmp_path, started=0.0, now=900.0, machine=m)
+    assert text.startswith("[progress] 7 of 8 trials have a record") and "1 trial without" in text
+    done = sum(per[e]["seconds"] + later[e] for e in "abc")
+    assert f"x {(done + 2 * later['a']) / (done + later['a']):.2f}: measured" in text, text
+    # round 2 done, its report decides every comparison: nothing is left
+    write_record(tmp_path, "b", 2, wall=later["b"])
+    write_round(tmp_path, 2, [], decided=[("a", "b"), ("a", "c")])
+    text = progress.line(s, tmp_path, started=0.0, now=1200.0, machine=m)
+    assert "8 of 8 trials have a record" in text and "every trial is done" in text, text

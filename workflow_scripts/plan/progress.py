@@ -23,6 +23,12 @@ calibration alone: scaling the pre-flight's estimate by that ratio corrected it 
 to 69 min left where 2.8 h were.) Host side, standard library only; the records are read
 once each (cached by path and modification time), so a line costs milliseconds in a long
 run.
+
+The adaptive rounds (up to ``max_trials`` where comparisons stay undecided) are in the
+time left too (:func:`rounds_ahead`): while the minimum runs, what they may add at most;
+once a round's report has decided which experiments go on, their trials without a
+record, plus the next round at the share that went on last time, and at most every one
+of them to the cap; the trials of the rounds count in the ratio like the others.
 """
 
 from __future__ import annotations
@@ -112,7 +118,8 @@ def _wall(path: Path):
 def measure(
     experiments: Iterable[Mapping], trials: int, results: Path
 ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], Times]]:
-    """The (experiment, trial) pairs with a record, and the times of each (``_times``)."""
+    """The (experiment, trial) pairs with a record, trials 0 to ``trials - 1``, and the
+    times of each (``_times``)."""
     done: list[tuple[str, int]] = []
     times: dict[tuple[str, int], Times] = {}
     for spec in experiments:
@@ -139,6 +146,68 @@ def first_answer(results: Path, elapsed: float, now: float | None = None) -> str
     since = elapsed - ((now if now is not None else time.time()) - written)
     when = f"{estimate_text.human(since)} into this run" if since >= 0 else "before this run"
     return f" (the question's first answer: {results / FIRST_REPORT}, written {when})"
+
+
+class Rounds(NamedTuple):
+    """The adaptive rounds still to run, in estimated seconds (before scaling): what the
+    rounds whose experiments are known still need (``known``: a round report decided
+    them), what the next unknown round would need if as many go on as went on last
+    time (``likely``), and if every experiment that may go on does, up to the cap
+    (``most``, ``known`` included); the round now running and the cap, for the text."""
+
+    known: float
+    likely: float
+    most: float
+    round: int
+    cap: int
+    going: int
+    missing: int
+    decided: int
+
+
+def rounds_ahead(
+    ids: list[str], per: Mapping[str, Mapping], here: Path, trials: int, most: int
+) -> Rounds | None:
+    """The adaptive rounds' time left (:class:`Rounds`; None without adaptive rounds).
+    Round k runs the experiments of round k-1 that its report
+    (``rounds/<k-1>/comparisons.csv``) names undecided (``rounds.going_on``); before
+    that report exists, round k may run all of them, and likely the share that went on
+    from the round before (none known yet: that bound alone)."""
+    if most <= trials:
+        return None
+    records = here / "records"
+
+    def has(e: str, k: int) -> bool:
+        return (records / e / f"trial{k}.json").exists()
+
+    def later(e: str) -> float:
+        return float(per[e].get("later_seconds", per[e]["seconds"]))
+
+    # the experiments of the last round of the minimum (a far one or a seed's: fewer)
+    ran = [e for e in ids if per[e].get("trials", trials) >= trials]
+    known = likely = upper = 0.0
+    share, unknown = None, 0
+    now, going, missing, decided = trials, 0, 0, 0
+    for k in range(trials, most):
+        comparisons = here / "rounds" / str(k - 1) / "comparisons.csv"
+        if not unknown and comparisons.exists():
+            went = rounds.going_on(comparisons, ran)
+            share = len(went) / len(ran) if ran else 0.0
+            left = [e for e in went if not has(e, k)]
+            known += sum(later(e) for e in left)
+            decided += len(went)
+            if went:
+                now, going, missing = k, len(went), len(left)
+            ran = went
+            continue
+        # not decided yet: every one of them may go on; likely the share that went on
+        # last time, again each round
+        unknown += 1
+        every = sum(later(e) for e in ran if not has(e, k))
+        upper += every
+        if share is not None:
+            likely += share**unknown * every
+    return Rounds(known, likely, known + upper, now, most, going, missing, decided)
 
 
 def after_trials(study, results: Path) -> tuple[float, int]:
@@ -217,8 +286,11 @@ def line(
     results = Path(results)
     here = preflight.under(results, study.settings)  # (a pre-flight's results apart)
     trials = int(study.settings["trials"])
+    most = rounds.cap(study.settings)
     experiments = study.experiments
-    done, times = measure(experiments, trials, here)
+    # every trial measured, the adaptive rounds' too (each says how far the estimate is off)
+    done, times = measure(experiments, most, here)
+    minimum = [(e, k) for e, k in done if k < trials]
     # each trial without its noise reruns: a rerun is not extrapolated to the whole study;
     # nor is a trial that did not end ok (a failure after seconds where an hour was
     # predicted says nothing of the others), whose experiment's trials yet to run are
@@ -241,7 +313,7 @@ def line(
         trials,
         machine,
         setup=study_estimate.Setup(study.envs),
-        known=study_estimate.Known(done, far_known, failed),
+        known=study_estimate.Known(minimum, far_known, failed),
         margin=float(study.settings.get("margin", 0.03)),
     )
     # the same estimate's prediction for the trials done, against their wall time
@@ -252,7 +324,8 @@ def line(
 
     est_sum = sum(predicted(e, k) for e, k in walls)
     wall_sum = sum(walls.values())
-    total = est["planned_trials"]
+    ahead = rounds_ahead(study.ids, per, here, trials, most)
+    total = est["planned_trials"] + (ahead.decided if ahead else 0)
     elapsed = (now if now is not None else time.time()) - (
         started if started is not None else started_at()
     )
@@ -266,30 +339,37 @@ def line(
     repeats = est["remaining_repeats_s"]
     after, jobs = after_trials(study, here)
     reruns = rerun_share(times.values())
+    ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if est_sum > 0 else 1.0
 
-    def scaled(by: float) -> float:
-        return (left - repeats) * by * (1.0 + reruns) + repeats + after
+    def scaled(by: float, more: float = 0.0) -> float:
+        """The trials left (and ``more`` estimated seconds of the rounds') at ``by``."""
+        return (left - repeats + more) * by * (1.0 + reruns) + repeats + after
 
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
-    if len(done) >= total:
-        most = rounds.cap(study.settings)
+    if len(minimum) >= est["planned_trials"]:
         text += efficiency(times.values(), elapsed)
-        if most > trials:
+        if ahead is None or ahead.most <= 0:
+            return text + "; every trial is done" + then
+        if ahead.known <= 0 and ahead.decided == 0:
             return (
-                text
-                + (
-                    f"; the {total} trials of the minimum are done: more (up to {most} each) only "
-                    "where a comparison is still undecided or the headline's is not yet within "
-                    "the margin"
-                )
-                + then
+                text + f"; the {est['planned_trials']} trials of the minimum are done: more (up to "
+                f"{most} each) only where a comparison is still undecided or the headline's "
+                f"is not yet within the margin, up to about "
+                f"{estimate_text.human(scaled(ratio, ahead.most))} more" + then
             )
-        return text + "; every trial is done" + then
-    missing = total - len(done)
+        return text + _rounds_text(ahead, scaled, ratio, reruns, then)
+    missing = est["planned_trials"] - len(minimum)
     trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"
+    noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"
+             if reruns >= 0.005 else "")  # fmt: skip
+    rounds_then = ""
+    if ahead and ahead.most > 0:
+        more = estimate_text.human(scaled(ratio, ahead.most) - scaled(ratio))
+        rounds_then = (
+            f"; the adaptive rounds then up to about {more} more, where comparisons stay undecided"
+        )
     if est_sum > 0:
-        ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
         # how sure that ratio is, from how much the trials' own ratios vary: a range
         # where the trials so far disagree (few of them, or unlike ones)
         half = spread_of([w / predicted(e, k) for (e, k), w in walls.items() if predicted(e, k)])
@@ -300,16 +380,45 @@ def line(
             span = (f", {estimate_text.human(scaled(low))} to "
                     f"{estimate_text.human(scaled(high))}")  # fmt: skip
         guess = scaled(ratio)
-        noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"
-                 if reruns >= 0.005 else "")  # fmt: skip
         return (
             text + f"; about {estimate_text.human(guess)} left{span} (the "
             f"estimate of {estimate_text.human(left)} for the {trials_left}, "
             f"x {ratio:.2f}: measured/estimated so far, noise reruns left out{noise}{then})"
+            + rounds_then
         )
-    return text + (
-        f"; about {estimate_text.human(left + after)} left (the estimate, nothing measured "
-        f"yet{then})"
+    return (
+        text
+        + (
+            f"; about {estimate_text.human(left + after)} left (the estimate, nothing measured "
+            f"yet{then})"
+        )
+        + rounds_then
+    )
+
+
+def _rounds_text(ahead: Rounds, scaled, ratio: float, reruns: float, then: str) -> str:
+    """The adaptive rounds' part of the line, once the minimum is done (``scaled``: the
+    line's, ``then``: what runs after the trials)."""
+    if ahead.missing <= 0 and ahead.most - ahead.known <= 0:
+        return "; every trial is done: the rounds have ended" + then
+    guess = scaled(ratio, ahead.known + ahead.likely)
+    upper = scaled(ratio, ahead.most)
+    span = (f", up to {estimate_text.human(upper)} if every one goes on to {ahead.cap} trials"
+            if upper > guess * RANGE_FROM else "")  # fmt: skip
+    noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"
+             if reruns >= 0.005 else "")  # fmt: skip
+    plural = "" if ahead.missing == 1 else "s"
+    where = (
+        f"; adaptive round {ahead.round} (trial {ahead.round + 1} of up to {ahead.cap} each): "
+        f"{ahead.going} experiments still undecided, {ahead.missing} trial{plural} without "
+        "a record"
+        if ahead.missing > 0
+        else f"; adaptive round {ahead.round} done ({ahead.going} experiments): the next only "
+        "where a comparison is still undecided"
+    )
+    return (
+        f"{where}; about {estimate_text.human(guess)} left{span} (x {ratio:.2f}: "
+        f"measured/estimated so far, noise reruns left out{noise}{then})"
     )
 
 
