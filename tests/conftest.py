@@ -137,6 +137,41 @@ def pytest_collection_modifyitems(items):
         )
 
 
+# Where the slow tests write gigabytes: the backend environments (about 26 GB for
+# four), the images (about 22 GB, and a build holds a second copy of its largest layer
+# while it commits it), the wheelhouse (8 GB), pytest's temporary folders. A run that
+# fills the disk fails far from the cause, so the free space is printed at the start
+# and at the end of every run.
+DISK_PATHS = {
+    "environments": ENVS_ROOT,
+    "wheelhouse": Path(runs.WHEELHOUSE),
+    "temporary files": Path(os.environ.get("TMPDIR", "/tmp")),
+    "podman images": Path("/var/lib/containers"),
+}
+
+
+def free_disk() -> str:
+    """Free space on each filesystem the slow tests write to (one line)."""
+    seen: dict[int, list[str]] = {}
+    free: dict[int, int] = {}
+    for what, path in DISK_PATHS.items():
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        st = os.statvfs(path)
+        dev = os.stat(path).st_dev
+        seen.setdefault(dev, []).append(what)
+        free[dev] = st.f_bavail * st.f_frsize
+    return "; ".join(f"{free[d] / 1e9:.0f} GB free for {', '.join(w)}" for d, w in seen.items())
+
+
+def pytest_report_header(config) -> str:
+    return f"disk: {free_disk()}"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    terminalreporter.write_line(f"disk at the end: {free_disk()}")
+
+
 COMPONENTS = ("torch", "podman", "slurm", "browser")
 
 
