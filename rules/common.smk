@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from workflow_scripts import collectives, envs, images, jobs
+from workflow_scripts import collectives, envs, images, jobs, snakemake_timers
 from workflow_scripts.cluster import sizing
 from workflow_scripts.plan import far, order, progress, rounds
 
@@ -12,6 +12,9 @@ SETTINGS = STUDY.settings
 # Where the records, collectives, summary and report go: results/, a pre-flight's apart.
 RESULTS = STUDY.results
 LOGS = STUDY.logs
+# One pending re-evaluation timer in Snakemake's scheduler instead of a chain per job
+# event (they took a core beside the trials after ~400 jobs): workflow_scripts/snakemake_timers.py
+snakemake_timers.install()
 # When this run started: set by the main process, inherited by every job (progress lines).
 progress.started_at()
 # The interpreter running Snakemake runs the workflow's own scripts.

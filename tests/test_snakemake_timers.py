@@ -1,0 +1,69 @@
+"""Snakemake's scheduler with the study's one-timer fix (workflow_scripts/snakemake_timers.py),
+in real Snakemake runs of a small workflow whose jobs wait for one core."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from tests.runs import REPO
+
+JOBS = 30
+
+SNAKEFILE = textwrap.dedent(
+    f"""
+    import sys, threading, time
+    sys.path.insert(0, {str(REPO)!r})
+    from workflow_scripts import snakemake_timers
+
+    if config["install"]:
+        snakemake_timers.install()
+        snakemake_timers.install()  # twice changes nothing
+
+    rule all:
+        input: expand("out/{{i}}.txt", i=range({JOBS}))
+
+    rule one:
+        output: "out/{{i}}.txt"
+        run:
+            # the scheduler's pending re-evaluation timers while this job runs
+            timers = sum(isinstance(t, threading.Timer) for t in threading.enumerate())
+            time.sleep(0.02)
+            open(output[0], "w").write(f"{{timers}}\\n")
+    """
+)
+
+
+def run_workflow(wd, *args: str, install: bool = True) -> list[int]:
+    (wd / "Snakefile").write_text(SNAKEFILE)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--force-use-threads", "-q",
+           *args, "--config", f"install={install}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [int((wd / "out" / f"{i}.txt").read_text()) for i in range(JOBS)]
+
+
+def test_the_scheduler_keeps_one_pending_timer_however_many_jobs_have_run(tmp_path):
+    timers = run_workflow(tmp_path)
+    assert max(timers) <= 1, timers
+
+
+def test_a_finished_workflow_exits_without_waiting_for_its_timer(tmp_path):
+    """With an hour's timespan, Snakemake's own timers would keep the finished process
+    alive for that hour (the subprocess's 120 s limit would end the test)."""
+    timers = run_workflow(tmp_path, "--max-jobs-per-timespan", "100000/1h")
+    assert len(timers) == JOBS and max(timers) <= 1
+
+
+def test_install_replaces_the_one_method_and_says_so(monkeypatch):
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    from workflow_scripts import snakemake_timers
+
+    # restored after the test: this process's Snakemake is not the one under test
+    monkeypatch.setattr(
+        JobScheduler, "_schedule_reevalutation", JobScheduler._schedule_reevalutation
+    )
+    assert snakemake_timers.install() is True
+    assert JobScheduler._schedule_reevalutation is snakemake_timers._schedule_reevaluation
