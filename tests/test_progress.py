@@ -158,6 +158,34 @@ def test_the_last_line_says_how_much_of_the_time_was_measuring(tmp_path):
     assert "noise reruns 5 s, 20%), 22% of this run's; every trial is done" in text
 
 
+def test_a_resumed_run_counts_only_the_trials_it_measured_as_its_own(tmp_path):
+    """The study's efficiency is over every record; this run's share of its own elapsed
+    time only over the records it wrote (a resumed study's earlier hours are not in its
+    elapsed time)."""
+    import os
+
+    s = small_study(trials=1)
+    metrics = {"train_time_s": 5.0, "time_to_first_step_s": 2.0, "steps_timed": 3,
+               "step_time_s": {"median": 1.0, "mean": 1.0}}  # fmt: skip
+    for e in ("a", "b"):
+        write_record(tmp_path, e, 0, wall=10.0, metrics=metrics)
+    earlier = tmp_path / "records" / "a" / "trial0.json"
+    resumed = earlier.stat().st_mtime + 3600.0  # this run began an hour after both
+    os.utime(tmp_path / "records" / "b" / "trial0.json", (resumed + 5.0, resumed + 5.0))
+    write_record(tmp_path, "c", 0, wall=10.0, metrics={"train_time_s": 4.0})
+    os.utime(tmp_path / "records" / "c" / "trial0.json", (resumed - 5.0, resumed - 5.0))
+    text = progress.line(s, tmp_path, started=resumed, now=resumed + 40.0,
+                         machine=machine(calibration()))  # fmt: skip
+    # the study: 4 + 4 + 4 s of 30 s; this run: b's 4 s of its 40 s
+    assert "measuring 40% of the trials' wall time (12 s of 30 s" in text, text
+    assert "), 10% of this run's; every trial is done" in text, text
+    # a run that wrote no record yet says nothing of its own share
+    os.utime(tmp_path / "records" / "b" / "trial0.json", (resumed - 1.0, resumed - 1.0))
+    text = progress.line(s, tmp_path, started=resumed, now=resumed + 40.0,
+                         machine=machine(calibration()))  # fmt: skip
+    assert "of this run's" not in text and "in the timed steps)" in text, text
+
+
 def test_the_first_steps_one_off_costs_are_its_time_beyond_a_steady_step():
     from workflow_scripts.util import first_step_one_off, measuring_seconds, timed_seconds
 

@@ -75,13 +75,15 @@ _MISSING = object()
 class Times(NamedTuple):
     """A record's times: its wall time without its noise reruns, their time, its warm-up
     and timed steps' time, its timed steps' (None where it does not say); and where it
-    did not end ok, its wall time again (``study_estimate.failed_wall``), else None."""
+    did not end ok, its wall time again (``study_estimate.failed_wall``), else None; and
+    when the record was written (seconds since the epoch, None where not known)."""
 
     wall: float | None
     retry: float
     measuring: float | None
     timed: float | None
     failed: float | None
+    written: float | None = None
 
 
 def _times(record) -> Times:
@@ -110,7 +112,7 @@ def _wall(path: Path):
         record = read_json(path, want=None)
     except (OSError, ValueError):
         return _times(None)
-    times = _times(record)
+    times = _times(record)._replace(written=mtime / 1e9)
     _cache[key] = (mtime, times)
     return times
 
@@ -248,11 +250,15 @@ def rerun_share(times: Iterable[Times]) -> float:
     return sum(t.retry for t in kept) / wall * len(kept) / (len(kept) + RERUN_PRIOR_TRIALS)
 
 
-def efficiency(times: Iterable[tuple], elapsed: float) -> str:
+def efficiency(times: Iterable[Times], elapsed: float, since: float | None = None) -> str:
     """The study's measurement efficiency: its trials' warm-up and timed steps (the first
-    step at a steady step's time) over the trials' wall time and over this run's, and the
-    timed steps' share; "" where no record says."""
+    step at a steady step's time) over the trials' wall time, and the timed steps' share;
+    then the warm-up and timed steps of the trials this run wrote (their records written
+    at ``since`` or later; every record where ``since`` is None) over this run's elapsed
+    time, where this run wrote any; "" where no record says."""
     times = list(times)
+    ours = [t for t in times if since is None or (t.written is not None and t.written >= since)]
+    this_run = sum(t.measuring for t in ours if t.measuring is not None)
     measuring = sum(t[2] for t in times if t[2] is not None)
     timed = sum(t[3] for t in times if t[3] is not None)
     wall = sum((t[0] or 0.0) + t[1] for t in times)
@@ -266,8 +272,8 @@ def efficiency(times: Iterable[tuple], elapsed: float) -> str:
     )
     if retries > 0:
         text += f"; noise reruns {estimate_text.human(retries)}, {100 * retries / wall:.0f}%"
-    if elapsed > 0:
-        text += f"), {100 * measuring / elapsed:.0f}% of this run's"
+    if elapsed > 0 and this_run > 0:
+        text += f"), {100 * this_run / elapsed:.0f}% of this run's"
     else:
         text += ")"
     return text
@@ -326,9 +332,8 @@ def line(
     wall_sum = sum(walls.values())
     ahead = rounds_ahead(study.ids, per, here, trials, most)
     total = est["planned_trials"] + (ahead.decided if ahead else 0)
-    elapsed = (now if now is not None else time.time()) - (
-        started if started is not None else started_at()
-    )
+    began = started if started is not None else started_at()
+    elapsed = (now if now is not None else time.time()) - began
     text = (
         f"[progress] {len(done)} of {total} trials have a record, {estimate_text.human(elapsed)} "
     )
@@ -348,7 +353,7 @@ def line(
     then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
             f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
     if len(minimum) >= est["planned_trials"]:
-        text += efficiency(times.values(), elapsed)
+        text += efficiency(times.values(), elapsed, began)
         if ahead is None or ahead.most <= 0:
             return text + "; every trial is done" + then
         if ahead.known <= 0 and ahead.decided == 0:
