@@ -67,3 +67,22 @@ def test_install_replaces_the_one_method_and_says_so(monkeypatch):
     )
     assert snakemake_timers.install() is True
     assert JobScheduler._schedule_reevalutation is snakemake_timers._schedule_reevaluation
+
+
+def test_a_shorter_delay_is_not_held_back_by_a_longer_pending_one():
+    """A wake-up asked for sooner than the pending one is due gets its own timer (the
+    queue-input wait is 10 s, the rate limit's 1 s); a later one is left to the pending."""
+    import threading
+    import types
+
+    from workflow_scripts import snakemake_timers
+
+    scheduler = types.SimpleNamespace(_open_jobs=threading.Semaphore(0))
+    snakemake_timers._schedule_reevaluation(scheduler, 30.0)
+    snakemake_timers._schedule_reevaluation(scheduler, 0.05)
+    assert scheduler._open_jobs.acquire(timeout=5.0)  # the short one fired
+    assert scheduler._study_timer_due is None  # and freed the slot for the next pass
+    snakemake_timers._schedule_reevaluation(scheduler, 0.05)
+    snakemake_timers._schedule_reevaluation(scheduler, 0.05)  # due no sooner: none more
+    assert scheduler._open_jobs.acquire(timeout=5.0)
+    assert not scheduler._open_jobs.acquire(timeout=0.3)

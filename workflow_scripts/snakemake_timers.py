@@ -12,9 +12,10 @@ process then took a whole core for its job selection, beside the trials it was t
 minutes were disturbed and rerun). A longer timespan only slows the chains, and a
 non-daemon timer of an hour keeps the finished process alive for that hour.
 
-``install()`` replaces that one method: a scheduler keeps at most one pending timer
-(the one it has fires no later than a new one would), and the timer is a daemon
-thread, so a finished workflow exits at once. The scheduler still re-evaluates within
+``install()`` replaces that one method: a scheduler starts no timer while a wake-up is
+due no later than the new one would be (so one is pending, or two for a moment where a
+shorter delay is asked for), and the timer is a daemon thread, so a finished workflow
+exits at once. The scheduler still re-evaluates within
 the timespan after every pass that leaves jobs waiting, which is what the timer is for.
 Nothing is changed where the method is not there (another Snakemake), and installing
 twice changes nothing.
@@ -23,24 +24,28 @@ twice changes nothing.
 from __future__ import annotations
 
 import threading
+import time
 
 _GUARD = threading.Lock()
 
 
 def _schedule_reevaluation(self, delay) -> None:
-    """Wake the scheduler after ``delay`` seconds, unless a wake-up is pending already."""
+    """Wake the scheduler after ``delay`` seconds, unless a wake-up is due by then."""
+    due = time.monotonic() + float(delay)
     with _GUARD:
-        if getattr(self, "_study_timer", None) is not None:
+        pending = getattr(self, "_study_timer_due", None)
+        if pending is not None and pending <= due:
             return
-        timer = threading.Timer(delay, _fire, args=(self,))
-        timer.daemon = True
-        self._study_timer = timer
+        self._study_timer_due = due
+    timer = threading.Timer(delay, _fire, args=(self, due))
+    timer.daemon = True
     timer.start()
 
 
-def _fire(scheduler) -> None:
+def _fire(scheduler, due: float) -> None:
     with _GUARD:
-        scheduler._study_timer = None  # the pass this wakes may start the next one
+        if getattr(scheduler, "_study_timer_due", None) == due:
+            scheduler._study_timer_due = None  # the pass this wakes may start the next one
     scheduler._open_jobs.release()
 
 
