@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,3 +268,37 @@ def limited_dry_run(where: Path, *config: str, study: dict | None = None):
     took = time.monotonic() - t0
     assert not (where / "results").exists()
     return proc, took
+
+
+def waiting_jobs_workflow(jobs: int, sleep: float) -> str:
+    """A Snakefile of ``jobs`` local jobs that each sleep ``sleep`` seconds in a ``run:``
+    block (threads of Snakemake's own process: ``--force-use-threads``) and write how many
+    re-evaluation timers its scheduler had pending meanwhile; the fix installed where
+    ``--config install=True`` (test_snakemake_timers.py, benchmarks/scheduler_cpu.py)."""
+    return textwrap.dedent(
+        f"""
+        import sys, threading, time
+        sys.path.insert(0, {str(REPO)!r})
+        from workflow_scripts import snakemake_timers
+
+        if config["install"]:
+            snakemake_timers.install()
+            snakemake_timers.install()  # twice changes nothing
+
+        rule all:
+            input: expand("out/{{i}}.txt", i=range({jobs}))
+
+        rule one:
+            output: "out/{{i}}.txt"
+            run:
+                # the scheduler's pending re-evaluation timers while this job runs
+                timers = sum(isinstance(t, threading.Timer) for t in threading.enumerate())
+                time.sleep({sleep})
+                open(output[0], "w").write(f"{{timers}}\\n")
+        """
+    )
+
+
+def timers_seen(wd, jobs: int) -> list[int]:
+    """What each job of ``waiting_jobs_workflow`` run in ``wd`` wrote."""
+    return [int((wd / "out" / f"{i}.txt").read_text()) for i in range(jobs)]

@@ -5,43 +5,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
-from tests.runs import REPO
+from tests.runs import timers_seen, waiting_jobs_workflow
 
 JOBS = 30
 
-SNAKEFILE = textwrap.dedent(
-    f"""
-    import sys, threading, time
-    sys.path.insert(0, {str(REPO)!r})
-    from workflow_scripts import snakemake_timers
-
-    if config["install"]:
-        snakemake_timers.install()
-        snakemake_timers.install()  # twice changes nothing
-
-    rule all:
-        input: expand("out/{{i}}.txt", i=range({JOBS}))
-
-    rule one:
-        output: "out/{{i}}.txt"
-        run:
-            # the scheduler's pending re-evaluation timers while this job runs
-            timers = sum(isinstance(t, threading.Timer) for t in threading.enumerate())
-            time.sleep(0.02)
-            open(output[0], "w").write(f"{{timers}}\\n")
-    """
-)
-
 
 def run_workflow(wd, *args: str, install: bool = True) -> list[int]:
-    (wd / "Snakefile").write_text(SNAKEFILE)
+    (wd / "Snakefile").write_text(waiting_jobs_workflow(JOBS, 0.02))
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--force-use-threads", "-q",
            *args, "--config", f"install={install}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [int((wd / "out" / f"{i}.txt").read_text()) for i in range(JOBS)]
+    return timers_seen(wd, JOBS)
 
 
 def test_the_scheduler_keeps_one_pending_timer_however_many_jobs_have_run(tmp_path):

@@ -15,8 +15,8 @@ non-daemon timer of an hour keeps the finished process alive for that hour.
 ``install()`` replaces that one method: a scheduler starts no timer while a wake-up is
 due no later than the new one would be (so one is pending, or two for a moment where a
 shorter delay is asked for), and the timer is a daemon thread, so a finished workflow
-exits at once. The scheduler still re-evaluates within
-the timespan after every pass that leaves jobs waiting, which is what the timer is for.
+exits at once. The scheduler still re-evaluates within the timespan after every pass
+that leaves jobs waiting, which is what the timer is for.
 Nothing is changed where the method is not there (another Snakemake), and installing
 twice changes nothing.
 """
@@ -49,9 +49,6 @@ def _fire(scheduler, due: float) -> None:
     scheduler._open_jobs.release()
 
 
-_schedule_reevaluation._study_coalesced = True
-
-
 def install() -> bool:
     """Coalesce the scheduler's re-evaluation timers; True when the method was replaced
     (now or by an earlier call), False where this Snakemake has no such method."""
@@ -59,9 +56,7 @@ def install() -> bool:
         from snakemake.scheduling.job_scheduler import JobScheduler
     except ImportError:
         return False
-    current = getattr(JobScheduler, "_schedule_reevalutation", None)  # sic: Snakemake's name
-    if current is None:
+    if not hasattr(JobScheduler, "_schedule_reevalutation"):  # sic: Snakemake's name
         return False
-    if not getattr(current, "_study_coalesced", False):
-        JobScheduler._schedule_reevalutation = _schedule_reevaluation
+    JobScheduler._schedule_reevalutation = _schedule_reevaluation  # a second time: the same
     return True

@@ -23,34 +23,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.runs import timers_seen, waiting_jobs_workflow  # noqa: E402
+
 SETTINGS = {"Snakemake as it is": False, "one pending timer": True}
-
-SNAKEFILE = """
-import sys, threading, time
-sys.path.insert(0, {repo!r})
-from workflow_scripts import snakemake_timers
-
-if config["install"]:
-    snakemake_timers.install()
-
-rule all:
-    input:
-        expand("out/{{i}}.txt", i=range({jobs})),
-
-rule one:
-    output:
-        "out/{{i}}.txt",
-    run:
-        timers = sum(isinstance(t, threading.Timer) for t in threading.enumerate())
-        time.sleep({sleep})
-        open(output[0], "w").write(str(timers))
-"""
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -64,9 +45,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 def run_once(jobs: int, sleep: float, install: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "Snakefile").write_text(
-            textwrap.dedent(SNAKEFILE.format(repo=str(REPO), jobs=jobs, sleep=sleep))
-        )
+        Path(tmp, "Snakefile").write_text(waiting_jobs_workflow(jobs, sleep))
         cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--force-use-threads",
                "--workflow-profile", "none", "--quiet", "all",
                "--config", f"install={install}"]  # fmt: skip
@@ -88,7 +67,7 @@ def run_once(jobs: int, sleep: float, install: bool) -> dict:
         wall = time.monotonic() - started
         if proc.returncode != 0:
             raise SystemExit(err.decode()[-2000:])
-        timers = max(int(Path(tmp, "out", f"{i}.txt").read_text()) for i in range(jobs))
+        timers = max(timers_seen(Path(tmp), jobs))
     last = [s for s in samples if s[0] >= 2 * wall / 3]
     rate = (last[-1][1] - last[0][1]) / (last[-1][0] - last[0][0]) if len(last) > 1 else None
     return {

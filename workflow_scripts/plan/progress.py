@@ -259,10 +259,10 @@ def efficiency(times: Iterable[Times], elapsed: float, since: float | None = Non
     times = list(times)
     ours = [t for t in times if since is None or (t.written is not None and t.written >= since)]
     this_run = sum(t.measuring for t in ours if t.measuring is not None)
-    measuring = sum(t[2] for t in times if t[2] is not None)
-    timed = sum(t[3] for t in times if t[3] is not None)
-    wall = sum((t[0] or 0.0) + t[1] for t in times)
-    retries = sum(t[1] for t in times)
+    measuring = sum(t.measuring for t in times if t.measuring is not None)
+    timed = sum(t.timed for t in times if t.timed is not None)
+    wall = sum((t.wall or 0.0) + t.retry for t in times)
+    retries = sum(t.retry for t in times)
     if measuring <= 0 or wall <= 0:
         return ""
     text = (
