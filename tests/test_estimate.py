@@ -305,3 +305,19 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     wide = study_estimate.total(st.experiments, 2, avx2, setup=Setup(st.envs), margin=0.6)
     assert wide["experiments"]["bf16"]["trials"] == 2 and "bf16" not in wide["far"]
     assert wide["experiments"]["bf16"]["timed_steps"] == per["bf16"]["timed_steps"]
+
+
+def test_a_trial_forked_from_a_warm_interpreter_pays_no_process_start(make_spec):
+    """Where one-process trials are forked (runtime local: runtimes/warm.py), their start
+    is the fork's; a torchrun trial, or one pinned to its own CPUs, starts fresh."""
+    fresh = estimate.Machine({}, 100.0, 2, ["avx2"])
+    forks = estimate.Machine({}, 100.0, 2, ["avx2"], forks=True)
+    plain = make_spec()
+    assert estimate.trial(plain, forks)["parts"]["start"] == estimate.FORK_START_S
+    assert estimate.trial(plain, fresh)["parts"]["start"] == estimate.PROCESS_START_S
+    cut = estimate.PROCESS_START_S - estimate.FORK_START_S
+    assert estimate.trial(plain, fresh)["seconds"] - estimate.trial(plain, forks)["seconds"] == (
+        pytest.approx(cut)
+    )
+    for spec in (make_spec(launcher="torchrun", threads=1), make_spec(cpus="0")):
+        assert estimate.trial(spec, forks)["parts"]["start"] >= estimate.PROCESS_START_S

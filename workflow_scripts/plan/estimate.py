@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import backends, launchers, metrics, workloads
 from ..rank import gradcheck, probe, schedule
+from ..runtimes import warm as warm_interpreter
 from ..util import finite
 
 # Share of the fp32 matmul ceiling a training step reaches (ResNet-50 fp32 eager
@@ -54,6 +55,9 @@ HARNESS_S = 1.5
 # Starting a trial's process (interpreter, torch, the backend's imports) when no
 # calibration measured it; a container's start on top.
 PROCESS_START_S = 6.0
+# A trial forked from a warm interpreter (runtimes/warm.py): the fork and its script's
+# start, with the server's own start (the imports) shared by the trials after it.
+FORK_START_S = 0.5
 CONTAINER_START_S = 2.0
 # The trial's setup imports torch._dynamo (building an optimizer does), when no
 # calibration measured it: 6-8 s on a 2-core Zen 1 EPYC.
@@ -195,6 +199,7 @@ class Machine:
         flags: Iterable[str],
         container: bool = False,
         preflight: Mapping[str, Mapping] | None = None,
+        forks: bool = False,
     ):
         self.calibrations = dict(calibrations)
         self.quick = quick_gflops
@@ -203,6 +208,8 @@ class Machine:
         self.container = container
         #: each experiment's measured pre-flight (:func:`read_preflight`), by id
         self.preflight = dict(preflight or {})
+        #: a single-process trial is forked from a warm interpreter (runtime local)
+        self.forks = forks
 
     def calibration(self, env: str) -> Mapping | None:
         cal = self.calibrations.get(env)
@@ -336,6 +343,8 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
             squared = float(spec.get("far_stop") or math.inf) ** 2
             timed_steps = min(timed_steps, 1 if far > squared else metrics.MIN_FAR_STEPS)
     start = machine.process_start(env)
+    if machine.forks and warm_interpreter.candidate(spec):
+        start = FORK_START_S
     if ranks > 1 or launchers.get(spec.get("launcher") or "none").distributed:
         start = start * 1.5 + TORCHRUN_S
     parts = {
@@ -428,11 +437,16 @@ def _grad_check_s(
 
 
 def for_trial(
-    spec: Mapping, reference: Mapping | None, container: bool, warm: bool = False
+    spec: Mapping,
+    reference: Mapping | None,
+    container: bool,
+    warm: bool = False,
+    forks: bool = False,
 ) -> dict:
     """One trial's estimate as its record keeps it: from the reference (its environment's
     calibration) the trial policy reads, else a quick measurement here. ``warm``: a
-    later trial that starts from its first trial's compile cache."""
+    later trial that starts from its first trial's compile cache; ``forks``: a
+    one-process trial is forked from a warm interpreter (runtimes/warm.py)."""
     from .. import sysinfo
 
     env = spec.get("env") or "upstream"
@@ -444,5 +458,6 @@ def for_trial(
         cpus,
         sysinfo.topology().get("cpu_flags") or [],
         container=container,
+        forks=forks,
     )
     return trial(spec, machine, later=warm)

@@ -271,7 +271,20 @@ def study_machine(study, results: Path | str = "results", measure: bool = True) 
         sysinfo.topology().get("cpu_flags") or [],
         container=study.settings.get("runtime") != "local",
         preflight=measured,
+        forks=forks(study.settings),
     )
+
+
+def forks(settings) -> bool:
+    """Whether a one-process trial of this study is forked from a warm interpreter: its
+    runtime local (``auto`` as resolved), outside SLURM, unless ``warm_interpreter``
+    is off (runtimes/warm.py)."""
+    from .. import runtimes, sysinfo
+
+    runtime = runtimes.resolved(settings.get("runtime") or "auto",
+                                settings.get("container_engine_conf"))  # fmt: skip
+    on = settings.get("warm_interpreter", True)
+    return bool(on) and runtime == "local" and not sysinfo.slurm_job()
 
 
 def for_study(

@@ -50,6 +50,16 @@ def resolve(requested: str, engine_conf: str | None = None) -> tuple[str, str | 
     return runtime, note
 
 
+def resolved(requested: str, engine_conf: str | None = None) -> str | None:
+    """What ``requested`` was resolved to in this process or the Snakemake that started
+    it (:func:`resolve`), without asking an engine: None where it was not yet."""
+    if requested != "auto":
+        return requested
+    cached = os.environ.get(RESOLVED_VAR, "")
+    key = f"{requested}|{engine_conf or ''}="
+    return cached[len(key) :] if cached.startswith(key) else None
+
+
 def _resolve(requested: str, engine_conf: str | None) -> tuple[str, str | None]:
     if requested == "local":
         return "local", None

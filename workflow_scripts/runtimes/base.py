@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .. import sysinfo
+from . import warm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -47,6 +48,8 @@ class Wrapped:
     cleanup_cmd: list[str] | None = None
     #: the v1 memory cgroup holding a container run's memory limit (removed afterwards)
     memory_cgroup: str | None = None
+    #: start it forked from a warm interpreter (``warm.py``): (python, what it imports)
+    warm: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclasses.dataclass
@@ -56,6 +59,8 @@ class Finished:
     wall_s: float
     launched_at: str
     ended_at: str
+    #: forked from a warm interpreter (``warm.py``), not started fresh
+    warm: bool = False
 
 
 class Runtime(abc.ABC):
@@ -260,6 +265,21 @@ def _watch(watchdog: subprocess.Popen | None, pgid: int) -> None:
         watchdog.stdin.close()
 
 
+def _start_warm(wrapped: Wrapped, logf, watchdog: subprocess.Popen | None, owner):
+    """The command forked from its warm interpreter (``warm.py``), or None (said in the
+    log): then it starts cold."""
+    python, modules = wrapped.warm
+    tell = watchdog.stdin.fileno() if watchdog is not None else None
+    proc = warm.start(
+        python, modules, wrapped.cmd, wrapped.env, str(REPO_ROOT), logf.fileno(), tell, owner
+    )
+    if isinstance(proc, str):
+        logf.write(f"[warm] started fresh: {proc}\n".encode())
+        logf.flush()
+        return None
+    return proc
+
+
 def _kill_stragglers(pgid: int) -> None:
     """What the command left behind in its process group (e.g. a worker it did not wait
     for) goes with it."""
@@ -295,10 +315,13 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
         try:
             # the watchdog first, so that the command never runs unwatched
             watchdog = _start_watchdog(wrapped.cleanup_cmd, wrapped.env)
-            proc = subprocess.Popen(
-                wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env,
-                cwd=REPO_ROOT, start_new_session=True, preexec_fn=_tell_watchdog(watchdog),
-            )  # fmt: skip
+            owner = lifeline.watched[-1] if lifeline.watched else None
+            proc = _start_warm(wrapped, logf, watchdog, owner) if wrapped.warm else None
+            if proc is None:
+                proc = subprocess.Popen(
+                    wrapped.cmd, stdout=logf, stderr=subprocess.STDOUT, env=wrapped.env,
+                    cwd=REPO_ROOT, start_new_session=True, preexec_fn=_tell_watchdog(watchdog),
+                )  # fmt: skip
             _watch(watchdog, proc.pid)
             deadline = t0 + timeout_s
             while True:
@@ -332,4 +355,5 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
         wall_s=time.perf_counter() - t0,
         launched_at=launched_at,
         ended_at=sysinfo.now("microseconds"),
+        warm=isinstance(proc, warm.WarmProcess),
     )

@@ -154,6 +154,9 @@ class Process:
     label: str
     mounts: Sequence[tuple[str, str]] = ()
     cpus: list[int] | None = None
+    #: fork it from a warm interpreter (``warm.py``): (python, what that imports);
+    #: only where the runtime runs the command as it is (local)
+    warm: tuple[str, tuple[str, ...]] | None = None
 
 
 def run_measured(
@@ -173,6 +176,8 @@ def run_measured(
         cmd, env, label=process.label, mounts=list(process.mounts), cpus=process.cpus
     )
     container = wrapped.container is not None
+    if process.warm and not container and wrapped.cmd == cmd:
+        wrapped = dataclasses.replace(wrapped, warm=process.warm)
     mark = runtime.oom_mark()
     try:
         finished = run_logged(wrapped, log, timeout_s)

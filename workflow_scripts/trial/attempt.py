@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..launchers import harness_args, result_paths
+from ..runtimes import warm
 from ..runtimes.measured import Process, environment, run_measured
 from .environment import absolute_path, compile_cache, run_mounts
 from .outcome import assemble, failure, outcome
@@ -68,6 +69,7 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
         process = Process(
             cmd, env, f"{spec['id']}-t{trial}-a{attempt}",
             mounts=run_mounts(out, data_path, cache, spec.get("weights_from")), cpus=cpus,
+            warm=warm_start(spec, env_info, runtime.name, cmd),
         )  # fmt: skip
         ran = run_measured(runtime, process, log=log, timeout_s=spec["timeout_s"], results=results)
     finally:
@@ -78,6 +80,22 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
     assemble(record, spec, trial, env_info, runtime.name, ran, started)
     record["provenance"]["compile_cache"] = cache
     return record
+
+
+def warm_start(
+    spec: dict, env_info: dict, runtime: str, cmd: list[str]
+) -> tuple[str, tuple[str, ...]] | None:
+    """Whether the attempt's process is forked from a warm interpreter (``warm.py``):
+    (python, what it imports) for one process of the local runtime started by no
+    launcher, outside SLURM, on the CPUs it was given, unless ``warm_interpreter`` is off;
+    else None (a fresh process)."""
+    if not env_info.get("warm_interpreter", True) or runtime != "local" or sysinfo.slurm_job():
+        return None
+    if not warm.candidate(spec) or launchers.get(spec["launcher"]).ranks(spec) != 1:
+        return None
+    if cmd[:3] != [env_info["python"], "-u", str(launchers.ENTRY)]:
+        return None
+    return env_info["python"], warm.preload(spec["model"])
 
 
 def slurm_step(cmd: list[str]) -> list[str]:

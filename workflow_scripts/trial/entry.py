@@ -18,6 +18,14 @@ from .policy import RETRY_DELAY_S, Noise, run
 from .reference import node_reference, read_reference
 
 
+def yes(text: str) -> bool:
+    if text.strip().lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.strip().lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not true or false: {text!r}")
+
+
 def progress_line(record: dict) -> str:
     head = f"[experiment] {record['experiment']} trial {record.get('trial', 0)}:"
     if record["status"] == "ok":
@@ -85,6 +93,8 @@ COMMAND = Command(
         Arg("retry_delay", type=float, default=RETRY_DELAY_S, help="seconds"),
         Arg("attempt", "settings.job_attempt", type=int, default=1,
             help="the job's attempt (Snakemake's)"),
+        Arg("warm_interpreter", "settings.warm_interpreter", type=yes, default=True,
+            help="fork a one-process run from a warm interpreter (true/false)"),
         *LIMIT_ARGS,
     ),
 )  # fmt: skip
@@ -93,7 +103,8 @@ COMMAND = Command(
 def main(argv: list[str] | None = None) -> int:
     args = COMMAND.parse(argv)
     spec = Spec(json.loads(args.spec_json))
-    env_info = with_limits(read_json(args.env_json, want=None), args)
+    env_info = {**with_limits(read_json(args.env_json, want=None), args),
+                "warm_interpreter": args.warm_interpreter}  # fmt: skip
     reference_path = Path(args.reference_probe) if args.reference_probe else None
     try:
         reference = node_reference(

@@ -163,6 +163,8 @@ def assemble(
             "launched_at": ran.finished.launched_at,
             "ended_at": ran.finished.ended_at,
             "process_wall_s": ran.finished.wall_s,
+            # forked from a warm interpreter (runtimes/warm.py), or a fresh process
+            "started": "warm" if ran.finished.warm else "fresh",
         }
     )
     prov.setdefault("versions", env_info.get("versions", {}))

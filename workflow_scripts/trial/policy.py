@@ -103,8 +103,10 @@ def _run(job: Trial, noise: Noise) -> dict:
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
     cache_plan = carry.compile_cache_plan(spec, out, trial, first_trial)
+    container = runtimes.in_container(env_info)
+    forks = not container and env_info.get("warm_interpreter", True) and not sysinfo.slurm_job()
     expected = estimate.for_trial(
-        spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan
+        spec, reference, container, warm="warm_from" in cache_plan, forks=forks
     )
     until = clock.deadline()
     if until is not None and clock.too_late(expected["seconds"], until=until):

@@ -1,0 +1,86 @@
+"""A trial forked from a warm interpreter against the same trial started fresh
+(runtimes/warm.py): the trial policy's whole wall time, its process's, and the
+throughput, in ABBA rounds on this machine, with the median ratio and its
+distribution-free 95 % interval (pairs of neighbours in the ABBA order).
+
+    .venv/bin/python tests/benchmarks/warm_start.py --env-json results/envs/upstream.json \\
+        --preset quick --experiment bert-tiny --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from tests.benchmarks.harness_overhead import paired_estimate  # noqa: E402
+from workflow_scripts.study import load_study  # noqa: E402
+
+
+def trial(spec: dict, env_json: str, warm: bool, where: Path, n: int) -> dict:
+    out, log = where / f"r{n}.json", where / f"r{n}.log"
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.trial", "--spec-json", json.dumps(spec),
+         "--env-json", env_json, "--out", str(out), "--log", str(log), "--max-retries", "0",
+         f"--warm-interpreter={'true' if warm else 'false'}"],
+        cwd=REPO, check=True, capture_output=True,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["provenance"]["started"] == ("warm" if warm else "fresh")
+    return {
+        "wall": wall,
+        "process": rec["provenance"]["process_wall_s"],
+        "sps": rec["metrics"]["samples_per_s"],
+        "median step": rec["metrics"]["step_time_s"]["median"] * 1000,
+        "rss": rec["metrics"]["peak_rss_mb"],
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env-json", required=True)
+    p.add_argument("--preset", default="quick")
+    p.add_argument("--experiment", default="bert-tiny")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="experiment fields to change (YAML values), e.g. steps=30")  # fmt: skip
+    args = p.parse_args()
+    study = load_study(yaml.safe_load((REPO / "config.yaml").read_text()), str(REPO),
+                       {"preset": args.preset})  # fmt: skip
+    spec = {e["id"]: dict(e) for e in study.experiments}[args.experiment]
+    spec.update({k: yaml.safe_load(v) for k, v in (f.split("=", 1) for f in args.set)})
+    got: dict[bool, list[dict]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trial(spec, args.env_json, True, Path(tmp), -1)  # the server's start, not counted
+        n = 0
+        for r in range(args.rounds):
+            for warm in (True, False, False, True) if r % 2 == 0 else (False, True, True, False):
+                got[warm].append(trial(spec, args.env_json, warm, Path(tmp), n))
+                n += 1
+    print(f"{args.experiment} ({args.preset}), {len(got[True])} trials each, ABBA")
+    for key, what in (("wall", "trial wall (s)"), ("process", "process wall (s)"),
+                      ("sps", "samples/s"), ("median step", "median step (ms)"),
+                      ("rss", "peak RSS (MB)")):  # fmt: skip
+        w = [x[key] for x in got[True]]
+        f = [x[key] for x in got[False]]
+        est = paired_estimate([a / b for a, b in zip(w, f)])  # neighbours in ABBA order
+        print(f"  {what:18} warm median {sorted(w)[len(w) // 2]:9.2f}  fresh median "
+              f"{sorted(f)[len(f) // 2]:9.2f}  warm/fresh {est['median']:.3f} "
+              f"[{est['ci95'][0]:.3f}-{est['ci95'][1]:.3f}]")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
