@@ -18,8 +18,8 @@ Used by the trial policy for a single-process run of the local runtime (launcher
 ``none``) outside SLURM, unless ``warm_interpreter: false``; a server that cannot start, or
 a run it cannot take, starts cold, as before (said in the trial's log). A server
 exits after ``IDLE_S`` without a run, when the study's Snakemake is gone, when its
-socket is gone, or when another server of the same study starts (one at a time: a
-server holds 0.3-0.7 GB). Standard library only, on both sides.
+socket is gone, or when the study starts a third (the one it used least lately is
+retired: a server holds 0.3-0.5 GB). Standard library only, on both sides.
 
     python -u -c "$SERVER" SOCKET OWNER MODULE...   (the server, started by a run)
 """
@@ -48,6 +48,9 @@ PER_RUN = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "OMP_NUM_THREADS", "ST
 #: a run started by a server has this variable (1)
 MARK = "STUDY_WARM_START"
 IDLE_S = 120.0
+#: servers a study keeps at most (the ones it used last): a vision and a text library,
+#: say; each holds 0.3-0.5 GB of its own
+SERVERS = 2
 READY_S = 180.0
 #: a run with these starts fresh: a preloaded allocator's heap is the run's own
 #: (every other variable the server is started with: :func:`identity`)
@@ -106,8 +109,9 @@ def _sources_digest() -> str:
 
 def identity(python: str, modules: tuple[str, ...], env: dict[str, str]) -> str:
     """What makes two runs share a server: the interpreter, what it imports, the code,
-    the CPUs, and every variable but those of :data:`PER_RUN`."""
-    fixed = {k: v for k, v in env.items() if k not in PER_RUN}
+    the CPUs, and every variable but those of :data:`PER_RUN` and the study's own
+    (``STUDY_*``: read by its code when the run needs them, never on import)."""
+    fixed = {k: v for k, v in env.items() if k not in PER_RUN and not k.startswith("STUDY_")}
     cpus = sorted(os.sched_getaffinity(0))
     blob = json.dumps([python, list(modules), _sources_digest(), cpus, sorted(fixed.items())])
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -240,16 +244,16 @@ def _connect(
     python: str, modules: tuple[str, ...], env: dict, key: str, owner: tuple[int, str] | None
 ) -> socket.socket:
     """A connection to the server of ``key``, started first where none answers (one
-    starter at a time: a lock beside the socket). A new server retires the other
-    servers of its owner (they exit once their runs ended): one at a time per study."""
+    starter at a time: a lock beside the socket). A new server retires the owner's
+    server used least lately where it has ``SERVERS`` already."""
     where = folder()
     path = where / f"{key}.sock"
     with contextlib.suppress(OSError):
-        return _dial(path)
+        return _used(where, key, _dial(path))
     with open(where / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
-            return _dial(path)
+            return _used(where, key, _dial(path))
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         mine = "-" if owner is None else f"{owner[0]}:{owner[1]}"
@@ -283,21 +287,36 @@ def _started(pid: int) -> str | None:
         return None
 
 
+def _used(where: Path, key: str, conn: socket.socket) -> socket.socket:
+    """A server just reached: its PID file's time says when it was last used."""
+    with contextlib.suppress(OSError):
+        os.utime(where / f"{key}.pid")
+    return conn
+
+
 def _retire_others(where: Path, key: str, owner: str) -> None:
-    """SIGTERM to the other servers started for ``owner`` (a server retires: it takes
-    no more runs and exits once its runs ended)."""
-    if owner == "-":
-        return
+    """SIGTERM to the servers of ``owner`` but the ``SERVERS - 1`` used last (a server
+    retires: it takes no more runs and exits once its runs ended); the files of
+    servers long gone go too."""
+    mine = []
     for pidfile in where.glob("*.pid"):
         if pidfile.stem == key:
             continue
         with contextlib.suppress(OSError, ValueError):
             pid, started, whose = pidfile.read_text().split()
-            alive = _started(int(pid)) == started
-            if alive and whose == owner:
-                os.kill(int(pid), signal.SIGTERM)
-            if not alive or whose == owner:
+            if _started(int(pid)) != started:
                 pidfile.unlink()
+            elif whose == owner and owner != "-":
+                mine.append((pidfile.stat().st_mtime, int(pid), pidfile))
+    for _, pid, pidfile in sorted(mine)[: max(0, len(mine) - (SERVERS - 1))]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+            pidfile.unlink()
+    old = time.time() - 86400
+    for stale in where.iterdir():
+        with contextlib.suppress(OSError):
+            if stale.suffix != ".sock" and stale.stem != key and stale.stat().st_mtime < old:
+                stale.unlink()
 
 
 def _dial(path: Path) -> socket.socket:
