@@ -376,9 +376,7 @@ def test_image_folder_with_dataloader_workers(upstream_env, make_spec, tmp_path)
     spec = make_spec(data="image_folder", num_workers=2, batch_size=4, steps=4)
     rec = assert_ok(run(spec, upstream_env, tmp_path, data_path=str(folder)))
     assert rec["checks"]["dataloader_workers"] == 2
-    # what ended and was waited for before the figure was read: not the persistent workers
-    # (a fresh process counts a helper command there; one forked warm, nothing yet)
-    assert rec["metrics"]["peak_rss_children_mb"] >= 0
+    assert rec["metrics"]["peak_rss_children_mb"] > 0  # the workers were real processes
 
 
 def test_run_cpu_with_tcmalloc(upstream_env, allocators, make_spec, tmp_path):

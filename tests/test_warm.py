@@ -54,11 +54,11 @@ def test_a_warm_trial_trains_as_a_fresh_one_in_a_process_of_its_own(
     spec = make_spec(steps=4)
     top = Lifeline().watched[-1]  # the owner of this process's servers (as run_logged's)
     owner = f"{top[0]}:{top[1]}"
-    cold_env = {**upstream_env, "warm_interpreter": False}
-    cold = assert_ok(run(spec, cold_env, tmp_path / "cold"))
-    first = assert_ok(run(spec, upstream_env, tmp_path / "w1"))
+    cold = assert_ok(run(spec, upstream_env, tmp_path / "cold"))  # fresh: the default
+    warm_env = {**upstream_env, "warm_interpreter": True}
+    first = assert_ok(run(spec, warm_env, tmp_path / "w1"))
     serving = {pid for pid, cmd in servers(owner).items() if "torchvision" in cmd}
-    second = assert_ok(run(spec, upstream_env, tmp_path / "w2"))
+    second = assert_ok(run(spec, warm_env, tmp_path / "w2"))
     assert serving and serving == set(servers(owner)), "the second trial started a server"
     assert cold["provenance"]["started"] == "fresh"
     assert first["provenance"]["started"] == second["provenance"]["started"] == "warm"
@@ -80,12 +80,13 @@ def test_a_warm_run_past_its_time_limit_is_killed_with_its_process_group(
     """The time limit holds for a forked run: it is killed (its whole session), recorded
     as a timeout, and the server lives on for the next run."""
     spec = make_spec(steps=100000, warmup_steps=1, time_budget_s=None, timeout_s=8)
-    rec = run(spec, upstream_env, tmp_path / "slow")
+    warm_env = {**upstream_env, "warm_interpreter": True}
+    rec = run(spec, warm_env, tmp_path / "slow")
     assert rec["status"] == "timeout", rec.get("error")
     assert rec["provenance"]["started"] == "warm"
     out = str(tmp_path / "slow" / "records")
     assert not [c for c in processes().values() if out in " ".join(c)], "the run outlived its limit"
-    after = assert_ok(run(make_spec(), upstream_env, tmp_path / "next"))
+    after = assert_ok(run(make_spec(), warm_env, tmp_path / "next"))
     assert after["provenance"]["started"] == "warm"
 
 

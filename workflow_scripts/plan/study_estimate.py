@@ -283,7 +283,7 @@ def forks(settings) -> bool:
 
     runtime = runtimes.resolved(settings.get("runtime") or "auto",
                                 settings.get("container_engine_conf"))  # fmt: skip
-    on = settings.get("warm_interpreter", True)
+    on = settings.get("warm_interpreter", False)
     return bool(on) and runtime == "local" and not sysinfo.slurm_job()
 
 

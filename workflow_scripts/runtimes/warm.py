@@ -15,7 +15,8 @@ loads: ``LD_PRELOAD``, ``KMP_*``, ``MALLOC_CONF`` ...) is part of the server's
 identity: a run with other values gets a server of its own.
 
 Used by the trial policy for a single-process run of the local runtime (launcher
-``none``) outside SLURM, unless ``warm_interpreter: false``; a server that cannot start, or
+``none``) outside SLURM where ``warm_interpreter: true`` (off by default: a forked
+ResNet-50 trial measured slower than a fresh one); a server that cannot start, or
 a run it cannot take, starts cold, as before (said in the trial's log). A server
 exits after ``IDLE_S`` without a run, when the study's Snakemake is gone, when its
 socket is gone, or when the study starts a third (the one it used least lately is

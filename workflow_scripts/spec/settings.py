@@ -382,11 +382,12 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "warm_interpreter",
             {"type": "boolean"},
-            True,
-            "fork each single-process trial of the local runtime from a warm interpreter "
-            "that has imported torch and the model's library (a process per trial all the "
-            "same), instead of starting a fresh one: saves the interpreter's start and "
-            "those imports (2-4 s a trial); false: a fresh process for every run",
+            False,
+            "true: fork each single-process trial of the local runtime from a warm "
+            "interpreter that has imported torch and the model's library (a process per "
+            "trial all the same) instead of starting a fresh one, saving the interpreter's "
+            "start and those imports (2-4 s a trial); off by default: a forked ResNet-50 "
+            "trial measured 4.6 % slower than a fresh one (docs/measurement.md)",
             structured=True,
         ),
         Setting(

@@ -87,9 +87,9 @@ def warm_start(
 ) -> tuple[str, tuple[str, ...]] | None:
     """Whether the attempt's process is forked from a warm interpreter (``warm.py``):
     (python, what it imports) for one process of the local runtime started by no
-    launcher, outside SLURM, on the CPUs it was given, unless ``warm_interpreter`` is off;
+    launcher, outside SLURM, on the CPUs it was given, where ``warm_interpreter`` is on;
     else None (a fresh process)."""
-    if not env_info.get("warm_interpreter", True) or runtime != "local" or sysinfo.slurm_job():
+    if not env_info.get("warm_interpreter", False) or runtime != "local" or sysinfo.slurm_job():
         return None
     if not warm.candidate(spec) or launchers.get(spec["launcher"]).ranks(spec) != 1:
         return None

@@ -93,7 +93,7 @@ COMMAND = Command(
         Arg("retry_delay", type=float, default=RETRY_DELAY_S, help="seconds"),
         Arg("attempt", "settings.job_attempt", type=int, default=1,
             help="the job's attempt (Snakemake's)"),
-        Arg("warm_interpreter", "settings.warm_interpreter", type=yes, default=True,
+        Arg("warm_interpreter", "settings.warm_interpreter", type=yes, default=False,
             help="fork a one-process run from a warm interpreter (true/false)"),
         *LIMIT_ARGS,
     ),

@@ -104,7 +104,7 @@ def _run(job: Trial, noise: Noise) -> dict:
             print(f"[launch] warning: {memory}", file=logf)
     cache_plan = carry.compile_cache_plan(spec, out, trial, first_trial)
     container = runtimes.in_container(env_info)
-    forks = not container and env_info.get("warm_interpreter", True) and not sysinfo.slurm_job()
+    forks = not container and env_info.get("warm_interpreter", False) and not sysinfo.slurm_job()
     expected = estimate.for_trial(
         spec, reference, container, warm="warm_from" in cache_plan, forks=forks
     )
