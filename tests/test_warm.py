@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.trials import assert_ok, run
+from workflow_scripts import sysinfo
 from workflow_scripts.runtimes import warm
 from workflow_scripts.runtimes.base import REPO_ROOT, Lifeline
 
@@ -99,7 +100,7 @@ def test_a_server_ends_with_its_owner_and_with_a_newer_one_of_the_same_owner(
     Each run is a session of its own."""
     owner = subprocess.Popen(["sleep", "600"])
     try:
-        mark = (owner.pid, warm._started(owner.pid))
+        mark = (owner.pid, sysinfo.start_time(owner.pid))
         mine = f"{mark[0]}:{mark[1]}"
         python = upstream_env["python"]
         log = tmp_path / "log"

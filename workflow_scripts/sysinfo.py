@@ -356,6 +356,24 @@ SLURM_RECORDED = {
 }
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (``[0]`` the state,
+    ``[1]`` the parent, ``[19]`` the start time in clock ticks since boot), None when
+    the process is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot; with its PID, the process: a
+    reused PID is not the same one), None when it is gone."""
+    fields = proc_stat(pid)
+    return fields[19] if fields else None
+
+
 def slurm_job(environ: dict | None = None) -> dict | None:
     """The SLURM job this process runs in (None outside one)."""
     env = os.environ if environ is None else environ

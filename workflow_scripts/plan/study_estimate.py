@@ -279,12 +279,12 @@ def forks(settings) -> bool:
     """Whether a one-process trial of this study is forked from a warm interpreter: its
     runtime local (``auto`` as resolved), outside SLURM, unless ``warm_interpreter``
     is off (runtimes/warm.py)."""
-    from .. import runtimes, sysinfo
+    from .. import runtimes
+    from ..runtimes import warm
 
     runtime = runtimes.resolved(settings.get("runtime") or "auto",
                                 settings.get("container_engine_conf"))  # fmt: skip
-    on = settings.get("warm_interpreter", False)
-    return bool(on) and runtime == "local" and not sysinfo.slurm_job()
+    return warm.enabled(settings.get("warm_interpreter", False), runtime or "auto")
 
 
 def for_study(

@@ -41,23 +41,24 @@ def resolve(requested: str, engine_conf: str | None = None) -> tuple[str, str | 
     The answer is kept in the process environment (``STUDY_RUNTIME_RESOLVED``), so
     the jobs that Snakemake starts, which parse the workflow again, do not ask the
     engine again."""
-    key = f"{requested}|{engine_conf or ''}"
-    cached = os.environ.get(RESOLVED_VAR, "")
-    if cached.startswith(key + "="):
-        return cached.split("=", 1)[1], None
+    cached = _cached(requested, engine_conf)
+    if cached is not None:
+        return cached, None
     runtime, note = _resolve(requested, engine_conf)
-    os.environ[RESOLVED_VAR] = f"{key}={runtime}"
+    os.environ[RESOLVED_VAR] = f"{requested}|{engine_conf or ''}={runtime}"
     return runtime, note
+
+
+def _cached(requested: str, engine_conf: str | None) -> str | None:
+    key = f"{requested}|{engine_conf or ''}="
+    cached = os.environ.get(RESOLVED_VAR, "")
+    return cached[len(key) :] if cached.startswith(key) else None
 
 
 def resolved(requested: str, engine_conf: str | None = None) -> str | None:
     """What ``requested`` was resolved to in this process or the Snakemake that started
     it (:func:`resolve`), without asking an engine: None where it was not yet."""
-    if requested != "auto":
-        return requested
-    cached = os.environ.get(RESOLVED_VAR, "")
-    key = f"{requested}|{engine_conf or ''}="
-    return cached[len(key) :] if cached.startswith(key) else None
+    return requested if requested != "auto" else _cached(requested, engine_conf)
 
 
 def _resolve(requested: str, engine_conf: str | None) -> tuple[str, str | None]:

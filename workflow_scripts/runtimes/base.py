@@ -163,20 +163,9 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"  # real-time and unnamed signals
 
 
-def _start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = sysinfo.proc_stat(pid)
+    return int(fields[1]) if fields else None
 
 
 class Lifeline:
@@ -191,7 +180,7 @@ class Lifeline:
         for _ in range(levels):
             if pid is None or pid <= 1:
                 break
-            start = _start_time(pid)
+            start = sysinfo.start_time(pid)
             if start is None:
                 break
             self.watched.append((pid, start))
@@ -199,7 +188,7 @@ class Lifeline:
 
     def lost(self) -> str | None:
         for pid, start in self.watched:
-            if _start_time(pid) != start:
+            if sysinfo.start_time(pid) != start:
                 return f"the process that started the job (PID {pid}) is gone"
         return None
 

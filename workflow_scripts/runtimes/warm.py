@@ -20,7 +20,7 @@ ResNet-50 trial measured slower than a fresh one); a server that cannot start, o
 a run it cannot take, starts cold, as before (said in the trial's log). A server
 exits after ``IDLE_S`` without a run, when the study's Snakemake is gone, when its
 socket is gone, or when the study starts a third (the one it used least lately is
-retired: a server holds 0.3-0.5 GB). Standard library only, on both sides.
+retired: a server holds 0.3-0.5 GB). Standard library only (and ``sysinfo``), on both sides.
 
     python -u -c "$SERVER" SOCKET OWNER MODULE...   (the server, started by a run)
 """
@@ -42,12 +42,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import sysinfo
+
 #: variables that may differ between the runs of one server: read by the run after it
 #: started (the compile caches, where its processes register shared memory), or
 #: applied by the fork itself (the thread count, :func:`_child`)
 PER_RUN = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "OMP_NUM_THREADS", "STUDY_RUN_PIDS_DIR")
-#: a run started by a server has this variable (1)
-MARK = "STUDY_WARM_START"
 IDLE_S = 120.0
 #: servers a study keeps at most (the ones it used last): a vision and a text library,
 #: say; each holds 0.3-0.5 GB of its own
@@ -70,6 +70,12 @@ def preload(model: str) -> tuple[str, ...]:
     if w.text:
         return ("torch", "transformers", f"transformers:{w.hf_class}")
     return ("torch", "torchvision.models")
+
+
+def enabled(on: bool, runtime: str) -> bool:
+    """Whether one-process trials are forked at all: ``warm_interpreter`` on, the
+    runtime local (a container or a SLURM job step starts its own process)."""
+    return bool(on) and runtime == "local" and not sysinfo.slurm_job()
 
 
 def candidate(spec) -> bool:
@@ -185,11 +191,8 @@ class WarmProcess:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = sysinfo.proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def start(
@@ -273,19 +276,13 @@ def _connect(
                 raise OSError(f"the server exited ({server.returncode}): {tail.strip()}")
             with contextlib.suppress(OSError):
                 conn = _dial(path)
-                (where / f"{key}.pid").write_text(f"{server.pid} {_started(server.pid)} {mine}")
+                (where / f"{key}.pid").write_text(
+                    f"{server.pid} {sysinfo.start_time(server.pid)} {mine}"
+                )
                 return conn
             time.sleep(0.05)
         server.kill()
         raise OSError(f"the server did not answer within {READY_S:g} s")
-
-
-def _started(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _used(where: Path, key: str, conn: socket.socket) -> socket.socket:
@@ -305,7 +302,7 @@ def _retire_others(where: Path, key: str, owner: str) -> None:
             continue
         with contextlib.suppress(OSError, ValueError):
             pid, started, whose = pidfile.read_text().split()
-            if _started(int(pid)) != started:
+            if sysinfo.start_time(int(pid)) != started:
                 pidfile.unlink()
             elif whose == owner and owner != "-":
                 mine.append((pidfile.stat().st_mtime, int(pid), pidfile))
@@ -358,7 +355,7 @@ def _owner_gone(owner: str) -> bool:
     if owner == "-":
         return False
     pid, started = owner.split(":")
-    return _started(int(pid)) != started
+    return sysinfo.start_time(int(pid)) != started
 
 
 def serve(path: Path, owner: str, modules: list[str], idle_s: float = IDLE_S) -> int:
@@ -513,7 +510,6 @@ def _child(request: dict, fds: list[int], close: list) -> None:
         os.close(fds[0])
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ[MARK] = "1"
         os.chdir(request["cwd"])
         _own_pages()
         import torch

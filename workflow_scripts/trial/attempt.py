@@ -89,7 +89,7 @@ def warm_start(
     (python, what it imports) for one process of the local runtime started by no
     launcher, outside SLURM, on the CPUs it was given, where ``warm_interpreter`` is on;
     else None (a fresh process)."""
-    if not env_info.get("warm_interpreter", False) or runtime != "local" or sysinfo.slurm_job():
+    if not warm.enabled(env_info.get("warm_interpreter", False), runtime):
         return None
     if not warm.candidate(spec) or launchers.get(spec["launcher"]).ranks(spec) != 1:
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import runtimes, sysinfo
 from ..experiment import CARRIED_KEY, FAR_KEY, PROBE_FLOOR_KEY
 from ..plan import clock, estimate, far
+from ..runtimes import warm
 from ..runtimes.measured import Ran
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
 from ..spec.settings import NOISE_THRESHOLD
@@ -103,11 +104,11 @@ def _run(job: Trial, noise: Noise) -> dict:
         with open(log, "a") as logf:
             print(f"[launch] warning: {memory}", file=logf)
     cache_plan = carry.compile_cache_plan(spec, out, trial, first_trial)
-    container = runtimes.in_container(env_info)
-    forks = not container and env_info.get("warm_interpreter", False) and not sysinfo.slurm_job()
+    forks = warm.enabled(env_info.get("warm_interpreter", False), runtimes.for_env(env_info).name)
     expected = estimate.for_trial(
-        spec, reference, container, warm="warm_from" in cache_plan, forks=forks
-    )
+        spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan,
+        forks=forks,
+    )  # fmt: skip
     until = clock.deadline()
     if until is not None and clock.too_late(expected["seconds"], until=until):
         record = failure(spec, trial, clock.KIND, clock.why(expected["seconds"], until))
