@@ -116,9 +116,9 @@ def round_experiments(k):
     """The experiments with a trial k: every one in the first round; below the minimum
     (``trials``), every one but a seed sweep's beyond its share and those whose first
     trial stopped far slower than their baseline; then those that a comparison still
-    undecided after round k-1 names, or one the headline states whose interval is not yet
-    within the margin (that round's report is a checkpoint;
-    workflow_scripts/plan/rounds.py)."""
+    undecided after round k-1 names (one the cap may still decide: futility), or one the
+    headline states whose interval is not yet within the margin (that round's report is
+    a checkpoint; workflow_scripts/plan/rounds.py)."""
     if k == 0:
         return STUDY.ids
     if k < MIN_TRIALS:
@@ -132,7 +132,7 @@ def round_experiments(k):
     if not ran:
         return []
     decided_by = checkpoints.round_report.get(round=k - 1).output.comparisons
-    return rounds.going_on(decided_by, ran)
+    return rounds.going_on(decided_by, ran, SETTINGS, k - 1)
 
 
 def all_records(last=None):
@@ -209,7 +209,7 @@ def round_title(wildcards):
 def round_look(wildcards):
     """Which look at the comparisons a round's report is: the first after the
     minimum's trials (the provisional ones before: the first too)."""
-    return max(1, int(wildcards.round) - MIN_TRIALS + 2)
+    return rounds.look_of(int(wildcards.round), SETTINGS)
 
 
 def round_reports():

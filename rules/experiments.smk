@@ -48,8 +48,9 @@ rule calibrate:
 # crashed or timed-out run, so one bad experiment never stops the study.
 # Trials run in rounds (trial 0 of every experiment, then trial 1, ...) by priority,
 # the question first within a round (workflow_scripts/plan/order.py);
-# after `trials`, only the experiments a comparison still undecided names (or one the
-# headline states, not yet within the margin) run another round, up to `max_trials`
+# after `trials`, only the experiments a comparison still undecided names (one the cap
+# may still decide: `futility`; or one the headline states, not yet within the margin)
+# run another round, up to `max_trials`
 # (round_experiments, rules/common.smk).
 # After each, a progress line: trials done of all, elapsed, the time left (progress.py).
 # A trial whose noise probe is an outlier below its peers' (results/probes/, the study's

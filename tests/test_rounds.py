@@ -115,6 +115,72 @@ def test_another_round_runs_exactly_what_an_undecided_comparison_names(tmp_path)
     assert rounds.going_on(write_comparisons(tmp_path / "none.csv", []), ran) == []
 
 
+#: an undecided comparison after the minimum's 2 trials each (look 1 of 3: 99.64 %)
+LOOK_1 = {"n_baseline": 2, "n_experiment": 2, "margin": 0.03, "confidence": 1 - 0.05 / 14}
+ADAPTIVE = {"trials": 2, "max_trials": 4, "futility": 0.1}
+
+
+def test_an_undecided_comparison_goes_on_only_while_a_verdict_by_the_cap_is_in_reach(
+    tmp_path,
+):
+    # 1 % apart at 9 % between trials: neither "the same" within ±3 % nor faster at 4
+    # trials; 12 % apart at 5 %: faster within reach
+    hopeless = {**LOOK_1, "ratio": 1.01, "spread": 0.09, "df": 8}
+    promising = {**LOOK_1, "ratio": 1.12, "spread": 0.05, "df": 8}
+    table = write_comparisons(
+        tmp_path / "comparisons.csv",
+        [("base", "twin", "undecided", hopeless), ("base", "fast", "undecided", promising)],
+    )
+    ran = ["base", "twin", "fast"]
+    ahead = (rounds.cap(ADAPTIVE), rounds.looks(ADAPTIVE), rounds.look_of(1, ADAPTIVE))
+    assert ahead == (4, 3, 1)
+    assert (
+        rounds.decision_chance(hopeless, *ahead) < 0.1 < rounds.decision_chance(promising, *ahead)
+    )
+    assert rounds.going_on(table, ran, ADAPTIVE, 1) == ["base", "fast"]
+    # futility 0, or no settings: every undecided comparison goes on, as before
+    assert rounds.going_on(table, ran, {**ADAPTIVE, "futility": 0}, 1) == ran
+    assert rounds.going_on(table, ran) == ran
+    # a higher cap brings the verdict within reach
+    chances = [rounds.decision_chance(hopeless, cap, 3, 1) for cap in (4, 10, 40)]
+    assert chances == sorted(chances) and chances[-1] > 0.3, chances
+    # no trial to come: decided now or never; a row without a spread: as before
+    assert rounds.decision_chance(hopeless, 2, 1, 1) == 0.0
+    assert rounds.decision_chance({**hopeless, "spread": "nan"}, *ahead) == 1.0
+    assert rounds.decision_chance({**hopeless, "df": 0}, *ahead) == 1.0
+
+
+@pytest.mark.parametrize("ratio", [0.96, 1.0, 1.05, 1.09])
+def test_the_decision_chance_is_the_share_of_simulated_futures_that_decide(ratio):
+    """Futures drawn as the chance assumes (each side's true mean from today's mean and
+    its error, then the trials to come), scored by the report's own verdict at the last
+    look's confidence: the share decided is the chance computed."""
+    import numpy as np
+    import scipy.stats
+
+    from workflow_scripts.report.uncertainty import verdict
+
+    row = {**LOOK_1, "ratio": ratio, "spread": 0.03, "df": 10}
+    rng = np.random.default_rng(7)
+    draws, s, n, big = 40_000, 0.03, 2, 4
+    x = np.log(ratio)
+    truth = x + rng.normal(0, s * np.sqrt(2 / n), draws)  # (the baseline's mean at 0)
+    future = truth + rng.normal(0, s * np.sqrt(2 / (big - n)), draws)
+    last = (n * x + (big - n) * future) / big
+    alpha = (1 - row["confidence"]) * rounds.spent(3, 3) / rounds.spent(1, 3)
+    half = scipy.stats.t.ppf(1 - alpha / 2, 10 + 2 * (big - n)) * s * np.sqrt(2 / big)
+    decided = np.mean([verdict(np.exp(v - half), np.exp(v + half)) != "undecided" for v in last])
+    assert abs(rounds.decision_chance(row, big, 3, 1) - decided) < 0.01, decided
+
+
+def test_futility_is_checked_like_the_margin():
+    assert study_of().settings["futility"] == 0.1
+    assert study_of(futility=0).settings["futility"] == 0
+    for bad in (1, -0.1, "often"):
+        with pytest.raises(Exception, match="futility"):
+            study_of(futility=bad)
+
+
 def test_a_trial_stops_early_against_the_first_run_of_its_group_doing_the_same_work():
     st = study_of()
     specs = st.experiments

@@ -266,7 +266,8 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     for experiment in keep:
         has = (wd / f"results/records/{experiment}/trial1.json").exists()
         assert has == (experiment in second), experiment
-    going_on = rounds.going_on(wd / "results/rounds/1/comparisons.csv", second)
+    settings = {**study.load_study(part).settings, "trials": 2, "max_trials": 3}
+    going_on = rounds.going_on(wd / "results/rounds/1/comparisons.csv", second, settings, 1)
     third = {p.parent.name for p in (wd / "results/records").glob("*/trial2.json")}
     assert third == set(going_on), (third, going_on)
     jobs = jobcomp(slurm)

@@ -17,6 +17,7 @@ import scipy.stats
 from tests.conftest import ENVS_ROOT
 from tests.runs import local_study
 from workflow_scripts.plan import rounds
+from workflow_scripts.spec.settings import SETTINGS
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -77,14 +78,16 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, t
     assert small["baseline"] == "first" and small["verdict"] == "slower", small.to_dict()
     assert small["ci_high"] < 1.0 and small["change"] == "batch_size 64→1", small.to_dict()
     # the adaptive rounds: another round runs exactly the experiments that the last
-    # round's comparisons left undecided, up to MOST trials
+    # round's comparisons left undecided (those that may still be decided by the cap), up
+    # to MOST trials
     assert 1 <= len(trials_of(wd, "batch-1")) <= MOST, why
     ran = list(AA)
+    settings = {"trials": 2, "max_trials": MOST, "futility": SETTINGS["futility"].default}
     for k in range(1, MOST - 1):
         decided_by = wd / f"results/rounds/{k}/comparisons.csv"
         going_on = [e for e in ran if k + 1 in trials_of(wd, e)]
         if not going_on:
-            assert not decided_by.exists() or rounds.going_on(decided_by, ran) == []
+            assert not decided_by.exists() or rounds.going_on(decided_by, ran, settings, k) == []
             break
         # (and those of a comparison the headline states, not yet within ±10 %)
         undecided = {
@@ -93,7 +96,7 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, t
             if row["verdict"] == "undecided" or row["headline"]
             for e in (row["baseline"], row["experiment"])
         }
-        assert going_on == rounds.going_on(decided_by, ran), (k, going_on, undecided)
+        assert going_on == rounds.going_on(decided_by, ran, settings, k), (k, going_on, undecided)
         assert set(going_on) <= undecided, (k, going_on, undecided)
         page = (wd / f"results/rounds/{k}/report/index.html").read_text()
         assert f"Provisional report: the first {k + 1} of 2 to {MOST} trials" in page

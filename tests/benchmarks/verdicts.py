@@ -44,6 +44,7 @@ from workflow_scripts.report.uncertainty import (  # noqa: E402
     comparisons_frame,
     with_spread,
 )
+from workflow_scripts.spec.settings import SETTINGS  # noqa: E402
 
 BASELINE = "baseline"
 
@@ -112,9 +113,10 @@ class Outcome:
 
 def study(
     scenario: Scenario, rng: np.random.Generator, trials: int = 2, max_trials: int = 4,
-    margin: float = MARGIN,
+    margin: float = MARGIN, futility: float = SETTINGS["futility"].default,
 ) -> Outcome:  # fmt: skip
-    """One simulated study, scored as its final report would read."""
+    """One simulated study, scored as its final report would read (``futility``: the
+    least chance of a verdict by ``max_trials`` that another round asks for)."""
     names = scenario.names
     logs = {n: math.log(s) for n, s in zip(names, scenario.speedups, strict=True)}
     sd = dict(zip(names, scenario.spreads, strict=True))
@@ -133,7 +135,9 @@ def study(
         if round_ == max_trials - 1:
             break
         pairs = {(BASELINE, str(answer.best["experiment"]))} if answer is not None else set()
-        ran = continuing(comparisons_frame(found, pairs).to_dict("records"), ran)
+        settings = {"trials": trials, "max_trials": max_trials, "futility": futility}
+        rows = comparisons_frame(found, pairs).to_dict("records")
+        ran = continuing(rows, ran, settings, round_)
         if not ran:
             break
     out = Outcome(trials=sum(len(v) for v in values.values()))

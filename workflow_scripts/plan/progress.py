@@ -168,11 +168,13 @@ class Rounds(NamedTuple):
 
 
 def rounds_ahead(
-    ids: list[str], per: Mapping[str, Mapping], here: Path, trials: int, most: int
-) -> Rounds | None:
+    ids: list[str], per: Mapping[str, Mapping], here: Path, trials: int, most: int,
+    settings: Mapping | None = None,
+) -> Rounds | None:  # fmt: skip
     """The adaptive rounds' time left (:class:`Rounds`; None without adaptive rounds).
     Round k runs the experiments of round k-1 that its report
-    (``rounds/<k-1>/comparisons.csv``) names undecided (``rounds.going_on``); before
+    (``rounds/<k-1>/comparisons.csv``) names undecided (``rounds.going_on``, with the
+    study's ``settings``: those that may still be decided by the cap); before
     that report exists, round k may run all of them, and likely the share that went on
     from the round before (none known yet: that bound alone)."""
     if most <= trials:
@@ -193,7 +195,7 @@ def rounds_ahead(
     for k in range(trials, most):
         comparisons = here / "rounds" / str(k - 1) / "comparisons.csv"
         if not unknown and comparisons.exists():
-            went = rounds.going_on(comparisons, ran)
+            went = rounds.going_on(comparisons, ran, settings, k - 1)
             share = len(went) / len(ran) if ran else 0.0
             left = [e for e in went if not has(e, k)]
             known += sum(later(e) for e in left)
@@ -330,7 +332,7 @@ def line(
 
     est_sum = sum(predicted(e, k) for e, k in walls)
     wall_sum = sum(walls.values())
-    ahead = rounds_ahead(study.ids, per, here, trials, most)
+    ahead = rounds_ahead(study.ids, per, here, trials, most, study.settings)
     total = est["planned_trials"] + (ahead.decided if ahead else 0)
     began = started if started is not None else started_at()
     elapsed = (now if now is not None else time.time()) - began

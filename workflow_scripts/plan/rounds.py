@@ -27,7 +27,15 @@ one trial, their intervals from the spread its kin's other experiments measured.
 
 Stopping on the data this way (optional stopping) would make fixed 95 % intervals
 optimistic: each round's report is a look (:func:`looks`), and the looks share the
-5 % (``report/uncertainty.spent``), so that all of them together miss at most 5 %.
+5 % (:func:`spent`), so that all of them together miss at most 5 %.
+
+An undecided comparison asks for another round only while it may still be decided by
+the cap (:func:`decidable`): its chance of a verdict at ``max_trials`` each, from the
+ratio and spread it measures now and their uncertainty (its predictive power), must
+reach ``futility`` (10 % by default). A comparison of two runs 2 % apart with 9 % between
+trials will not be "the same" within ±3 % nor faster at 4 trials, and two more rounds of
+both sides buy nothing but time. Stopping for futility only ever withholds a verdict, so
+the 5 % the looks share still bounds the wrong ones.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from ..util import finite, read_json
 
@@ -61,6 +70,16 @@ def looks(settings: Mapping) -> int:
     trials and one after each adaptive round (report/uncertainty.py spreads the 5 %
     over them)."""
     return cap(settings) - int(settings["trials"]) + 1 if adaptive(settings) else 1
+
+
+def spent(look: int, looks: int) -> float:
+    """The share of the 5 % that look ``look`` (1 to ``looks``) of a comparison spends:
+    ``look^2 / sum(j^2)``, strict early and most at the last look, as O'Brien-Fleming's
+    boundaries (most comparisons run to the last; the shares sum to 1, so that all the
+    looks together miss at most 5 % of the time, whatever stopped a comparison)."""
+    looks = max(1, int(looks))
+    look = min(max(1, int(look)), looks)
+    return look**2 / sum(j**2 for j in range(1, looks + 1))
 
 
 def adaptive(settings: Mapping) -> bool:
@@ -159,18 +178,97 @@ def _wider_than_margin(row: Mapping) -> bool:
     return max(high / ratio, ratio / low) > 1 + margin
 
 
-def going_on(comparisons_csv: Path | str, ran: Iterable[str]) -> list[str]:
+def going_on(
+    comparisons_csv: Path | str, ran: Iterable[str], settings: Mapping | None = None,
+    round_: int | None = None,
+) -> list[str]:  # fmt: skip
     """The experiments of ``ran`` (those with a trial in the round just ended) that
-    an undecided comparison of that round's ``comparisons.csv`` names, or a comparison
-    the headline states with an interval wider than its margin; in ``ran``'s order."""
-    return continuing(_rows(comparisons_csv), ran)
+    an undecided comparison of that round's ``comparisons.csv`` names, one that may
+    still be decided by the cap (:func:`decidable`, with the study's ``settings`` and
+    ``round_``, the round whose report it is; without them, every undecided one), or a
+    comparison the headline states with an interval wider than its margin; in
+    ``ran``'s order."""
+    return continuing(_rows(comparisons_csv), ran, settings, round_)
 
 
-def continuing(rows: Iterable[Mapping], ran: Iterable[str]) -> list[str]:
+def continuing(
+    rows: Iterable[Mapping], ran: Iterable[str], settings: Mapping | None = None,
+    round_: int | None = None,
+) -> list[str]:  # fmt: skip
     """:func:`going_on` of a round's comparisons as rows (``comparisons.csv``'s)."""
     rows = list(rows)
-    named = {e for pair in _undecided(rows) + _wide_headline(rows) for e in pair}
+    undecided = _undecided(rows)
+    if settings is not None and round_ is not None:
+        floor = float(settings.get("futility") or 0.0)
+        ahead = _Ahead(cap(settings), looks(settings), look_of(round_, settings))
+        undecided = [
+            (r["baseline"], r["experiment"])
+            for r in rows
+            if r.get("verdict") == UNDECIDED and decidable(r, ahead, floor)
+        ]
+    named = {e for pair in undecided + _wide_headline(rows) for e in pair}
     return [e for e in ran if e in named]
+
+
+def look_of(round_: int, settings: Mapping) -> int:
+    """Which look at the comparisons the report of round ``round_`` (0-based: after
+    trial ``round_`` of every experiment) is: the first after the minimum's trials
+    (a provisional one before it: the first too)."""
+    return max(1, int(round_) - int(settings["trials"]) + 2)
+
+
+class _Ahead(NamedTuple):
+    cap: int
+    looks: int
+    look: int
+
+
+def decision_chance(row: Mapping, cap_: int, looks_: int, look: int) -> float:
+    """The chance that a comparison (a ``comparisons.csv`` row, at look ``look`` of
+    ``looks_``) is decided (faster, slower or the same) at the last look, with ``cap_``
+    trials each: its predictive power (Spiegelhalter, Freedman and Blackburn 1986).
+    Each side's last mean log throughput is today's ``n`` trials and the ``N - n`` to
+    come, whose mean is today's give or take its own error; so the last look's log
+    ratio varies around today's with variance ``spread^2 (1/n - 1/N)`` summed over the
+    two sides (``spread``: the row's, between trials). Its interval is the last
+    look's: the row's confidence with that look's share of the 5 %
+    (:func:`spent`), at ``spread sqrt(1/N_a + 1/N_b)``, on the degrees of
+    freedom the new trials add. 1 where the row says too little (no spread or degrees
+    of freedom: the rounds decide as they did)."""
+    import scipy.stats
+
+    try:
+        ratio, spread, df = (float(row[k]) for k in ("ratio", "spread", "df"))
+        n_a, n_b = (int(float(row[k])) for k in ("n_baseline", "n_experiment"))
+        margin, confidence = float(row["margin"]), float(row["confidence"])
+    except (KeyError, TypeError, ValueError):
+        return 1.0
+    if not all(finite(v) for v in (ratio, spread, df, margin, confidence)):
+        return 1.0
+    if ratio <= 0 or spread <= 0 or df < 1 or n_a < 1 or n_b < 1:
+        return 1.0
+    big_a, big_b = max(n_a, cap_), max(n_b, cap_)
+    alpha = (1 - confidence) * spent(looks_, looks_) / spent(look, looks_)
+    df_last = df + (big_a - n_a) + (big_b - n_b)
+    half = float(scipy.stats.t.ppf(1 - alpha / 2, df_last)) * spread
+    half *= math.sqrt(1 / big_a + 1 / big_b)
+    sd = spread * math.sqrt(1 / n_a - 1 / big_a + 1 / n_b - 1 / big_b)
+    x, bound = math.log(ratio), math.log1p(margin)
+    if sd <= 0:  # no trial to come: decided now or never
+        return 0.0
+    norm = scipy.stats.norm
+    chance = norm.sf((bound + half - x) / sd) + norm.cdf((-bound - half - x) / sd)
+    if half < bound:  # "the same" within the margin is within reach
+        chance += max(0.0, norm.cdf((bound - half - x) / sd) - norm.cdf((half - bound - x) / sd))
+    return float(min(1.0, chance))
+
+
+def decidable(row: Mapping, ahead: _Ahead, floor: float) -> bool:
+    """Whether an undecided comparison may still be decided by the cap: its
+    :func:`decision_chance` reaches ``floor`` (``futility``; 0: always)."""
+    if floor <= 0:
+        return True
+    return decision_chance(row, ahead.cap, ahead.looks, ahead.look) >= floor
 
 
 # ---- a budget the user can give (--config budget=1h) ----

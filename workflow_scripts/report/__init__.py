@@ -101,7 +101,7 @@ class Options:
     its CPU), priced at the first ``measured`` price; ``margin``: within it, two
     throughputs are the same (the verdicts, :mod:`uncertainty`); ``looks``: how many
     rounds' reports may decide a comparison, ``look``: which of them this report is
-    (default: the last; :func:`uncertainty.spent`)."""
+    (default: the last; :func:`plan.rounds.spent`)."""
 
     prices: Any = None
     title: str = DEFAULT_TITLE

@@ -63,6 +63,7 @@ import pandas as pd
 from scipy import special as scipy_special
 from scipy import stats as scipy_stats
 
+from ..plan.rounds import spent
 from ..spec.settings import SETTINGS
 from .values import isnan
 
@@ -324,16 +325,6 @@ class Prior:
             return var, df
         both = (self.df * self.var + df * var) / (self.df + df)
         return max(both, var), self.df + df
-
-
-def spent(look: int, looks: int) -> float:
-    """The share of the 5 % that look ``look`` (1 to ``looks``) of a comparison spends:
-    ``look^2 / sum(j^2)``, strict early and most at the last look, as O'Brien-Fleming's
-    boundaries (most comparisons run to the last; the shares sum to 1, so that all the
-    looks together miss at most 5 % of the time, whatever stopped a comparison)."""
-    looks = max(1, int(looks))
-    look = min(max(1, int(look)), looks)
-    return look**2 / sum(j**2 for j in range(1, looks + 1))
 
 
 def with_spread(

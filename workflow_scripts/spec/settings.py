@@ -337,9 +337,19 @@ SETTINGS: dict[str, Setting] = {
             None,
             "the cap of the adaptive rounds: after `trials` (2 at least: one trial each "
             "decides nothing), another round runs each experiment that a comparison still "
-            "undecided names, or one the headline states whose interval is not yet within "
-            "±`margin`, up to this many trials (null, or not above `trials`: no "
-            "adaptive rounds)",
+            "undecided names (one that this many trials may still decide: `futility`), or "
+            "one the headline states whose interval is not yet within ±`margin`, up to "
+            "this many trials (null, or not above `trials`: no adaptive rounds)",
+            structured=True,
+        ),
+        Setting(
+            "futility",
+            {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+            0.1,
+            "an undecided comparison asks for another adaptive round only while its "
+            "chance of a verdict by `max_trials` (its predictive power, from the ratio "
+            "and spread between trials it measures now) is at least this; 0: every "
+            "undecided comparison goes on to the cap",
             structured=True,
         ),
         Setting(
