@@ -53,8 +53,10 @@ def test_a_warm_trial_trains_as_a_fresh_one_in_a_process_of_its_own(
     for step, the same threads, each its own process (another PID, a session of its
     own), no import paid by the forked ones, and the record says how each started."""
     spec = make_spec(steps=4)
-    top = Lifeline().watched[-1]  # the owner of this process's servers (as run_logged's)
-    owner = f"{top[0]}:{top[1]}"
+    # the owner of this process's servers, as run_logged's ("-": none above pytest, as
+    # where its parent has exited, e.g. started with nohup from a shell that ended)
+    watched = Lifeline().watched
+    owner = f"{watched[-1][0]}:{watched[-1][1]}" if watched else "-"
     cold = assert_ok(run(spec, upstream_env, tmp_path / "cold"))  # fresh: the default
     warm_env = {**upstream_env, "warm_interpreter": True}
     first = assert_ok(run(spec, warm_env, tmp_path / "w1"))
