@@ -153,6 +153,10 @@ def test_each_look_spends_a_share_of_the_five_percent():
     # the p-value of "beyond the margin" counts the look: below 0.05 iff faster/slower
     for c in (early, late):
         assert (c.p_value < 0.05) == (c.verdict in ("faster", "slower"))
+    # the report's method names the looks, and with them the rounds' futility rule
+    looked = uncertainty.method_text(Spread(0.05, 10), looks=3, alpha=0.05 * 9 / 14)
+    assert "after 3 rounds" in looked and "<code>futility</code>" in looked
+    assert "futility" not in uncertainty.method_text(Spread(0.05, 10))
 
 
 def test_an_interval_beyond_the_float_range_is_infinite_not_a_crash():

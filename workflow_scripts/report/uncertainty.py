@@ -652,5 +652,11 @@ def method_text(
         f"from Welch's t and {pooled}{looked}{noded}. "
         f"<i>The same</i>: the whole interval lies within ±{100 * margin:g} %; "
         "<i>faster</i> or <i>slower</i>: it lies wholly beyond that margin; "
-        "<i>undecided</i>: anything else (more trials would tell)."
+        "<i>undecided</i>: anything else (more trials would tell"
+        + (
+            "; the adaptive rounds stop asking for them once the trials left to the cap "
+            "are unlikely to decide it: the study's <code>futility</code>)."
+            if looks > 1
+            else ")."
+        )
     )
