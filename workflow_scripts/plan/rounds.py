@@ -45,7 +45,6 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from ..util import finite, read_json
 
@@ -147,10 +146,6 @@ def _rows(comparisons_csv: Path | str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _undecided(rows: list) -> list[tuple[str, str]]:
-    return [(r["baseline"], r["experiment"]) for r in rows if r.get("verdict") == UNDECIDED]
-
-
 def _wide_headline(rows: list) -> list[tuple[str, str]]:
     """The (baseline, experiment) pairs that the headline states (``headline``) with an
     interval wider than ±its margin: decided or not, the study's answer is still
@@ -197,16 +192,11 @@ def continuing(
 ) -> list[str]:  # fmt: skip
     """:func:`going_on` of a round's comparisons as rows (``comparisons.csv``'s)."""
     rows = list(rows)
-    undecided = _undecided(rows)
+    undecided = [r for r in rows if r.get("verdict") == UNDECIDED]
     if settings is not None and round_ is not None:
-        floor = float(settings.get("futility") or 0.0)
-        ahead = _Ahead(cap(settings), looks(settings), look_of(round_, settings))
-        undecided = [
-            (r["baseline"], r["experiment"])
-            for r in rows
-            if r.get("verdict") == UNDECIDED and decidable(r, ahead, floor)
-        ]
-    named = {e for pair in undecided + _wide_headline(rows) for e in pair}
+        undecided = [r for r in undecided if decidable(r, settings, round_)]
+    pairs = [(r["baseline"], r["experiment"]) for r in undecided] + _wide_headline(rows)
+    named = {e for pair in pairs for e in pair}
     return [e for e in ran if e in named]
 
 
@@ -215,12 +205,6 @@ def look_of(round_: int, settings: Mapping) -> int:
     trial ``round_`` of every experiment) is: the first after the minimum's trials
     (a provisional one before it: the first too)."""
     return max(1, int(round_) - int(settings["trials"]) + 2)
-
-
-class _Ahead(NamedTuple):
-    cap: int
-    looks: int
-    look: int
 
 
 def decision_chance(row: Mapping, cap_: int, looks_: int, look: int) -> float:
@@ -263,12 +247,15 @@ def decision_chance(row: Mapping, cap_: int, looks_: int, look: int) -> float:
     return float(min(1.0, chance))
 
 
-def decidable(row: Mapping, ahead: _Ahead, floor: float) -> bool:
-    """Whether an undecided comparison may still be decided by the cap: its
-    :func:`decision_chance` reaches ``floor`` (``futility``; 0: always)."""
+def decidable(row: Mapping, settings: Mapping, round_: int) -> bool:
+    """Whether an undecided comparison of round ``round_``'s report may still be
+    decided by the cap: its :func:`decision_chance` reaches the study's ``futility``
+    (0: always)."""
+    floor = float(settings.get("futility") or 0.0)
     if floor <= 0:
         return True
-    return decision_chance(row, ahead.cap, ahead.looks, ahead.look) >= floor
+    chance = decision_chance(row, cap(settings), looks(settings), look_of(round_, settings))
+    return chance >= floor
 
 
 # ---- a budget the user can give (--config budget=1h) ----
