@@ -290,7 +290,8 @@ def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     # another session's stop (another state folder) leaves this cluster alone
     other = cluster("stop", tmp_path / "another-session")
     assert other.returncode == 0 and "nothing started from" in other.stdout
-    assert cluster("status", slurm).returncode == 0
+    status = cluster("status", slurm)
+    assert status.returncode == 0, status.stderr
     wd = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "profiles", wd / "profiles", dirs_exist_ok=True)
     quick = study.read_config(wd / "config.yaml")["presets"]["quick"]

@@ -10,7 +10,7 @@
 # addresses. The filesystem is the machine's: shared by every node, as on a cluster.
 #   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the nodes
 #   bash tests/slurm/cluster.sh stop    cancel its jobs, stop what it started, remove what it made
-#   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job)
+#   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job) within 10 s
 # Settings (environment):
 #   STUDY_SLURM_DIR     state, logs, pid files, and jobcomp.log (one line per finished
 #                       job: start, end, nodes, state) (default /tmp/study-slurm). The
@@ -345,6 +345,21 @@ start() {
     exit 1
 }
 
+# Every node up (idle, in use, or ending a job), within 10 s: right after a job ends,
+# sinfo can list a node in a passing state (or not answer) for a moment. Otherwise the
+# states it saw, on stderr.
+status() {
+    state_dir >/dev/null || return 1
+    local states=""
+    for _ in $(seq 20); do
+        states=$(node_states)
+        [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] && return 0
+        sleep 0.5
+    done
+    echo "cluster.sh: not every node is up (states: $(echo "${states:-none}" | tr '\n' ' '))" >&2
+    return 1
+}
+
 # The /etc/hosts lines of this state folder's nodes (fixed-string match, written back
 # in place: /etc/hosts may be a bind mount)
 remove_hosts_lines() {
@@ -419,6 +434,6 @@ stop() {
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
-status) state_dir >/dev/null && [ "$(node_states | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] ;;
+status) status ;;
 *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac
