@@ -346,6 +346,17 @@ def prices_json():
     return json.dumps(SETTINGS["prices"])
 
 
+def budget_plan_json():
+    """What a budget's plan left out before any trial ran (study/entry.py plan_budget),
+    for the report to say: {} where it left out nothing."""
+    if not STUDY.left_out:
+        return "{}"
+    planned = len(STUDY.experiments) + len(STUDY.left_out)
+    return json.dumps(
+        {"budget": str(SETTINGS["budget"]), "planned": planned, "left_out": STUDY.left_out}
+    )
+
+
 # ---- what each job asks for (workflow_scripts/cluster/sizing.py) ----
 # On a cluster (snakemake --profile profiles/slurm) the resources become sbatch options:
 # measured jobs take whole nodes, with their CPUs (cpus_per_task), memory and time

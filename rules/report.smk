@@ -71,6 +71,7 @@ rule report:
         margin=SETTINGS["margin"],
         looks=rounds.looks(SETTINGS),
         look=rounds.looks(SETTINGS),
+        plan=budget_plan_json(),
     run:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from html.parser import HTMLParser
 
 import pandas as pd
@@ -265,6 +266,20 @@ def build_page(tmp):
 def section(text, sid):
     start = text.index(f'<section id="{sid}">')
     return text[start : text.index("</section>", start)]
+
+
+def headline_text(page: str) -> str:
+    """The headline box's words, without tags, on one line."""
+    box = re.search(r'<div class="headline".*?</div>', page, re.S)
+    assert box, page[:3000]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", box.group(0)))
+
+
+def left_out_by_budget(page: str) -> list[str]:
+    """The items of the page's list of what a budget's plan left out ("group: ids")."""
+    listed = re.search(r'<details class="note" id="left-out-by-budget">.*?</details>', page, re.S)
+    assert listed, page[:3000]
+    return re.findall(r"<li>([^<]*)</li>", listed.group(0))
 
 
 def served(record: dict, cosine: float, int8: int | None = None, layers: int = 74,

@@ -302,3 +302,19 @@ def waiting_jobs_workflow(jobs: int, sleep: float) -> str:
 def timers_seen(wd, jobs: int) -> list[int]:
     """What each job of ``waiting_jobs_workflow`` run in ``wd`` wrote."""
     return [int((wd / "out" / f"{i}.txt").read_text()) for i in range(jobs)]
+
+
+#: a study that a one-second budget cannot hold: the question (the ladder's two runs
+#: and the other group's baseline) is kept; the plan leaves out the other group's three
+#: more runs (:data:`LEFT_BY_PLAN`) before anything starts
+BUDGET_PART = {
+    "trials": 2,
+    "max_trials": 2,
+    "defaults": {"far_stop": None, "model": "cnn", "image_size": 32},
+    "groups": {
+        "ladder": {"runs": [{"id": "base"}, {"id": "bf16", "precision": "bf16"}]},
+        "other": {"runs": [{"id": "o-base"}, {"id": "o-bf16", "precision": "bf16"},
+                           {"name": "o-batch", "batch_size": [4, 16]}]},
+    },
+}  # fmt: skip
+LEFT_BY_PLAN = {"o-bf16", "o-batch-bs4", "o-batch-bs16"}

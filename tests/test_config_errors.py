@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.runs import dry_run, failed, jobs
+from tests.runs import BUDGET_PART, dry_run, failed, jobs
 from workflow_scripts import study
 
 pytestmark = pytest.mark.slow  # a Snakemake dry run each (a few seconds)
@@ -226,16 +226,7 @@ def test_a_budget_below_the_minimum_runs_the_question_first_and_says_what_it_lea
     """A budget that does not cover every experiment's minimum trials keeps the study's
     order (the question first: plan/order.py) as far as the estimate fits, and says
     which experiments it leaves out, by group, before anything runs."""
-    part = {
-        "trials": 2,
-        "max_trials": 2,
-        "defaults": {"far_stop": None, "model": "cnn", "image_size": 32},
-        "groups": {
-            "ladder": {"runs": [{"id": "base"}, {"id": "bf16", "precision": "bf16"}]},
-            "other": {"runs": [{"id": "o-base"}, {"id": "o-bf16", "precision": "bf16"},
-                               {"name": "o-batch", "batch_size": [4, 16]}]},
-        },
-    }  # fmt: skip
+    part = BUDGET_PART
     tight = dry_run(wd, "budget=1s", study=part)
     assert jobs(tight) == 6  # 2 trials of the question's 3: base, bf16, o-base
     planned = re.findall(r"experiment=([\w-]+), trial=\d", tight.stdout)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from tests.fixture_records import html_tables, make, write
+from tests.fixture_records import headline_text, html_tables, left_out_by_budget, make, write
 from workflow_scripts import report
 from workflow_scripts.report.distributed import process_group
 from workflow_scripts.summary import records as rec
@@ -633,3 +633,41 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
     assert "bf16-cl" in failures and "bf16 —" not in failures.replace("bf16-cl", "")
     statuses = pd.read_csv(tmp_path / "summary.csv")["status"]
     assert sorted(statuses) == ["failed", "left_out", "ok", "ok"]
+
+
+def test_what_a_budgets_plan_left_out_is_stated(tmp_path):
+    """The experiments a budget's plan left out before any trial ran (the report rule's
+    params.plan, study/entry.py plan_budget) are named on the page: in the headline, by
+    group, and listed whole; a report without that plan says nothing of it, and a plan
+    that is not JSON is refused with its option's name."""
+    paths = write_records(tmp_path, sample_records()[:6])
+    plan = {"budget": "1h", "planned": 9, "left_out": [
+        {"id": "bert-base", "group": "transformers"}, {"id": "gpt2", "group": "transformers"},
+        {"id": "infer-resnet50-bs1", "group": "inference"}]}  # fmt: skip
+
+    def run(*extra):
+        out = tmp_path / f"out{len(extra)}"
+        cmd = [sys.executable, "-m", "workflow_scripts.report", "--records", *map(str, paths),
+               "--summary", str(out / "summary.csv"), "--html", str(out / "index.html"),
+               "--plots-dir", str(out), *extra]  # fmt: skip
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+        page = (out / "index.html").read_text() if res.returncode == 0 else ""
+        return res, page
+
+    res, page = run("--plan-json", json.dumps(plan))
+    assert res.returncode == 0, res.stderr
+    text = headline_text(page)
+    assert (
+        "The budget (1h) left out 3 of the study's 9 experiments before any trial ran, to fit "
+        "it: transformers (2), inference (1)"
+    ) in text, text
+    assert left_out_by_budget(page) == [
+        "transformers: bert-base, gpt2", "inference: infer-resnet50-bs1"]  # fmt: skip
+    assert "Left out by the budget (1h): 3 of the study's 9 experiments" in page
+    # no plan, or one that left nothing out: not a word of it
+    for extra in ((), ("--plan-json", "{}")):
+        res, page = run(*extra)
+        assert res.returncode == 0, res.stderr
+        assert "left-out-by-budget" not in page and "left out 0" not in page
+    res, _ = run("--plan-json", "{not json")
+    assert res.returncode == 2 and "--plan-json is not valid JSON" in res.stderr

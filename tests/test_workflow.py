@@ -24,7 +24,10 @@ import pytest
 import yaml
 
 from tests.conftest import ENVS_ROOT
+from tests.fixture_records import headline_text, left_out_by_budget
 from tests.runs import (
+    BUDGET_PART,
+    LEFT_BY_PLAN,
     REPO,
     REPORT_FILES,
     REQUIRED_COLUMNS,
@@ -339,6 +342,38 @@ def test_a_workloads_flop_count_is_counted_once(quick_study):
         # the gradient check of a first trial is its own, in full
         if record["gradient_check"]:
             assert "comparison_from" not in record["gradient_check"], experiment
+
+
+#: BUDGET_PART, run locally without the collectives
+TIGHT_STUDY = {"runtime": "local", "collectives": {"variants": []}, **BUDGET_PART}
+
+
+@pytest.mark.torch
+def test_what_a_budget_leaves_out_is_in_the_report(upstream_env, tmp_path):
+    """A budget below the minimum trials, run for real: the plan's left-out experiments
+    are named in the finished report (headline and list, by group), beside the trials
+    the clock left out; without the budget they are planned again."""
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "local-study.yaml").write_text(yaml.safe_dump(TIGHT_STUDY, sort_keys=False))
+    run = snakemake(wd, config=("budget=1s",))
+    said = [x for x in run.stderr.splitlines() if x.startswith("[budget]")]
+    assert said and said[0].endswith("leaves out 3: other (3)"), said
+    left = sorted(p.parent.name for p in (wd / "results/records").glob("*/trial*.json"))
+    assert sorted(set(left)) == ["base", "bf16", "o-base"], left
+    page = (wd / "results/report/index.html").read_text()
+    text = headline_text(page)
+    assert (
+        "The budget (1s) left out 3 of the study's 6 experiments before any trial ran, to fit "
+        "it: other (3)"
+    ) in text, text
+    items = left_out_by_budget(page)
+    assert len(items) == 1 and items[0].startswith("other: "), items
+    assert set(items[0].removeprefix("other: ").split(", ")) == LEFT_BY_PLAN, items
+    # (and the clock's: every trial that the question would have run)
+    assert "left out by the budget's clock" in page
+    again = snakemake(wd, "-n")
+    planned = set(re.findall(r"experiment=([\w-]+), trial=\d", again.stdout))
+    assert planned >= LEFT_BY_PLAN, sorted(planned)
 
 
 @pytest.mark.torch

@@ -20,6 +20,7 @@ data gets a figure that says "no successful trials in this group".
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,7 +41,7 @@ from .families import (
     inference_section,
 )
 from .figures import plot_all
-from .headline import Findings, headline_html, headline_pairs
+from .headline import Findings, headline_html, headline_pairs, left_out_by_plan
 from .html import Page, page_html
 from .machines import Machine, load_machine, machines_section, parse_machines, result_files
 from .quality import correctness_section, startup_section
@@ -101,7 +102,8 @@ class Options:
     its CPU), priced at the first ``measured`` price; ``margin``: within it, two
     throughputs are the same (the verdicts, :mod:`uncertainty`); ``looks``: how many
     rounds' reports may decide a comparison, ``look``: which of them this report is
-    (default: the last; :func:`plan.rounds.spent`)."""
+    (default: the last; :func:`plan.rounds.spent`); ``plan``: what a budget's plan left
+    out (:func:`headline.left_out_by_plan`)."""
 
     prices: Any = None
     title: str = DEFAULT_TITLE
@@ -112,6 +114,7 @@ class Options:
     margin: float = MARGIN
     looks: int = 1
     look: int | None = None
+    plan: Mapping | None = None
 
 
 def build_report(
@@ -192,11 +195,12 @@ def build_report(
     ]
     found = Findings(
         rich, records, stats, baseline, costs, check, compiled, machine_summary,
-        family_lines(trained) + inference_lines(served), comparisons,
+        family_lines(trained) + inference_lines(served), comparisons, options.plan,
     )  # fmt: skip
     headline = headline_html(found)
     provenance = provenance_html(frame, records)
-    page = Page(options.title, baseline, sections, headline, provenance, not_run)
+    page = Page(options.title, baseline, sections, headline, provenance, not_run,
+                left_out_by_plan(options.plan)[1])  # fmt: skip
     html_path.write_text(page_html(page, frame, len(stats)), encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
     return {"trials": n, "ok": n_ok, "failed": n_failed, "left_out": left_out(frame),
@@ -238,6 +242,9 @@ COMMAND = Command(
             help="how many rounds' reports may decide a comparison (max_trials - trials + 1)"),
         Arg("look", "params.look", type=int, default=None,
             help="which of those looks this report is (default: the last)"),
+        Arg("plan_json", "params.plan", default="{}",
+            help='what a budget\'s plan left out: JSON {"budget", "planned", "left_out": '
+            '[{"id", "group"}]}'),
         Arg("title", "params.title", default=DEFAULT_TITLE),
         Arg("log", "log", type=Path, default=None, help="also append the result line here"),
     ),
@@ -275,12 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "note": first["note"], "throughput": "measured"},
                 *[p for p in prices if p["throughput"] != "measured"],
             ]  # fmt: skip
+    try:
+        plan = json.loads(args.plan_json)
+    except ValueError as exc:
+        parser.error(f"--plan-json is not valid JSON: {exc}")
     records = load_records(record_paths)
     try:
         outputs = Outputs(args.summary, args.html, args.plots_dir, args.comparisons)
         options = Options(
             prices, args.title, args.noise_threshold, load_records(args.collectives),
-            machines, name, args.margin, args.looks, args.look,
+            machines, name, args.margin, args.looks, args.look, plan,
         )  # fmt: skip
         result = build_report(records, outputs, options)
     except ValueError as exc:

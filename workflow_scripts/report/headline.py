@@ -105,7 +105,8 @@ class Findings:
     extras (``frame``), the records, each experiment's statistics, the baseline, the
     costs, the loss check, the compiled pairs, the machines compared (None: this one
     alone), a line per workload family (``families.family_lines``), and every
-    comparison the report states (:func:`uncertainty.comparisons_frame`)."""
+    comparison the report states (:func:`uncertainty.comparisons_frame`), and what a
+    budget's plan left out (:func:`left_out_by_plan`)."""
 
     frame: pd.DataFrame
     records: Sequence[Any]
@@ -117,6 +118,7 @@ class Findings:
     machines: Mapping | None = None
     families: Sequence[str] = ()
     comparisons: pd.DataFrame | None = None
+    plan: Mapping | None = None
 
 
 def headline_html(found: Findings) -> str:
@@ -171,7 +173,8 @@ def headline_html(found: Findings) -> str:
                 f"{fmt_num(fastest['sps_median'])} samples/s, but its losses diverge from "
                 "fp32 eager's: see Correctness.)"
             )
-    items = [_measured(frame, stats), _budget(stats), _noise(frame, stats, records)]
+    items = [_measured(frame, stats), left_out_by_plan(found.plan)[0], _budget(stats),
+             _noise(frame, stats, records)]  # fmt: skip
     items.append(_decided(comparisons))
     if any(isinstance(r, Mapping) and (r.get("spec") or {}).get("preflight") for r in records):
         items.insert(0, PREFLIGHT)
@@ -299,6 +302,39 @@ def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
     else:
         text += "; the number of timed steps is not recorded"
     return text + "."
+
+
+def left_out_by_plan(plan: Mapping | None) -> tuple[str, str]:
+    """What a budget's plan left out before any trial ran (``plan``: ``{"budget",
+    "planned", "left_out": [{"id", "group"}]}``, study/entry.py ``plan_budget``): the
+    headline's line and the page's list (``id="left-out-by-budget"``); both "" where it
+    left out nothing."""
+    gone = [e for e in (plan or {}).get("left_out") or [] if isinstance(e, Mapping)]
+    if not gone:
+        return "", ""
+    groups: dict[str, list[str]] = {}
+    for e in gone:
+        groups.setdefault(str(e.get("group") or e.get("id")), []).append(str(e.get("id")))
+    budget = html.escape(str(plan.get("budget")))
+    planned = plan.get("planned")
+    of = f" of the study's {planned}" if isinstance(planned, int) else ""
+    line = (
+        f"The budget ({budget}) left out {_b('budget-left-out', str(len(gone)))}{of} "
+        "experiments before any trial ran, to fit it: "
+        f"{html.escape(', '.join(f'{g} ({len(ids)})' for g, ids in groups.items()))} (see "
+        '<a href="#left-out-by-budget">Left out by the budget</a>). This report has no '
+        "results of theirs; snakemake without the budget, or with a larger one, runs them "
+        "and keeps the trials above."
+    )
+    items = "".join(
+        f"<li>{html.escape(g)}: {html.escape(', '.join(ids))}</li>" for g, ids in groups.items()
+    )
+    page = (
+        f'<details class="note" id="left-out-by-budget"><summary>Left out by the budget '
+        f"({budget}): {len(gone)}{of} experiments, by group</summary><ul>{items}</ul>"
+        "</details>"
+    )
+    return line, page
 
 
 def _budget(stats: pd.DataFrame) -> str:

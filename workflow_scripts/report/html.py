@@ -243,7 +243,8 @@ def baseline_label(baseline: str | None) -> str:
 class Page:
     """What the page shows besides its counts: its title, the run's baseline, the
     sections, each an (id, heading, HTML content) triple, the headline, the run's
-    provenance and the sweeps this preset did not run."""
+    provenance, the sweeps this preset did not run and the experiments a budget's plan
+    left out (its HTML list: ``headline.left_out_by_plan``)."""
 
     title: str
     baseline: str | None
@@ -251,6 +252,7 @@ class Page:
     headline: str = ""
     provenance: str = ""
     not_run: Sequence[str] = ()
+    left_out: str = ""
 
 
 def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
@@ -292,7 +294,7 @@ def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
 <h1>{html.escape(title)}</h1>
 {headline}
 <nav><ol>{nav}</ol></nav>
-{skipped}
+{skipped}{page.left_out}
 <p>{how}</p>
 <p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok,
 <b>{n_failed}</b> failed{left} ({html.escape(counts) if n else "none"}).</p>

@@ -90,6 +90,9 @@ class Study:
     base_dir: Path
     #: legal but suspicious values, one line each (printed, never fatal)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: the experiments a budget's plan left out before any ran (study/entry.py,
+    #: ``plan_budget``), each ``{"id", "group"}``, in the study's order
+    left_out: list[dict[str, str]] = dataclasses.field(default_factory=list)
     by_id: dict[str, Spec] = dataclasses.field(init=False)
     envs: list[str] = dataclasses.field(init=False)
 

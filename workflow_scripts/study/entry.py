@@ -205,8 +205,12 @@ LEFT_OUT_VAR = "STUDY_LEFT_OUT"
 
 
 def leave_out(study: Study, ids: list[str]) -> None:
-    """The study without the experiments ``ids``."""
+    """The study without the experiments ``ids``, which it keeps in ``left_out`` (a new
+    list: a copy of the study may share the old one)."""
     gone = set(ids)
+    dropped = [s for s in study.experiments if s["id"] in gone]
+    study.left_out = [*study.left_out, *({"id": s["id"], "group": s.get("group") or s["id"]}
+                                         for s in dropped)]  # fmt: skip
     study.experiments = [s for s in study.experiments if s["id"] not in gone]
     study.__post_init__()
 
