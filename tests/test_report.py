@@ -665,7 +665,7 @@ def test_what_a_budgets_plan_left_out_is_stated(tmp_path):
         "transformers: bert-base, gpt2", "inference: infer-resnet50-bs1"]  # fmt: skip
     assert "Left out by the budget (1h): 3 of the study's 9 experiments" in page
     # no plan, or one that left nothing out: not a word of it
-    for extra in ((), ("--plan-json", "{}")):
+    for extra in ((), ("--plan-json", "{}"), ("--plan-json", "[1]")):
         res, page = run(*extra)
         assert res.returncode == 0, res.stderr
         assert "left-out-by-budget" not in page and "left out 0" not in page

@@ -309,7 +309,8 @@ def left_out_by_plan(plan: Mapping | None) -> tuple[str, str]:
     "planned", "left_out": [{"id", "group"}]}``, study/entry.py ``plan_budget``): the
     headline's line and the page's list (``id="left-out-by-budget"``); both "" where it
     left out nothing."""
-    gone = [e for e in (plan or {}).get("left_out") or [] if isinstance(e, Mapping)]
+    plan = plan if isinstance(plan, Mapping) else {}  # (JSON that is not an object: none)
+    gone = [e for e in plan.get("left_out") or [] if isinstance(e, Mapping)]
     if not gone:
         return "", ""
     groups: dict[str, list[str]] = {}
