@@ -101,6 +101,26 @@ def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
     assert "noise reruns left out;" in quiet and "more for noise reruns" not in quiet, quiet
 
 
+def test_an_earlier_sittings_noise_reruns_are_not_this_runs_rate(tmp_path):
+    s, m, predicted = predicted_study()
+    a, b = predicted["a"]["seconds"], predicted["b"]["seconds"]
+    # trial "a" was rerun for noise in an earlier sitting (its record written before this
+    # run started); "b", written in this run, was not: nothing is added for reruns
+    write_record(tmp_path, "a", 0, wall=3 * a, retry_wall_s=2 * a)
+    write_record(tmp_path, "b", 0, wall=b)
+    old = tmp_path / "records" / "a" / "trial0.json"
+    os.utime(old, (1000.0, 1000.0))
+    os.utime(tmp_path / "records" / "b" / "trial0.json", (3000.0, 3000.0))
+    resumed = progress.line(s, tmp_path, started=2000.0, now=3600.0, machine=m)
+    assert "x 1.00: measured/estimated so far, noise reruns left out;" in resumed, resumed
+    assert "more for noise reruns" not in resumed, resumed
+    # the same records, all written in this run: the reruns count at their rate
+    os.utime(old, (3000.0, 3000.0))
+    whole = progress.line(s, tmp_path, started=2000.0, now=3600.0, machine=m)
+    share = 2 * a / (a + b) * 2 / (2 + progress.RERUN_PRIOR_TRIALS)
+    assert f"and {100 * share:.0f}% more for noise reruns at this run's rate" in whole, whole
+
+
 def test_a_trial_that_did_not_end_ok_is_not_extrapolated_and_predicts_its_repeats(tmp_path):
     s, m, predicted = predicted_study()
     a = predicted["a"]["seconds"]

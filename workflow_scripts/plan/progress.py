@@ -9,7 +9,8 @@ the same estimate was off for the trials done so far (their wall time, each reco
 was 1.5x optimistic for the first trials is taken as 1.5x optimistic for the others. A
 trial's noise reruns (``retry_wall_s``) are left out of its wall time: one trial run
 three times says nothing of the others; the run's noise reruns are added instead at
-their rate so far (their time over the kept trials' wall), weighed down while few trials
+their rate in this run so far (their time over the kept trials' wall: an earlier
+sitting's reruns say how busy the machine was then), weighed down while few trials
 say (:func:`rerun_share`: left out, 80 trials of the default study on two busy CPUs took
 1.47x the time the lines had said, its reruns 16 % of the trials' wall). Nor is a trial
 that did not end ok (failed, out of memory, timed out, incorrect): a failure after
@@ -242,10 +243,21 @@ def spread_of(ratios: list[float]) -> float:
     return 2.0 * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
-def rerun_share(times: Iterable[Times]) -> float:
+def rerun_share(times: Iterable[Times], since: float | None = None) -> float:
     """The noise reruns' time per second of kept trial wall, over the trials that ended
-    ok, weighed by how many they are (``n / (n + RERUN_PRIOR_TRIALS)``); 0 without any."""
-    kept = [t for t in times if t.wall is not None and t.failed is None]
+    ok and that this run wrote (their records written at ``since`` or later; every
+    record where ``since`` is None), weighed by how many they are
+    (``n / (n + RERUN_PRIOR_TRIALS)``); 0 without any. An earlier sitting's reruns say
+    how busy the machine was then: the default study's first sitting ended with ten
+    trials in a row rerun under a neighbour's load, and its resumed sitting, which
+    reran none, was told 13-17 % more for them (its lines 1.35-1.8x the time it took)."""
+    kept = [
+        t
+        for t in times
+        if t.wall is not None
+        and t.failed is None
+        and (since is None or (t.written is not None and t.written >= since))
+    ]
     wall = sum(t.wall for t in kept)
     if wall <= 0:
         return 0.0
@@ -345,7 +357,7 @@ def line(
     # (the failures' repeats are measured times: not scaled)
     repeats = est["remaining_repeats_s"]
     after, jobs = after_trials(study, here)
-    reruns = rerun_share(times.values())
+    reruns = rerun_share(times.values(), began)
     ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if est_sum > 0 else 1.0
 
     def scaled(by: float, more: float = 0.0) -> float:
