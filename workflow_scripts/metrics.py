@@ -68,9 +68,12 @@ def relative_half_width(values: list[float]) -> float:
     mean = statistics.fmean(values)
     if mean <= 0:
         return math.nan
-    df = len(values) - 1
-    t = T_975[df - 1] if df <= len(T_975) else 1.96
-    return t * statistics.stdev(values) / math.sqrt(len(values)) / mean
+    return t_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) / mean
+
+
+def t_975(df: int) -> float:
+    """Student's t at 97.5 % for ``df`` degrees of freedom (1 or more)."""
+    return T_975[df - 1] if df <= len(T_975) else 1.96
 
 
 def known_within(values: list[float], precision: float | None) -> bool:
