@@ -4,12 +4,13 @@ user sees before anything runs."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
 from tests.conftest import REPO
 from tests.estimates import calibration, machine
-from workflow_scripts import study, workloads
+from workflow_scripts import metrics, study, workloads
 from workflow_scripts.plan import estimate, estimate_text, study_estimate
 from workflow_scripts.plan.study_estimate import Known, Setup
 from workflow_scripts.study.entry import read_config
@@ -321,3 +322,37 @@ def test_a_trial_forked_from_a_warm_interpreter_pays_no_process_start(make_spec)
     )
     for spec in (make_spec(launcher="torchrun", threads=1), make_spec(cpus="0")):
         assert estimate.trial(spec, forks)["parts"]["start"] >= estimate.PROCESS_START_S
+
+
+def _steps_with_spread(cv: float, n: int) -> list[float]:
+    """``n`` step times of mean 1 whose sample coefficient of variation is ``cv``."""
+    raw = [float(i) for i in range(n)]
+    mean = statistics.fmean(raw)
+    sd = statistics.stdev(raw)
+    return [1.0 + cv * (x - mean) / sd for x in raw]
+
+
+def test_a_trial_stopped_by_step_precision_is_predicted_at_its_average_steps(make_spec):
+    m = machine(calibration())
+    spec = make_spec(steps=100) | {"time_budget_s": None}
+    every = estimate.trial(spec, m)
+    stopped = estimate.trial(spec | {"step_precision": 0.02}, m)
+    looser = estimate.trial(spec | {"step_precision": 0.1}, m)
+    assert every["timed_steps"] == 100
+    assert metrics.MIN_PRECISION_STEPS <= looser["timed_steps"] < stopped["timed_steps"] < 100
+    assert stopped["parts"]["timed"] == pytest.approx(
+        stopped["timed_steps"] * stopped["step_s"], rel=0.01
+    )
+    # the average of the counts at which the harness's own rule stops, at each decile
+    counts = []
+    for cv in estimate.STEP_CV_DECILES:
+        n = next(
+            (k for k in range(metrics.MIN_PRECISION_STEPS, 100)
+             if metrics.known_within(_steps_with_spread(cv, k), 0.02)),
+            100,
+        )  # fmt: skip
+        counts.append(n)
+    assert stopped["timed_steps"] == pytest.approx(statistics.fmean(counts), abs=0.05)
+    # never more than the steps, nor than the time budget's cut
+    few = estimate.trial(make_spec(steps=4) | {"step_precision": 0.02}, m)
+    assert few["timed_steps"] <= 4
