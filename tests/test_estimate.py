@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.estimates import calibration, machine
-from workflow_scripts import metrics, study, workloads
+from workflow_scripts import metrics, study, sysinfo, workloads
 from workflow_scripts.plan import estimate, estimate_text, study_estimate
 from workflow_scripts.plan.study_estimate import Known, Setup
 from workflow_scripts.study.entry import read_config
@@ -356,3 +356,32 @@ def test_a_trial_stopped_by_step_precision_is_predicted_at_its_average_steps(mak
     # never more than the steps, nor than the time budget's cut
     few = estimate.trial(make_spec(steps=4) | {"step_precision": 0.02}, m)
     assert few["timed_steps"] <= 4
+
+
+def test_a_trials_own_estimate_leaves_out_what_it_carries(make_spec):
+    """The estimate a trial records (and the budget's clock reads): a later trial that
+    carries its first trial's gradient comparison and FLOP count does neither again;
+    one that carries nothing pays for both; a compiled one warm from the cache pays
+    the warm compile, as the study's estimate of a later trial says."""
+    ref = calibration()
+    spec = make_spec(precision="bf16")
+    first = estimate.for_trial(spec, ref, container=False)
+    assert first["parts"]["grad_check"] > 0 and first["parts"]["flop_count"] > 0
+    every = {"from": "trial 0", "negligible": [], "flops_per_sample": 1e9}
+    later = estimate.for_trial(spec, ref, container=False, carried=every)
+    assert later["parts"]["grad_check"] == 0 and later["parts"]["flop_count"] == 0
+    saved = first["parts"]["grad_check"] + first["parts"]["flop_count"]
+    assert later["seconds"] == pytest.approx(first["seconds"] - saved, abs=0.03)
+    flops_only = estimate.for_trial(
+        spec, ref, container=False, carried={"from": "x", "flops_per_sample": 1e9}
+    )
+    assert flops_only["parts"]["grad_check"] == first["parts"]["grad_check"]
+    assert flops_only["parts"]["flop_count"] == 0
+    compiled = make_spec(precision="bf16", backend="inductor")
+    warm = estimate.for_trial(compiled, ref, container=False, warm=True, carried=every)
+    here = machine(  # the machine for_trial sees: this one's CPUs and flags
+        ref, cpus=len(sysinfo.plan_cpus()), flags=sysinfo.topology().get("cpu_flags") or []
+    )
+    assert warm == estimate.trial(compiled, here, later=True)
+    cold = estimate.for_trial(compiled, ref, container=False, carried=every)
+    assert cold["parts"]["compile"] == estimate.for_trial(compiled, ref, False)["parts"]["compile"]

@@ -316,11 +316,24 @@ def precision_steps(precision: float | None, most: float) -> float:
     return sum(counts) / len(counts)
 
 
-def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | None = None) -> dict:
+#: what a later trial carries from its first (trial/carry.py): its FLOP count, its
+#: gradient check's references and (a compiled run) its compile, from the cache
+CARRIED_PARTS = frozenset({"flop_count", "grad_check", "compile"})
+
+
+def trial(
+    spec: Mapping,
+    machine: Machine,
+    later: bool = False,
+    far: float | None = None,
+    carries: Iterable[str] = (),
+) -> dict:
     """The predicted wall time of one attempt of this trial, with its parts: from its
     measured pre-flight where there is one (its wall time, plus the steps the whole
     trial runs beyond it at its measured step time), else from the model below.
-    ``later``: a later trial, which carries its first trial's one-off work; ``far``:
+    ``later``: a later trial, which carries its first trial's one-off work
+    (:data:`CARRIED_PARTS`); ``carries``: those of them a trial carries where it is
+    known (:func:`for_trial`); ``far``:
     the step time over its baseline's of one far from it, which stops at its first
     timed steps (one where it is slower by ``far_stop`` squared, else two)."""
     env = spec.get("env") or "upstream"
@@ -395,11 +408,14 @@ def trial(spec: Mapping, machine: Machine, later: bool = False, far: float | Non
     if serving:
         parts["serve"] = _serve_s(spec, step, flops, batch, rate)
     carried = 0.0
-    if later:  # carried from the first trial: its FLOP count, check and compile cache
-        warm = (parts["compile"] - backend.estimate_trace_s) * WARM_COMPILE_SHARE
-        warm += backend.estimate_trace_s
-        carried = parts["flop_count"] + parts["grad_check"] + parts["compile"] - warm
-        parts.update(flop_count=0.0, grad_check=0.0, compile=warm)
+    gone = CARRIED_PARTS if later else CARRIED_PARTS & set(carries)
+    if gone:  # carried from the first trial: its FLOP count, check and compile cache
+        before = sum(parts[k] for k in gone)
+        if "compile" in gone:
+            warm = (parts["compile"] - backend.estimate_trace_s) * WARM_COMPILE_SHARE
+            parts["compile"] = warm + backend.estimate_trace_s
+        parts.update({k: 0.0 for k in gone - {"compile"}})
+        carried = before - sum(parts[k] for k in gone)
     if pre:  # measured: the pre-flight's whole trial, then the steps it did not run
         more = max(0, untimed + timed_steps - int(pre["steps"]))
         measured = max(0.0, float(pre["wall_s"]) - carried)
@@ -471,11 +487,14 @@ def for_trial(
     container: bool,
     warm: bool = False,
     forks: bool = False,
+    carried: Mapping | None = None,
 ) -> dict:
     """One trial's estimate as its record keeps it: from the reference (its environment's
     calibration) the trial policy reads, else a quick measurement here. ``warm``: a
     later trial that starts from its first trial's compile cache; ``forks``: a
-    one-process trial is forked from a warm interpreter (runtimes/warm.py)."""
+    one-process trial is forked from a warm interpreter (runtimes/warm.py);
+    ``carried``: what the trial carries (trial/carry.py: the gradient comparison's
+    ``negligible`` parameters, ``flops_per_sample``), whose work it then does not do."""
     from .. import sysinfo
 
     env = spec.get("env") or "upstream"
@@ -489,4 +508,8 @@ def for_trial(
         container=container,
         forks=forks,
     )
-    return trial(spec, machine, later=warm)
+    carries = {"compile"} if warm else set()
+    if isinstance(carried, Mapping):
+        carries |= {"grad_check"} if "negligible" in carried else set()
+        carries |= {"flop_count"} if "flops_per_sample" in carried else set()
+    return trial(spec, machine, carries=carries)

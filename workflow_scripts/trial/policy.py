@@ -107,7 +107,7 @@ def _run(job: Trial, noise: Noise) -> dict:
     forks = warm.enabled(env_info.get("warm_interpreter", False), runtimes.for_env(env_info).name)
     expected = estimate.for_trial(
         spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan,
-        forks=forks,
+        forks=forks, carried=carried,
     )  # fmt: skip
     until = clock.deadline()
     if until is not None and clock.too_late(expected["seconds"], until=until):
