@@ -117,6 +117,10 @@ def test_the_estimate_against_real_trials(upstream_env, make_spec, tmp_path):
     )  # fmt: skip
     assert not reference.get("error"), reference.get("error")
     assert reference["startup_s"] > 0 and reference["dynamo_import_s"] >= 0
+    # a second start, warm, is what a trial's process pays: the estimate takes it
+    warm = reference["warm_startup_s"]
+    assert warm > 0
+    assert estimate.Machine({"upstream": reference}, None, 2, []).process_start("upstream") == warm
     specs = [
         make_spec(id="cnn-fp32", steps=20),
         make_spec(id="cnn-bf16", precision="bf16", steps=5),

@@ -385,3 +385,14 @@ def test_a_trials_own_estimate_leaves_out_what_it_carries(make_spec):
     assert warm == estimate.trial(compiled, here, later=True)
     cold = estimate.for_trial(compiled, ref, container=False, carried=every)
     assert cold["parts"]["compile"] == estimate.for_trial(compiled, ref, False)["parts"]["compile"]
+
+
+def test_a_trials_start_is_the_calibrations_warm_one():
+    """The calibration's first start is cold (its files not yet cached); its second,
+    warm, is what the trials pay; a calibration without one has its cold start."""
+    both = calibration() | {"startup_s": 11.4, "warm_startup_s": 2.5}
+    assert machine(both).process_start("upstream") == 2.5
+    assert machine(calibration() | {"startup_s": 11.4}).process_start("upstream") == 11.4
+    assert machine(None).process_start("upstream") == estimate.PROCESS_START_S
+    hand_edited = calibration() | {"startup_s": 3.0, "warm_startup_s": -1.0}
+    assert machine(hand_edited).process_start("upstream") == 3.0

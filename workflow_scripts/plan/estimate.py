@@ -250,10 +250,12 @@ class Machine:
         return BF16_NATIVE_RATIO if self.native else BF16_EMULATED_RATIO
 
     def process_start(self, env: str) -> float:
-        cal = self.calibrations.get(env)
-        measured = (cal or {}).get("startup_s") if isinstance(cal, Mapping) else None
-        if finite(measured):
-            return float(measured)
+        """A trial's process start: the calibration's second, warm start where it has
+        one (calibration.warm_start_s), else its first, cold one, else the constants."""
+        cal = self.calibrations.get(env) if isinstance(self.calibrations.get(env), Mapping) else {}
+        for key in ("warm_startup_s", "startup_s"):
+            if finite(cal.get(key)) and cal[key] >= 0:
+                return float(cal[key])
         return PROCESS_START_S + (CONTAINER_START_S if self.container else 0.0)
 
     def setup_import(self, env: str) -> float:
