@@ -315,7 +315,7 @@ def precision_steps(precision: float | None, most: float) -> float:
         while n < most and metrics.t_975(n - 1) * cv / math.sqrt(n) > precision:
             n += 1
         counts.append(min(n, most))
-    return sum(counts) / len(counts)
+    return round(sum(counts) / len(counts), 1)  # (as the estimate states it)
 
 
 #: what a later trial carries from its first (trial/carry.py): its FLOP count, its
