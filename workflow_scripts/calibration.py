@@ -99,7 +99,10 @@ def warm_start_s(env_info: dict, runtime, log: Path) -> float | None:
         runtime.environment(),
         "calibrate-start",
     )
-    ran = run_measured(runtime, process, log=log, timeout_s=TIMEOUT_S, results=[])
+    try:  # (a start that fails here costs the estimate a figure, never the calibration)
+        ran = run_measured(runtime, process, log=log, timeout_s=TIMEOUT_S, results=[])
+    except (OSError, ValueError, RuntimeError):
+        return None
     if ran.problem() or not ran.clean or not finite(ran.finished.wall_s):
         return None
     return float(ran.finished.wall_s)

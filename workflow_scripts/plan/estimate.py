@@ -252,7 +252,8 @@ class Machine:
     def process_start(self, env: str) -> float:
         """A trial's process start: the calibration's second, warm start where it has
         one (calibration.warm_start_s), else its first, cold one, else the constants."""
-        cal = self.calibrations.get(env) if isinstance(self.calibrations.get(env), Mapping) else {}
+        cal = self.calibrations.get(env)
+        cal = cal if isinstance(cal, Mapping) else {}
         for key in ("warm_startup_s", "startup_s"):
             if finite(cal.get(key)) and cal[key] >= 0:
                 return float(cal[key])
@@ -314,7 +315,7 @@ def precision_steps(precision: float | None, most: float) -> float:
         n = metrics.MIN_PRECISION_STEPS
         while n < most and metrics.t_975(n - 1) * cv / math.sqrt(n) > precision:
             n += 1
-        counts.append(min(n, most))
+        counts.append(n)
     return round(sum(counts) / len(counts), 1)  # (as the estimate states it)
 
 
