@@ -109,11 +109,43 @@ def test_compile_torchrun_workers_and_epochs(make_spec):
     compiled = estimate.trial(make_spec(backend="inductor"), m)
     assert compiled["parts"]["compile"] == workloads.get("cnn").compile_s
     ddp = estimate.trial(make_spec(launcher="torchrun", ranks=2, threads=1), m)
-    assert ddp["parts"]["start"] == pytest.approx(3.0 * 1.5 + estimate.TORCHRUN_S)
+    # the launcher's own process starts too, before its ranks
+    assert ddp["parts"]["start"] == pytest.approx(3.0 * 2 + estimate.TORCHRUN_S)
     workers = estimate.trial(make_spec(data="per_sample", num_workers=2), m)
     assert workers["parts"]["harness"] == base["parts"]["harness"] + 2 * estimate.WORKER_START_S
     acc = estimate.trial(make_spec(data="digits", epochs=3, batch_size=32, image_size=32), m)
     assert acc["timed_steps"] == 3 * math.ceil(estimate.DIGITS_TRAIN_IMAGES / 32)
+
+
+def test_a_served_models_compile_int8_step_and_frozen_later_compile(make_spec):
+    """A served model compiles its forward graph alone; a later trial of a frozen graph
+    (which Inductor's FX graph cache skips: prepacked oneDNN weights) compiles again from
+    its other caches, dearer than an unfrozen one's; an INT8 step is a share of fp32's
+    by the CPU's flags (VNNI or not)."""
+    m = machine(calibration())
+    serve = {"mode": "inference", "backend": "inductor", "optimizer": None,
+             "time_budget_s": None}  # fmt: skip
+    train = estimate.trial(make_spec(backend="inductor"), m)
+    served = estimate.trial(make_spec(**serve), m)
+    assert served["parts"]["compile"] == pytest.approx(
+        train["parts"]["compile"] * estimate.INFERENCE_COMPILE_SHARE
+    )
+    frozen = make_spec(**serve, compile_freezing=True)
+    plain_later = estimate.trial(make_spec(**serve), m, later=True)["parts"]["compile"]
+    frozen_later = estimate.trial(frozen, m, later=True)["parts"]["compile"]
+    assert frozen_later == pytest.approx(served["parts"]["compile"] * estimate.FROZEN_WARM_SHARE)
+    assert frozen_later > plain_later
+    big = {**serve, "compile_freezing": True, "model": "resnet50", "image_size": 224,
+           "batch_size": 16}  # fmt: skip
+    int8 = make_spec(**big, precision="int8")
+    fp32 = estimate.trial(make_spec(**big), machine(calibration(), flags=["avx2", "avx512_vnni"]))
+    vnni = estimate.trial(int8, machine(calibration(), flags=["avx2", "avx512_vnni"]))
+    plain = estimate.trial(int8, machine(calibration(), flags=["avx2"]))
+    overhead = estimate.STEP_OVERHEAD_S
+    assert vnni["step_s"] - overhead == pytest.approx(
+        estimate.INT8_VNNI_RATIO * (fp32["step_s"] - overhead), rel=1e-3
+    )
+    assert vnni["step_s"] < plain["step_s"] < fp32["step_s"]
 
 
 def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):

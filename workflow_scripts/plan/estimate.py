@@ -9,12 +9,12 @@ CPUs: a busy neighbour does not move it) and the CPU's flags (bf16 native with
 AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
 
     step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
-               x bf16/fp32 ratio (bf16 runs) + STEP_OVERHEAD_S
+               x bf16/fp32 ratio (bf16 runs) or INT8's (int8) + STEP_OVERHEAD_S
     timed    = steps x step, cut by time_budget_s as the harness cuts it (>= 2 steps),
                and the warm-up too (>= 1 step); with step_precision, the steps that
                the typical spread of step times takes to know the mean within it,
                on average (precision_steps)
-    trial    = process start (x1.5 + TORCHRUN_S for torchrun's launcher and rendezvous)
+    trial    = process start (x2 + TORCHRUN_S for a launcher's own start and rendezvous)
                + HARNESS_S + the setup's imports + FLOP count (one sample's step)
                + probes + compile
                + (warmup_steps or every epoch's steps) x step + timed
@@ -23,7 +23,9 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
 
 A later trial (trial 1, 2, ...) carries what its first trial did once (trial/carry.py):
 no FLOP count, no gradient check's references, and a compile from the first trial's
-cache (WARM_COMPILE_SHARE of a cold one).
+cache (WARM_COMPILE_SHARE of a cold one; FROZEN_WARM_SHARE of a frozen graph's, which
+that cache skips). A served model compiles its forward graph alone
+(INFERENCE_COMPILE_SHARE of the model's training compile).
 
 The constants are rough and say so: the study records each trial's estimate beside
 its real wall time (``record.estimate``, ``record.trial_wall_s``) and the report
@@ -64,16 +66,37 @@ CONTAINER_START_S = 2.0
 # The trial's setup imports torch._dynamo (building an optimizer does), when no
 # calibration measured it: 6-8 s on a 2-core Zen 1 EPYC.
 SETUP_IMPORT_S = 5.0
-# torchrun's own start and the process-group rendezvous, on top of the ranks' start.
-TORCHRUN_S = 4.0
+# A launcher's own process imports torch too (a process start of its own, before the
+# ranks'), then the process-group rendezvous: 0.3-0.5 s beyond two starts for the
+# torchrun, Accelerate and oneCCL trials of the default study on a 2-vCPU EPYC (3.0 s
+# in all against a warm start of 1.37 s; 4 s once assumed on top of 1.5 starts).
+TORCHRUN_S = 0.5
 # Starting DataLoader worker processes (each).
 WORKER_START_S = 1.0
 # A compile from the first trial's cache, as a share of a cold one: ResNet-50's first
 # training step took 6.4 s warm against 58 s cold on 2 cores (AVX-512; Dynamo's tracing
 # is still paid).
 WARM_COMPILE_SHARE = 0.15
+# ... and of a frozen graph's (compile_freezing): Inductor's FX graph cache skips a graph
+# whose frozen weights are oneDNN-prepacked ("mkldnn tensors unpickleable", torch 2.14),
+# so a later trial compiles it again from its other caches: 0.4-0.6 of the cold compile
+# (the default study's 14 frozen serving runs on a 2-vCPU EPYC, AVX-512: 6-10 s after
+# 12-26 s).
+FROZEN_WARM_SHARE = 0.5
+# A served (inference) model's compile, as a share of the model's training compile
+# (compile_s): one forward graph, no backward, no AOTAutograd joint graph; 0.12-0.55 of
+# it in the default study's compiled serving runs there (ResNet-50 9-17 s, BERT-base
+# 14-34 s, max-autotune the dearest; their training compiles 40-50 s and 22-24 s).
+INFERENCE_COMPILE_SHARE = 0.3
 # Compiled graphs ~1.2x eager (a backend's own speed and tracing: Backend.estimate_*).
 COMPILED_SPEED = 1.2
+# An INT8 model's step over the same model's fp32 step, by the CPU's flags: oneDNN's
+# INT8 kernels multiply-add four 8-bit values where fp32 does one with VNNI (AVX-512
+# VNNI, AVX-VNNI) or AMX: 0.16-0.33 of the fp32 frozen step measured for ResNet-50 and
+# BERT-base at batch 1 and 16 on a 2-vCPU EPYC with AVX-512 VNNI (GPT-2 at batch 1,
+# bound by other work, 0.7); without VNNI, half the gain assumed (not measured).
+INT8_VNNI_RATIO = 0.25
+INT8_RATIO = 0.5
 # bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
 # native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated, a step measured 9-12x
 # fp32's (ResNet-50) to 40x (BERT-base) on a 2-vCPU AVX2 EPYC: 20x between them.
@@ -85,13 +108,16 @@ BF16_EMULATED_RATIO = 20.0
 # rebuilt from the initial weights.
 FP64_STEP_RATIO = 2.5
 MODEL_BUILD_S = 1.0
-# The noise probe: fp32 (and bf16 where it is native), 0.3 s each, before and after
-# the steps, plus the pilots.
+# The noise probe, each of its matmuls: fp32 and (where it is native) bf16 before the
+# steps, fp32 after them (0.75 s and 0.39 s, medians of a whole default study's 346
+# trials on a 2-vCPU AVX-512 EPYC; its re-probes after a low one 0.16 s a trial more).
 PROBE_S = 0.4
-# One calibration, one collectives job and the report, when nothing measured them.
-CALIBRATION_S = 60.0
+# One calibration, one collectives job and the report, when nothing measured them: the
+# calibrations took 16-26 s each on a 2-vCPU AVX-512 EPYC and 17.5 s on an AVX2 one,
+# the collectives 24-32 s and 63 s, the report 5-10 s.
+CALIBRATION_S = 25.0
 COLLECTIVES_S = 30.0
-REPORT_S = 30.0
+REPORT_S = 15.0
 
 DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % split
 DIGITS_TEST_IMAGES = 360
@@ -189,6 +215,10 @@ def bf16_native(flags: Iterable[str]) -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
+def int8_vnni(flags: Iterable[str]) -> bool:
+    return bool(set(flags) & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
 class Machine:
     """What the estimate knows of this machine, per environment: its calibration if one
     exists, else the quick measurement and the CPU flags (``basis`` says which)."""
@@ -207,6 +237,7 @@ class Machine:
         self.quick = quick_gflops
         self.cpus = max(1, cpus)
         self.native = bf16_native(flags)
+        self.int8_ratio = INT8_VNNI_RATIO if int8_vnni(flags) else INT8_RATIO
         self.container = container
         #: each experiment's measured pre-flight (:func:`read_preflight`), by id
         self.preflight = dict(preflight or {})
@@ -362,6 +393,8 @@ def trial(
         step = flops * batch / (rate * 1e9)
         if spec.get("precision") == "bf16":
             step *= machine.bf16_ratio(env, is_text(spec))
+        elif spec.get("precision") == "int8":
+            step *= machine.int8_ratio
         step += STEP_OVERHEAD_S
     if spec.get("data") == "image_folder":
         step += 0.003 * batch  # decoding and resizing with PIL
@@ -391,7 +424,7 @@ def trial(
     if machine.forks and warm_interpreter.candidate(spec):
         start = FORK_START_S
     if ranks > 1 or launchers.get(spec.get("launcher") or "none").distributed:
-        start = start * 1.5 + TORCHRUN_S
+        start = start * 2 + TORCHRUN_S
     parts = {
         "start": start,
         "harness": (
@@ -400,8 +433,14 @@ def trial(
             + WORKER_START_S * int(spec.get("num_workers") or 0)
         ),
         "flop_count": (flops / (count_rate * 1e9) if flops else 1.0 / batch) + 2 * STEP_OVERHEAD_S,
-        "probes": PROBE_S * 2 if int(spec.get("probe_size") or 0) > 0 else 0.0,
-        "compile": (compile_s(spec.get("model")) if compiled else 0.0),
+        "probes": (
+            PROBE_S * (3 if machine.native else 2) if int(spec.get("probe_size") or 0) > 0 else 0.0
+        ),
+        "compile": (
+            compile_s(spec.get("model")) * (INFERENCE_COMPILE_SHARE if serving else 1.0)
+            if compiled
+            else 0.0
+        ),
         "warmup": untimed * step,
         "timed": timed_steps * step,
     }
@@ -415,7 +454,8 @@ def trial(
     if gone:  # carried from the first trial: its FLOP count, check and compile cache
         before = sum(parts[k] for k in gone)
         if "compile" in gone:
-            warm = (parts["compile"] - backend.estimate_trace_s) * WARM_COMPILE_SHARE
+            share = FROZEN_WARM_SHARE if spec.get("compile_freezing") else WARM_COMPILE_SHARE
+            warm = (parts["compile"] - backend.estimate_trace_s) * share
             parts["compile"] = warm + backend.estimate_trace_s
         parts.update({k: 0.0 for k in gone - {"compile"}})
         carried = before - sum(parts[k] for k in gone)
@@ -451,7 +491,8 @@ def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: 
     fp32_forward = (flops * batch / (rate * 1e9) if flops else step) + STEP_OVERHEAD_S
     seconds = SERVE_CHECK_STEPS * step + fp32_forward  # (and the reference's logits)
     if spec.get("precision") == "int8":
-        seconds += inference.CALIBRATION_BATCHES * step * 2 + SERVE_PREPARE_S
+        # (the calibration's forward passes run in fp32, through the observers)
+        seconds += inference.CALIBRATION_BATCHES * fp32_forward * 2 + SERVE_PREPARE_S
     elif spec.get("ipex_torchscript"):
         seconds += SERVE_PREPARE_S
     epochs = int(spec.get("epochs") or 0)
