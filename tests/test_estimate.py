@@ -146,6 +146,16 @@ def test_a_served_models_compile_int8_step_and_frozen_later_compile(make_spec):
         estimate.INT8_VNNI_RATIO * (fp32["step_s"] - overhead), rel=1e-3
     )
     assert vnni["step_s"] < plain["step_s"] < fp32["step_s"]
+    # a later IPEX INT8 trial quantizes from its first trial's calibration (Inductor's
+    # PT2E calibrates in every trial)
+    ipex = make_spec(**{**big, "compile_freezing": False, "backend": "ipex"}, precision="int8",
+                     ipex_torchscript=True)  # fmt: skip
+    first, later = estimate.trial(ipex, m), estimate.trial(ipex, m, later=True)
+    assert later["parts"]["serve"] < first["parts"]["serve"]
+    carried = estimate.trial(ipex, m, carries={"int8_calibration"})
+    assert carried["parts"]["serve"] == later["parts"]["serve"]
+    pt2e = (estimate.trial(int8, m), estimate.trial(int8, m, later=True))
+    assert pt2e[0]["parts"]["serve"] == pt2e[1]["parts"]["serve"]
 
 
 def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):

@@ -5,6 +5,7 @@ IPEX's TorchScript path."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 
 import pytest
@@ -111,6 +112,36 @@ def test_bf16_inference_records_bf16(upstream_env, make_spec, tmp_path):
         assert serving["onednn"]["int8_primitives"] == 0
         if not fields and "avx512_bf16" in cpu_flags(rec):
             assert serving["onednn"]["bf16_primitives"] > 0, serving["onednn"]
+
+
+def test_a_later_ipex_int8_trial_quantizes_from_the_first_ones_calibration(
+    ipex_env, make_spec, tmp_path
+):
+    """IPEX's INT8 calibration (its observers' scales) is made once: trial 0 keeps its
+    qconf summary beside its record, a later trial loads it instead of running the
+    calibration batches through the observers, and serves the same quantized model (the
+    same logits on the run's first batch). A file that is not the one trial 0's record
+    names is not carried: that trial calibrates for itself."""
+    spec = make_spec(id="q", mode="inference", **INT8["ipex"])
+    first = assert_ok(run(spec, ipex_env, tmp_path), torch=TORCH["ipex"])
+    made = first["checks"]["serving"]["int8_calibration"]
+    kept = tmp_path / "records" / "q.int8-calibration.json"
+    assert made["how"] == "calibrated, kept" and made["path"] == str(kept)
+    assert made["sha256"] == hashlib.sha256(kept.read_bytes()).hexdigest()
+    record = tmp_path / "records" / "q.json"
+    later = assert_ok(run(spec, ipex_env, tmp_path / "t1", index=1, first_trial=record),
+                      torch=TORCH["ipex"])  # fmt: skip
+    assert later["carried"]["int8_calibration"] == str(kept.resolve())
+    serving = later["checks"]["serving"]
+    assert serving["int8_calibration"] == {**made, "how": "carried", "path": str(kept.resolve())}
+    assert serving["agreement"] == first["checks"]["serving"]["agreement"]
+    assert_int8(later, "ipex")
+    assert not (tmp_path / "t1" / "records" / "q.int8-calibration.json").exists()
+    kept.write_text(kept.read_text().replace("0", "1", 1))  # not trial 0's file any more
+    other = assert_ok(run(spec, ipex_env, tmp_path / "t2", index=2, first_trial=record),
+                      torch=TORCH["ipex"])  # fmt: skip
+    assert "int8_calibration" not in (other.get("carried") or {})
+    assert other["checks"]["serving"]["int8_calibration"]["how"] == "calibrated, kept"
 
 
 def test_ipex_serves_a_traced_frozen_graph(ipex_env, make_spec, tmp_path):

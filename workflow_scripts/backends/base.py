@@ -60,6 +60,9 @@ class Backend:
     #: spends tracing and compiling its graph in the first steps, compiled or not
     estimate_speed: float = 1.0
     estimate_trace_s: float = 0.0
+    #: whether its INT8 calibration is kept for, and read by, the later trials (serve's
+    #: ``scales``)
+    keeps_int8_calibration: bool = False
 
     # ------------------------------------------------------------------ plan time
 
@@ -84,10 +87,12 @@ class Backend:
         ``optimizer`` is None in inference mode."""
         return model, optimizer
 
-    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple]):
+    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple], scales=None):
         """Inference: the prepared model (inputs in, logits out, eval mode) as the backend
-        serves it (an INT8 model calibrated on ``calibration``, a traced graph built from
-        ``example``), before any ``torch.compile``. Here: the model as it is."""
+        serves it (an INT8 model calibrated on ``calibration``, or from the calibration
+        ``scales`` carries where the backend can read one: ``rank.inference.Int8Scales``;
+        a traced graph built from ``example``), before any ``torch.compile``. Here: the
+        model as it is."""
         return model
 
     def onednn_verbose(self) -> list:

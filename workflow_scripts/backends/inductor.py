@@ -27,7 +27,7 @@ class Inductor(Backend):
             ]
         return []
 
-    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple]):
+    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple], scales=None):
         """``precision: int8``: PyTorch's own INT8 path for x86 CPUs, PT2E static
         post-training quantization as torchao's X86 Inductor tutorial runs it: the model
         exported (strict: torchvision's ResNets call one ReLU module several times, which

@@ -1,6 +1,8 @@
 """Intel Extension for PyTorch 2.8 (its last release, on torch 2.8): ``ipex.optimize``
 and ``torch.compile(backend="ipex")``."""
 
+import os
+
 from .base import Backend
 
 
@@ -11,6 +13,7 @@ class Ipex(Backend):
     image_lock = "ipex"
     compile_options = ("ipex",)
     owns = {"ipex_optimize": False, "ipex_torchscript": False}
+    keeps_int8_calibration = True
     int8 = "ipex.quantization static quantization, TorchScript (torch.jit.trace, freeze)"
     imports = ("intel_extension_for_pytorch",)
     versions = {"intel_extension_for_pytorch": "ipex"}
@@ -55,11 +58,13 @@ class Ipex(Backend):
             )
         return problems
 
-    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple]):
+    def serve(self, model, spec: dict, example: tuple, calibration: list[tuple], scales=None):
         """The IPEX deck's serving recipes. ``precision: int8``: ``ipex.quantization``'s
         static post-training quantization (its ``default_static_qconfig_mapping``: 8-bit
         activations per tensor, 8-bit weights per channel), observed on the calibration
-        batches, converted. ``ipex_torchscript``: the model traced and frozen
+        batches (or their scales read from the first trial's qconf summary, which a
+        calibration here writes for the later trials: ``scales``), converted.
+        ``ipex_torchscript``: the model traced and frozen
         (``torch.jit.trace``, ``torch.jit.freeze``; under bf16 autocast for bf16), IPEX's
         graph path (its fusions run in the TorchScript graph)."""
         import intel_extension_for_pytorch as ipex
@@ -70,9 +75,18 @@ class Ipex(Backend):
 
             qconfig = ipex.quantization.default_static_qconfig_mapping
             prepared = prepare(model, qconfig, example_inputs=example, inplace=False)
-            with torch.no_grad():
-                for batch in calibration:
-                    prepared(*batch)
+            if scales is not None and scales.carried:
+                prepared.load_qconf_summary(qconf_summary=str(scales.carried))
+                scales.how = "carried"
+            else:
+                with torch.no_grad():
+                    for batch in calibration:
+                        prepared(*batch)
+                if scales is not None and scales.keep is not None:
+                    tmp = scales.keep.with_name(scales.keep.name + ".tmp")
+                    prepared.save_qconf_summary(qconf_summary=str(tmp))
+                    os.replace(tmp, scales.keep)
+                    scales.how = "calibrated, kept"
             model = convert(prepared)
         if not spec["ipex_torchscript"]:
             return model

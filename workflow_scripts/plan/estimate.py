@@ -448,7 +448,8 @@ def trial(
     bf16 = machine.bf16_ratio(env, is_text(spec))
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16)
     if serving:
-        parts["serve"] = _serve_s(spec, step, flops, batch, rate)
+        calibrated = "int8_calibration" in carries or (later and backend.keeps_int8_calibration)
+        parts["serve"] = _serve_s(spec, step, flops, batch, rate, calibrated)
     carried = 0.0
     gone = CARRIED_PARTS if later else CARRIED_PARTS & set(carries)
     if gone:  # carried from the first trial: its FLOP count, check and compile cache
@@ -481,18 +482,23 @@ def trial(
     }
 
 
-def _serve_s(spec: Mapping, step: float, flops: float | None, batch: int, rate: float) -> float:
+def _serve_s(
+    spec: Mapping, step: float, flops: float | None, batch: int, rate: float,
+    calibrated: bool = False,
+) -> float:  # fmt: skip
     """An inference run's work outside its steps: the model trained first (``epochs``:
     fp32 eager training steps, three forwards' work each) and scored twice on its
-    held-out split (the fp32 model, the served one), the INT8 calibration and
-    preparation or the TorchScript trace, and the checks after the steps."""
+    held-out split (the fp32 model, the served one), the INT8 calibration (none where
+    it is ``calibrated``: carried from the first trial) and preparation or the
+    TorchScript trace, and the checks after the steps."""
     from ..rank import inference
 
     fp32_forward = (flops * batch / (rate * 1e9) if flops else step) + STEP_OVERHEAD_S
     seconds = SERVE_CHECK_STEPS * step + fp32_forward  # (and the reference's logits)
     if spec.get("precision") == "int8":
         # (the calibration's forward passes run in fp32, through the observers)
-        seconds += inference.CALIBRATION_BATCHES * fp32_forward * 2 + SERVE_PREPARE_S
+        passes = 0 if calibrated else inference.CALIBRATION_BATCHES
+        seconds += passes * fp32_forward * 2 + SERVE_PREPARE_S
     elif spec.get("ipex_torchscript"):
         seconds += SERVE_PREPARE_S
     epochs = int(spec.get("epochs") or 0)
@@ -556,4 +562,5 @@ def for_trial(
     if isinstance(carried, Mapping):
         carries |= {"grad_check"} if "negligible" in carried else set()
         carries |= {"flop_count"} if "flops_per_sample" in carried else set()
+        carries |= {"int8_calibration"} if "int8_calibration" in carried else set()
     return trial(spec, machine, carries=carries)

@@ -76,10 +76,12 @@ class Trainer:
         model, optimizer = self.backend.prepare(model, optimizer, spec)
         if self.inference:  # the backend's serving path (INT8, TorchScript)
             t0 = time.perf_counter()
+            scales = self.int8_scales()
             model = self.backend.serve(
-                model, spec, self.serving["example"], self.serving.pop("calibration")
+                model, spec, self.serving["example"], self.serving.pop("calibration"), scales
             )
             self.serving["serve_s"] = time.perf_counter() - t0
+            self.serving["int8_calibration"] = scales.done() if scales else None
         scheduler = None if self.inference else optim.scheduler(optimizer, spec, self.total_steps)
         self.net = model  # before DDP and compile: what evaluate() scores
         if self.accelerator is not None:
@@ -163,6 +165,18 @@ class Trainer:
         info["calibration"] = [batch(own) for _ in range(n)]
         return net, info
 
+    def int8_scales(self):
+        """An INT8 run's calibration: its first trial's, where it carries one (the file
+        trial/carry.py checked against that trial's record), else made here and kept
+        beside the result for the later trials; None for any other precision."""
+        from . import inference
+
+        if self.spec["precision"] != "int8":
+            return None
+        carried = (self.spec.get("carried") or {}).get("int8_calibration")
+        keep = inference.calibration_path(self.out) if self.out and not carried else None
+        return inference.Int8Scales(carried=carried, keep=keep)
+
     def score(self, net) -> float:
         """Held-out accuracy of a served model, called at the run's own batch shape."""
         from . import data, inference
@@ -191,6 +205,7 @@ class Trainer:
             "agreement": inference.agreement(info["reference_logits"], served[0]),
             "serve_s": info["serve_s"],
             "int8": self.backend.int8 if self.spec["precision"] == "int8" else None,
+            "int8_calibration": info.get("int8_calibration"),
             "pretrain": info["pretrain"],
             "weight_layers": info["weight_layers"],
             "reference_accuracy": info["reference_accuracy"],

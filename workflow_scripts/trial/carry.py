@@ -21,6 +21,15 @@ the first of a workload to count it leaves it in ``<results>/flops/`` (a side fi
 keyed by the environment, model, mode and input shape), and the others carry it from
 there (``carried.from`` names that experiment). Deleting the folder only counts again.
 
+An INT8 run's calibration, too (:func:`kept_calibration`): where the backend can write
+and read one (IPEX's qconf summary: the observed scales), trial 0 keeps it beside its
+record (``trial0.int8-calibration.json``, its SHA-256 in the record's
+``checks.serving.int8_calibration``) and a later trial quantizes from it instead of
+running the calibration batches through the observers again (the same batches, seed and
+observers give the same scales; the served model's logits came out bit-identical).
+Inductor's PT2E path calibrates in every trial (its observers took 1.2 s of a ResNet-50
+trial's setup, its export most of the rest).
+
 A compiled run's compile cache, too (:func:`compile_cache_plan`): trial 0 compiles into
 an empty folder beside its record (``compile-cache``, emptied at each of its attempts,
 so its compile latency is always a cold one); a later trial starts from a copy of it
@@ -157,9 +166,31 @@ def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
         and counted_as_is(first)
     ):
         carried["flops_per_sample"] = flops
+    kept = kept_calibration(Path(path), first)
+    if kept:
+        carried["int8_calibration"] = kept
     if len(carried) == 1:
         return None, None
     return carried, first
+
+
+def kept_calibration(path: Path, first: dict) -> str | None:
+    """The INT8 calibration the first trial (its record at ``path``) kept beside its
+    record, where the file is the one that record names (its SHA-256: a file that
+    another run of the trial left is not carried); None otherwise."""
+    from ..rank.inference import calibration_path, file_sha256
+
+    checks = first.get("checks") if isinstance(first.get("checks"), dict) else {}
+    serving = checks.get("serving") if isinstance(checks.get("serving"), dict) else {}
+    made = serving.get("int8_calibration")
+    if not isinstance(made, dict) or not isinstance(made.get("sha256"), str):
+        return None
+    kept = calibration_path(path)
+    try:
+        same = kept.is_file() and file_sha256(kept) == made["sha256"]
+    except OSError:
+        return None
+    return str(kept.resolve()) if same else None
 
 
 def complete(record: dict, carried: dict | None, first: dict | None) -> dict:
