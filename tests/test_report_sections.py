@@ -384,6 +384,14 @@ def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():
             "steps alone 29%") in plain  # fmt: skip
     line = re.sub(r"<[^>]+>", "", _noise(frame, pd.DataFrame(), records))
     assert "1 attempt discarded and rerun, 27% of the trials' wall time (0.5 of 1.8 min)" in line
+    assert "not rerun" not in line
+    # a disturbed trial kept at once, the trial before it disturbed after its reruns
+    records[0]["noise_check"] = {"passed": False, "rerun_withheld": "the trial before ..."}
+    line = re.sub(r"<[^>]+>", "", _noise(frame, pd.DataFrame(), records))
+    assert (
+        "(0.5 of 1.8 min); 1 disturbed trial not rerun, the trial before ending "
+        "disturbed after its own reruns (the disturbance outlasted a trial)"
+    ) in line
 
 
 def test_where_the_trials_time_went_part_by_part():

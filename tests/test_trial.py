@@ -278,6 +278,47 @@ def test_retries_are_bounded(make_spec, tmp_path):
     assert "still disturbed: probe before steps" in trial.progress_line(record)
 
 
+def test_a_disturbance_that_outlasts_a_trial_withholds_the_next_trials_reruns(make_spec, tmp_path):
+    """Where the trial before it on this host ended disturbed after its own reruns, a
+    disturbed attempt is kept, flagged, not run again (the machine is disturbed for now:
+    a whole default study once ran ten trials three times each under a neighbour's load,
+    nine third attempts disturbed all the same); the streak lasts while trials end
+    disturbed, and a trial that runs clean ends it."""
+    spec = make_spec()
+    seed_peers(tmp_path, [98.0, 100.0, 102.0, 99.0, 101.0, 100.0], spec["env"])
+
+    def again(plan, index):
+        env_count = tmp_path / "fakeenv" / "count"
+        env_count.unlink(missing_ok=True)
+        return run(tmp_path, spec, plan, trial_index=index, reference=REFERENCE,
+                   max_retries=2)[0]  # fmt: skip
+
+    first = again([{"fp32": 10.0}], 0)
+    assert first["attempts"] == 3 and first["noise_check"]["passed"] is False
+    assert "rerun_withheld" not in first["noise_check"]  # nothing before it
+    second = again([{"fp32": 10.0}, {"fp32": 95.0}], 1)
+    assert second["attempts"] == 1 and second["discarded_attempts"] == []
+    assert second["noise_check"]["passed"] is False and second["retry_wall_s"] == 0
+    why = second["noise_check"]["rerun_withheld"]
+    assert f"({spec['id']}, trial 0) ended disturbed, after 3 attempts" in why
+    assert "no noise rerun: the trial before it" in (tmp_path / "logs" / "t.log").read_text()
+    third = again([{"fp32": 10.0}, {"fp32": 95.0}], 2)  # the streak goes on
+    assert (
+        third["attempts"] == 1
+        and "its reruns withheld too" in third["noise_check"]["rerun_withheld"]
+    )
+    clean = again([{"fp32": 96.0}], 3)  # a clean trial ends it
+    assert clean["attempts"] == 1 and clean["noise_check"]["passed"] is True
+    after = again([{"fp32": 10.0}, {"fp32": 95.0}], 4)
+    assert after["attempts"] == 2 and "rerun_withheld" not in after["noise_check"]
+    # only a recent end counts: one from before STREAK_S is another moment's
+    last = peers.last_trial_path(tmp_path / "records" / "t" / "trial0.json")
+    peers.ended(last, ("other", 0), 3, True, False)
+    stale = json.loads(last.read_text())
+    last.write_text(json.dumps({**stale, "at": stale["at"] - peers.STREAK_S - 60}))
+    assert again([{"fp32": 10.0}, {"fp32": 95.0}], 5)["attempts"] == 2
+
+
 def test_zero_retries_runs_once(make_spec, tmp_path):
     record, env = run(tmp_path, make_spec(), [{"fp32": 10.0}], reference=REFERENCE, max_retries=0)
     assert attempts_run(env) == 1 and record["attempts"] == 1

@@ -380,10 +380,23 @@ def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> 
             if used < noisy
             else ", used all the same: in each experiment they outnumber the clean ones"
         )
+    withheld = sum(
+        1
+        for r in records
+        if isinstance(r, Mapping)
+        and isinstance(r.get("noise_check"), Mapping)
+        and r["noise_check"].get("rerun_withheld")
+    )
+    kept = (
+        f"; {withheld} disturbed trial{'s' if withheld != 1 else ''} not rerun, the trial "
+        "before ending disturbed after its own reruns (the disturbance outlasted a trial)"
+        if withheld
+        else ""
+    )
     return (
         f"Noise: {_b('noisy', str(noisy))} trial{'s' if noisy != 1 else ''} flagged as "
         f"disturbed{fate}; {discarded} attempt{'s' if discarded != 1 else ''} discarded and "
-        f"rerun{cost} (see Measurement noise)."
+        f"rerun{cost}{kept} (see Measurement noise)."
     )
 
 

@@ -24,6 +24,15 @@ own:
 
 The log is a side file of the records, never a rule's input or output: deleting it only
 restarts the evidence (a trial still runs, judged against the calibration).
+
+A disturbance that outlasts a whole trial, its reruns too, is the machine's state for
+now, not a moment's (:func:`persistent`): in a whole default study on a 2-vCPU EPYC, ten
+trials in a row (17 min) were each run three times while another process took a third
+of the CPUs, and nine kept their third attempt disturbed all the same. So where the trial
+before it on this host ended disturbed after reruns of its own (or with its reruns
+withheld too), within :data:`STREAK_S`, a disturbed attempt is not run again: it is kept,
+flagged (``noise_check.rerun_withheld`` says why), and the first trial that runs clean
+ends the streak. Each trial leaves how it ended in ``probes/last-trial-<host>.json``.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import statistics
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -50,6 +61,8 @@ COLD_START = 0.5
 RECENT = 400
 #: the two probe signals' names in a log line
 SIGNALS = ("before", "after")
+#: how recent the end of the trial before counts for a disturbance outlasting it (s)
+STREAK_S = 300.0
 
 
 def log_path(out: Path, env: str) -> Path:
@@ -57,6 +70,48 @@ def log_path(out: Path, env: str) -> Path:
     (``<results>/records/<experiment>/trial<k>.json`` -> ``<results>/probes/<env>.jsonl``;
     a record elsewhere: ``probes/`` beside its folder)."""
     return beside_records(out, "probes") / f"{env}.jsonl"
+
+
+def last_trial_path(out: Path) -> Path:
+    """Where the trials on this host leave how the last of them ended (for the record
+    ``out``): ``<results>/probes/last-trial-<host>.json``."""
+    host = "".join(c if c.isalnum() or c in "-._" else "_" for c in socket.gethostname())
+    return beside_records(out, "probes") / f"last-trial-{host or 'host'}.json"
+
+
+def ended(path: Path, own: tuple[str, int], attempts: int, disturbed: bool, withheld: bool):
+    """Leave how trial ``own`` ended (its attempts, whether the kept one was disturbed and
+    whether its reruns were withheld); a file that cannot be written is no error."""
+    line = {"experiment": own[0], "trial": own[1], "attempts": attempts,
+            "disturbed": disturbed, "withheld": withheld, "at": time.time()}  # fmt: skip
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(line, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def persistent(path: Path, own: tuple[str, int], started: float) -> str | None:
+    """Why a disturbed attempt of trial ``own`` (started at ``started``, epoch seconds)
+    is not run again: the trial before it on this host ended disturbed after reruns of
+    its own, or with its reruns withheld too, at most :data:`STREAK_S` before; None
+    otherwise (no such trial, or it ran clean)."""
+    try:
+        last = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(last, dict) or (last.get("experiment"), last.get("trial")) == own:
+        return None
+    at, attempts = last.get("at"), last.get("attempts")
+    if not (finite(at) and isinstance(attempts, int)) or started - at > STREAK_S:
+        return None
+    if last.get("disturbed") is not True or not (attempts >= 2 or last.get("withheld")):
+        return None
+    how = "its reruns withheld too" if last.get("withheld") else f"after {attempts} attempts"
+    return (f"the trial before it here ({last.get('experiment')}, trial {last.get('trial')}) "
+            f"ended disturbed, {how}: the disturbance outlasts a trial")  # fmt: skip
 
 
 def kind_of(probe: dict | None, world: int, node: str) -> dict | None:

@@ -117,11 +117,14 @@ def _run(job: Trial, noise: Noise) -> dict:
             print(f"[launch] {record['error']['message']}", file=logf)
         return _not_run(record, env_info, out)
     started = time.monotonic()
+    started_at = time.time()
     discarded: list[dict] = []
     attempt = 1
     probe_log = peers.log_path(out, spec.get("env") or env_info.get("name") or "env")
+    last_trial = peers.last_trial_path(out)
     node = sysinfo.node_type()
     own = (spec["id"], trial)
+    withheld = False
     while True:
         attempt_started = time.monotonic()
         # what the probe before the steps ordinarily reads here: below it, the trial
@@ -155,6 +158,14 @@ def _run(job: Trial, noise: Noise) -> dict:
                 print("[launch] no noise rerun: the budget's clock would run out; the "
                       "attempt is kept, flagged", file=logf)  # fmt: skip
             break
+        streak = peers.persistent(last_trial, own, started_at)
+        if streak:  # the machine is disturbed for now: a rerun would be disturbed too
+            check["rerun_withheld"] = streak
+            withheld = True
+            with open(log, "a") as logf:
+                print(f"[launch] no noise rerun: {streak}; the attempt is kept, flagged",
+                      file=logf)  # fmt: skip
+            break
         reason = noise_reason(check)
         discarded.append(
             {
@@ -177,6 +188,9 @@ def _run(job: Trial, noise: Noise) -> dict:
         attempt += 1
     record["attempts"] = attempt
     record["discarded_attempts"] = discarded
+    disturbed = bool(check) and check.get("passed") is False
+    if check:  # (a trial without a noise check says nothing of the machine's state)
+        peers.ended(last_trial, own, attempt, disturbed, withheld)
     # what the discarded attempts and the pauses after them cost (0 without a rerun)
     record["retry_wall_s"] = round(attempt_started - started, 3) if attempt > 1 else 0.0
     # how long the trial took here (every attempt, the pauses between them) beside
