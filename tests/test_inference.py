@@ -6,6 +6,7 @@ IPEX's TorchScript path."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 
 import pytest
@@ -142,6 +143,18 @@ def test_a_later_ipex_int8_trial_quantizes_from_the_first_ones_calibration(
                       torch=TORCH["ipex"])  # fmt: skip
     assert "int8_calibration" not in (other.get("carried") or {})
     assert other["checks"]["serving"]["int8_calibration"]["how"] == "calibrated, kept"
+    # a file that is trial 0's but cannot be read: the later trial calibrates, and says so
+    kept.write_text("not a qconf summary")
+    first["checks"]["serving"]["int8_calibration"]["sha256"] = hashlib.sha256(
+        kept.read_bytes()
+    ).hexdigest()
+    record.write_text(json.dumps(first, default=str))
+    broken = assert_ok(run(spec, ipex_env, tmp_path / "t3", index=3, first_trial=record),
+                       torch=TORCH["ipex"])  # fmt: skip
+    assert broken["carried"]["int8_calibration"] == str(kept.resolve())
+    how = broken["checks"]["serving"]["int8_calibration"]["how"]
+    assert how.startswith("carried file unusable (") and how.endswith("); calibrated"), how
+    assert broken["checks"]["serving"]["agreement"] == first["checks"]["serving"]["agreement"]
 
 
 def test_ipex_serves_a_traced_frozen_graph(ipex_env, make_spec, tmp_path):

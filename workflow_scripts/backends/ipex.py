@@ -75,10 +75,10 @@ class Ipex(Backend):
 
             qconfig = ipex.quantization.default_static_qconfig_mapping
             prepared = prepare(model, qconfig, example_inputs=example, inplace=False)
-            if scales is not None and scales.carried:
-                prepared.load_qconf_summary(qconf_summary=str(scales.carried))
-                scales.how = "carried"
-            else:
+            loaded = _load_scales(prepared, scales)
+            if loaded is None:  # a carried file it could not read: a clean start
+                prepared = prepare(model, qconfig, example_inputs=example, inplace=False)
+            if not loaded:
                 with torch.no_grad():
                     for batch in calibration:
                         prepared(*batch)
@@ -101,6 +101,22 @@ class Ipex(Backend):
         import intel_extension_for_pytorch as ipex
 
         return [*super().onednn_verbose(), ipex.verbose(1)]
+
+
+def _load_scales(prepared, scales) -> bool | None:
+    """Read the calibration ``scales`` carries into ``prepared`` (IPEX's qconf summary):
+    True; False where it carries none; None where its file could not be read (then the
+    run calibrates, and ``scales.how`` says why)."""
+    if scales is None or not scales.carried:
+        return False
+    try:
+        prepared.load_qconf_summary(qconf_summary=str(scales.carried))
+    except Exception as exc:  # noqa: BLE001 - then it calibrates, as trial 0 did
+        scales.how = f"carried file unusable ({type(exc).__name__}: {exc}); calibrated"
+        scales.carried = None
+        return None
+    scales.how = "carried"
+    return True
 
 
 BACKEND = Ipex()
