@@ -241,7 +241,11 @@ def test_accelerates_mpirun_ranks_train_one_model_over_gloo_and_ccl(quick_study)
         assert checks["accelerate"]["distributed_type"] == "MULTI_CPU"
         assert checks["accelerate"]["command"].startswith("accelerate launch --config_file")
         losses[pg] = record["losses"]
-    assert losses["gloo"] == pytest.approx(losses["ccl"], rel=1e-3)
+    # step by step the same (the timed steps may end at different counts: step_precision
+    # stops each trial once its own step times say enough, a CI run's 4 and 5 steps)
+    n = min(len(losses["gloo"]), len(losses["ccl"]))
+    assert n >= 3, losses
+    assert losses["gloo"][:n] == pytest.approx(losses["ccl"][:n], rel=1e-3)
     for variant in ("gloo", "ccl-shm"):  # the allreduce microbenchmark, a job each
         result = quick_study.collectives[variant]
         assert result["status"] == "ok", result.get("error")
