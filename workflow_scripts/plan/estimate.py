@@ -79,9 +79,9 @@ WORKER_START_S = 1.0
 WARM_COMPILE_SHARE = 0.15
 # ... and of a frozen graph's (compile_freezing): Inductor's FX graph cache skips a graph
 # whose frozen weights are oneDNN-prepacked ("mkldnn tensors unpickleable", torch 2.14),
-# so a later trial compiles it again from its other caches: 0.4-0.6 of the cold compile
-# (the default study's 14 frozen serving runs on a 2-vCPU EPYC, AVX-512: 6-10 s after
-# 12-26 s).
+# so a later trial compiles it again from its other caches: 0.24-0.58 of the cold compile
+# (the default study's 19 frozen serving runs on a 2-vCPU EPYC, AVX-512: 2-13 s after
+# 8-34 s; the larger models' about half).
 FROZEN_WARM_SHARE = 0.5
 # A served (inference) model's compile, as a share of the model's training compile
 # (compile_s): one forward graph, no backward, no AOTAutograd joint graph; 0.12-0.55 of
