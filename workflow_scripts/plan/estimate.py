@@ -84,9 +84,10 @@ WARM_COMPILE_SHARE = 0.15
 # 8-34 s; the larger models' about half).
 FROZEN_WARM_SHARE = 0.5
 # A served (inference) model's compile, as a share of the model's training compile
-# (compile_s): one forward graph, no backward, no AOTAutograd joint graph; 0.12-0.55 of
-# it in the default study's compiled serving runs there (ResNet-50 9-17 s, BERT-base
-# 14-34 s, max-autotune the dearest; their training compiles 40-50 s and 22-24 s).
+# (compile_s): one forward graph, no backward, no AOTAutograd joint graph; 0.12-0.57 of
+# compile_s in the default study's 21 compiled serving runs there (ResNet-50 9-17 s,
+# BERT-base 14-34 s, max-autotune the dearest), whose training compiles took 40-50 s and
+# 22-24 s (compile_s: 75 and 60).
 INFERENCE_COMPILE_SHARE = 0.3
 # Compiled graphs ~1.2x eager (a backend's own speed and tracing: Backend.estimate_*).
 COMPILED_SPEED = 1.2
