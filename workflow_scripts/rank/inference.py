@@ -42,7 +42,7 @@ class Int8Scales:
     later trials (where the backend can write one). The same batches (the run's data,
     from the same seed) through the same observers give the same scales, so a later
     trial quantizes to the same model without its calibration's forward passes (IPEX's
-    observers: 4.6 s a batch of 16 for ResNet-50 on 2 vCPUs, 10x its fp32 forward)."""
+    observers: 4.6 s a batch of 16 for ResNet-50 on 2 vCPUs, 5x its fp32 eager forward)."""
 
     carried: str | None = None
     keep: Path | None = None
