@@ -27,11 +27,17 @@ from .. import workloads
 CALIBRATION_BATCHES = 4
 
 
-def calibration_path(out: Path | str) -> Path:
-    """Where a trial whose record is ``out`` (or its rank's result next to it) keeps the
-    INT8 calibration it made (the backend's own file: IPEX's qconf summary, JSON)."""
+def _beside(out: Path | str, suffix: str) -> Path:
+    """A file of the trial whose record is ``out`` (or its rank's result next to it),
+    named by the trial: ``trial<k><suffix>``."""
     out = Path(out)
-    return out.with_name(out.name.split(".")[0] + ".int8-calibration.json")
+    return out.with_name(out.name.split(".")[0] + suffix)
+
+
+def calibration_path(out: Path | str) -> Path:
+    """Where a trial keeps the INT8 calibration it made (the backend's own file: IPEX's
+    qconf summary, JSON)."""
+    return _beside(out, ".int8-calibration.json")
 
 
 @dataclasses.dataclass
@@ -93,10 +99,9 @@ def weights_path(out: Path | str, experiment: str | None = None) -> Path:
     """Where a trial whose record is ``out`` (or its rank's result next to it) keeps the
     weights it trained; with ``experiment``: where that experiment's first trial, in the
     same results, keeps them."""
-    out = Path(out)
     if experiment:
-        return out.parent.parent / experiment / "trial0.weights.pt"
-    return out.with_name(out.name.split(".")[0] + ".weights.pt")
+        return Path(out).parent.parent / experiment / "trial0.weights.pt"
+    return _beside(out, ".weights.pt")
 
 
 #: the modules that hold a model's weight multiply-adds (transformers' ``Conv1D`` is

@@ -168,13 +168,15 @@ class Trainer:
     def int8_scales(self):
         """An INT8 run's calibration: its first trial's, where it carries one (the file
         trial/carry.py checked against that trial's record), else made here and kept
-        beside the result for the later trials; None for any other precision."""
+        beside the result for the later trials where the backend keeps one; None for
+        any other precision."""
         from . import inference
 
         if self.spec["precision"] != "int8":
             return None
         carried = (self.spec.get("carried") or {}).get("int8_calibration")
-        keep = inference.calibration_path(self.out) if self.out and not carried else None
+        keeps = self.out and not carried and self.backend.keeps_int8_calibration
+        keep = inference.calibration_path(self.out) if keeps else None
         return inference.Int8Scales(carried=carried, keep=keep)
 
     def score(self, net) -> float:

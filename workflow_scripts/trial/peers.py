@@ -37,6 +37,7 @@ ends the streak. Each trial leaves how it ended in ``probes/last-trial-<host>.js
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -46,7 +47,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..util import beside_records, finite
+from ..util import UnreadableFile, beside_records, finite, read_json, write_json_atomic
 
 #: peers needed before their median is the level a probe is judged against
 MIN_PEERS = 4
@@ -84,13 +85,8 @@ def ended(path: Path, own: tuple[str, int], attempts: int, disturbed: bool, with
     whether its reruns were withheld); a file that cannot be written is no error."""
     line = {"experiment": own[0], "trial": own[1], "attempts": attempts,
             "disturbed": disturbed, "withheld": withheld, "at": time.time()}  # fmt: skip
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(line, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        write_json_atomic(path, line)
 
 
 def persistent(path: Path, own: tuple[str, int], started: float) -> str | None:
@@ -99,10 +95,10 @@ def persistent(path: Path, own: tuple[str, int], started: float) -> str | None:
     its own, or with its reruns withheld too, at most :data:`STREAK_S` before; None
     otherwise (no such trial, or it ran clean)."""
     try:
-        last = json.loads(path.read_text())
-    except (OSError, ValueError):
+        last = read_json(path)
+    except UnreadableFile:
         return None
-    if not isinstance(last, dict) or (last.get("experiment"), last.get("trial")) == own:
+    if (last.get("experiment"), last.get("trial")) == own:
         return None
     at, attempts = last.get("at"), last.get("attempts")
     if not (finite(at) and isinstance(attempts, int)) or started - at > STREAK_S:
