@@ -4,6 +4,7 @@ user sees before anything runs."""
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 import pytest
@@ -13,6 +14,7 @@ from tests.estimates import calibration, machine
 from workflow_scripts import metrics, study, sysinfo, workloads
 from workflow_scripts.plan import estimate, estimate_text, study_estimate
 from workflow_scripts.plan.study_estimate import Known, Setup
+from workflow_scripts.rank import gradcheck, references
 from workflow_scripts.study.entry import read_config
 
 
@@ -194,6 +196,44 @@ def test_a_later_trial_carries_the_first_ones_one_off_work(make_spec):
     assert est["experiments"][spec["id"]]["later_seconds"] == later["seconds"]
     most = study_estimate.with_rounds(est, 3, 5)["adaptive"]["total_s"]
     assert most == pytest.approx(est["total_s"] + 2 * later["seconds"], abs=0.1)
+
+
+def test_a_reference_step_another_experiment_made_is_read_not_made(make_spec):
+    """The gradient check's references are shared by the experiments that ask for the
+    same step (rank/references.py): the study's estimate makes each once, in its order,
+    and a first trial that finds one in the folder is estimated to read it."""
+    m = machine(calibration())
+    bf16 = make_spec(id="bf16", precision="bf16")  # plain eager: fp64 only
+    compiled = make_spec(id="ind", backend="inductor", precision="bf16")  # fp64 and bf16
+    other = make_spec(id="cl", precision="bf16", channels_last=True)  # another step
+    assert gradcheck.reference_kinds(bf16) == ["fp64"]
+    assert gradcheck.reference_kinds(compiled) == ["fp64", "bf16"]
+    assert gradcheck.reference_kinds(make_spec(id="fp32")) == []  # its own reference
+    assert gradcheck.reference_kinds(make_spec(id="d", launcher="torchrun", ranks=2)) == []
+    alone = {s["id"]: estimate.trial(s, m)["parts"]["grad_check"] for s in (bf16, compiled, other)}
+    est = study_estimate.total([bf16, compiled, other], 1, m)
+    parts = {e: v["parts"]["grad_check"] for e, v in est["experiments"].items()}
+    assert parts["bf16"] == alone["bf16"] and parts["cl"] == alone["cl"]
+    # (the compiled rung still makes its bf16 eager reference)
+    fp64 = alone["bf16"] - estimate.REFERENCE_READ_S
+    assert parts["ind"] == pytest.approx(alone["ind"] - fp64, abs=0.02)
+    read = estimate.trial(compiled, m, carries=estimate.reference_carries(["fp64", "bf16"]))
+    assert read["parts"]["grad_check"] == pytest.approx(2 * estimate.REFERENCE_READ_S, abs=0.02)
+
+
+def test_references_beyond_the_folders_size_go_least_recently_used_first(tmp_path):
+    paths = []
+    for i, name in enumerate("abcd"):
+        p = tmp_path / f"{name}.pt"
+        p.write_bytes(b"x" * 100)
+        (tmp_path / f"{name}.json").write_text("{}")
+        os.utime(p, (1000 + i, 1000 + i))
+        paths.append(p)
+    os.utime(paths[0], (2000, 2000))  # a, read since: the most recently used
+    gone = references.evict(tmp_path, 250, keep=paths[1])
+    assert gone == [paths[2], paths[3]]  # (b, just made, is kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.pt", "b.json", "b.pt"]
+    assert references.evict(tmp_path, 1000) == []
 
 
 def test_the_default_study_on_an_avx2_machine_takes_hours():

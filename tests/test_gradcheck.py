@@ -316,3 +316,41 @@ def test_dynamic_padding_counts_real_tokens_and_recompiles(quick_study, make_spe
     from workflow_scripts.summary import records
 
     assert records.flatten(rec)["tokens_per_s"] == pytest.approx(row_tokens)
+
+
+def test_another_experiment_takes_the_same_reference_step_and_compares_the_same(
+    upstream_env, make_spec, tmp_path
+):
+    """The fp64 reference step of one model, weights and batch is made once: a first
+    trial of another experiment that asks for the same step reads it (references.py),
+    and its comparison comes out exactly as one that made its own."""
+    from workflow_scripts.rank import references
+
+    study, alone = tmp_path / "study", tmp_path / "alone"
+    a = assert_ok(run(make_spec(id="a", precision="bf16"), upstream_env, study))
+    made = sorted((study / references.FOLDER).glob("*.json"))
+    assert len(made) == 1 and "shared_references" not in a["gradient_check"]["comparison"]
+    meta = json.loads(made[0].read_text())
+    assert meta["experiment"] == "a" and meta["plan"]["kind"] == "fp64"
+    # another rung of the same step (AdamW: another update, the same first gradients)
+    spec = make_spec(id="b", precision="bf16", optimizer="adamw", lr=1e-3)
+    b = assert_ok(run(spec, upstream_env, study))
+    own = assert_ok(run(spec, upstream_env, alone))  # the same, in a study of its own
+    shared, fresh = b["gradient_check"]["comparison"], own["gradient_check"]["comparison"]
+    assert shared.pop("shared_references") == {"fp64": "a"}
+    assert shared == fresh and b["gradient_check"]["ok"]
+    assert "shared_references" not in fresh
+    # the estimate knew it would read it (0.5 s) rather than make it
+    assert b["estimate"]["parts"]["grad_check"] < own["estimate"]["parts"]["grad_check"]
+    # a reference whose runtime key differs (here: another batch, as a changed data
+    # loader would give) is not used: the step is made again
+    meta["runtime"]["batch"] = "0" * 64
+    made[0].write_text(json.dumps(meta))
+    again = assert_ok(run({**spec, "id": "c"}, upstream_env, study))
+    assert "shared_references" not in again["gradient_check"]["comparison"]
+    assert again["gradient_check"]["comparison"]["max_rel_error"] == fresh["max_rel_error"]
+    assert json.loads(made[0].read_text())["experiment"] == "c"
+    # a different batch size is another step: not shared
+    other = assert_ok(run(make_spec(id="d", precision="bf16", batch_size=8), upstream_env, study))
+    assert "shared_references" not in other["gradient_check"]["comparison"]
+    assert len(list((study / references.FOLDER).glob("*.pt"))) == 2

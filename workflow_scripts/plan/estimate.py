@@ -109,6 +109,9 @@ BF16_EMULATED_RATIO = 20.0
 # rebuilt from the initial weights.
 FP64_STEP_RATIO = 2.5
 MODEL_BUILD_S = 1.0
+# ... or, where another experiment made the same reference (rank/references.py), reading
+# it: a BERT-base fp64 one is 0.9 GB
+REFERENCE_READ_S = 0.5
 # The noise probe, each of its matmuls: fp32 and (where it is native) bf16 before the
 # steps, fp32 after them (0.75 s and 0.39 s, medians of a whole default study's 346
 # trials on a 2-vCPU AVX-512 EPYC; its re-probes after a low one 0.16 s a trial more).
@@ -447,7 +450,8 @@ def trial(
     }
     parts["compile"] += backend.estimate_trace_s  # its graph, traced in the first steps
     bf16 = machine.bf16_ratio(env, is_text(spec))
-    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16)
+    shared = {c.partition(":")[2] for c in carries if c.startswith("reference:")}
+    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16, shared)
     if serving:
         calibrated = "int8_calibration" in carries or (later and backend.keeps_int8_calibration)
         parts["serve"] = _serve_s(spec, step, flops, batch, rate, calibrated)
@@ -514,18 +518,27 @@ def _serve_s(
 
 
 def _grad_check_s(
-    spec: Mapping, flops: float | None, batch: int, rate: float, bf16: float
+    spec: Mapping,
+    flops: float | None,
+    batch: int,
+    rate: float,
+    bf16: float,
+    shared: Iterable[str] = (),
 ) -> float:
     """The gradient check's references after the steps (none in inference, nor for plain
-    fp32 eager, its own reference)."""
+    fp32 eager, its own reference); ``shared``: those another experiment made (``fp64``,
+    ``own``: rank/references.py), read instead."""
     if spec.get("mode") == "inference" or flops is None or not gradcheck.needs_reference(spec):
         return 0.0
     eager = rate / (COMPILED_SPEED if spec.get("compile") not in (None, "none") else 1.0)
     fp32_step = flops * batch / (eager * 1e9)
-    seconds = MODEL_BUILD_S + FP64_STEP_RATIO * fp32_step
+    if "fp64" in shared:
+        seconds = REFERENCE_READ_S
+    else:
+        seconds = MODEL_BUILD_S + FP64_STEP_RATIO * fp32_step
     if not gradcheck.plain_eager(spec):
         own = fp32_step * (bf16 if spec.get("precision") == "bf16" else 1.0)
-        seconds += MODEL_BUILD_S + own
+        seconds += REFERENCE_READ_S if "own" in shared else MODEL_BUILD_S + own
     return seconds
 
 
@@ -539,13 +552,16 @@ def for_trial(
     warm: bool = False,
     forks: bool = False,
     carried: Mapping | None = None,
+    shared_references: Iterable[str] = (),
 ) -> dict:
     """One trial's estimate as its record keeps it: from the reference (its environment's
     calibration) the trial policy reads, else a quick measurement here. ``warm``: a
     later trial that starts from its first trial's compile cache; ``forks``: a
     one-process trial is forked from a warm interpreter (runtimes/warm.py);
     ``carried``: what the trial carries (trial/carry.py: the gradient comparison's
-    ``negligible`` parameters, ``flops_per_sample``), whose work it then does not do."""
+    ``negligible`` parameters, ``flops_per_sample``), whose work it then does not do;
+    ``shared_references``: the gradient check's references (their kinds) that another
+    experiment left (rank/references.py)."""
     from .. import sysinfo
 
     env = spec.get("env") or "upstream"
@@ -564,4 +580,11 @@ def for_trial(
         carries |= {"grad_check"} if "negligible" in carried else set()
         carries |= {"flop_count"} if "flops_per_sample" in carried else set()
         carries |= {"int8_calibration"} if "int8_calibration" in carried else set()
+    carries |= reference_carries(shared_references)
     return trial(spec, machine, carries=carries)
+
+
+def reference_carries(kinds: Iterable[str]) -> set[str]:
+    """What :func:`trial` is told of the gradient check's references another experiment
+    made (their kinds, rank/references.py): ``reference:fp64``, ``reference:own``."""
+    return {f"reference:{'fp64' if k == 'fp64' else 'own'}" for k in kinds}

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..calibration import clean_calibration
+from ..rank import gradcheck, references
 from ..util import finite, read_json
 from . import rounds
 from .estimate import (
@@ -19,6 +20,7 @@ from .estimate import (
     Machine,
     is_text,
     quick_fp32_gflops,
+    reference_carries,
     trial,
 )
 from .far import baseline_of, same_work
@@ -76,9 +78,13 @@ def total(
     far_ones = {e: r for e, r in predicted.items() if known.far.get(e, True)}
     far_ones.update({e: math.inf for e, stopped in known.far.items() if stopped})
     bf16 = {"seconds": 0.0, "experiments": 0, "ratios": []}
+    made: set[str] = set()  # the gradient check's references made so far (their keys)
     for spec in experiments:
         ratio = far_ones.get(spec["id"])
-        first = trial(spec, machine, far=ratio)
+        kinds = {k: references.key_name(spec, k) for k in gradcheck.reference_kinds(spec)}
+        shared = [k for k, name in kinds.items() if name in made]
+        made.update(kinds.values())
+        first = trial(spec, machine, far=ratio, carries=reference_carries(shared))
         later = trial(spec, machine, later=True, far=ratio)["seconds"]
         again = known.failed.get(spec["id"])
         if finite(again) and again >= 0:

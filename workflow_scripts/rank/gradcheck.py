@@ -100,6 +100,21 @@ def needs_reference(spec: dict) -> bool:
     return spec["precision"] != "fp32" or not plain_eager(spec)
 
 
+def reference_kinds(spec: dict) -> list[str]:
+    """The references a spec's full check makes, by kind (references.py): fp64 eager's,
+    and eager's at the run's precision where the run is not plain eager; none where
+    the run is its own reference, serves, or has several ranks (not shared)."""
+    from . import references
+
+    if not references.shares(spec) or not needs_reference(spec):
+        return []
+    kinds = ["fp64"]
+    if not plain_eager(spec):
+        own = "bf16" if spec["precision"] == "bf16" else "fp32"
+        kinds.append(references.kind(own, own_weights_dtype(spec) == "bf16"))
+    return kinds
+
+
 def trainable(net) -> list:
     """(name, parameter) of every parameter that requires a gradient and holds values
     (IPEX's packed modules add empty placeholders)."""
@@ -171,8 +186,12 @@ class GradientCheck:
     after the first step and the first timed step, and asked for its verdict at the end
     (every rank together)."""
 
-    def __init__(self, spec: dict, model, rng_state):
+    def __init__(self, spec: dict, model, rng_state, store=None):
         self.spec = spec
+        # where the references other experiments made for the same step are (None: made
+        # here, kept for nobody): references.Store
+        self.store = store
+        self.shared: dict[str, str] = {}  # a reference's kind -> the experiment that made it
         self.rng_state = rng_state  # torch's CPU generator just before the model was built
         self.initial = checksum(model)
         # a later trial whose first trial's comparison passed carries it (trial/carry.py):
@@ -275,7 +294,7 @@ class GradientCheck:
         if self.batch is None or not self.dir or not os.path.exists(self.grads_path):
             return {"error": "the first step's batch or gradients were not kept"}
         spec = self.spec
-        truth = self._eager(forward_loss, torch.float64, world)
+        truth = self._reference(forward_loss, torch.float64, world)
         if truth is None:
             return {"error": "the reference model could not be rebuilt with the run's weights"}
         run = torch.load(self.grads_path)
@@ -283,11 +302,35 @@ class GradientCheck:
         bf16_weights = own_weights_dtype(spec) == "bf16"
         if not plain_eager(spec):
             dtype = torch.bfloat16 if spec["precision"] == "bf16" else torch.float32
-            own = self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
+            own = self._reference(forward_loss, dtype, world, bf16_weights=bf16_weights)
         compared = compare(run, self.first_loss, truth, own, spec["precision"])
         if own and bf16_weights:
             compared["own_precision_reference"] = "eager with bf16 weights"
+        if self.shared:
+            compared["shared_references"] = dict(self.shared)
         return compared
+
+    def _reference(self, forward_loss, dtype, world: int, bf16_weights: bool = False):
+        """:meth:`_eager`'s step, taken from the store where another experiment made the
+        same one (references.py), else made here and left there."""
+        import torch
+
+        from . import references
+
+        if self.store is None or world != 1:
+            return self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
+        name = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+        which = references.kind(name, bf16_weights)
+        key = references.runtime_key(which, self.rng_state, self.initial, self.batch)
+        kept = self.store.load(which, key)
+        if kept is not None:
+            loss, grads, made_by = kept
+            self.shared[which] = made_by
+            return loss, grads
+        made = self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
+        if made is not None:
+            self.store.save(which, key, *made)
+        return made
 
     def _eager(
         self, forward_loss, dtype, world: int, bf16_weights: bool = False

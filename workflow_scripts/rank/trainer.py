@@ -21,7 +21,7 @@ class Trainer:
     def __init__(self, spec: dict, data_path: str | None = None, out: str | None = None):
         import torch
 
-        from . import data, gradcheck, models, optim
+        from . import data, gradcheck, models, optim, references
 
         self.spec = spec
         self.torch = torch
@@ -51,7 +51,10 @@ class Trainer:
         model = models.build(
             spec["model"], attention=spec.get("attention") or "sdpa", dropout=dropout
         )
-        self.check = None if self.inference else gradcheck.GradientCheck(spec, model, rng_state)
+        self.check = None
+        if not self.inference:  # (its references shared with other experiments: one process)
+            store = references.Store.for_record(out, spec) if self.world == 1 else None
+            self.check = gradcheck.GradientCheck(spec, model, rng_state, store)
         # the checked step (the first) runs without dropout, as its references do (eval
         # mode: a transformer has no batch norm, so only dropout differs)
         self.checked_without_dropout = dropout and self.check is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import launchers, runtimes, sysinfo
 from ..launchers import harness_args, result_paths
+from ..rank import references
 from ..runtimes import warm
 from ..runtimes.measured import Process, environment, run_measured
 from .environment import absolute_path, compile_cache, run_mounts
@@ -68,7 +69,9 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
     try:
         process = Process(
             cmd, env, f"{spec['id']}-t{trial}-a{attempt}",
-            mounts=run_mounts(out, data_path, cache, spec.get("weights_from")), cpus=cpus,
+            mounts=run_mounts(out, data_path, cache, spec.get("weights_from"),
+                              references.shares(spec)),
+            cpus=cpus,
             warm=warm_start(spec, env_info, runtime.name, cmd),
         )  # fmt: skip
         ran = run_measured(runtime, process, log=log, timeout_s=spec["timeout_s"], results=results)

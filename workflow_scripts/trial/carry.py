@@ -21,6 +21,10 @@ the first of a workload to count it leaves it in ``<results>/flops/`` (a side fi
 keyed by the environment, model, mode and input shape), and the others carry it from
 there (``carried.from`` names that experiment). Deleting the folder only counts again.
 
+The gradient check's reference steps are shared between experiments in the rank
+process itself (``rank/references.py``): the same fp64 step for the rungs of one model,
+weights and batch.
+
 An INT8 run's calibration, too (:func:`kept_calibration`): where the backend can write
 and read one (IPEX's qconf summary: the observed scales), trial 0 keeps it beside its
 record (``trial0.int8-calibration.json``, its SHA-256 in the record's

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..rank import references
 from ..rank.inference import weights_path
 
 
@@ -94,14 +95,27 @@ def absolute_path(path: str | None) -> str | None:
 
 
 def run_mounts(
-    out: Path, data_path: str | None, cache: dict, weights_from: str | None = None
+    out: Path,
+    data_path: str | None,
+    cache: dict,
+    weights_from: str | None = None,
+    shares_references: bool = False,
 ) -> list[tuple[str, str]]:
     """What a container run sees of the host besides the sources, each at its own path:
     the record's folder writable, the data (image folder or digits) read-only, the
-    folder of the run whose trained weights it serves read-only, and a warm compile
+    folder of the run whose trained weights it serves read-only, a warm compile
     cache if the spec keeps one (a later trial's copy of its first trial's is beside
-    the record already)."""
+    the record already), and the gradient check's shared references
+    (``shares_references``: rank/references.py) writable."""
     mounts = [(str(out.parent.resolve()), "rw")]
+    if shares_references:
+        where = references.folder(out)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # (the run makes its references itself)
+        else:
+            mounts.append((str(where.resolve()), "rw"))
     if data_path:
         mounts.append((absolute_path(data_path), "ro"))
     if weights_from:

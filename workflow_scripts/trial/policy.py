@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import runtimes, sysinfo
 from ..experiment import CARRIED_KEY, FAR_KEY, PROBE_FLOOR_KEY
 from ..plan import clock, estimate, far
+from ..rank import gradcheck, references
 from ..runtimes import warm
 from ..runtimes.measured import Ran
 from ..spec.settings import NOISE_RETRIES as MAX_RETRIES
@@ -105,9 +106,13 @@ def _run(job: Trial, noise: Noise) -> dict:
             print(f"[launch] warning: {memory}", file=logf)
     cache_plan = carry.compile_cache_plan(spec, out, trial, first_trial)
     forks = warm.enabled(env_info.get("warm_interpreter", False), runtimes.for_env(env_info).name)
+    # the gradient check's references another experiment made for the same step
+    checks = not (carried and "negligible" in carried)
+    kinds = gradcheck.reference_kinds(spec) if checks else []
     expected = estimate.for_trial(
         spec, reference, runtimes.in_container(env_info), warm="warm_from" in cache_plan,
         forks=forks, carried=carried,
+        shared_references=[k for k in kinds if references.known(out, spec, k)],
     )  # fmt: skip
     until = clock.deadline()
     if until is not None and clock.too_late(expected["seconds"], until=until):

@@ -1,0 +1,218 @@
+"""The gradient check's eager references, made once for the experiments that share them.
+
+A first trial's gradient check (``gradcheck.py``) rebuilds the model from the run's
+initial weights and takes one eager step on the run's first batch in fp64 (the truth)
+and, where the run is not plain eager, one at the run's own precision. Those steps
+depend on the model, its initial weights, the batch, the memory format, the dtype and
+the thread count, not on the rung: the bf16, compiled and IPEX rungs of one model at
+one batch ask for the same fp64 step (a BERT-base one took 20-30 s on 2 cores). So a
+trial leaves each reference it made in ``<results>/gradcheck-references/`` and a later
+first trial of another experiment takes it from there when it asks for the same one.
+
+**The same step, checked.** A reference is found by its plan key (:func:`plan_key`:
+the spec's fields that shape the step, and the reference's kind) and used only where
+its runtime key is equal too: the hashes of the random-number state the model was
+built from, of the run's initial weights (each parameter's sum) and of the batch's
+bytes, the thread count, the versions of torch and of the libraries loaded (IPEX,
+torch_xla, transformers) and the CPU's model and flags. Equal keys mean the same
+computation, so the comparison comes out the same to the last digit; anything else
+makes the reference again. The record's comparison says which it shared
+(``shared_references``: the kind and the experiment that made it).
+
+The folder keeps at most :data:`MAX_BYTES` (a BERT-base fp64 reference is 0.9 GB): the
+references used least recently go first. Deleting it only makes them again. Only a
+one-process run shares (a data-parallel run's references are averaged over its ranks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ..util import beside_records, read_json, write_json_atomic
+
+#: the folder beside ``records/`` where first trials leave their references
+FOLDER = "gradcheck-references"
+#: the most the folder keeps, in bytes (the least recently used go first)
+MAX_BYTES = 4 * 2**30
+#: the spec's fields that shape a reference step (with the reference's kind)
+PLAN_FIELDS = (
+    "env", "model", "attention", "batch_size", "image_size", "seq_len", "data",
+    "data_dir", "padding", "seed", "channels_last", "threads", "cpus", "launcher",
+    "ranks", "nodes", "comm_cpu",
+)  # fmt: skip
+
+
+def kind(dtype_name: str, bf16_weights: bool = False) -> str:
+    """A reference's kind: ``fp64``, ``fp32``, ``bf16`` (autocast) or ``bf16-weights``."""
+    return f"{dtype_name}-weights" if bf16_weights else dtype_name
+
+
+def shares(spec: dict) -> bool:
+    """Whether the spec's references can be shared (one process, trained)."""
+    return (
+        spec.get("mode", "train") == "train"
+        and int(spec.get("ranks") or 1) * int(spec.get("nodes") or 1) == 1
+    )
+
+
+def plan_key(spec: dict, which: str) -> dict:
+    """What finds a reference: the spec's fields that shape its step, and its kind."""
+    return {"kind": which, **{k: spec.get(k) for k in PLAN_FIELDS}}
+
+
+def folder(out: Path | str) -> Path:
+    """The references' folder of the study whose record is ``out``."""
+    return beside_records(out, FOLDER)
+
+
+def key_name(spec: dict, which: str) -> str:
+    """The name a reference of this kind for this spec's step is kept under."""
+    key = json.dumps(plan_key(spec, which), sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def known(out: Path | str, spec: dict, which: str) -> bool:
+    """Whether a reference of this kind for this spec's step is there (its runtime key
+    is checked only where it is used)."""
+    return shares(spec) and (folder(out) / f"{key_name(spec, which)}.json").is_file()
+
+
+class Store:
+    """The references' folder, as one trial's gradient check reads and writes it."""
+
+    def __init__(self, where: Path | str, spec: dict):
+        self.folder = Path(where)
+        self.spec = spec
+
+    @classmethod
+    def for_record(cls, out: Path | str | None, spec: dict) -> Store | None:
+        """The store of the study whose (rank) result is ``out``; None without one, or
+        for a run that does not share."""
+        return cls(folder(out), spec) if out and shares(spec) else None
+
+    def _paths(self, which: str) -> tuple[Path, Path]:
+        name = key_name(self.spec, which)
+        return self.folder / f"{name}.json", self.folder / f"{name}.pt"
+
+    def load(self, which: str, runtime: dict):
+        """(loss, gradients, the experiment that made it) of the reference of this kind
+        whose runtime key is ``runtime``; None where there is none (or it is unusable)."""
+        import torch
+
+        meta_path, path = self._paths(which)
+        try:
+            meta = read_json(meta_path, want=None)
+            if not isinstance(meta, dict) or meta.get("runtime") != runtime:
+                return None
+            if meta.get("plan") != json.loads(json.dumps(plan_key(self.spec, which), default=str)):
+                return None
+            kept = torch.load(path, weights_only=True)
+            os.utime(path)  # (recently used: kept longest)
+        except (OSError, ValueError, RuntimeError, EOFError):
+            return None
+        if not isinstance(kept, dict) or not isinstance(kept.get("grads"), dict):
+            return None
+        return float(kept["loss"]), kept["grads"], str(meta.get("experiment"))
+
+    def save(self, which: str, runtime: dict, loss: float, grads: dict) -> None:
+        """Leave a reference made here for the other experiments (nothing where the
+        folder cannot be written)."""
+        import torch
+
+        meta_path, path = self._paths(which)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            torch.save({"loss": loss, "grads": grads}, tmp)
+            os.replace(tmp, path)
+            write_json_atomic(meta_path, {
+                "plan": plan_key(self.spec, which), "runtime": runtime,
+                "experiment": self.spec.get("id"), "bytes": path.stat().st_size,
+                "made": time.time(),
+            })  # fmt: skip
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return
+        evict(self.folder, MAX_BYTES, keep=path)
+
+
+def evict(where: Path, most: int, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used references until the folder holds at most
+    ``most`` bytes (never ``keep``, the one just made); the removed ones."""
+    try:
+        files = [(p, p.stat()) for p in where.glob("*.pt")]
+    except OSError:
+        return []
+    files.sort(key=lambda f: f[1].st_mtime)
+    total = sum(st.st_size for _, st in files)
+    gone = []
+    for p, st in files:
+        if total <= most:
+            break
+        if keep is not None and p == keep:
+            continue
+        p.with_suffix(".json").unlink(missing_ok=True)
+        p.unlink(missing_ok=True)
+        total -= st.st_size
+        gone.append(p)
+    return gone
+
+
+def runtime_key(which: str, rng_state, initial: dict, batch) -> dict:
+    """What makes two reference steps the same computation, read in the run's process:
+    its model's random-number state and initial weights, its batch, its threads, the
+    libraries loaded and the CPU."""
+    import sys
+
+    import torch
+
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    def tensors(x) -> list:
+        if isinstance(x, dict):
+            return [t for k in sorted(x) for t in tensors(x[k])]
+        if isinstance(x, (tuple, list)):
+            return [t for v in x for t in tensors(v)]
+        return [x] if isinstance(x, torch.Tensor) else []
+
+    h = hashlib.sha256()
+    for t in tensors(batch):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    loaded = {}
+    for module in ("intel_extension_for_pytorch", "torch_xla", "transformers", "torchvision"):
+        if module in sys.modules:
+            loaded[module] = str(getattr(sys.modules[module], "__version__", "?"))
+    return {
+        "kind": which,
+        "rng": digest(rng_state.numpy().tobytes()),
+        "initial": digest(json.dumps(initial, sort_keys=True).encode()),
+        "batch": h.hexdigest(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "loaded": loaded,
+        "cpu": cpu_identity(),
+    }
+
+
+def cpu_identity() -> str:
+    """The CPU's model and flags (a hash): another CPU may round differently."""
+    seen: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags", "Features", "CPU part") and key not in seen:
+                    seen[key] = value.strip()
+    except OSError:
+        import platform
+
+        seen["processor"] = platform.processor() or platform.machine()
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:16]
