@@ -182,9 +182,9 @@ def runtime_key(which: str, rng_state, initial: dict, batch) -> dict:
 
     h = hashlib.sha256()
     for t in tensors(batch):
-        t = t.detach().cpu().contiguous()
+        t = t.detach().cpu()
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     loaded = {}
     for module in ("intel_extension_for_pytorch", "torch_xla", "transformers", "torchvision"):
         if module in sys.modules:
