@@ -44,14 +44,15 @@ PARTS = (
     ("setup", "the model, the data, the backend's preparation"),
     ("compile-pool wait", "IPEX's import starts Inductor's workers: waited out"),
     ("noise probes", "dense matmuls before and after the steps"),
-    ("gradient check", "eager references of the first step (trial 0; later trials carry it)"),
+    ("gradient check", "eager references of the first step (trial 0, or read where another "
+                       "experiment made the same; later trials carry it)"),
     ("first step's one-off costs", "its time beyond a steady step's: allocation, compilation"),
     ("warm-up steps", "untimed, to a steady state (the first at a steady step's time)"),
     ("timed steps", "what the results are computed from"),
     ("scoring", "held-out accuracy during an epochs run"),
     ("the rest of the harness", "what the parts above leave of the harness's time"),
     ("the trial policy", "around the process: the record, the compile cache"),
-)
+)  # fmt: skip
 
 
 def _n(value) -> float:
