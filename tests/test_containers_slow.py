@@ -96,6 +96,16 @@ def test_data_is_mounted_read_only_and_results_are_the_users(quick_study):
     assert f"{wd}:{wd}:ro" in command  # sources read-only, results writable
     # files written as the invoking user
     assert (wd / "results/records/folder/trial0.json").stat().st_uid == os.getuid()
+    # the gradient check's reference steps, shared between images of one environment
+    # (rank/references.py): bf16 (eager image) and inductor-fp32 (inductor image) ask for
+    # the same fp64 step; whichever ran second read the first's, through its mount
+    refs = wd / "results/gradcheck-references"
+    pair = {"bf16": "inductor-fp32", "inductor-fp32": "bf16"}
+    shared = {e: quick_study.records[e]["gradient_check"]["comparison"].get("shared_references")
+              for e in pair}  # fmt: skip
+    reader = next(e for e, got in shared.items() if got)
+    assert shared[reader] == {"fp64": pair[reader]} and not shared[pair[reader]], shared
+    assert f"{refs}:{refs}:rw" in quick_study.records[reader]["provenance"]["command"]
 
 
 def test_torch_loads_from_the_bytecode_built_into_every_image(quick_study):
