@@ -40,7 +40,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from .. import backends, launchers, metrics, workloads
 from ..rank import gradcheck, probe, schedule
@@ -115,6 +115,8 @@ MODEL_BUILD_S = 1.0
 # ... or, where another experiment made the same reference (rank/references.py), reading
 # it: a BERT-base fp64 one is 0.9 GB
 REFERENCE_READ_S = 0.5
+#: what a first trial carries where another experiment made its references (trial())
+READ_FP64, READ_OWN = "reference:fp64", "reference:own"
 # The noise probe, each of its matmuls: fp32 and (where it is native) bf16 before the
 # steps, fp32 after them (0.75 s and 0.39 s, medians of a whole default study's 346
 # trials on a 2-vCPU AVX-512 EPYC; its re-probes after a low one 0.16 s a trial more).
@@ -453,8 +455,7 @@ def trial(
     }
     parts["compile"] += backend.estimate_trace_s  # its graph, traced in the first steps
     bf16 = machine.bf16_ratio(env, is_text(spec))
-    shared = {c.partition(":")[2] for c in carries if c.startswith("reference:")}
-    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16, shared)
+    parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16, set(carries))
     if serving:
         calibrated = "int8_calibration" in carries or (later and backend.keeps_int8_calibration)
         parts["serve"] = _serve_s(spec, step, flops, batch, rate, calibrated)
@@ -526,22 +527,22 @@ def _grad_check_s(
     batch: int,
     rate: float,
     bf16: float,
-    shared: Iterable[str] = (),
+    carries: Collection[str] = frozenset(),
 ) -> float:
     """The gradient check's references after the steps (none in inference, nor for plain
-    fp32 eager, its own reference); ``shared``: those another experiment made (``fp64``,
-    ``own``: rank/references.py), read instead."""
+    fp32 eager, its own reference); those another experiment made (:data:`READ_FP64`,
+    :data:`READ_OWN` in ``carries``: rank/references.py) are read instead."""
     if spec.get("mode") == "inference" or flops is None or not gradcheck.needs_reference(spec):
         return 0.0
     eager = rate / (COMPILED_SPEED if spec.get("compile") not in (None, "none") else 1.0)
     fp32_step = flops * batch / (eager * 1e9)
-    if "fp64" in shared:
+    if READ_FP64 in carries:
         seconds = REFERENCE_READ_S
     else:
         seconds = MODEL_BUILD_S + FP64_STEP_RATIO * fp32_step
     if not gradcheck.plain_eager(spec):
         own = fp32_step * (bf16 if spec.get("precision") == "bf16" else 1.0)
-        seconds += REFERENCE_READ_S if "own" in shared else MODEL_BUILD_S + own
+        seconds += REFERENCE_READ_S if READ_OWN in carries else MODEL_BUILD_S + own
     return seconds
 
 
@@ -589,5 +590,5 @@ def for_trial(
 
 def reference_carries(kinds: Iterable[str]) -> set[str]:
     """What :func:`trial` is told of the gradient check's references another experiment
-    made (their kinds, rank/references.py): ``reference:fp64``, ``reference:own``."""
-    return {f"reference:{'fp64' if k == 'fp64' else 'own'}" for k in kinds}
+    made (their kinds, rank/references.py): :data:`READ_FP64`, :data:`READ_OWN`."""
+    return {READ_FP64 if k == "fp64" else READ_OWN for k in kinds}

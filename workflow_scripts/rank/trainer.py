@@ -52,8 +52,8 @@ class Trainer:
             spec["model"], attention=spec.get("attention") or "sdpa", dropout=dropout
         )
         self.check = None
-        if not self.inference:  # (its references shared with other experiments: one process)
-            store = references.Store.for_record(out, spec) if self.world == 1 else None
+        if not self.inference:  # (its references shared with other experiments)
+            store = references.Store.for_record(out, spec)
             self.check = gradcheck.GradientCheck(spec, model, rng_state, store)
         # the checked step (the first) runs without dropout, as its references do (eval
         # mode: a transformer has no batch norm, so only dropout differs)
