@@ -680,6 +680,47 @@ def test_out_of_range_values():
     assert "at trials: 0 is not allowed; allowed: an integer >= 1" in msg
 
 
+def test_a_value_refused_by_its_pattern_is_told_what_is_allowed_in_words():
+    """Every string the schema checks by a pattern says in words what it takes (its
+    description), never the pattern: a user reads "a duration ... such as 45min", not
+    a regular expression."""
+    schema = build_schema()
+
+    def patterns(node, where="$"):
+        if isinstance(node, dict):
+            if "pattern" in node:
+                yield where, node
+            for key, value in node.items():
+                yield from patterns(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from patterns(value, f"{where}[{i}]")
+
+    found = list(patterns(schema))
+    assert len(found) >= 10
+    for where, node in found:
+        assert node.get("description"), where
+    for bad in ("1d", "-1h", "2hours", "1 h", 3600):
+        msg = error_of({"budget": bad, "groups": {"g": {"runs": [{}]}}})
+        assert msg.startswith("config error at budget: "), msg
+        assert "such as 45min, 1.5h or 5400s" in msg and "^" not in msg, msg
+
+
+def test_max_trials_below_trials_is_warned_about():
+    """max_trials below trials turns the adaptive rounds off: legal, said at plan time."""
+    runs = {"groups": {"g": {"runs": [{}]}}}
+    low = load_study({**runs, "trials": 5, "max_trials": 3})
+    said = [w for w in low.warnings if w.startswith("config warning at max_trials")]
+    assert said == [
+        "config warning at max_trials: 3 is below trials (5): every experiment runs 5 "
+        "trials and no adaptive round (a max_trials above trials lets an undecided "
+        "comparison run more)"
+    ]
+    for fine in ({"trials": 2, "max_trials": 4}, {"trials": 3, "max_trials": 3},
+                 {"trials": 2, "max_trials": None}):  # fmt: skip
+        assert not [w for w in load_study({**runs, **fine}).warnings if "max_trials" in w]
+
+
 def test_sweep_value_errors_name_the_list_item():
     msg = error_of(
         {

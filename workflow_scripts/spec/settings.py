@@ -354,7 +354,12 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "budget",
-            {"type": ["string", "null"], "pattern": BUDGET_PATTERN},
+            {
+                "type": ["string", "null"],
+                "pattern": BUDGET_PATTERN,
+                "description": "a duration, a number and its unit (s, min, m or h) such as "
+                "45min, 1.5h or 5400s",
+            },
             None,
             "the wall time the study may take, e.g. 1h, 90min, 5400s: the adaptive rounds "
             "are capped at what fits in it (every experiment in every round, as estimated "

@@ -333,6 +333,13 @@ def setting_warnings(settings: dict) -> list[str]:
             "disturbed trial can take hours on a busy machine; the default is "
             f"{SETTING_DEFAULTS['noise_retries']}"
         )
+    most = settings.get("max_trials")
+    if most is not None and most < settings["trials"]:
+        out.append(
+            f"config warning at max_trials: {most} is below trials ({settings['trials']}): "
+            f"every experiment runs {settings['trials']} trials and no adaptive round (a "
+            "max_trials above trials lets an undecided comparison run more)"
+        )
     return out
 
 
