@@ -7,6 +7,7 @@ from pathlib import Path
 from workflow_scripts import collectives, envs, images, jobs, snakemake_timers
 from workflow_scripts.cluster import sizing
 from workflow_scripts.plan import far, order, progress, rounds
+from workflow_scripts.study import replan
 
 SETTINGS = STUDY.settings
 # Where the records, collectives, summary and report go: results/, a pre-flight's apart.
@@ -120,9 +121,9 @@ def round_experiments(k):
     headline states whose interval is not yet within the margin (that round's report is
     a checkpoint; workflow_scripts/plan/rounds.py)."""
     if k == 0:
-        return STUDY.ids
+        return admitted()
     if k < MIN_TRIALS:
-        going = [e for e in STUDY.ids if FIRST_TRIALS[e] > k]
+        going = [e for e in admitted() if FIRST_TRIALS[e] > k]
         if FAR_STOPS.intersection(going):
             checkpoints.round_report.get(round=0)
             far_ones = rounds.stopped_far(f"{RESULTS}/records", FAR_STOPS.intersection(going))
@@ -133,6 +134,36 @@ def round_experiments(k):
         return []
     decided_by = checkpoints.round_report.get(round=k - 1).output.comparisons
     return rounds.going_on(decided_by, ran, SETTINGS, k - 1)
+
+
+def admitted():
+    """The experiments the study runs: every one; where a budget's plan is made again
+    once the calibrations have run (STUDY.replan: the checkpoint budget_plan, before any
+    trial; workflow_scripts/study/replan.py), those that plan keeps."""
+    if not STUDY.replan:
+        return STUDY.ids
+    return replan.kept(checkpoints.budget_plan.get().output.plan, STUDY.ids)
+
+
+def replan_json():
+    """What the plan made again chooses from: its must-runs and its reserve."""
+    return json.dumps(STUDY.replan or {}, sort_keys=True)
+
+
+def study_calibrations():
+    """The calibration of every environment the study's experiments run in."""
+    return [calibration(env) for env in STUDY.envs]
+
+
+def budget_plan_file(wildcards):
+    """The plan made again, for the report to state (none where there is none)."""
+    return [str(replan.path(RESULTS))] if STUDY.replan else []
+
+
+def report_progress():
+    """A trial's progress line, of the study as this run plans it (the budget's plan made
+    again, where it was)."""
+    progress.report(replan.applied(STUDY))
 
 
 def all_records(last=None):
@@ -172,7 +203,12 @@ def round_priority(wildcards):
 # headline's group, then every group's baseline and ladder besides) as soon as their
 # first trials have run, before the rest of the study.
 def stage_records(wildcards):
-    return [f"{RESULTS}/records/{experiment}/trial0.json" for experiment in STAGES[wildcards.stage]]
+    runs = set(admitted())
+    return [
+        f"{RESULTS}/records/{experiment}/trial0.json"
+        for experiment in STAGES[wildcards.stage]
+        if experiment in runs
+    ]
 
 
 def stage_priority(wildcards):
@@ -420,6 +456,7 @@ REPORT_RESOURCES = sizing.setup("report")
 # (cluster.build_on: compute; the build rules' localrule: BUILDS_LOCAL).
 localrules:
     wheelhouse,
+    budget_plan,
     far_baseline,
     image_folder,
     digits,

@@ -41,6 +41,24 @@ rule calibrate:
         )
 
 
+# A budget's plan made again once the calibrations have measured this machine, before
+# any trial: only where the plan before them had no calibration to go by (STUDY.replan,
+# workflow_scripts/study/replan.py). A checkpoint: the rounds run what it keeps.
+checkpoint budget_plan:
+    input:
+        calibrations=study_calibrations(),
+    output:
+        plan=str(replan.path(RESULTS)),
+    log:
+        f"{LOGS}/budget_plan.log",
+    priority: SETUP_PRIORITY
+    params:
+        choice=replan_json(),
+        budget=str(SETTINGS["budget"]),
+    run:
+        replan.write(STUDY, json.loads(params.choice), output.plan, log[0])
+
+
 # One job per experiment trial (run_experiment). A job takes every core Snakemake
 # was given, so no two measurements ever overlap (overlapping runs on a small machine skewed
 # timings up to 10x); on a cluster, whole nodes (rules/common.smk, "what each job
@@ -91,7 +109,7 @@ rule run_experiment:
             log,
             settings={**SETTINGS, "job_attempt": resources.attempt},
         )
-        progress.report(STUDY)
+        report_progress()
 
 
 # A trial's far pointer (workflow_scripts/plan/far.py): the first run before it in its

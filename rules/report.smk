@@ -10,6 +10,7 @@ rule report:
         records=report_records,
         collectives=collectives_results(),
         machines=machine_files(SETTINGS["report"]),
+        plan=budget_plan_file,
     output:
         summary=report(
             f"{RESULTS}/summary.csv",

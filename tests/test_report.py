@@ -671,3 +671,12 @@ def test_what_a_budgets_plan_left_out_is_stated(tmp_path):
         assert "left-out-by-budget" not in page and "left out 0" not in page
     res, _ = run("--plan-json", "{not json")
     assert res.returncode == 2 and "--plan-json is not valid JSON" in res.stderr
+    # the plan made again from the calibrations (study/replan.py) comes in a file, and wins
+    made = tmp_path / "plan.json"
+    made.write_text(json.dumps({**plan, "left_out": plan["left_out"][:1]}))
+    res, page = run("--plan-json", json.dumps(plan), "--plan-file", str(made))
+    assert res.returncode == 0, res.stderr
+    assert left_out_by_budget(page) == ["transformers: bert-base"]
+    made.write_text("{not json")
+    res, _ = run("--plan-file", str(made))
+    assert res.returncode == 2 and "--plan-file is not valid JSON" in res.stderr

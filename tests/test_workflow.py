@@ -380,6 +380,60 @@ def test_what_a_budget_leaves_out_is_in_the_report(upstream_env, tmp_path):
     assert planned >= LEFT_BY_PLAN, sorted(planned)
 
 
+#: a budget the estimate before any calibration (a trial's start and imports taken as
+#: 11 s) fits only the question of BUDGET_PART into, where the calibrated one fits more
+REPLANNED_BUDGET = "150s"
+
+
+@pytest.mark.torch
+def test_a_budget_is_planned_again_from_the_calibrations(upstream_env, tmp_path):
+    """Before any calibration the plan keeps the question and reserves the rest of the
+    order; the checkpoint after the calibrations plans again from them and the time left,
+    before any trial: the rounds run what it keeps (the minimum's trials each), the
+    progress lines count its trials, and the report states what it left out."""
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "local-study.yaml").write_text(yaml.safe_dump(TIGHT_STUDY, sort_keys=False))
+    run = snakemake(wd, config=(f"budget={REPLANNED_BUDGET}",))
+    said = [x for x in run.stderr.splitlines() if x.startswith("[budget]")]
+    assert "runs the first 3 of its 6 experiments" in said[0], said
+    assert any("has no calibration of this machine yet" in x for x in said), said
+    plan = json.loads((wd / "results/budget/plan.json").read_text())
+    replanned = plan["replanned"]
+    assert replanned["before"] == 3 and plan["planned"] == 6, plan
+    out = run.stdout + run.stderr
+    assert "[budget] planned again from the calibrations" in out
+    # after every calibration, before any trial
+    records = {p.parent.name: json.loads(p.read_text())
+               for p in (wd / "results/records").glob("*/trial*.json")}  # fmt: skip
+    made = (wd / "results/budget/plan.json").stat().st_mtime
+    calibrated = (wd / "results/calibration/upstream.json").stat().st_mtime
+    started = min(datetime.fromisoformat(r["provenance"]["started_at"]).timestamp()
+                  for r in records.values())  # fmt: skip
+    assert calibrated <= made <= started + 1, (calibrated, made, started)  # (whole seconds)
+    # the rounds ran what it keeps, the question first, the reserve in the study's order
+    gone = {e["id"] for e in plan["left_out"]}
+    ran = sorted(p.parent.name for p in (wd / "results/records").glob("*/trial*.json"))
+    kept = ["base", "bf16", "o-base", *replanned["admitted"]]
+    assert ran == sorted(2 * kept) and gone == {"o-bf16", "o-batch-bs4", "o-batch-bs16"} - set(
+        replanned["admitted"]
+    ), (ran, plan)
+    assert replanned["kept"] == len(kept)
+    # (with room for twice the question's trials by their own estimates, some of the
+    # reserve fits: its runs cost about what the question's do)
+    question_s = sum(r["estimate"]["seconds"] for e, r in records.items() if e in kept[:3])
+    if replanned["room_s"] >= 2 * question_s:
+        assert replanned["admitted"], plan
+    counts = re.findall(r"\[progress\] \d+ of (\d+) trials", out)
+    assert counts and set(counts) == {str(2 * len(kept))}, counts
+    page = (wd / "results/report/index.html").read_text()
+    if gone:
+        items = left_out_by_budget(page)
+        assert len(items) == 1 and set(items[0].removeprefix("other: ").split(", ")) == gone
+    else:
+        assert 'id="left-out-by-budget"' not in page
+        assert "The budget (" not in headline_text(page), headline_text(page)
+
+
 @pytest.mark.torch
 def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path):
     """The local runtime end to end (its environments through their rule, found built by

@@ -208,6 +208,13 @@ def build_report(
 
 
 #: The report rule's entry point (the plots go next to the HTML file).
+def _plan_file(job) -> str | None:
+    """The report's input ``plan`` (a budget's plan made again), where it has one."""
+    given = job.input.get("plan") if hasattr(job.input, "get") else None
+    items = [given] if isinstance(given, str) else list(given or [])
+    return str(items[0]) if items else None
+
+
 COMMAND = Command(
     __doc__.splitlines()[0],
     (
@@ -245,6 +252,9 @@ COMMAND = Command(
         Arg("plan_json", "params.plan", default="{}",
             help='what a budget\'s plan left out: JSON {"budget", "planned", "left_out": '
             '[{"id", "group"}]}'),
+        Arg("plan_file", _plan_file, type=Path, default=None,
+            help="the same in a file (the plan made again from the calibrations, "
+            "study/replan.py): it wins over --plan-json"),
         Arg("title", "params.title", default=DEFAULT_TITLE),
         Arg("log", "log", type=Path, default=None, help="also append the result line here"),
     ),
@@ -282,10 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "note": first["note"], "throughput": "measured"},
                 *[p for p in prices if p["throughput"] != "measured"],
             ]  # fmt: skip
+    option = "--plan-file" if args.plan_file else "--plan-json"
     try:
-        plan = json.loads(args.plan_json)
-    except ValueError as exc:
-        parser.error(f"--plan-json is not valid JSON: {exc}")
+        plan = json.loads(args.plan_file.read_text() if args.plan_file else args.plan_json)
+    except (OSError, ValueError) as exc:
+        parser.error(f"{option} is not valid JSON: {exc}")
     records = load_records(record_paths)
     try:
         outputs = Outputs(args.summary, args.html, args.plots_dir, args.comparisons)

@@ -363,8 +363,10 @@ SETTINGS: dict[str, Setting] = {
             None,
             "the wall time the study may take, e.g. 1h, 90min, 5400s: the adaptive rounds "
             "are capped at what fits in it (every experiment in every round, as estimated "
-            "on this machine), and the estimate says what precision that buys; null: "
-            "max_trials alone",
+            "on this machine), and the estimate says what precision that buys; where not "
+            "even the minimum trials fit, the experiments that do, the question first "
+            "(planned again once the calibrations have measured this machine, where they "
+            "had not yet); a clock holds the study to it; null: max_trials alone",
         ),
         Setting(
             "margin",

@@ -93,6 +93,9 @@ class Study:
     #: the experiments a budget's plan left out before any ran (study/entry.py,
     #: ``plan_budget``), each ``{"id", "group"}``, in the study's order
     left_out: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    #: a budget's plan that is made again once the calibrations have run (study/replan.py):
+    #: ``{"must": [ids it runs], "reserve": [ids it runs where they fit then]}``; None
+    replan: dict[str, list[str]] | None = None
     by_id: dict[str, Spec] = dataclasses.field(init=False)
     envs: list[str] = dataclasses.field(init=False)
 

@@ -21,6 +21,8 @@ from ..spec.fields import BUILTIN_DEFAULTS, FIELDS, PER_EXPERIMENT
 from ..spec.settings import budget_seconds
 from ..sysinfo import PLAN_CPUS_VAR, allowed_cpus, cpu_list_str
 from ..util import bare as _bare
+from . import replan
+from .budget import leave_out, within_budget
 from .causes import given_fields, one_per_cause
 from .config import (
     Study,
@@ -204,41 +206,6 @@ MAX_TRIALS_VAR = "STUDY_MAX_TRIALS"
 LEFT_OUT_VAR = "STUDY_LEFT_OUT"
 
 
-def leave_out(study: Study, ids: list[str]) -> None:
-    """The study without the experiments ``ids``, which it keeps in ``left_out`` (a new
-    list: a copy of the study may share the old one)."""
-    gone = set(ids)
-    dropped = [s for s in study.experiments if s["id"] in gone]
-    study.left_out = [*study.left_out, *({"id": s["id"], "group": s.get("group") or s["id"]}
-                                         for s in dropped)]  # fmt: skip
-    study.experiments = [s for s in study.experiments if s["id"] not in gone]
-    study.__post_init__()
-
-
-def within_budget(study: Study, per: dict, room_s: float) -> tuple[list[str], list[str]]:
-    """The experiments whose minimum trials fit in ``room_s`` seconds, in the order the
-    study runs them (the question first: plan/order.py) and never fewer than the
-    question, and those left out: the rest of the order from the first that does not
-    fit, and any whose served weights come from one left out."""
-    from ..plan import order
-
-    seconds = {e: v["seconds"] for e, v in per.items()}
-    question = set(order.question(study.experiments))
-    kept, used = [], 0.0
-    for e in order.run_order(study.experiments, seconds):
-        v = per.get(e) or {}
-        cost = v.get("seconds", 0.0) + v.get("later_seconds", 0.0) * (v.get("trials", 1) - 1)
-        if e not in question and used + cost > room_s:
-            break
-        kept.append(e)
-        used += cost
-    keep = set(kept)
-    for spec in study.experiments:  # a served model needs the run that trains its weights
-        if spec["id"] in keep and spec.get("weights_from") and spec["weights_from"] not in keep:
-            keep.discard(spec["id"])
-    return [e for e in study.ids if e in keep], [e for e in study.ids if e not in keep]
-
-
 def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     """With ``budget`` set: cap the adaptive rounds at what fits in it, in the worst case
     (every experiment in every round, as estimated on this machine), and say what
@@ -288,12 +255,28 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
               "headline's group, every group's baseline, their ladders, the rest cheapest "
               f"first), with no adaptive rounds, and leaves out {len(left)}: "
               f"{_by_group(study, left)}", file=sys.stderr)  # fmt: skip
+        full = est
+        # before a calibration: the next in the order, planned again from them (replan.py)
+        reserve = (replan.reserve_of(study, est["experiments"], kept, left, budget - setup_s)
+                   if left and replan.needed(study, results) else [])  # fmt: skip
         if left:
-            leave_out(study, left)
-            os.environ[LEFT_OUT_VAR] = ",".join(left)
-            est = study_estimate.for_study(study, results, machine=machine)
-            n = len(study.experiments)
+            runs = copy.copy(study)
+            leave_out(runs, left)
+            est = study_estimate.for_study(runs, results, machine=machine)
+            est["all_experiments"] = full["experiments"]  # (the reserve's too: endless())
+            n = len(runs.experiments)
+            gone = [e for e in left if e not in set(reserve)]
+            leave_out(study, gone)
+            os.environ[LEFT_OUT_VAR] = ",".join(gone)
             print(f"[budget] what it runs: about {human(est['total_s'])} here",
+                  file=sys.stderr)  # fmt: skip
+        if reserve:
+            study.replan = {"must": kept, "reserve": reserve}
+            os.environ[replan.REPLAN_VAR] = "1"
+            print(f"[budget] this estimate has no calibration of this machine yet: once they "
+                  "have run (before any trial) the study plans again from them and the time "
+                  f"left, and runs the next of the {len(reserve)} in its order that fit then "
+                  f"(those that fit in {replan.RESERVE:g}x the budget here)",
                   file=sys.stderr)  # fmt: skip
         if est["total_s"] > budget:
             question = set(order.question(all_specs))
@@ -416,7 +399,7 @@ def endless(study: Study, est: dict | None) -> list[str]:
     record: their steps estimated (``est``) beyond :data:`ENDLESS` times it, with no
     ``time_budget_s`` or ``step_precision`` to end them sooner."""
     problems = []
-    per = (est or {}).get("experiments") or {}
+    per = (est or {}).get("all_experiments") or (est or {}).get("experiments") or {}
     for spec in study.experiments:
         e = per.get(spec["id"]) or {}
         timeout = spec.get("timeout_s")

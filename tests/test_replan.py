@@ -1,0 +1,107 @@
+"""A budget's plan made again from the calibrations (workflow_scripts/study/replan.py):
+its own experiments always, then its reserve in the study's order while the estimate fits
+in the time left, none after the first that does not; what the rounds, the jobs' progress
+and the report read from its file. (The real run: tests/test_workflow.py.)"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from tests.runs import BUDGET_PART
+from workflow_scripts.plan import clock, order, study_estimate
+from workflow_scripts.study import load_study, replan
+from workflow_scripts.study.budget import leave_out
+
+MUST = ["base", "bf16", "o-base"]  # the question of BUDGET_PART
+RESERVE = ["o-bf16", "o-batch-bs4", "o-batch-bs16"]
+
+
+@pytest.fixture
+def study(tmp_path):
+    config = {**copy.deepcopy(BUDGET_PART), "runtime": "local", "budget": "10min",
+              "collectives": {"variants": []}}  # fmt: skip
+    return load_study(config, tmp_path)
+
+
+def costs(study, results):
+    """Each experiment's minimum trials by the estimate the plan goes by, the setup left,
+    and the reserve in the order it is admitted."""
+    machine = study_estimate.study_machine(study, results, measure=False)
+    est = study_estimate.for_study(study, results, machine=machine)
+    per = {e: v["seconds"] + v["later_seconds"] * (v["trials"] - 1)
+           for e, v in est["experiments"].items()}  # fmt: skip
+    seconds = {e: v["seconds"] for e, v in est["experiments"].items()}
+    ordered = [e for e in order.run_order(study.experiments, seconds) if e in RESERVE]
+    return per, est["setup"]["report"], ordered
+
+
+def time_left_for(study, results, admitted: list[str], per, report_s) -> float:
+    """The time left at which the plan's room holds the must-runs and ``admitted``, and
+    half the next one's cost more."""
+    need = sum(per[e] for e in MUST + admitted)
+    rest = [e for e in RESERVE if e not in admitted]
+    spare = 0.5 * min(per[e] for e in rest) if rest else 1.0
+    return (need + spare) / replan.FILL + report_s
+
+
+def test_the_reserve_runs_in_the_studys_order_while_it_fits_and_none_after(study, tmp_path):
+    per, report_s, ordered = costs(study, tmp_path)
+    for k in range(len(ordered) + 1):
+        left = time_left_for(study, tmp_path, ordered[:k], per, report_s)
+        plan = replan.replan(study, MUST, RESERVE, tmp_path, now=1000.0, until=1000.0 + left)
+        r = plan["replanned"]
+        assert r["admitted"] == ordered[:k], (k, r)
+        assert r["before"] == 3 and r["kept"] == 3 + k
+        assert [e["id"] for e in plan["left_out"]] == [e for e in RESERVE if e not in ordered[:k]]
+        assert plan["planned"] == 6 and plan["budget"] == "10min"
+        assert r["time_left_s"] == pytest.approx(left, abs=0.1)
+
+
+def test_the_plans_own_experiments_run_whatever_is_left_and_no_deadline_leaves_none_out(
+    study, tmp_path, monkeypatch
+):
+    plan = replan.replan(study, MUST, RESERVE, tmp_path, now=1000.0, until=1000.0)
+    assert plan["replanned"]["kept"] == 3 and plan["replanned"]["admitted"] == []
+    assert sorted(e["id"] for e in plan["left_out"]) == sorted(RESERVE)
+    monkeypatch.delenv(clock.DEADLINE_VAR, raising=False)
+    plan = replan.replan(study, MUST, RESERVE, tmp_path)  # no clock: nothing to fit in
+    assert plan["replanned"]["kept"] == 6 and plan["left_out"] == []
+    assert plan["replanned"]["time_left_s"] is None
+
+
+def test_what_the_budget_left_out_before_stays_out_and_is_stated(study, tmp_path):
+    """An experiment the plan before the calibrations left out for good (not in the
+    reserve) is in the plan's left_out whatever the time left, with its group."""
+    leave_out(study, ["o-batch-bs16"])
+    plan = replan.replan(study, MUST, RESERVE[:2], tmp_path, now=0.0, until=1e9)
+    assert plan["replanned"]["admitted"] == ["o-bf16", "o-batch-bs4"]
+    assert plan["left_out"] == [{"id": "o-batch-bs16", "group": "other"}]
+    assert plan["planned"] == 6
+
+
+def test_the_plans_file_is_what_the_rounds_and_every_jobs_progress_go_by(
+    study, tmp_path, monkeypatch
+):
+    plan = replan.replan(study, MUST, RESERVE, tmp_path, now=1000.0, until=1000.0)
+    where = replan.path(tmp_path / "results")
+    where.parent.mkdir(parents=True)
+    where.write_text(json.dumps(plan))
+    assert replan.kept(where, study.ids) == MUST
+    monkeypatch.delenv(replan.REPLAN_VAR, raising=False)
+    assert replan.applied(study) is study  # not planned again in this run: as it is
+    monkeypatch.setenv(replan.REPLAN_VAR, "1")
+    applied = replan.applied(study)
+    assert applied.ids == MUST and study.ids == MUST + RESERVE  # a copy
+    assert [e["id"] for e in applied.left_out] == RESERVE
+    assert replan.text(plan).startswith("[budget] planned again from the calibrations")
+
+
+def test_a_study_without_its_calibrations_is_planned_again(study, tmp_path):
+    assert replan.needed(study, tmp_path / "results")
+    cal = tmp_path / "results/calibration/upstream.json"
+    cal.parent.mkdir(parents=True)
+    cal.write_text(json.dumps({"kind": "calibration", "ceiling": [{"threads": 1}]}))
+    assert not replan.needed(study, tmp_path / "results")

@@ -1,0 +1,177 @@
+"""A budget's plan made again once the calibrations have measured this machine.
+
+Before any job runs, ``study/entry.py`` (``plan_budget``) fits a budget that does not
+cover every experiment's minimum trials from what it knows then. On a fresh machine that
+is a quick matmul and rough constants for a trial's process start and setup imports
+(6 s and 5 s, where a calibration on a 2-vCPU EPYC then measured 1.5 s and 0.8 s): a
+budget=1h run of the default study kept 45 experiments and ended after 43 minutes. So
+where a calibration is missing, the plan keeps as its *reserve* the experiments beyond
+it in the study's order that fit in :data:`RESERVE` budgets by that estimate (of the
+environments the plan builds anyway), and the checkpoint ``budget_plan``
+(rules/experiments.smk) plans again after the calibrations, before any trial: from the
+calibrated estimate and the time left on the budget's clock, the plan's own experiments
+always, then the reserve's in the study's order while they fit in :data:`FILL` of the
+time left (the collectives and the report kept aside), none after the first that does
+not. Its file (``results/budget/plan.json``) is what the rounds run, what every job's
+process plans the rest with (:data:`REPLAN_VAR`) and what the report states as left out.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from pathlib import Path
+
+from ..plan import clock
+from ..util import read_json
+from .budget import leave_out, minimum_s, with_weights, within_budget
+
+#: the reserve: the experiments beyond the plan that fit in this many budgets by the
+#: estimate before the calibrations (on a fresh 2-vCPU Xeon that estimate said 15.3 h,
+#: the calibrated one 4.1 h: 3.7x; on a 2-vCPU EPYC 1.45x)
+RESERVE = 4.0
+#: the share of the time left that the plan from the calibrations fills: their estimate
+#: was 0.86x of a budget=1h run's trial wall on a 2-vCPU EPYC (AVX-512), 1.4x on an AVX2
+#: one; what runs over, the clock leaves out
+FILL = 0.85
+#: set where the checkpoint plans again, for every job's process
+REPLAN_VAR = "STUDY_BUDGET_REPLAN"
+#: the plan's file, under the study's results
+FILE = "budget/plan.json"
+
+
+def path(results: Path | str) -> Path:
+    return Path(results) / FILE
+
+
+def needed(study, results: Path | str = "results") -> bool:
+    """Whether a calibration the estimate would use is missing (the plan is then made
+    from the constants, and made again from the calibrations)."""
+    from ..plan import study_estimate
+
+    found = study_estimate.read_calibrations(Path(results), list(study.envs))
+    return not all(isinstance(c, dict) and c.get("ceiling") for c in found.values())
+
+
+def reserve_of(study, per: dict, kept: list[str], left: list[str], room_s: float) -> list[str]:
+    """Of ``left`` (what the plan before the calibrations left out), those that fit in
+    :data:`RESERVE` times ``room_s`` with ``kept``, by the estimate ``per``, whose
+    environment one of ``kept`` runs in (no build or calibration for them alone)."""
+    wide, _ = within_budget(study, per, RESERVE * room_s)
+    envs = {study.by_id[e]["env"] for e in kept}
+    out = set(left)
+    return [e for e in wide if e in out and study.by_id[e]["env"] in envs]
+
+
+def _setup_left_s(study, est: dict) -> float:
+    """What the study's jobs besides its trials still take: the collectives without a
+    result, the report."""
+    variants = (study.settings.get("collectives") or {}).get("variants") or []
+    setup = est.get("setup") or {}
+    where = study.path(study.results) / "collectives"
+    done = sum((where / f"{v}.json").exists() for v in variants)
+    per = float(setup.get("collectives") or 0.0) / len(variants) if variants else 0.0
+    return per * (len(variants) - done) + float(setup.get("report") or 0.0)
+
+
+def replan(study, must: list[str], reserve: list[str], results: Path | str = "results",
+           now: float | None = None, until: float | None = None) -> dict:  # fmt: skip
+    """The plan from the calibrations under ``results``: every one of ``must``, then
+    those of ``reserve`` in the study's order while the study's estimate fits in
+    :data:`FILL` of the time left to ``until`` (the clock's deadline), none after the
+    first that does not; a served model only with the run that trains its weights. The
+    plan's file content: ``budget``, ``planned``, ``left_out`` (the study's and the
+    reserve's), and ``replanned`` (what it kept and why)."""
+    from ..plan import order, study_estimate
+
+    results = Path(results)
+    now = time.time() if now is None else now
+    until = clock.deadline() if until is None else until
+    machine = study_estimate.study_machine(study, results, measure=False)
+    est = study_estimate.for_study(study, results, machine=machine)
+    time_left = (until - now) if until else math.inf
+    room = FILL * (time_left - _setup_left_s(study, est))
+    seconds = {e: v["seconds"] for e, v in est["experiments"].items()}
+    musts, reserved = set(must), set(reserve)
+    runs = order.run_order(study.experiments, seconds)
+    kept: list[str] = []
+    for _ in range(5):  # the estimate of what is kept may differ (shared steps): fit it again
+        kept, used, full = [], 0.0, False
+        for e in runs:
+            cost = minimum_s(est["experiments"].get(e))
+            if e in reserved:  # (none after the first that does not fit)
+                full = full or used + cost > room
+                if full:
+                    continue
+            elif e not in musts:
+                continue
+            kept.append(e)
+            used += cost
+        kept = with_weights(study, set(kept))
+        trial = copy.copy(study)
+        leave_out(trial, [e for e in study.ids if e not in set(kept)])
+        over = study_estimate.for_study(trial, results, machine=machine)["trials_s"] - room
+        if over <= 0 or not set(kept) - musts:
+            break
+        room -= over
+    dropped = [e for e in reserve if e not in set(kept)]
+    gone = [{"id": e, "group": study.by_id[e].get("group") or e} for e in dropped]
+    return {
+        "budget": str(study.settings.get("budget")),
+        "planned": len(study.experiments) + len(study.left_out),
+        "left_out": [*study.left_out, *gone],
+        "replanned": {
+            "from": "the calibrations",
+            "time_left_s": round(time_left, 1) if math.isfinite(time_left) else None,
+            "room_s": round(room, 1) if math.isfinite(room) else None,
+            "before": len(must),
+            "kept": len(kept),
+            "admitted": [e for e in runs if e in reserved and e in set(kept)],  # (in order)
+        },
+    }
+
+
+def kept(plan_file: Path | str, ids: list[str]) -> list[str]:
+    """``ids`` without what the plan in ``plan_file`` left out."""
+    plan = read_json(plan_file, want=dict)
+    gone = {e.get("id") for e in plan.get("left_out") or [] if isinstance(e, dict)}
+    return [e for e in ids if e not in gone]
+
+
+def applied(study):
+    """``study`` as the plan made again leaves it (a copy without what it left out),
+    where this run planned again and the plan is there; else ``study``."""
+    where = path(study.path(study.results))
+    if not os.environ.get(REPLAN_VAR) or not where.exists():
+        return study
+    gone = [e for e in study.ids if e not in set(kept(where, study.ids))]
+    if not gone:
+        return study
+    out = copy.copy(study)
+    leave_out(out, gone)
+    return out
+
+
+def text(plan: dict) -> str:
+    """The plan's line for the log and Snakemake's output."""
+    r = plan["replanned"]
+    left = r["time_left_s"]
+    n = len(plan["left_out"])
+    return (f"[budget] planned again from the calibrations"
+            f"{f', {left / 60:.0f} min left' if left is not None else ''}: it runs "
+            f"{r['kept']} experiments ({len(r['admitted'])} more than before them) and "
+            f"leaves out {n} of the study's {plan['planned']}")  # fmt: skip
+
+
+def write(study, choice: dict, out: Path | str, log: Path | str) -> dict:
+    """The checkpoint's work: the plan from the calibrations (``choice``: the must-runs
+    and the reserve, :attr:`Study.replan`), written to ``out``, its line said."""
+    from ..commands import announce
+    from ..util import write_json_atomic
+
+    plan = replan(study, list(choice.get("must") or []), list(choice.get("reserve") or []))
+    write_json_atomic(Path(out), plan)
+    announce(text(plan), Path(log))
+    return plan
