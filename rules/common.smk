@@ -64,9 +64,17 @@ PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_siz
 # Priorities change no job's inputs, so they never cause a rerun.
 RUN_ORDER = order.run_order(STUDY.experiments, order.trial_seconds(STUDY))
 ORDER_RANK = {experiment: i for i, experiment in enumerate(RUN_ORDER)}
+# A budget's plan made again (STUDY.replan; workflow_scripts/study/replan.py): its reserve
+# runs after every trial of the plan's own experiments (PLANNED), each reserve's trials
+# together, in the run order, as far as the plan made after the calibrations and the
+# first trials of its own keeps it (the checkpoint budget_plan).
+RESERVE = [e for e in RUN_ORDER if STUDY.replan and e in STUDY.replan["reserve"]]
+RESERVE_RANK = {experiment: i for i, experiment in enumerate(RESERVE)}
+RESERVE_LEVELS = len(RESERVE) * MIN_TRIALS
+PLANNED = [e for e in STUDY.ids if e not in RESERVE_RANK]
 # the priorities of one round: its experiments' (1 .. n), and the report after it (n+1)
 ROUND_LEVELS = len(RUN_ORDER) + 1
-SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS
+SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS + RESERVE_LEVELS
 # the first round's provisional reports (results/rounds/<stage>/): their experiments
 STAGES = order.stages(STUDY.experiments)
 
@@ -96,8 +104,12 @@ def trial_priority(wildcards):
     """Trial 0 highest, the question first within a round: each round has its level of
     ROUND_LEVELS priorities, trial 0's the highest. Positive: the ilp scheduler's
     objective rewards starting a job by its priority, and would rather start nothing
-    than a job of negative priority."""
-    level = (len(TRIALS) - int(wildcards.trial)) * ROUND_LEVELS
+    than a job of negative priority. A budget's reserve below all of them (1 ..
+    RESERVE_LEVELS), each one's trials together."""
+    trial = int(wildcards.trial)
+    if wildcards.experiment in RESERVE_RANK:
+        return (len(RESERVE) - RESERVE_RANK[wildcards.experiment]) * MIN_TRIALS - trial
+    level = (len(TRIALS) - trial) * ROUND_LEVELS + RESERVE_LEVELS
     return level + len(RUN_ORDER) - ORDER_RANK[wildcards.experiment]
 
 
@@ -121,9 +133,9 @@ def round_experiments(k):
     headline states whose interval is not yet within the margin (that round's report is
     a checkpoint; workflow_scripts/plan/rounds.py)."""
     if k == 0:
-        return admitted()
+        return PLANNED
     if k < MIN_TRIALS:
-        going = [e for e in admitted() if FIRST_TRIALS[e] > k]
+        going = [e for e in PLANNED if FIRST_TRIALS[e] > k]
         if FAR_STOPS.intersection(going):
             checkpoints.round_report.get(round=0)
             far_ones = rounds.stopped_far(f"{RESULTS}/records", FAR_STOPS.intersection(going))
@@ -136,13 +148,13 @@ def round_experiments(k):
     return rounds.going_on(decided_by, ran, SETTINGS, k - 1)
 
 
-def admitted():
-    """The experiments the study runs: every one; where a budget's plan is made again
-    once the calibrations have run (STUDY.replan: the checkpoint budget_plan, before any
-    trial; workflow_scripts/study/replan.py), those that plan keeps."""
-    if not STUDY.replan:
-        return STUDY.ids
-    return replan.kept(checkpoints.budget_plan.get().output.plan, STUDY.ids)
+def reserve_records():
+    """The trials of the budget's reserve that the plan made again runs (its minimum
+    each; none where the plan was not made again)."""
+    if not RESERVE:
+        return []
+    runs = replan.admitted(checkpoints.budget_plan.get().output.plan)
+    return [f"{RESULTS}/records/{e}/trial{k}.json" for e in runs for k in range(FIRST_TRIALS[e])]
 
 
 def replan_json():
@@ -150,9 +162,13 @@ def replan_json():
     return json.dumps(STUDY.replan or {}, sort_keys=True)
 
 
-def study_calibrations():
-    """The calibration of every environment the study's experiments run in."""
-    return [calibration(env) for env in STUDY.envs]
+def budget_plan_inputs(wildcards):
+    """What the plan made again goes by: every calibration, and the first trial of each
+    of the plan's own experiments."""
+    return {
+        "calibrations": [calibration(env) for env in STUDY.envs],
+        "records": [f"{RESULTS}/records/{e}/trial0.json" for e in PLANNED] if RESERVE else [],
+    }
 
 
 def budget_plan_file(wildcards):
@@ -170,11 +186,12 @@ def all_records(last=None):
     """Every trial record of the study (of its first ``last`` rounds), trial k of every
     experiment before trial k+1 (the order of the report's rows; the run order comes
     from trial_priority)."""
-    return [
+    records = [
         f"{RESULTS}/records/{experiment}/trial{trial}.json"
         for trial in TRIALS[:last]
         for experiment in round_experiments(trial)
     ]
+    return records if last else records + reserve_records()
 
 
 def report_records(wildcards):
@@ -196,25 +213,26 @@ def round_records(wildcards):
 def round_priority(wildcards):
     """Above every trial of its round, below every trial of the round before (which
     have all run when it can): it runs as soon as its round ends."""
-    return (len(TRIALS) - int(wildcards.round)) * ROUND_LEVELS + len(RUN_ORDER) + 1
+    level = (len(TRIALS) - int(wildcards.round)) * ROUND_LEVELS + RESERVE_LEVELS
+    return level + len(RUN_ORDER) + 1
 
 
 # The question first: provisional reports of the first round's stages (STAGES: the
 # headline's group, then every group's baseline and ladder besides) as soon as their
 # first trials have run, before the rest of the study.
 def stage_records(wildcards):
-    runs = set(admitted())
     return [
         f"{RESULTS}/records/{experiment}/trial0.json"
         for experiment in STAGES[wildcards.stage]
-        if experiment in runs
+        if experiment not in RESERVE_RANK
     ]
 
 
 def stage_priority(wildcards):
     """Above every trial 0 outside the stage (its experiments lead the run order); the
     last of its own it waits for anyway."""
-    return len(TRIALS) * ROUND_LEVELS + len(RUN_ORDER) - len(STAGES[wildcards.stage]) + 1
+    level = len(TRIALS) * ROUND_LEVELS + RESERVE_LEVELS
+    return level + len(RUN_ORDER) - len(STAGES[wildcards.stage]) + 1
 
 
 def stage_title(wildcards):

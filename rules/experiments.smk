@@ -41,12 +41,13 @@ rule calibrate:
         )
 
 
-# A budget's plan made again once the calibrations have measured this machine, before
-# any trial: only where the plan before them had no calibration to go by (STUDY.replan,
-# workflow_scripts/study/replan.py). A checkpoint: the rounds run what it keeps.
+# A budget's plan made again once the calibrations have measured this machine and the
+# first trials of its own experiments how far its estimate is off: only where the plan
+# before any job had no calibration to go by (STUDY.replan, workflow_scripts/study/
+# replan.py). A checkpoint: the final report's records hold the reserve it runs.
 checkpoint budget_plan:
     input:
-        calibrations=study_calibrations(),
+        unpack(budget_plan_inputs),
     output:
         plan=str(replan.path(RESULTS)),
     log:

@@ -1,7 +1,8 @@
-"""A budget's plan made again from the calibrations (workflow_scripts/study/replan.py):
-its own experiments always, then its reserve in the study's order while the estimate fits
-in the time left, none after the first that does not; what the rounds, the jobs' progress
-and the report read from its file. (The real run: tests/test_workflow.py.)"""
+"""A budget's plan made again from the calibrations and the first trials of its own
+experiments (workflow_scripts/study/replan.py): its own experiments always, then its
+reserve in the study's order while the estimate, scaled as far as those trials found it
+off, fits in the time left, none after the first that does not; what the final report
+and the jobs' progress read from its file. (The real run: tests/test_workflow.py.)"""
 
 from __future__ import annotations
 
@@ -77,25 +78,50 @@ def test_what_the_budget_left_out_before_stays_out_and_is_stated(study, tmp_path
     reserve) is in the plan's left_out whatever the time left, with its group."""
     leave_out(study, ["o-batch-bs16"])
     plan = replan.replan(study, MUST, RESERVE[:2], tmp_path, now=0.0, until=1e9)
-    assert plan["replanned"]["admitted"] == ["o-bf16", "o-batch-bs4"]
+    assert sorted(plan["replanned"]["admitted"]) == ["o-batch-bs4", "o-bf16"]
     assert plan["left_out"] == [{"id": "o-batch-bs16", "group": "other"}]
     assert plan["planned"] == 6
 
 
-def test_the_plans_file_is_what_the_rounds_and_every_jobs_progress_go_by(
+def test_first_trials_slower_than_their_estimate_leave_less_room(study, tmp_path):
+    """The must-runs' first trials took twice their estimate: the rest is planned at
+    twice its estimate, so the time that held the whole reserve at its estimate holds
+    less of it now."""
+    per, report_s, ordered = costs(study, tmp_path)
+    left = time_left_for(study, tmp_path, ordered, per, report_s)
+    assert replan.replan(study, MUST, RESERVE, tmp_path, 0.0, left)["replanned"]["admitted"] == (
+        ordered
+    )
+    machine = study_estimate.study_machine(study, tmp_path, measure=False)
+    first = study_estimate.for_study(study, tmp_path, machine=machine)["experiments"]
+    for e in MUST:
+        record = tmp_path / "results/records" / e / "trial0.json"
+        record.parent.mkdir(parents=True)
+        wall = 2.0 * first[e]["seconds"]
+        record.write_text(json.dumps({"status": "ok", "trial_wall_s": wall, "metrics": {}}))
+    plan = replan.replan(study, MUST, RESERVE, tmp_path / "results", 0.0, left)
+    r = plan["replanned"]
+    assert r["ratio"] == pytest.approx(2.0, rel=1e-3) and r["measured_trials"] == 3
+    assert len(r["admitted"]) < len(ordered) and r["admitted"] == ordered[: len(r["admitted"])]
+
+
+def test_the_plans_file_is_what_the_final_report_and_every_jobs_progress_go_by(
     study, tmp_path, monkeypatch
 ):
-    plan = replan.replan(study, MUST, RESERVE, tmp_path, now=1000.0, until=1000.0)
     where = replan.path(tmp_path / "results")
-    where.parent.mkdir(parents=True)
-    where.write_text(json.dumps(plan))
-    assert replan.kept(where, study.ids) == MUST
     monkeypatch.delenv(replan.REPLAN_VAR, raising=False)
     assert replan.applied(study) is study  # not planned again in this run: as it is
-    monkeypatch.setenv(replan.REPLAN_VAR, "1")
-    applied = replan.applied(study)
-    assert applied.ids == MUST and study.ids == MUST + RESERVE  # a copy
-    assert [e["id"] for e in applied.left_out] == RESERVE
+    monkeypatch.setenv(replan.REPLAN_VAR, ",".join(RESERVE))
+    before = replan.applied(study)  # before the plan: the plan's own alone
+    assert before.ids == MUST and study.ids == MUST + RESERVE  # (a copy)
+    plan = replan.replan(study, MUST, RESERVE, tmp_path, now=0.0, until=1e9)
+    where.parent.mkdir(parents=True)
+    where.write_text(json.dumps({**plan, "replanned": {**plan["replanned"],
+                                                       "admitted": ["o-bf16"]}}))  # fmt: skip
+    assert replan.admitted(where) == ["o-bf16"]
+    after = replan.applied(study)
+    assert after.ids == [*MUST, "o-bf16"]
+    assert [e["id"] for e in after.left_out] == ["o-batch-bs4", "o-batch-bs16"]
     assert replan.text(plan).startswith("[budget] planned again from the calibrations")
 
 

@@ -135,6 +135,35 @@ def measure(
     return done, times
 
 
+def ok_walls(times: Mapping[tuple[str, int], Times]) -> dict[tuple[str, int], float]:
+    """Each trial's wall time without its noise reruns, of those that ended ok: a rerun
+    is not extrapolated to the whole study, nor is a trial that failed (a failure after
+    seconds where an hour was predicted says nothing of the others)."""
+    return {key: t.wall for key, t in times.items() if t.wall is not None and t.failed is None}
+
+
+def ratio_of(walls: Mapping[tuple[str, int], float], predicted) -> float:
+    """Measured over estimated of the trials ``walls`` (``predicted(e, k)``: a trial's
+    estimate), within :data:`RATIO_BOUNDS`; 1 where nothing is measured."""
+    est_sum = sum(predicted(e, k) for e, k in walls)
+    if est_sum <= 0:
+        return 1.0
+    return min(max(sum(walls.values()) / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+
+
+def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> tuple[float, int]:
+    """How far the estimate ``per`` (``study_estimate.total``'s experiments) is off for
+    the trials of ``study`` with a record under ``results``: measured over estimated (as
+    the progress line scales the time left), and how many trials it is from."""
+    done, times = measure(study.experiments, rounds.cap(study.settings), Path(results))
+    walls = {k: w for k, w in ok_walls(times).items() if k[0] in per}
+
+    def predicted(e: str, k: int) -> float:
+        return per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
+
+    return ratio_of(walls, predicted), len(walls)
+
+
 #: the question's provisional report (rules/common.smk, plan/order.py)
 FIRST_REPORT = Path("rounds") / "first" / "report" / "index.html"
 
@@ -315,7 +344,7 @@ def line(
     # nor is a trial that did not end ok (a failure after seconds where an hour was
     # predicted says nothing of the others), whose experiment's trials yet to run are
     # predicted at its own wall time instead (its last trial's)
-    walls = {key: t.wall for key, t in times.items() if t.wall is not None and t.failed is None}
+    walls = ok_walls(times)
     failed: dict[str, float] = {}
     for (e, _), t in sorted(times.items(), key=lambda item: item[0][1]):
         if t.failed is None:
@@ -342,8 +371,7 @@ def line(
     def predicted(e: str, k: int) -> float:
         return per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
 
-    est_sum = sum(predicted(e, k) for e, k in walls)
-    wall_sum = sum(walls.values())
+    ratio = ratio_of(walls, predicted)
     ahead = rounds_ahead(study.ids, per, here, trials, most, study.settings)
     total = est["planned_trials"] + (ahead.decided if ahead else 0)
     began = started if started is not None else started_at()
@@ -358,7 +386,6 @@ def line(
     repeats = est["remaining_repeats_s"]
     after, jobs = after_trials(study, here)
     reruns = rerun_share(times.values(), began)
-    ratio = min(max(wall_sum / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if est_sum > 0 else 1.0
 
     def scaled(by: float, more: float = 0.0) -> float:
         """The trials left (and ``more`` estimated seconds of the rounds') at ``by``."""
@@ -388,7 +415,7 @@ def line(
         rounds_then = (
             f"; the adaptive rounds then up to about {more} more, where comparisons stay undecided"
         )
-    if est_sum > 0:
+    if sum(predicted(e, k) for e, k in walls) > 0:
         # how sure that ratio is, from how much the trials' own ratios vary: a range
         # where the trials so far disagree (few of them, or unlike ones)
         half = spread_of([w / predicted(e, k) for (e, k), w in walls.items() if predicted(e, k)])

@@ -272,7 +272,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
                   file=sys.stderr)  # fmt: skip
         if reserve:
             study.replan = {"must": kept, "reserve": reserve}
-            os.environ[replan.REPLAN_VAR] = "1"
+            os.environ[replan.REPLAN_VAR] = ",".join(reserve)
             print(f"[budget] this estimate has no calibration of this machine yet: once they "
                   "have run (before any trial) the study plans again from them and the time "
                   f"left, and runs the next of the {len(reserve)} in its order that fit then "

@@ -32,12 +32,13 @@ from .budget import leave_out, minimum_s, with_weights, within_budget
 #: estimate before the calibrations (on a fresh 2-vCPU Xeon that estimate said 15.3 h,
 #: the calibrated one 4.1 h: 3.7x; on a 2-vCPU EPYC 1.45x)
 RESERVE = 4.0
-#: the share of the time left that the plan from the calibrations fills: their estimate
-#: was 0.86x of a budget=1h run's trial wall on a 2-vCPU EPYC (AVX-512), 1.4x on an AVX2
-#: one; what runs over, the clock leaves out
-FILL = 0.85
-#: set where the checkpoint plans again, for every job's process
-REPLAN_VAR = "STUDY_BUDGET_REPLAN"
+#: the share of the time left (less the collectives and the report) that the plan from
+#: the calibrations fills, its estimates scaled by the first trials' measured/estimated:
+#: that ratio is an average (the progress lines it scales were within 0.92-1.23x of the
+#: time a budget=1h run then took); what still runs over, the clock leaves out
+FILL = 0.9
+#: the reserve (comma-separated ids) where the checkpoint plans again, for every job's process
+REPLAN_VAR = "STUDY_BUDGET_RESERVE"
 #: the plan's file, under the study's results
 FILE = "budget/plan.json"
 
@@ -78,44 +79,38 @@ def _setup_left_s(study, est: dict) -> float:
 
 def replan(study, must: list[str], reserve: list[str], results: Path | str = "results",
            now: float | None = None, until: float | None = None) -> dict:  # fmt: skip
-    """The plan from the calibrations under ``results``: every one of ``must``, then
-    those of ``reserve`` in the study's order while the study's estimate fits in
-    :data:`FILL` of the time left to ``until`` (the clock's deadline), none after the
-    first that does not; a served model only with the run that trains its weights. The
-    plan's file content: ``budget``, ``planned``, ``left_out`` (the study's and the
-    reserve's), and ``replanned`` (what it kept and why)."""
-    from ..plan import order, study_estimate
+    """The plan from the calibrations under ``results`` and the first trials of ``must``
+    (the plan's own experiments: every one runs): the trials ``must`` has yet to run,
+    then ``reserve``'s minimum trials in the study's order while they fit in :data:`FILL`
+    of the time left to ``until`` (the clock's deadline), none after the first that does
+    not, a served model only with the run that trains its weights; every estimate scaled
+    by how far it was off for the trials with a record (as the progress line scales the
+    time left). The plan's file content: ``budget``, ``planned``, ``left_out`` (the
+    study's and the reserve's), and ``replanned`` (what it kept, from what)."""
+    from ..plan import order, preflight, progress, study_estimate
 
     results = Path(results)
     now = time.time() if now is None else now
     until = clock.deadline() if until is None else until
     machine = study_estimate.study_machine(study, results, measure=False)
     est = study_estimate.for_study(study, results, machine=machine)
+    per = est["experiments"]
+    ratio, measured = progress.speed(study, preflight.under(results, study.settings), per)
+    # (the reserve has no record: what is left of the trials is the plan's own)
+    own_left = est["remaining_trials_s"] - sum(minimum_s(per.get(e)) for e in reserve)
     time_left = (until - now) if until else math.inf
-    room = FILL * (time_left - _setup_left_s(study, est))
-    seconds = {e: v["seconds"] for e, v in est["experiments"].items()}
-    musts, reserved = set(must), set(reserve)
-    runs = order.run_order(study.experiments, seconds)
-    kept: list[str] = []
-    for _ in range(5):  # the estimate of what is kept may differ (shared steps): fit it again
-        kept, used, full = [], 0.0, False
-        for e in runs:
-            cost = minimum_s(est["experiments"].get(e))
-            if e in reserved:  # (none after the first that does not fit)
-                full = full or used + cost > room
-                if full:
-                    continue
-            elif e not in musts:
-                continue
-            kept.append(e)
+    room = FILL * (time_left - _setup_left_s(study, est)) - ratio * own_left
+    seconds = {e: v["seconds"] for e, v in per.items()}
+    admitted, used = [], 0.0
+    for e in order.run_order(study.experiments, seconds):
+        if e in set(reserve):
+            cost = ratio * minimum_s(per.get(e))
+            if used + cost > room:
+                break  # (none after the first that does not fit)
+            admitted.append(e)
             used += cost
-        kept = with_weights(study, set(kept))
-        trial = copy.copy(study)
-        leave_out(trial, [e for e in study.ids if e not in set(kept)])
-        over = study_estimate.for_study(trial, results, machine=machine)["trials_s"] - room
-        if over <= 0 or not set(kept) - musts:
-            break
-        room -= over
+    kept = with_weights(study, {*must, *admitted})
+    admitted = [e for e in admitted if e in set(kept)]
     dropped = [e for e in reserve if e not in set(kept)]
     gone = [{"id": e, "group": study.by_id[e].get("group") or e} for e in dropped]
     return {
@@ -123,34 +118,36 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
         "planned": len(study.experiments) + len(study.left_out),
         "left_out": [*study.left_out, *gone],
         "replanned": {
-            "from": "the calibrations",
+            "from": "the calibrations and the first trials of the plan's own",
             "time_left_s": round(time_left, 1) if math.isfinite(time_left) else None,
+            "own_left_s": round(ratio * own_left, 1),
             "room_s": round(room, 1) if math.isfinite(room) else None,
+            "ratio": round(ratio, 3),
+            "measured_trials": measured,
             "before": len(must),
             "kept": len(kept),
-            "admitted": [e for e in runs if e in reserved and e in set(kept)],  # (in order)
+            "admitted": admitted,
         },
     }
 
 
-def kept(plan_file: Path | str, ids: list[str]) -> list[str]:
-    """``ids`` without what the plan in ``plan_file`` left out."""
+def admitted(plan_file: Path | str) -> list[str]:
+    """The reserve the plan in ``plan_file`` runs, in the order it runs them."""
     plan = read_json(plan_file, want=dict)
-    gone = {e.get("id") for e in plan.get("left_out") or [] if isinstance(e, dict)}
-    return [e for e in ids if e not in gone]
+    return [str(e) for e in (plan.get("replanned") or {}).get("admitted") or []]
 
 
 def applied(study):
-    """``study`` as the plan made again leaves it (a copy without what it left out),
-    where this run planned again and the plan is there; else ``study``."""
+    """``study`` as this run plans it where its budget's plan is made again
+    (:data:`REPLAN_VAR`: the reserve): without the reserve until that plan is there, then
+    without what it left out (a copy); else ``study``."""
+    reserve = [e for e in os.environ.get(REPLAN_VAR, "").split(",") if e in study.by_id]
+    if not reserve:
+        return study
     where = path(study.path(study.results))
-    if not os.environ.get(REPLAN_VAR) or not where.exists():
-        return study
-    gone = [e for e in study.ids if e not in set(kept(where, study.ids))]
-    if not gone:
-        return study
+    runs = set(admitted(where)) if where.exists() else set()
     out = copy.copy(study)
-    leave_out(out, gone)
+    leave_out(out, [e for e in reserve if e not in runs])
     return out
 
 
