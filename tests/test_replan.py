@@ -131,3 +131,22 @@ def test_a_study_without_its_calibrations_is_planned_again(study, tmp_path):
     cal.parent.mkdir(parents=True)
     cal.write_text(json.dumps({"kind": "calibration", "ceiling": [{"threads": 1}]}))
     assert not replan.needed(study, tmp_path / "results")
+
+
+def test_a_job_snakemake_spawns_plans_the_same_reserve(tmp_path, monkeypatch):
+    """A job that Snakemake runs in a process of its own reads the workflow again: its
+    study has the main process's reserve (from the environment), so its DAG, the final
+    report's records among it, is the same."""
+    from workflow_scripts.study import entry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(entry.PLANNED_FOR_VAR, entry.planned_for(None))  # a job's process
+    monkeypatch.setenv(entry.LEFT_OUT_VAR, "o-batch-bs16")
+    monkeypatch.setenv(replan.REPLAN_VAR, "o-bf16,o-batch-bs4")
+    config = {**copy.deepcopy(BUDGET_PART), "runtime": "local", "budget": "10min",
+              "collectives": {"variants": []}}  # fmt: skip
+    job = entry.load_for_snakemake(config, {}, runs=True)
+    assert job.replan == {"must": MUST, "reserve": ["o-bf16", "o-batch-bs4"]}
+    assert [e["id"] for e in job.left_out] == ["o-batch-bs16"]
+    monkeypatch.delenv(replan.REPLAN_VAR)
+    assert entry.load_for_snakemake(config, {}, runs=True).replan is None

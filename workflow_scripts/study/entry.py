@@ -197,6 +197,10 @@ def load_for_snakemake(config: dict, command_line: dict | None = None, runs: boo
             study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
         if os.environ.get(LEFT_OUT_VAR):
             leave_out(study, os.environ[LEFT_OUT_VAR].split(","))
+        reserve = [e for e in os.environ.get(replan.REPLAN_VAR, "").split(",") if e in study.by_id]
+        if reserve:  # (a job Snakemake spawns reads the workflow again: the same DAG)
+            study.replan = {"must": [e for e in study.ids if e not in set(reserve)],
+                            "reserve": reserve}  # fmt: skip
     return study
 
 
@@ -274,10 +278,10 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
             study.replan = {"must": kept, "reserve": reserve}
             os.environ[replan.REPLAN_VAR] = ",".join(reserve)
             print(f"[budget] this estimate has no calibration of this machine yet: once they "
-                  "have run (before any trial) the study plans again from them and the time "
-                  f"left, and runs the next of the {len(reserve)} in its order that fit then "
-                  f"(those that fit in {replan.RESERVE:g}x the budget here)",
-                  file=sys.stderr)  # fmt: skip
+                  "and the first trial of each of these have run, the study plans again from "
+                  "them and the time left, and runs the next of the "
+                  f"{len(reserve)} in its order that fit then (those that fit in "
+                  f"{replan.RESERVE:g}x the budget here)", file=sys.stderr)  # fmt: skip
         if est["total_s"] > budget:
             question = set(order.question(all_specs))
             print(_over_budget(settings["budget"], only_question=set(kept) <= question),
