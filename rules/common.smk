@@ -116,8 +116,9 @@ def trial_priority(wildcards):
 # Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
 # experiment whose first trial stopped far slower than its baseline runs no other
 # (FAR_STOPS: those that may, their far_stop beyond the margin; the first round's
-# report, a checkpoint, comes after every trial 0).
-FIRST_TRIALS = rounds.first_trials(STUDY.experiments, MIN_TRIALS)
+# report, a checkpoint, comes after every trial 0). A budget's reserve aside: the plan's
+# own seeds are counted among themselves (workflow_scripts/study/replan.py).
+FIRST_TRIALS = replan.first_trials(STUDY, RESERVE, MIN_TRIALS)
 FAR_STOPS = {
     e["id"]
     for e in STUDY.experiments
@@ -178,8 +179,8 @@ def budget_plan_file(wildcards):
 
 def report_progress():
     """A trial's progress line, of the study as this run plans it (the budget's plan made
-    again, where it was)."""
-    progress.report(replan.applied(STUDY))
+    again, where it was; before it, with what its reserve may add)."""
+    progress.report(replan.applied(STUDY), reserve_s=replan.pending_s(STUDY))
 
 
 def all_records(last=None):

@@ -345,3 +345,27 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     write_round(tmp_path, 2, [], decided=[("a", "b"), ("a", "c")])
     text = progress.line(s, tmp_path, started=0.0, now=1200.0, machine=m)
     assert "8 of 8 trials have a record" in text and "every trial is done" in text, text
+
+
+def test_a_budgets_reserve_not_yet_planned_counts_up_to_the_budgets_end(tmp_path, monkeypatch):
+    """Before the budget's plan is made again (study/replan.py) the time left is the
+    plan's own trials and what fits of the reserve's (``reserve_s``), no later than the
+    budget's end."""
+    from workflow_scripts.plan import clock
+
+    s, m, predicted = predicted_study()
+    write_record(tmp_path, "a", 0, wall=predicted["a"]["seconds"])  # as estimated: x 1.00
+    own = progress.line(s, tmp_path, started=0.0, now=100.0, machine=m)
+    left = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known([("a", 0)]))[
+        "remaining_trials_s"
+    ]
+    own_s = left + progress.after_trials(s, tmp_path)[0]
+    assert f"about {estimate_text.human(own_s)} left" in own
+    monkeypatch.setenv(clock.DEADLINE_VAR, "10000")
+    fits = progress.line(s, tmp_path, started=0.0, now=100.0, machine=m, reserve_s=50.0)
+    assert f"about {estimate_text.human(own_s + 50.0)} left" in fits, fits
+    assert "then, planned again after the first trials, what fits of the budget's reserve" in fits
+    capped = progress.line(s, tmp_path, started=0.0, now=100.0, machine=m, reserve_s=1e6)
+    assert f"about {estimate_text.human(9900.0)} left" in capped, capped
+    monkeypatch.delenv(clock.DEADLINE_VAR)  # no budget: no reserve to fill it
+    assert progress.line(s, tmp_path, started=0.0, now=100.0, machine=m, reserve_s=50.0) == own

@@ -150,3 +150,18 @@ def test_a_job_snakemake_spawns_plans_the_same_reserve(tmp_path, monkeypatch):
     assert [e["id"] for e in job.left_out] == ["o-batch-bs16"]
     monkeypatch.delenv(replan.REPLAN_VAR)
     assert entry.load_for_snakemake(config, {}, runs=True).replan is None
+
+
+def test_a_seed_whose_sweep_is_in_the_reserve_keeps_its_own_replicates(tmp_path):
+    """A seed sweep's seeds share the minimum's trials (they are its replicates); where
+    the budget keeps one seed and reserves the others (which may never run), the kept
+    seed runs the trials it would run alone, a reserved seed its share of the sweep."""
+    groups = {"g": {"runs": [{"id": "base"}]},
+              "acc": {"runs": [{"name": "acc", "seed": [0, 1, 2]}]}}  # fmt: skip
+    config = {"runtime": "local", "trials": 2, "groups": groups}
+    study = load_study(config, tmp_path)
+    reserve = ["acc-seed1", "acc-seed2"]
+    assert replan.first_trials(study, reserve, 2) == {
+        "base": 2, "acc-seed0": 2, "acc-seed1": 1, "acc-seed2": 1}  # fmt: skip
+    assert replan.first_trials(study, [], 2) == {
+        "base": 2, "acc-seed0": 1, "acc-seed1": 1, "acc-seed2": 1}  # fmt: skip

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..util import UnreadableFile, finite, measuring_seconds, read_json, timed_seconds
-from . import estimate, estimate_text, rounds, study_estimate
+from . import clock, estimate, estimate_text, rounds, study_estimate
 
 #: when this run started (seconds since the epoch), set once by the main process and
 #: inherited by every job's process (a cluster job's too)
@@ -328,8 +328,11 @@ def line(
     started: float | None = None,
     now: float | None = None,
     machine: estimate.Machine | None = None,
+    reserve_s: float = 0.0,
 ) -> str:
-    """One progress line for a loaded study (``study.Study``)."""
+    """One progress line for a loaded study (``study.Study``). ``reserve_s``: a budget's
+    reserve not yet planned (study/replan.py): the estimate of its trials, which the plan
+    made after the first trials fits into what is left of the budget."""
     from . import preflight
 
     results = Path(results)
@@ -426,6 +429,17 @@ def line(
             span = (f", {estimate_text.human(scaled(low))} to "
                     f"{estimate_text.human(scaled(high))}")  # fmt: skip
         guess = scaled(ratio)
+        until = clock.deadline()
+        if reserve_s > 0 and until:  # the reserve: what fits of it, up to the budget's end
+            upto = until - (now if now is not None else time.time())
+            guess = max(guess, min(scaled(ratio, reserve_s), upto))
+            span = ""
+            rounds_then += (
+                f"; then, planned again after the first trials, what fits of the budget's "
+                f"reserve (about {estimate_text.human(scaled(ratio, reserve_s) - scaled(ratio))}"
+                f" for all of it), the budget ending at "
+                f"{time.strftime('%H:%M', time.localtime(until))}"
+            )
         return (
             text + f"; about {estimate_text.human(guess)} left{span} (the "
             f"estimate of {estimate_text.human(left)} for the {trials_left}, "
@@ -468,13 +482,13 @@ def _rounds_text(ahead: Rounds, scaled, ratio: float, reruns: float, then: str) 
     )
 
 
-def report(study, results: Path | str = "results") -> None:
+def report(study, results: Path | str = "results", reserve_s: float = 0.0) -> None:
     """Print the progress line after a trial's job (a rule's ``run:`` block); a line
     that cannot be made never fails the job."""
     import sys
 
     try:
-        text = line(study, results)
+        text = line(study, results, reserve_s=reserve_s)
     except Exception as exc:  # noqa: BLE001 - progress is advice, not a result
         text = f"[progress] none: {type(exc).__name__}: {exc}"
     print(text, file=sys.stderr, flush=True)

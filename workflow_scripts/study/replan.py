@@ -66,6 +66,18 @@ def reserve_of(study, per: dict, kept: list[str], left: list[str], room_s: float
     return [e for e in wide if e in out and study.by_id[e]["env"] in envs]
 
 
+def first_trials(study, reserve: list[str], trials: int) -> dict[str, int]:
+    """Each experiment's trials before any adaptive round (``rounds.first_trials``), the
+    plan's own counted among themselves: a seed whose sweep's other seeds are in the
+    reserve has the trials it would have without them (they may never run), a reserve's
+    seed its share of the whole sweep."""
+    from ..plan import rounds
+
+    gone = set(reserve)
+    own = rounds.first_trials([s for s in study.experiments if s["id"] not in gone], trials)
+    return {**rounds.first_trials(study.experiments, trials), **own}
+
+
 def _setup_left_s(study, est: dict) -> float:
     """What the study's jobs besides its trials still take: the collectives without a
     result, the report."""
@@ -96,8 +108,9 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     est = study_estimate.for_study(study, results, machine=machine)
     per = est["experiments"]
     ratio, measured = progress.speed(study, preflight.under(results, study.settings), per)
-    # (the reserve has no record: what is left of the trials is the plan's own)
-    own_left = est["remaining_trials_s"] - sum(minimum_s(per.get(e)) for e in reserve)
+    own = copy.copy(study)  # (its seeds counted among themselves, as they run: first_trials)
+    leave_out(own, reserve)
+    own_left = study_estimate.for_study(own, results, machine=machine)["remaining_trials_s"]
     time_left = (until - now) if until else math.inf
     room = FILL * (time_left - _setup_left_s(study, est)) - ratio * own_left
     seconds = {e: v["seconds"] for e, v in per.items()}
@@ -145,10 +158,30 @@ def applied(study):
     if not reserve:
         return study
     where = path(study.path(study.results))
-    runs = set(admitted(where)) if where.exists() else set()
+    try:
+        runs = set(admitted(where)) if where.exists() else set()
+    except (OSError, ValueError):  # (a progress line never fails a trial)
+        runs = set()
     out = copy.copy(study)
     leave_out(out, [e for e in reserve if e not in runs])
     return out
+
+
+def pending_s(study, results: Path | str = "results") -> float:
+    """The estimate of the budget's reserve (:data:`REPLAN_VAR`) while its plan is not
+    made yet (the minimum trials of each, this machine's calibrations), for the progress
+    line's time left; 0 otherwise."""
+    from ..plan import study_estimate
+
+    reserve = [e for e in os.environ.get(REPLAN_VAR, "").split(",") if e in study.by_id]
+    if not reserve or path(study.path(study.results)).exists():
+        return 0.0
+    try:
+        machine = study_estimate.study_machine(study, results, measure=False)
+        per = study_estimate.for_study(study, results, machine=machine)["experiments"]
+    except Exception:  # noqa: BLE001 - the progress line is advice: never a failed trial
+        return 0.0
+    return sum(minimum_s(per.get(e)) for e in reserve)
 
 
 def text(plan: dict) -> str:
