@@ -109,9 +109,8 @@ def test_the_plans_file_is_what_the_final_report_and_every_jobs_progress_go_by(
     study, tmp_path, monkeypatch
 ):
     where = replan.path(tmp_path / "results")
-    monkeypatch.delenv(replan.REPLAN_VAR, raising=False)
     assert replan.applied(study) is study  # not planned again in this run: as it is
-    monkeypatch.setenv(replan.REPLAN_VAR, ",".join(RESERVE))
+    study.replan = {"must": MUST, "reserve": RESERVE}
     before = replan.applied(study)  # before the plan: the plan's own alone
     assert before.ids == MUST and study.ids == MUST + RESERVE  # (a copy)
     plan = replan.replan(study, MUST, RESERVE, tmp_path, now=0.0, until=1e9)

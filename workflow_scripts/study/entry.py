@@ -197,10 +197,7 @@ def load_for_snakemake(config: dict, command_line: dict | None = None, runs: boo
             study.settings["max_trials"] = int(os.environ[MAX_TRIALS_VAR])
         if os.environ.get(LEFT_OUT_VAR):
             leave_out(study, os.environ[LEFT_OUT_VAR].split(","))
-        reserve = [e for e in os.environ.get(replan.REPLAN_VAR, "").split(",") if e in study.by_id]
-        if reserve:  # (a job Snakemake spawns reads the workflow again: the same DAG)
-            study.replan = {"must": [e for e in study.ids if e not in set(reserve)],
-                            "reserve": reserve}  # fmt: skip
+        replan.from_environment(study)
     return study
 
 

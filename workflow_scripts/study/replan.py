@@ -1,4 +1,5 @@
-"""A budget's plan made again once the calibrations have measured this machine.
+"""A budget's plan made again once the calibrations and the first trials of its own
+experiments have measured this machine.
 
 Before any job runs, ``study/entry.py`` (``plan_budget``) fits a budget that does not
 cover every experiment's minimum trials from what it knows then. On a fresh machine that
@@ -7,13 +8,15 @@ is a quick matmul and rough constants for a trial's process start and setup impo
 budget=1h run of the default study kept 45 experiments and ended after 43 minutes. So
 where a calibration is missing, the plan keeps as its *reserve* the experiments beyond
 it in the study's order that fit in :data:`RESERVE` budgets by that estimate (of the
-environments the plan builds anyway), and the checkpoint ``budget_plan``
-(rules/experiments.smk) plans again after the calibrations, before any trial: from the
-calibrated estimate and the time left on the budget's clock, the plan's own experiments
-always, then the reserve's in the study's order while they fit in :data:`FILL` of the
-time left (the collectives and the report kept aside), none after the first that does
-not. Its file (``results/budget/plan.json``) is what the rounds run, what every job's
-process plans the rest with (:data:`REPLAN_VAR`) and what the report states as left out.
+environments the plan builds anyway; :attr:`Study.replan`, and :data:`REPLAN_VAR` for a
+job's process), and the checkpoint ``budget_plan`` (rules/experiments.smk) plans again
+once the calibrations and the first trial of each of the plan's own experiments have
+run: the calibrated estimate scaled by how far it was off for those trials, the plan's
+own trials yet to run, the collectives and the report kept aside, then the reserve in
+the study's order while it fits in :data:`FILL` of the time left on the clock, none
+after the first that does not. Its file (``results/budget/plan.json``) is what the final
+report's records hold, what every progress line counts and what the report states as
+left out.
 """
 
 from __future__ import annotations
@@ -114,9 +117,9 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     time_left = (until - now) if until else math.inf
     room = FILL * (time_left - _setup_left_s(study, est)) - ratio * own_left
     seconds = {e: v["seconds"] for e, v in per.items()}
-    admitted, used = [], 0.0
+    admitted, used, reserved = [], 0.0, set(reserve)
     for e in order.run_order(study.experiments, seconds):
-        if e in set(reserve):
+        if e in reserved:
             cost = ratio * minimum_s(per.get(e))
             if used + cost > room:
                 break  # (none after the first that does not fit)
@@ -144,6 +147,21 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     }
 
 
+def reserve_ids(study) -> list[str]:
+    """The study's reserve (:attr:`Study.replan`), of its experiments; [] without one."""
+    return [e for e in (study.replan or {}).get("reserve") or [] if e in study.by_id]
+
+
+def from_environment(study) -> None:
+    """A job's process: the reserve the main process planned (:data:`REPLAN_VAR`), the
+    rest of the study the plan's own (a job Snakemake spawns reads the workflow again:
+    the same DAG)."""
+    reserve = [e for e in os.environ.get(REPLAN_VAR, "").split(",") if e in study.by_id]
+    if reserve:
+        study.replan = {"must": [e for e in study.ids if e not in set(reserve)],
+                        "reserve": reserve}  # fmt: skip
+
+
 def admitted(plan_file: Path | str) -> list[str]:
     """The reserve the plan in ``plan_file`` runs, in the order it runs them."""
     plan = read_json(plan_file, want=dict)
@@ -151,10 +169,10 @@ def admitted(plan_file: Path | str) -> list[str]:
 
 
 def applied(study):
-    """``study`` as this run plans it where its budget's plan is made again
-    (:data:`REPLAN_VAR`: the reserve): without the reserve until that plan is there, then
+    """``study`` as this run plans it where its budget's plan is made again (its
+    reserve): without the reserve until that plan is there, then
     without what it left out (a copy); else ``study``."""
-    reserve = [e for e in os.environ.get(REPLAN_VAR, "").split(",") if e in study.by_id]
+    reserve = reserve_ids(study)
     if not reserve:
         return study
     where = path(study.path(study.results))
@@ -168,12 +186,12 @@ def applied(study):
 
 
 def pending_s(study, results: Path | str = "results") -> float:
-    """The estimate of the budget's reserve (:data:`REPLAN_VAR`) while its plan is not
+    """The estimate of the budget's reserve (:attr:`Study.replan`) while its plan is not
     made yet (the minimum trials of each, this machine's calibrations), for the progress
     line's time left; 0 otherwise."""
     from ..plan import study_estimate
 
-    reserve = [e for e in os.environ.get(REPLAN_VAR, "").split(",") if e in study.by_id]
+    reserve = reserve_ids(study)
     if not reserve or path(study.path(study.results)).exists():
         return 0.0
     try:
