@@ -677,6 +677,13 @@ def test_what_a_budgets_plan_left_out_is_stated(tmp_path):
     res, page = run("--plan-json", json.dumps(plan), "--plan-file", str(made))
     assert res.returncode == 0, res.stderr
     assert left_out_by_budget(page) == ["transformers: bert-base"]
+    made.write_text(json.dumps({**plan, "replanned": {"admitted": []}}))
+    res, page = run("--plan-file", str(made))
+    assert res.returncode == 0, res.stderr
+    assert (
+        "left out 3 of the study's 9 experiments by its plan, made again once the "
+        "calibrations and the question's first trials had run"
+    ) in headline_text(page)
     made.write_text("{not json")
     res, _ = run("--plan-file", str(made))
     assert res.returncode == 2 and "--plan-file is not valid JSON" in res.stderr

@@ -319,9 +319,11 @@ def left_out_by_plan(plan: Mapping | None) -> tuple[str, str]:
     budget = html.escape(str(plan.get("budget")))
     planned = plan.get("planned")
     of = f" of the study's {planned}" if isinstance(planned, int) else ""
+    when = ("by its plan, made again once the calibrations and the question's first trials "
+            "had run" if plan.get("replanned") else "before any trial ran")  # fmt: skip
     line = (
         f"The budget ({budget}) left out {_b('budget-left-out', str(len(gone)))}{of} "
-        "experiments before any trial ran, to fit it: "
+        f"experiments {when}, to fit it: "
         f"{html.escape(', '.join(f'{g} ({len(ids)})' for g, ids in groups.items()))} (see "
         '<a href="#left-out-by-budget">Left out by the budget</a>). This report has no '
         "results of theirs; snakemake without the budget, or with a larger one, runs them "
