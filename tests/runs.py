@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from workflow_scripts.study.config import is_block
+from workflow_scripts.trial.environment import headers_folder
 
 REPO = Path(__file__).resolve().parents[1]
 #: the workflow as a user's checkout runs it (profiles/default: read on every run)
@@ -163,6 +164,9 @@ class QuickStudy:
 
     @classmethod
     def run(cls, wd: Path) -> QuickStudy:
+        # (from none of this machine's precompiled headers: what the study builds of
+        # them is seen, test_containers_slow; they are a cache, built again on demand)
+        shutil.rmtree(headers_folder(), ignore_errors=True)
         return cls.read(wd, snakemake_in_podman(wd))
 
     @classmethod

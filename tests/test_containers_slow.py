@@ -28,6 +28,7 @@ from tests.runs import (
 from workflow_scripts import images, runtimes, study
 from workflow_scripts.runtimes import container
 from workflow_scripts.runtimes.container import engine_env
+from workflow_scripts.trial.environment import headers_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman]
 
@@ -106,6 +107,28 @@ def test_data_is_mounted_read_only_and_results_are_the_users(quick_study):
     reader = next(e for e, got in shared.items() if got)
     assert shared[reader] == {"fp64": pair[reader]} and not shared[pair[reader]], shared
     assert f"{refs}:{refs}:rw" in quick_study.records[reader]["provenance"]["command"]
+
+
+def test_compiled_runs_share_this_machines_precompiled_headers(quick_study):
+    """Inductor compiles its kernels' prelude into a precompiled header in its default
+    cache folder, which a container's fresh /tmp lacks: a compiled run in an image gets
+    this machine's folder of them (mounted, linked where Inductor looks), so each image
+    builds a header there once and its later compiled runs find it. The quick study
+    starts without any (tests.runs.QuickStudy)."""
+    headers = headers_folder()
+    compiled = {e: r for e, r in quick_study.records.items() if r["spec"]["compile"] != "none"}
+    images_of = {r["provenance"]["image_id"] for r in compiled.values()}
+    assert len(compiled) > len(images_of) >= 1, sorted(compiled)
+    for experiment, record in quick_study.records.items():
+        cache, command = record["provenance"]["compile_cache"], record["provenance"]["command"]
+        if experiment in compiled:
+            assert cache["headers"] == str(headers), (experiment, cache)
+            assert f"{headers}:{headers}:rw" in command, experiment
+        else:
+            assert "headers" not in cache and not any(str(headers) in c for c in command)
+    # written there by the images' runs, once each: fewer than the compiled runs
+    built = sorted(headers.glob("*.gch"))
+    assert 1 <= len(built) < len(compiled), (built, sorted(compiled))
 
 
 def test_torch_loads_from_the_bytecode_built_into_every_image(quick_study):

@@ -472,6 +472,30 @@ def test_spec_cache_dir_is_respected(make_spec, tmp_path):
     assert record["provenance"]["compile_cache"] == {"dir": str(tmp_path / "mine"), "fresh": False}
 
 
+def test_a_compiled_run_in_a_container_gets_this_machines_precompiled_headers(make_spec, tmp_path):
+    """Inductor's precompiled headers live in its default cache folder, not the run's
+    cache: a compiled run in a container (whose /tmp starts empty) gets the machine's
+    folder of them, mounted, and the variable that links it (backends.base); a run that
+    compiles nothing, or runs locally (where torch's own /tmp folder is the machine's),
+    gets neither."""
+    from workflow_scripts.backends.base import HEADERS_VAR
+    from workflow_scripts.trial.environment import compile_cache, headers_folder, run_mounts
+
+    env: dict[str, str] = {}
+    cache, removed = compile_cache(make_spec(backend="inductor"), env, "c", container=True)
+    assert cache["headers"] == env[HEADERS_VAR] == str(headers_folder()) and removed is None
+    assert headers_folder().is_dir()
+    out = tmp_path / "records" / "c" / "trial0.json"
+    assert (cache["headers"], "rw") in run_mounts(out, None, cache)
+    for spec, container in ((make_spec(), True), (make_spec(backend="inductor"), False)):
+        env = {}
+        cache, removed = compile_cache(spec, env, "n", container=container)
+        if removed is not None:
+            removed.rmdir()
+        assert "headers" not in cache and HEADERS_VAR not in env, (spec["compile"], container)
+        assert all(path != str(headers_folder()) for path, _ in run_mounts(out, None, cache))
+
+
 def test_a_compiled_runs_later_trial_starts_from_its_first_trials_cache(make_spec, tmp_path):
     """Trial 0 of a compiled run compiles cold into the folder beside its record (emptied
     at each attempt: its compile latency is a cold one) and leaves it; a later trial runs

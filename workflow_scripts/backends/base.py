@@ -17,7 +17,34 @@ workflow's environment has no torch.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+#: the variable that gives a compiled run in a container the folder (the host's, mounted
+#: at its own path: trial/environment.py) of the machine's precompiled headers
+HEADERS_VAR = "STUDY_INDUCTOR_HEADERS"
+
+
+def share_precompiled_headers() -> str | None:
+    """Where TorchInductor keeps the precompiled headers of this process (its default
+    cache folder's ``precompiled_headers``, wherever ``TORCHINDUCTOR_CACHE_DIR`` points),
+    linked to the folder that ``STUDY_INDUCTOR_HEADERS`` names: a container run's, the
+    host's, shared by the image's later runs. The link's path, or None where the
+    variable is unset or the link cannot be made (the run then compiles its own)."""
+    shared = os.environ.get(HEADERS_VAR)
+    if not shared or not os.path.isdir(shared):
+        return None
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    link = os.path.join(default_cache_dir(), "precompiled_headers")
+    try:
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(shared, link)
+    except FileExistsError:
+        pass  # (another rank of the run linked it, or the folder was there)
+    except OSError:
+        return None
+    return link if os.path.realpath(link) == os.path.realpath(shared) else None
 
 
 class Backend:
@@ -109,6 +136,7 @@ class Backend:
 
         if spec["compile"] == "none":
             return model
+        share_precompiled_headers()
         if spec["compile"] == "inductor":
             if spec.get("compile_freezing"):
                 import torch._inductor.config as inductor_config

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..backends.base import HEADERS_VAR
 from ..rank import references
 from ..rank.inference import weights_path
 
@@ -26,6 +27,13 @@ def default_inductor_cache_dir(env: dict[str, str]) -> str:
     return os.path.join(tmp, f"torchinductor_{user}")
 
 
+def headers_folder() -> Path:
+    """This machine's folder of the images' precompiled headers (in its own temporary
+    folder: a header is compiled for this CPU, ``-march=native``, and is no use on
+    another node)."""
+    return Path(tempfile.gettempdir()) / f"study-inductor-headers-{os.getuid()}"
+
+
 def compile_cache(
     spec: dict,
     env: dict[str, str],
@@ -38,7 +46,29 @@ def compile_cache(
     folder to remove afterwards. ``plan`` (carry.compile_cache_plan): ``keep``, the
     folder to compile into, emptied first and kept (a first trial's); ``warm_from``, the
     folder whose copy the run starts from (a later trial's), beside it and removed after.
-    Both are beside the record, which a container run mounts at its own path."""
+    Both are beside the record, which a container run mounts at its own path.
+
+    A compiled run in a container also gets the machine's precompiled headers
+    (``headers``, :func:`headers_folder`): TorchInductor compiles its C++ prelude once
+    per machine into its default cache folder, not the run's cache (``/tmp`` locally,
+    shared by every run there), and a container's ``/tmp`` starts empty (4-5 s of a
+    compiled trial here, every trial of a frozen graph). What the header holds is keyed
+    by its preprocessed text, the compiler and its flags, so each image has its own."""
+    cache, folder = _compile_cache(spec, env, label, container, plan)
+    if container and spec.get("compile", "none") != "none":
+        headers = headers_folder()
+        try:
+            headers.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return cache, folder  # (the run compiles its header itself, as before)
+        env[HEADERS_VAR] = str(headers)
+        cache["headers"] = str(headers)
+    return cache, folder
+
+
+def _compile_cache(
+    spec: dict, env: dict[str, str], label: str, container: bool, plan: dict | None
+) -> tuple[dict, Path | None]:
     own = "TORCHINDUCTOR_CACHE_DIR" in (spec.get("env_vars") or {})
     if spec.get("warm_compile_cache") or own:
         where = env.get("TORCHINDUCTOR_CACHE_DIR") or default_inductor_cache_dir(env)
@@ -105,7 +135,8 @@ def run_mounts(
     the record's folder writable, the data (image folder or digits) read-only, the
     folder of the run whose trained weights it serves read-only, a warm compile
     cache if the spec keeps one (a later trial's copy of its first trial's is beside
-    the record already), and the gradient check's shared references
+    the record already), the machine's precompiled headers for a compiled run
+    (:func:`compile_cache`), and the gradient check's shared references
     (``shares_references``: rank/references.py) writable."""
     mounts = [(str(out.parent.resolve()), "rw")]
     if shares_references:
@@ -123,4 +154,6 @@ def run_mounts(
     if not cache["fresh"] and not beside(Path(cache["dir"]), out):
         Path(cache["dir"]).mkdir(parents=True, exist_ok=True)
         mounts.append((cache["dir"], "rw"))
+    if cache.get("headers"):
+        mounts.append((cache["headers"], "rw"))
     return mounts
