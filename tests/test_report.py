@@ -614,7 +614,9 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
                 error={"type": clock.KIND, "message": clock.why(30, 1e9)})  # fmt: skip
     records = [make("baseline"), make("baseline", trial=1), left,
                make("bf16-cl", status="failed", sps=None, error={"type": "RuntimeError",
-                                                                 "message": "boom"})]  # fmt: skip
+                                                                 "message": "boom"}),
+               make("compiled", status="incorrect", sps=None,
+                    error={"type": "GradientCheckFailed", "message": "off"})]  # fmt: skip
     loaded = rec.load_records(write(tmp_path / "r", records))
     out = report.build_report(
         loaded,
@@ -622,17 +624,20 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
             tmp_path / "summary.csv", tmp_path / "report/index.html", tmp_path / "report"
         ),
     )
-    assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (4, 2, 1, 1)
+    assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (5, 2, 2, 1)
     page = (tmp_path / "report/index.html").read_text()
     counts = re.search(r'<p class="counts">(.*?)</p>', page, re.S).group(1)
-    assert "<b>1</b> failed, <b>1</b> left out by the budget's clock" in counts, counts
+    assert "<b>2</b> failed, <b>1</b> left out by the budget's clock" in counts, counts
+    assert "incorrect: 1" in counts and "failed: 1" in counts, counts
     failures = page[page.index('<section id="failures">') :]
     failures = failures[: failures.index("</section>")]
     assert '<p class="note" id="left-out">1 trial left out, not failed' in failures
-    assert "2 ok, 1 failed, 1 left out by the budget's clock" in page  # the headline
+    # the headline: an incorrect trial ran whole, its gradients failed the check
+    headline = "2 ok, 1 incorrect (they ran; their gradient check failed), 1 failed, 1 left out"
+    assert headline in page
     assert "bf16-cl" in failures and "bf16 —" not in failures.replace("bf16-cl", "")
     statuses = pd.read_csv(tmp_path / "summary.csv")["status"]
-    assert sorted(statuses) == ["failed", "left_out", "ok", "ok"]
+    assert sorted(statuses) == ["failed", "incorrect", "left_out", "ok", "ok"]
 
 
 def test_what_a_budgets_plan_left_out_is_stated(tmp_path):

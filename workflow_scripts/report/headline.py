@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..summary.records import INCORRECT
 from ..util import finite
 from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
@@ -282,9 +283,15 @@ def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
     )
     _, n_ok, n_failed = trial_counts(frame)
     n_left = left_out(frame)
+    # (a trial that ran whole but whose gradients failed the check is no failure to run)
+    n_incorrect = int((frame["status"] == INCORRECT).sum())
+    incorrect = (
+        f", {n_incorrect} incorrect (they ran; their gradient check failed)" if n_incorrect else ""
+    )
     text = (
         f"Measured: {_b('trials', str(n))} trials of {len(stats)} experiments "
-        f"({per} per experiment; preset {html.escape(presets)}), {n_ok} ok, {n_failed} failed"
+        f"({per} per experiment; preset {html.escape(presets)}), {n_ok} ok{incorrect}, "
+        f"{n_failed - n_incorrect} failed"
     )
     if n_left:
         text += f", {n_left} left out by the budget's clock (they run next time)"

@@ -38,6 +38,8 @@ from ..sysinfo import node_type
 from . import results
 
 OK = "ok"
+#: a trial that ran whole, whose gradients failed the check (its figures unchecked_metrics)
+INCORRECT = "incorrect"
 STATUSES = ("ok", "incorrect", "failed", "crashed", "timeout", "oom", "preempted", "node_fail",
             "left_out")  # fmt: skip
 UNREADABLE = "UnreadableRecord"
