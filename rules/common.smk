@@ -237,11 +237,13 @@ def stage_priority(wildcards):
 
 
 def stage_title(wildcards):
+    """Its experiments of the study's (a budget's reserve, not yet planned, in neither)."""
     words = order.STAGE_WORDS[wildcards.stage]
-    n = len(STAGES[wildcards.stage])
+    n = len(stage_records(wildcards))
+    more = "; more once the study plans again" if RESERVE else ""
     return (
-        f"Provisional report: {words} ({n} of {len(RUN_ORDER)} experiments; the study "
-        "goes on; its report: results/report/index.html)"
+        f"Provisional report: {words} ({n} of {len(RUN_ORDER) - len(RESERVE)} experiments"
+        f"{more}; the study goes on; its report: results/report/index.html)"
     )
 
 

@@ -428,6 +428,11 @@ def test_a_budget_is_planned_again_from_the_calibrations(upstream_env, tmp_path)
     # of the reserve fits: its runs cost about what the question's do)
     if replanned["room_s"] >= replanned["own_left_s"]:
         assert replanned["admitted"], plan
+    # the question's provisional reports count what the plan had then: not its reserve
+    for stage in ("first", "families"):
+        shown = set(pd.read_csv(wd / f"results/rounds/{stage}/summary.csv")["experiment"])
+        page = (wd / f"results/rounds/{stage}/report/index.html").read_text()
+        assert f"({len(shown)} of {len(question)} experiments; more once" in page, stage
     counts = {int(n) for n in re.findall(r"\[progress\] \d+ of (\d+) trials", out)}
     assert counts <= {2 * len(question), 2 * len(kept)} and 2 * len(kept) in counts, counts
     page = (wd / "results/report/index.html").read_text()
