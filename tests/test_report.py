@@ -176,7 +176,8 @@ def test_summary_csv(built):
     assert partial["status"] == "crashed" and math.isnan(partial["samples_per_s"])
     corrupt = df[df["experiment"] == "corrupt"].iloc[0]
     assert corrupt["status"] == "crashed" and corrupt["error_type"] == rec.UNREADABLE
-    assert out == {"trials": 11, "ok": 7, "failed": 4, "left_out": 0, "baseline": "baseline"}
+    assert out == {"trials": 11, "ok": 7, "failed": 4, "incorrect": 0, "left_out": 0,
+                   "baseline": "baseline"}  # fmt: skip
     header, first = (tmp / "summary.csv").read_text().splitlines()[:2]
     assert header.startswith(",".join(FIRST_COLUMNS) + ",")
     assert first.startswith("baseline,0,eager,ok,10.0,")  # whole numbers stay integers
@@ -624,10 +625,11 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
             tmp_path / "summary.csv", tmp_path / "report/index.html", tmp_path / "report"
         ),
     )
-    assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (5, 2, 2, 1)
+    assert (out["trials"], out["ok"], out["failed"], out["left_out"]) == (5, 2, 1, 1)
+    assert out["incorrect"] == 1
     page = (tmp_path / "report/index.html").read_text()
     counts = re.search(r'<p class="counts">(.*?)</p>', page, re.S).group(1)
-    assert "<b>2</b> failed, <b>1</b> left out by the budget's clock" in counts, counts
+    assert "<b>1</b> incorrect,\n<b>1</b> failed, <b>1</b> left out by the budget's clock" in counts
     assert "incorrect: 1" in counts and "failed: 1" in counts, counts
     failures = page[page.index('<section id="failures">') :]
     failures = failures[: failures.index("</section>")]

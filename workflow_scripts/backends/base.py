@@ -17,6 +17,7 @@ workflow's environment has no torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -25,26 +26,22 @@ from typing import Any
 HEADERS_VAR = "STUDY_INDUCTOR_HEADERS"
 
 
-def share_precompiled_headers() -> str | None:
-    """Where TorchInductor keeps the precompiled headers of this process (its default
-    cache folder's ``precompiled_headers``, wherever ``TORCHINDUCTOR_CACHE_DIR`` points),
-    linked to the folder that ``STUDY_INDUCTOR_HEADERS`` names: a container run's, the
-    host's, shared by the image's later runs. The link's path, or None where the
-    variable is unset or the link cannot be made (the run then compiles its own)."""
+def share_precompiled_headers() -> None:
+    """Link where TorchInductor keeps this process's precompiled headers (its default
+    cache folder's ``precompiled_headers``, wherever ``TORCHINDUCTOR_CACHE_DIR`` points)
+    to the folder that ``STUDY_INDUCTOR_HEADERS`` names: a container run's, the host's,
+    shared by the image's later runs. Where the variable is unset or the link cannot be
+    made, the run compiles its own, as before."""
     shared = os.environ.get(HEADERS_VAR)
     if not shared or not os.path.isdir(shared):
-        return None
+        return
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     link = os.path.join(default_cache_dir(), "precompiled_headers")
-    try:
+    # (FileExistsError: another rank of the run linked it, or the folder was there)
+    with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(link), exist_ok=True)
         os.symlink(shared, link)
-    except FileExistsError:
-        pass  # (another rank of the run linked it, or the folder was there)
-    except OSError:
-        return None
-    return link if os.path.realpath(link) == os.path.realpath(shared) else None
 
 
 class Backend:

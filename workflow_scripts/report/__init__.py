@@ -64,6 +64,7 @@ from .stats import (
     enrich,
     experiment_stats,
     in_effect,
+    incorrect,
     isnan,
     ladder_frame,
     left_out,
@@ -203,7 +204,8 @@ def build_report(
                 left_out_by_plan(options.plan)[1])  # fmt: skip
     html_path.write_text(page_html(page, frame, len(stats)), encoding="utf-8")
     n, n_ok, n_failed = trial_counts(frame)
-    return {"trials": n, "ok": n_ok, "failed": n_failed, "left_out": left_out(frame),
+    return {"trials": n, "ok": n_ok, "failed": n_failed, "incorrect": incorrect(frame),
+            "left_out": left_out(frame),
             "baseline": baseline}  # fmt: skip
 
 
@@ -308,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     line = f"report: {args.html} ({result['trials']} trials, {result['failed']} failed"
+    line += f", {result['incorrect']} incorrect" if result["incorrect"] else ""
     line += f", {result['left_out']} left out by the budget's clock)" if result["left_out"] else ")"
     announce(line, args.log)
     return 0

@@ -11,12 +11,19 @@ from typing import Any
 
 import pandas as pd
 
-from ..summary.records import INCORRECT
 from ..util import finite
 from .compare import config_text, geomean, workload_text
 from .formatting import fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
-from .stats import OK, baseline_sps, best_like_baseline, left_out, like_baseline, trial_counts
+from .stats import (
+    OK,
+    baseline_sps,
+    best_like_baseline,
+    incorrect,
+    left_out,
+    like_baseline,
+    trial_counts,
+)
 from .uncertainty import VERDICTS, Comparison, between, bounds_text, counts
 from .values import isnan
 
@@ -282,16 +289,14 @@ def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
         else (f"{int(trials.min())}–{int(trials.max())}")
     )
     _, n_ok, n_failed = trial_counts(frame)
-    n_left = left_out(frame)
-    # (a trial that ran whole but whose gradients failed the check is no failure to run)
-    n_incorrect = int((frame["status"] == INCORRECT).sum())
-    incorrect = (
+    n_left, n_incorrect = left_out(frame), incorrect(frame)
+    wrong = (
         f", {n_incorrect} incorrect (they ran; their gradient check failed)" if n_incorrect else ""
     )
     text = (
         f"Measured: {_b('trials', str(n))} trials of {len(stats)} experiments "
-        f"({per} per experiment; preset {html.escape(presets)}), {n_ok} ok{incorrect}, "
-        f"{n_failed - n_incorrect} failed"
+        f"({per} per experiment; preset {html.escape(presets)}), {n_ok} ok{wrong}, "
+        f"{n_failed} failed"
     )
     if n_left:
         text += f", {n_left} left out by the budget's clock (they run next time)"

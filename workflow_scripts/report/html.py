@@ -27,7 +27,7 @@ from .formatting import (
     trials_text,
     used_count,
 )
-from .stats import left_out, trial_counts
+from .stats import incorrect, left_out, trial_counts
 from .uncertainty import Comparison, compared_cell
 from .values import isnan
 
@@ -264,6 +264,8 @@ def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
     n, n_ok, n_failed = trial_counts(frame)
     n_left = left_out(frame)
     left = f", <b>{n_left}</b> left out by the budget's clock" if n_left else ""
+    n_incorrect = incorrect(frame)
+    wrong = f", <b>{n_incorrect}</b> incorrect" if n_incorrect else ""
     status_counts = frame["status"].value_counts(sort=False)
     counts = ", ".join(f"{k}: {v}" for k, v in status_counts.items())
     nav = "".join(
@@ -296,7 +298,7 @@ def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
 <nav><ol>{nav}</ol></nav>
 {skipped}{page.left_out}
 <p>{how}</p>
-<p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok,
+<p class="counts"><b>{n}</b> trials of <b>{n_experiments}</b> experiments: <b>{n_ok}</b> ok{wrong},
 <b>{n_failed}</b> failed{left} ({html.escape(counts) if n else "none"}).</p>
 </header>
 {body}

@@ -14,7 +14,7 @@ from workflow_scripts import backends
 from workflow_scripts.plan.clock import LEFT_OUT
 from workflow_scripts.spec import fields
 from workflow_scripts.summary import results
-from workflow_scripts.summary.records import OK, SPEC_COLUMNS
+from workflow_scripts.summary.records import INCORRECT, OK, SPEC_COLUMNS
 
 from .compare import same_workload
 from .uncertainty import MARGIN, between, with_spread
@@ -506,10 +506,17 @@ def ceiling_frame(stats: pd.DataFrame) -> pd.DataFrame:
 
 def trial_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
     """The number of trials, of ok ones, and of the failed ones (failed, crashed, timed
-    out, ...: not those the budget's clock left out, :func:`left_out`)."""
+    out, ...: not those the budget's clock left out, :func:`left_out`, nor the ones that
+    ran whole but failed the gradient check, :func:`incorrect`)."""
     n = len(frame)
     n_ok = int((frame["status"] == OK).sum())
-    return n, n_ok, n - n_ok - left_out(frame)
+    return n, n_ok, n - n_ok - left_out(frame) - incorrect(frame)
+
+
+def incorrect(frame: pd.DataFrame) -> int:
+    """The trials that ran whole but whose gradients failed the check (no failure to run,
+    no measurement either: their figures are the record's unchecked_metrics)."""
+    return int((frame["status"] == INCORRECT).sum())
 
 
 def left_out(frame: pd.DataFrame) -> int:

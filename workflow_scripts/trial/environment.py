@@ -51,9 +51,10 @@ def compile_cache(
     A compiled run in a container also gets the machine's precompiled headers
     (``headers``, :func:`headers_folder`): TorchInductor compiles its C++ prelude once
     per machine into its default cache folder, not the run's cache (``/tmp`` locally,
-    shared by every run there), and a container's ``/tmp`` starts empty (4-5 s of a
-    compiled trial here, every trial of a frozen graph). What the header holds is keyed
-    by its preprocessed text, the compiler and its flags, so each image has its own."""
+    shared by every run there), and a container's ``/tmp`` starts empty (3-11 s of a
+    compiled quick-preset trial here; every trial of a frozen graph compiles). What the
+    header holds is keyed by its preprocessed text, the compiler and its flags, so each
+    image has its own."""
     cache, folder = _compile_cache(spec, env, label, container, plan)
     if container and spec.get("compile", "none") != "none":
         headers = headers_folder()
