@@ -469,3 +469,36 @@ def test_configurations_that_read_alike_are_told_apart(tmp_path):
     assert len(fixed) == 1 and len(dynamic) == 1, table.index
     assert table.loc[dynamic[0]].str.contains("dynamic-inductor").any()
     assert not table.loc[fixed[0]].str.contains("dynamic").any()
+
+
+def test_many_cut_short_experiments_are_counted_by_reason_and_their_list_folded():
+    """A default study cuts dozens of experiments short (far_stop, stop early): the
+    headline's line counts them by reason and folds their names, instead of filling
+    the first screen; a few are still named in the line itself."""
+    from workflow_scripts.report import headline
+
+    def frame(n_far, n_early):
+        rows = [
+            {"experiment": f"far{i}", "steps": 8, "steps_timed": 2, "epochs": 0,
+             "stop_reason": "far_from_baseline", "n_budget_hit": 0}
+            for i in range(n_far)
+        ] + [
+            {"experiment": f"early{i}", "steps": 8, "steps_timed": 5, "epochs": 0,
+             "stop_reason": "", "n_budget_hit": 0}
+            for i in range(n_early)
+        ] + [
+            {"experiment": "full", "steps": 8, "steps_timed": 8, "epochs": 0,
+             "stop_reason": "", "n_budget_hit": 0}
+        ]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    many = headline._budget(frame(4, 3))
+    assert headline_value(many, "truncated") == "7"
+    assert "already beyond far_stop of its baseline: 4; stopped early: 3" in many
+    assert "<details><summary>Which</summary>" in many
+    assert many.index("far0 (2 of 8") > many.index("<details>")
+    assert "full" not in many
+    few = headline._budget(frame(1, 1))
+    assert headline_value(few, "truncated") == "2"
+    assert "<details>" not in few
+    assert "far0 (2 of 8 (already beyond far_stop of its baseline)), early0 (5 of 8" in few

@@ -5,6 +5,7 @@ undermines it (budget-cut runs, noise, diverging losses)."""
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -352,15 +353,26 @@ def left_out_by_plan(plan: Mapping | None) -> tuple[str, str]:
     return line, page
 
 
+#: up to this many cut-short experiments are named in the headline's line itself
+FEW_TRUNCATED = 5
+
+
 def _budget(stats: pd.DataFrame) -> str:
     cut = truncated(stats)
     if not len(cut):
         return "Every experiment ran all the timed steps it asked for." if len(stats) else ""
-    names = ", ".join(f"{r['experiment']} ({steps_text(r)})" for _, r in cut.iterrows())
-    return (
+    texts = [steps_text(r) for _, r in cut.iterrows()]
+    names = html.escape(", ".join(f"{e} ({t})" for e, t in zip(cut["experiment"], texts)))
+    head = (
         f"{_b('truncated', str(len(cut)))} experiment{'s rest' if len(cut) > 1 else ' rests'} "
-        f"on fewer timed steps than asked: {html.escape(names)}."
+        "on fewer timed steps than asked"
     )
+    if len(cut) <= FEW_TRUNCATED:
+        return f"{head}: {names}."
+    # many: the reasons counted, the list folded (it would fill the first screen)
+    whys = Counter(t.split(" (", 1)[1][:-1] if " (" in t else "not recorded" for t in texts)
+    counts = html.escape("; ".join(f"{why}: {n}" for why, n in whys.most_common()))
+    return f"{head} ({counts}). <details><summary>Which</summary>{names}.</details>"
 
 
 def _noise(frame: pd.DataFrame, stats: pd.DataFrame, records: Sequence[Any]) -> str:
