@@ -82,14 +82,18 @@ def steps_text(row: Mapping) -> str:
         return "n/a" if isnan(steps) else f"{int(steps)} asked (not recorded)"
     text = str(int(timed))
     if not isnan(steps) and timed < steps:
-        why = "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
-        reason = str(row.get("stop_reason") or "")
-        if reason == "precision":
-            why = "step time known within step_precision"
-        elif reason == "far_from_baseline":
-            why = "already beyond far_stop of its baseline"
-        text += f" of {int(steps)} ({why})"
+        text += f" of {int(steps)} ({cut_reason(row)})"
     return text
+
+
+def cut_reason(row: Mapping) -> str:
+    """Why a run timed fewer steps than it asked for, in words."""
+    reason = str(row.get("stop_reason") or "")
+    if reason == "precision":
+        return "step time known within step_precision"
+    if reason == "far_from_baseline":
+        return "already beyond far_stop of its baseline"
+    return "time budget" if (row.get("n_budget_hit") or 0) else "stopped early"
 
 
 def percentile_text(value: Any, name: str, row: Mapping, digits: int = 3) -> str:

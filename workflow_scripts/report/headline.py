@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..util import finite
 from .compare import config_text, geomean, workload_text
-from .formatting import fmt_num, fmt_usd, steps_text
+from .formatting import cut_reason, fmt_num, fmt_usd, steps_text
 from .machines import cpu_description, cpu_flags, isa_verdict
 from .stats import (
     OK,
@@ -361,8 +361,8 @@ def _budget(stats: pd.DataFrame) -> str:
     cut = truncated(stats)
     if not len(cut):
         return "Every experiment ran all the timed steps it asked for." if len(stats) else ""
-    texts = [steps_text(r) for _, r in cut.iterrows()]
-    names = html.escape(", ".join(f"{e} ({t})" for e, t in zip(cut["experiment"], texts)))
+    rows = [r for _, r in cut.iterrows()]
+    names = html.escape(", ".join(f"{r['experiment']} ({steps_text(r)})" for r in rows))
     head = (
         f"{_b('truncated', str(len(cut)))} experiment{'s rest' if len(cut) > 1 else ' rests'} "
         "on fewer timed steps than asked"
@@ -370,7 +370,7 @@ def _budget(stats: pd.DataFrame) -> str:
     if len(cut) <= FEW_TRUNCATED:
         return f"{head}: {names}."
     # many: the reasons counted, the list folded (it would fill the first screen)
-    whys = Counter(t.split(" (", 1)[1][:-1] if " (" in t else "not recorded" for t in texts)
+    whys = Counter(cut_reason(r) for r in rows)
     counts = html.escape("; ".join(f"{why}: {n}" for why, n in whys.most_common()))
     return f"{head} ({counts}). <details><summary>Which</summary>{names}.</details>"
 
