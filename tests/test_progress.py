@@ -12,7 +12,14 @@ import pytest
 
 from tests.estimates import calibration, machine
 from workflow_scripts import study
-from workflow_scripts.plan import estimate, estimate_text, progress, study_estimate
+from workflow_scripts.plan import (
+    estimate,
+    estimate_text,
+    forecast,
+    progress,
+    rounds,
+    study_estimate,
+)
 from workflow_scripts.plan.study_estimate import Known, Setup
 
 
@@ -330,8 +337,12 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     assert "adaptive round 2 (trial 3 of up to 4 each): 2 experiments still undecided, " in text
     assert "2 trials without a record" in text
     ab = later["a"] + later["b"]
-    # likely: round 2's, and round 3 at the share that went on (2 of 3); at most both
-    guess, upper = ab + 2 / 3 * ab + after, 2 * ab + after
+    # likely: round 2's, and round 3 as round 1's comparisons forecast it (the chance
+    # that a against b is still undecided at 3 trials each); at most both
+    rows = rounds.read_rows(tmp_path / "rounds" / "1" / "comparisons.csv")
+    chance = forecast.chances(rows, s.settings, 1, 3, {"a", "b"})
+    assert 0 < chance["a"] == chance["b"] < 1 and chance.get("c", 0) == 0, chance
+    guess, upper = ab + chance["a"] * ab + after, 2 * ab + after
     assert f"about {human(guess)} left, up to {human(upper)} if every one goes on" in text, text
     assert "x 1.00: measured/estimated so far" in text
     # a's trial 2 done, taking twice its estimate: the rest is scaled by what was measured
@@ -345,6 +356,49 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     write_round(tmp_path, 2, [], decided=[("a", "b"), ("a", "c")])
     text = progress.line(s, tmp_path, started=0.0, now=1200.0, machine=m)
     assert "8 of 8 trials have a record" in text and "every trial is done" in text, text
+
+
+def test_the_minimums_time_left_holds_the_rounds_as_the_comparisons_so_far_forecast_them(
+    tmp_path,
+):
+    """While the minimum runs, once a provisional report has comparisons, the rounds
+    are in the time left as they forecast them (plan/forecast.py): a against b a few
+    percent apart goes on, c far from a does not; beside it, what every experiment
+    going on to the cap would add. (Without a report, the bound alone: above.)"""
+    config = {
+        "trials": 2,
+        "max_trials": 4,
+        "defaults": {"model": "resnet50", "image_size": 224, "batch_size": 16, "steps": 20},
+        "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}]}},
+    }
+    s, m = study.load_study(config), machine(calibration())
+    est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known([("a", 0)]))
+    per = est["experiments"]
+    later = {e: per[e]["later_seconds"] for e in "abc"}
+    write_record(tmp_path, "a", 0, wall=per["a"]["seconds"])  # as estimated: x 1.00
+    first = tmp_path / "rounds" / "first" / "comparisons.csv"
+    first.parent.mkdir(parents=True)
+    first.write_text(
+        "baseline,experiment,verdict,headline,ratio,ci_low,ci_high,margin,n_baseline,"
+        "n_experiment,confidence\n"
+        "a,b,undecided,False,1.08,,,0.03,1,1,0.9964\n"
+        "a,c,undecided,False,2.5,,,0.03,1,1,0.9964\n"
+    )
+    text = progress.line(s, tmp_path, started=0.0, now=60.0, machine=m)
+    rows = rounds.read_rows(first)
+    going = [forecast.chances(rows, s.settings, 0, k, set("abc")) for k in (2, 3)]
+    assert all(g["c"] == 0 < g["a"] == g["b"] for g in going), going
+    rounds_s = sum(g["a"] * (later["a"] + later["b"]) for g in going)
+    most = 2 * sum(later.values())
+    after, _ = progress.after_trials(s, tmp_path)
+    human = estimate_text.human
+    left = est["remaining_trials_s"]
+    assert f"about {human(left + rounds_s + after)} left (the estimate of {human(left)}" in text
+    assert (
+        f"and of {human(rounds_s)} for the adaptive rounds, as the comparisons so far "
+        "forecast them, x 1.00" in text
+    ), text
+    assert f"; up to about {human(most - rounds_s)} more if every experiment goes on to 4" in text
 
 
 def test_a_budgets_reserve_not_yet_planned_counts_up_to_the_budgets_end(tmp_path, monkeypatch):

@@ -81,6 +81,22 @@ def spent(look: int, looks: int) -> float:
     return look**2 / sum(j**2 for j in range(1, looks + 1))
 
 
+def verdict(ci_low: float, ci_high: float, margin: float) -> str:
+    """``same``, ``faster``, ``slower`` or ``undecided`` for an interval of a ratio
+    (report/uncertainty.py states the rule): the same when the whole interval lies
+    within ``[1/(1+m), 1+m]``, faster above ``1+m``, slower below ``1/(1+m)``."""
+    if math.isnan(ci_low) or math.isnan(ci_high):
+        return UNDECIDED
+    top, bottom = 1.0 + margin, 1.0 / (1.0 + margin)
+    if ci_low >= bottom and ci_high <= top:
+        return "same"
+    if ci_low > top:
+        return "faster"
+    if ci_high < bottom:
+        return "slower"
+    return UNDECIDED
+
+
 def adaptive(settings: Mapping) -> bool:
     return cap(settings) > int(settings["trials"])
 
@@ -141,7 +157,8 @@ def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     return out
 
 
-def _rows(comparisons_csv: Path | str) -> list[dict]:
+def read_rows(comparisons_csv: Path | str) -> list[dict]:
+    """A round report's ``comparisons.csv`` as rows."""
     with open(comparisons_csv, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
@@ -183,7 +200,7 @@ def going_on(
     ``round_``, the round whose report it is; without them, every undecided one), or a
     comparison the headline states with an interval wider than its margin; in
     ``ran``'s order."""
-    return continuing(_rows(comparisons_csv), ran, settings, round_)
+    return continuing(read_rows(comparisons_csv), ran, settings, round_)
 
 
 def continuing(

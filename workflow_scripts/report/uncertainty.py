@@ -64,6 +64,7 @@ from scipy import special as scipy_special
 from scipy import stats as scipy_stats
 
 from ..plan.rounds import spent
+from ..plan.rounds import verdict as rounds_verdict
 from ..spec.settings import SETTINGS
 from .values import isnan
 
@@ -163,17 +164,11 @@ def _positive(v: Any) -> bool:
 
 
 def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
-    """``same``, ``faster``, ``slower`` or ``undecided`` for an interval of a ratio."""
+    """``same``, ``faster``, ``slower`` or ``undecided`` for an interval of a ratio
+    (``plan/rounds.verdict``, which the rounds' forecast uses too)."""
     if isnan(ci_low) or isnan(ci_high):
         return "undecided"
-    top, bottom = 1.0 + margin, 1.0 / (1.0 + margin)
-    if ci_low >= bottom and ci_high <= top:
-        return "same"
-    if ci_low > top:
-        return "faster"
-    if ci_high < bottom:
-        return "slower"
-    return "undecided"
+    return rounds_verdict(float(ci_low), float(ci_high), margin)
 
 
 def _exp(x: float) -> float:
