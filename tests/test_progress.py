@@ -302,18 +302,23 @@ def write_round(results, k: int, undecided: list[tuple[str, str]], decided=()) -
     path.write_text("\n".join(rows) + "\n")
 
 
-def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
-    """Up to max_trials where comparisons stay undecided: while the minimum runs, the
-    line says what the rounds may add at most; once a round's report has decided which
-    experiments go on, their trials are the time left, with the next round likely at
-    the share that went on, and at most every one of them to the cap."""
+def adaptive_study() -> study.Study:
+    """Three experiments, 2 trials each and up to 4 where comparisons stay undecided."""
     config = {
         "trials": 2,
         "max_trials": 4,
         "defaults": {"model": "resnet50", "image_size": 224, "batch_size": 16, "steps": 20},
         "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}]}},
     }
-    s, m = study.load_study(config), machine(calibration())
+    return study.load_study(config)
+
+
+def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
+    """Up to max_trials where comparisons stay undecided: while the minimum runs, the
+    line says what the rounds may add at most; once a round's report has decided which
+    experiments go on, their trials are the time left, with the next round as that
+    report's comparisons forecast it, and at most every one of them to the cap."""
+    s, m = adaptive_study(), machine(calibration())
     per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
     later = {e: per[e]["later_seconds"] for e in "abc"}
     after, _ = progress.after_trials(s, tmp_path)
@@ -365,13 +370,7 @@ def test_the_minimums_time_left_holds_the_rounds_as_the_comparisons_so_far_forec
     are in the time left as they forecast them (plan/forecast.py): a against b a few
     percent apart goes on, c far from a does not; beside it, what every experiment
     going on to the cap would add. (Without a report, the bound alone: above.)"""
-    config = {
-        "trials": 2,
-        "max_trials": 4,
-        "defaults": {"model": "resnet50", "image_size": 224, "batch_size": 16, "steps": 20},
-        "groups": {"g": {"runs": [{"id": "a"}, {"id": "b", "precision": "bf16"}, {"id": "c"}]}},
-    }
-    s, m = study.load_study(config), machine(calibration())
+    s, m = adaptive_study(), machine(calibration())
     est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known([("a", 0)]))
     per = est["experiments"]
     later = {e: per[e]["later_seconds"] for e in "abc"}
