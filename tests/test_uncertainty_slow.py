@@ -108,6 +108,13 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, t
     assert len(summary) == sum(len(trials_of(wd, e)) for e in AA)
     assert int(twin["n_experiment"]) <= len(trials_of(wd, "twin"))
     assert not (wd / f"results/rounds/{MOST - 1}").exists()
+    # every trial's progress line was made (none failed), and once round 0's report
+    # was written the time left held the rounds as its comparisons forecast them
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[progress]")]
+    assert len(lines) >= len(summary) and not [ln for ln in lines if "[progress] none" in ln]
+    forecast = [ln for ln in lines if "for the adaptive rounds, as the comparisons so far" in ln]
+    assert forecast, lines
+    assert all("up to about" in ln for ln in forecast), forecast
     # the first round's provisional report came before any second trial
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/first/trial1.json").stat().st_mtime
