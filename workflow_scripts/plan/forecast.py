@@ -5,7 +5,7 @@ While the minimum's trials run, the adaptive rounds after it (``plan/rounds.py``
 another trial only where a comparison is still undecided) could only be counted at
 most, every experiment to ``max_trials``: in the default study's whole run on two
 AVX-512 CPUs (stop 80) they took 25 of the 96 min that bound said, and the time left
-the progress lines gave for the minimum alone was 1.35x to 3.9x short of the truth.
+the progress lines gave for the minimum alone was 1.31x to 7.5x short of the truth.
 
 Each comparison of the latest round report (a provisional one's too) is carried
 forward to the report that decides round ``k`` (after ``k`` trials each): its log
@@ -30,10 +30,10 @@ and 3.7 into round 3, where 6 did; from round 0's (one trial of each, 79 min in)
 experiments for 24 min into round 2 and 26 for 11 min into round 3, where 42 ran 13 min
 and 28 ran 10 min; from round 1's, 28 for 11 min into round 3. The progress lines of
 that run, made again from its files as they stood at each line's time, were within
-0.79x to 1.14x of the time it then took to finish from the first tenth of its trials
-on (1.35x to 3.9x before). The earliest reports forecast from one trial each, with a
-spread not yet measured: the progress line says it is a forecast, and gives the bound
-beside it.
+0.75x to 1.19x of the time it then took to finish from the first tenth of its trials
+on, 155 of 156 within 1.3x (0.94x to 7.5x before). The earliest reports forecast from
+one trial each, with a spread not yet measured: the progress line says it is a
+forecast, and gives the bound beside it.
 """
 
 from __future__ import annotations
