@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.stats
 
 from workflow_scripts.plan import forecast, rounds
 from workflow_scripts.report import uncertainty
@@ -20,9 +21,7 @@ def row(baseline, experiment, ratio, n, spread, df, **more):
     """A comparisons.csv row as the report writes it (its interval and verdict from
     the report's own functions)."""
     half = float(
-        uncertainty.scipy_stats.t.ppf(0.5 + LOOK1 / 2, df) * spread * math.sqrt(2 / n)
-        if df
-        else math.nan
+        scipy.stats.t.ppf(0.5 + LOOK1 / 2, df) * spread * math.sqrt(2 / n) if df else math.nan
     )
     low, high = ratio * math.exp(-half), ratio * math.exp(half)
     return {

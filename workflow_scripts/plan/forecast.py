@@ -70,10 +70,6 @@ def _num(row: Mapping, key: str, default: float = math.nan) -> float:
     return value if math.isfinite(value) else default
 
 
-def _exp(x: float) -> float:
-    return math.exp(min(x, 700.0))
-
-
 def chances(
     rows: Iterable[Mapping], settings: Mapping, round_: int, k: int,
     running: Collection[str] | None = None,
@@ -132,9 +128,9 @@ def _row_chance(
     points = _Z if sd > 0 else [0.0]
     for z in points:
         y = x + z * sd
-        low, high = _exp(y - half), _exp(y + half)
+        low, high = rounds.exp_or_inf(y - half), rounds.exp_or_inf(y + half)
         future = {
-            **row, "ratio": _exp(y), "ci_low": low, "ci_high": high, "n_baseline": big_a,
+            **row, "ratio": math.exp(y), "ci_low": low, "ci_high": high, "n_baseline": big_a,
             "n_experiment": big_b, "df": df_then, "spread": spread, "margin": margin,
             "confidence": 1.0 - alpha, "verdict": rounds.verdict(low, high, margin),
         }  # fmt: skip

@@ -97,6 +97,12 @@ def verdict(ci_low: float, ci_high: float, margin: float) -> str:
     return UNDECIDED
 
 
+def exp_or_inf(x: float) -> float:
+    """``exp(x)``, infinite beyond the float range (an interval of one degree of freedom
+    at an early look's confidence reaches e^1000)."""
+    return math.exp(x) if x < 700 else math.inf
+
+
 def adaptive(settings: Mapping) -> bool:
     return cap(settings) > int(settings["trials"])
 

@@ -63,6 +63,7 @@ import pandas as pd
 from scipy import special as scipy_special
 from scipy import stats as scipy_stats
 
+from ..plan.rounds import exp_or_inf as _exp
 from ..plan.rounds import spent
 from ..plan.rounds import verdict as rounds_verdict
 from ..spec.settings import SETTINGS
@@ -169,12 +170,6 @@ def verdict(ci_low: float, ci_high: float, margin: float = MARGIN) -> str:
     if isnan(ci_low) or isnan(ci_high):
         return "undecided"
     return rounds_verdict(float(ci_low), float(ci_high), margin)
-
-
-def _exp(x: float) -> float:
-    """``exp(x)``, infinite beyond the float range (an interval of one degree of freedom
-    at an early look's confidence reaches e^1000)."""
-    return math.exp(x) if x < 700 else math.inf
 
 
 def _log_mean(values: Sequence[float]) -> float:
