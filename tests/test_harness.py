@@ -174,8 +174,13 @@ def test_probe_and_share_of_ceiling_of_resnet18(upstream_env, make_spec, tmp_pat
     threads = rec["checks"]["threads"]
     ceiling = next(c for c in calibration["ceiling"] if c["threads"] == threads)
     assert m["ceiling_dtype"] == "fp32" and m["ceiling_gflops"] == ceiling["fp32_gflops"]
-    assert m["pct_of_peak"] == pytest.approx(100 * m["achieved_gflops"] / ceiling["fp32_gflops"])
-    assert 0 < m["pct_of_peak"] <= 100 and "measurement_error" not in m
+    share = 100 * m["achieved_gflops"] / ceiling["fp32_gflops"]
+    if share <= 100:
+        assert m["pct_of_peak"] == pytest.approx(share) and "measurement_error" not in m
+    else:  # the fixture's calibration ran slow (in CI once: 2 threads at 86 GFLOP/s, 1 at
+        # 115, another process on a CPU): no share, the measured one kept, and why
+        assert m["pct_of_peak"] is None and m["pct_of_peak_measured"] == pytest.approx(share)
+        assert "cannot compute faster" in m["measurement_error"], m["measurement_error"]
     # the noise signals: a probe after the steps too (fp32 alone: what they read), and
     # other work during them
     assert rec["probe_after"]["fp32_gflops"] > 0 and "bf16_gflops" not in rec["probe_after"]

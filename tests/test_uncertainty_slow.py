@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 
 import pandas as pd
@@ -168,7 +169,14 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     noisy = summary.loc[summary["experiment"] == "two", "noisy"].astype(bool)
     used = 2 if noisy.sum() > (~noisy).sum() else int((~noisy).sum())
     assert (pair["n_baseline"], pair["n_experiment"]) == (used, 1), summary.to_string()
-    assert not 1 / 1.25 <= pair["ratio"] <= 1.25, pair.to_dict()
+    # far by the evidence the stop had (its timed steps against the baseline's first
+    # trial: the rule, plan/far.py); the study's comparison, over the baseline's two
+    # trials, on the same side (the baseline's second trial may move the ratio, not
+    # turn it: here, 1.37x at the stop and 1.24x over both trials, on a run whose
+    # second baseline trial ran 19 % slower than its first)
+    at_stop = one["far_from"]["step_time_s"] / statistics.fmean(one["step_times_s"])
+    assert not 1 / 1.25 <= at_stop <= 1.25, (at_stop, one["far_from"])
+    assert (pair["ratio"] < 1) == (at_stop < 1), (pair.to_dict(), at_stop)
     # the second round waited for the first's report (a checkpoint), then ran only "two"
     first_page = wd / "results/rounds/0/report/index.html"
     assert first_page.stat().st_mtime <= (wd / "results/records/two/trial1.json").stat().st_mtime
