@@ -92,25 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for kind in list(kinds) if r % 2 == 0 else list(reversed(kinds)):
             got[kind].append(run(args.python, kinds[kind], args.batch_size, args.steps))
-    print(f"ResNet-50, batch {args.batch_size}, fp32, {args.rounds} processes each, "
-          f"steps {args.warmup + 1}-{args.steps} of each")  # fmt: skip
-    base, pairs = None, []
+    threads = sorted({one["threads"] for runs in got.values() for one in runs})
+    print(f"ResNet-50, batch {args.batch_size}, fp32, {threads} threads, {args.rounds} "
+          f"processes each, steps {args.warmup + 1}-{args.steps} of each")  # fmt: skip
+    base, each = None, []  # each: every process's (median step s, median faults a step)
     for kind, runs in got.items():
-        steady = [s for one in runs for s in one["steps"][args.warmup :]]
-        step = statistics.median(t for t, _ in steady)
-        faults = statistics.median(f for _, f in steady)
-        each = [
-            (round(statistics.median(t for t, _ in one["steps"][args.warmup :]), 2),
-             round(statistics.median(f for _, f in one["steps"][args.warmup :]) / 1000))
-            for one in runs
-        ]  # fmt: skip
-        pairs += each
+        mine = [tuple(statistics.median(col) for col in zip(*one["steps"][args.warmup :]))
+                for one in runs]  # fmt: skip
+        each += mine
+        step = statistics.median(t for one in runs for t, _ in one["steps"][args.warmup :])
+        faults = statistics.median(f for one in runs for _, f in one["steps"][args.warmup :])
         base = base or (step, faults)
-        print(f"  {kind:27} median step {step:.3f} s ({step / base[0]:.3f}x)  each {each}  "
+        shown = [(round(t, 2), round(f / 1000)) for t, f in mine]
+        print(f"  {kind:27} median step {step:.3f} s ({step / base[0]:.3f}x)  each {shown}  "
               f"faults/step {faults:,.0f} ({faults / base[1]:.3f}x)")  # fmt: skip
-    times, faults = [t for t, _ in pairs], [f for _, f in pairs]
-    print(f"  each process (median step s, thousand faults/step): {sorted(pairs)}")
-    print(f"  their correlation: {statistics.correlation(times, faults):.2f} over {len(pairs)}")
+    times, faults = zip(*each)
+    print("  each process (median step s, thousand faults/step): "
+          f"{sorted((round(t, 2), round(f / 1000)) for t, f in each)}")  # fmt: skip
+    print(f"  their correlation: {statistics.correlation(times, faults):.2f} over {len(each)}")
     return 0
 
 
