@@ -15,6 +15,7 @@ import pytest
 from tests.trials import assert_ok, run
 from workflow_scripts import imagefolder, runtimes, trial
 from workflow_scripts import metrics as rank_metrics
+from workflow_scripts.rank import contention
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -188,6 +189,8 @@ def test_probe_and_share_of_ceiling_of_resnet18(upstream_env, make_spec, tmp_pat
     work = rec["other_work"]
     assert work["cpus"] == len(os.sched_getaffinity(0)) and work["threads"] == threads
     assert work["wall_s"] >= sum(rec["step_times_s"]) and work["own_cpu_s"] > 0
+    # and its own page faults and context switches over the same window (counts)
+    assert all(isinstance(work[k], int) and work[k] >= 0 for k in contention.COUNTERS)
     signals = [x["signal"] for x in rec["noise_check"]["signals"]]
     assert signals[:2] == [trial.PROBE_BEFORE, trial.PROBE_AFTER]
     assert m["flops_error"] is None and m["flops_count_s"] > 0

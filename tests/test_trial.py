@@ -767,6 +767,27 @@ def test_snapshot_of_this_process():
     assert later["own_s"] - snap["own_s"] >= 0.2 and later["busy_s"] - busy >= 0.2
 
 
+def test_the_window_counts_this_processs_page_faults_and_switches():
+    """Pages written for the first time between two snapshots are faulted in: the
+    window counts them (at least one per page); a sleep is a voluntary switch."""
+    import mmap
+    import time
+
+    start = contention.snapshot()
+    pages = 2000
+    with mmap.mmap(-1, pages * mmap.PAGESIZE) as region:  # a fresh mapping, as glibc's
+        for i in range(pages):
+            region[i * mmap.PAGESIZE] = 1
+    time.sleep(0.01)
+    work = contention.measure(start, contention.snapshot(), threads=1)
+    assert work["minor_faults"] >= pages, work
+    assert work["voluntary_switches"] >= 1 and work["major_faults"] >= 0
+    assert work["involuntary_switches"] >= 0
+    # a snapshot without them (an older record's) measures without them
+    plain = {k: v for k, v in start.items() if k != "counters"}
+    assert "minor_faults" not in contention.measure(plain, contention.snapshot(), 1)
+
+
 def test_cpu_identification_beyond_the_model_name():
     """Family, model number and stepping, read where /proc/cpuinfo has them (x86)."""
     from workflow_scripts import sysinfo

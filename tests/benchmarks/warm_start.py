@@ -1,7 +1,8 @@
 """A trial forked from a warm interpreter against the same trial started fresh
-(runtimes/warm.py): the trial policy's whole wall time, its process's, and the
-throughput, in ABBA rounds on this machine, with the median ratio and its
-distribution-free 95 % interval (pairs of neighbours in the ABBA order).
+(runtimes/warm.py): the trial policy's whole wall time, its process's, the
+throughput, and the timed steps' own page faults and involuntary context switches,
+in ABBA rounds on this machine, with the median ratio and its distribution-free
+95 % interval (pairs of neighbours in the ABBA order).
 
     .venv/bin/python tests/benchmarks/warm_start.py --env-json results/envs/upstream.json \\
         --preset quick --experiment bert-tiny --rounds 6
@@ -39,7 +40,12 @@ def trial(spec: dict, env_json: str, warm: bool, where: Path, n: int) -> dict:
     rec = json.loads(out.read_text())
     assert rec["status"] == "ok", rec.get("error")
     assert rec["provenance"]["started"] == ("warm" if warm else "fresh")
+    work = rec.get("other_work") or {}
+    steps = max(1, rec["metrics"]["steps_timed"])
     return {
+        # the window's own page faults and switches (rank/contention.py), per timed step
+        "faults": work.get("minor_faults", float("nan")) / steps / 1000,
+        "switches": work.get("involuntary_switches", float("nan")) / steps,
         "wall": wall,
         "process": rec["provenance"]["process_wall_s"],
         "sps": rec["metrics"]["samples_per_s"],
@@ -68,11 +74,16 @@ def main() -> int:
         for r in range(args.rounds):
             for warm in (True, False, False, True) if r % 2 == 0 else (False, True, True, False):
                 got[warm].append(trial(spec, args.env_json, warm, Path(tmp), n))
+                x = got[warm][-1]
+                print(f"  {n:3d} {'warm ' if warm else 'fresh'} median step "
+                      f"{x['median step']:8.1f} ms  {x['faults']:7.1f} K faults/step  "
+                      f"{x['switches']:7.1f} involuntary switches/step", flush=True)  # fmt: skip
                 n += 1
     print(f"{args.experiment} ({args.preset}), {len(got[True])} trials each, ABBA")
     for key, what in (("wall", "trial wall (s)"), ("process", "process wall (s)"),
                       ("sps", "samples/s"), ("median step", "median step (ms)"),
-                      ("rss", "peak RSS (MB)")):  # fmt: skip
+                      ("rss", "peak RSS (MB)"), ("faults", "K faults/step"),
+                      ("switches", "invol. switches/step")):  # fmt: skip
         w = [x[key] for x in got[True]]
         f = [x[key] for x in got[False]]
         est = paired_estimate([a / b for a, b in zip(w, f)])  # neighbours in ABBA order

@@ -16,6 +16,12 @@ is the part of its threads' time that other work took: 0 on a machine to itself,
 0.5 with one busy process beside a 2-thread run on 2 CPUs. The trial policy compares
 ``1 - share`` with the noise threshold, as it compares the probe with the reference.
 
+The same window also counts this process's own page faults and context switches
+(``getrusage``, all its threads): what each step costs the kernel (a fresh mapping for
+each large activation is faulted in at every step, and the number differs from one
+process to the next) and how often its threads were switched out, so that two runs of
+one step time can be told apart by them.
+
 Linux only (None elsewhere); standard library only. ``/proc/stat`` is not namespaced,
 so in a container it sees the host's CPUs and their other work, as it should.
 """
@@ -23,6 +29,7 @@ so in a container it sees the host's CPUs and their other work, as it should.
 from __future__ import annotations
 
 import os
+import resource
 import time
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
@@ -30,6 +37,13 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 MIN_WINDOW_S = 1.0
 # /proc/stat columns after the cpu name: user nice system idle iowait irq softirq steal
 _BUSY = (0, 1, 2, 5, 6, 7)
+#: this process's counters in a window (getrusage's fields, all its threads)
+COUNTERS = {
+    "minor_faults": "ru_minflt",
+    "major_faults": "ru_majflt",
+    "voluntary_switches": "ru_nvcsw",
+    "involuntary_switches": "ru_nivcsw",
+}
 
 
 def cpu_busy_s(cpus: set[int]) -> float | None:
@@ -94,7 +108,10 @@ def snapshot() -> dict | None:
     busy, own = cpu_busy_s(cpus), tree_cpu_s()
     if busy is None or own is None:
         return None
-    return {"t": time.perf_counter(), "cpus": sorted(cpus), "busy_s": busy, "own_s": own}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    counters = {name: getattr(usage, field) for name, field in COUNTERS.items()}
+    return {"t": time.perf_counter(), "cpus": sorted(cpus), "busy_s": busy, "own_s": own,
+            "counters": counters}  # fmt: skip
 
 
 def share(other_s: float, wall_s: float, cpus: int, threads: int) -> float:
@@ -115,6 +132,7 @@ def measure(start: dict | None, end: dict | None, threads: int) -> dict | None:
     own = max(0.0, end["own_s"] - start["own_s"])
     other = max(0.0, (end["busy_s"] - start["busy_s"]) - own)
     judged = wall >= MIN_WINDOW_S
+    counted = start.get("counters") or {}
     return {
         "wall_s": wall,
         "cpus": cpus,
@@ -123,4 +141,7 @@ def measure(start: dict | None, end: dict | None, threads: int) -> dict | None:
         "other_cpu_s": other,
         "share": share(other, wall, cpus, threads) if judged else None,
         "judged": judged,
-    }
+        # this process's own, over the window (absent from a snapshot without them)
+        **{name: end["counters"][name] - counted[name]
+           for name in COUNTERS if name in counted and name in end.get("counters", {})},
+    }  # fmt: skip
