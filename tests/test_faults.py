@@ -554,3 +554,24 @@ def test_an_exited_process_not_yet_reaped_is_gone_for_the_cleanup(tmp_path):
     assert time.monotonic() - started < shm.EXIT_WAIT_S
     assert not shm.alive(child.pid)  # exited, not reaped: a zombie is gone
     child.wait()
+
+
+def test_waiting_for_a_run_does_not_wake_every_few_milliseconds(tmp_path):
+    """The job process waits for its run whole (a pidfd), waking only for its lifeline
+    checks (every ``POLL_S``): each wake-up would take a CPU from the run's threads.
+    Popen's own wait with a timeout sleeps 1-50 ms at a time (about 30 a second)."""
+    import resource
+
+    from workflow_scripts.runtimes import base
+
+    wrapped = base.Wrapped(cmd=["sleep", "2"], env={"PATH": "/usr/bin:/bin"})
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    finished = base.run_logged(wrapped, tmp_path / "run.log", timeout_s=60)
+    switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+    assert finished.returncode == 0 and not finished.timed_out and finished.wall_s >= 2
+    # 4 lifeline checks in 2 s, the watchdog's start and stop: a few; polling: 60 or more
+    assert switches <= 2 * 2 / base.POLL_S + 12, switches
+    # and the time limit still stops a run that outlasts it
+    wrapped = base.Wrapped(cmd=["sleep", "30"], env={"PATH": "/usr/bin:/bin"})
+    finished = base.run_logged(wrapped, tmp_path / "slow.log", timeout_s=1.5)
+    assert finished.timed_out and 1.5 <= finished.wall_s < 15

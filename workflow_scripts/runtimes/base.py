@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -289,6 +290,30 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def exit_watch(proc) -> int | None:
+    """A file descriptor that becomes readable when ``proc`` exits (Linux's pidfd), or
+    None where there is none (a warm run, which waits on its connection; an older kernel)."""
+    if not isinstance(proc, subprocess.Popen) or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(proc.pid)
+    except OSError:  # Linux < 5.3, or a seccomp profile without it
+        return None
+
+
+def wait_quietly(proc, pidfd: int | None, timeout: float) -> int:
+    """``proc.wait(timeout)`` without waking meanwhile: Popen's own wait with a timeout
+    polls (sleeps of 1 to 50 ms: about 30 wake-ups a second), and every wake-up of this
+    process takes a CPU from the run's threads (2 threads on 2 CPUs: each one preempts
+    a step); a pidfd is waited on whole. Raises ``subprocess.TimeoutExpired`` alike."""
+    if pidfd is None:
+        return proc.wait(timeout=timeout)
+    ready, _, _ = select.select([pidfd], [], [], max(0.0, timeout))
+    if not ready:
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return proc.wait()
+
+
 def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
     """Run a wrapped command with its output appended to ``log``, in its own process
     group (a timeout kills every child), for at most ``timeout_s`` seconds; raise
@@ -300,7 +325,7 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
     with interruptible(), open(log, "ab") as logf:
         logf.write(f"$ {' '.join(wrapped.cmd)}\n".encode())
         logf.flush()
-        proc = watchdog = None
+        proc = watchdog = pidfd = None
         try:
             # the watchdog first, so that the command never runs unwatched
             watchdog = _start_watchdog(wrapped.cleanup_cmd, wrapped.env)
@@ -312,11 +337,12 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
                     cwd=REPO_ROOT, start_new_session=True, preexec_fn=_tell_watchdog(watchdog),
                 )  # fmt: skip
             _watch(watchdog, proc.pid)
+            pidfd = exit_watch(proc)
             deadline = t0 + timeout_s
             while True:
                 left = deadline - time.perf_counter()
                 try:
-                    returncode = proc.wait(timeout=max(0.0, min(POLL_S, left)))
+                    returncode = wait_quietly(proc, pidfd, max(0.0, min(POLL_S, left)))
                     break
                 except subprocess.TimeoutExpired:
                     if left <= 0:
@@ -331,6 +357,8 @@ def run_logged(wrapped: Wrapped, log: Path, timeout_s: float) -> Finished:
             logf.write(f"[launch] {exc}: stopping the run\n".encode())
             raise
         finally:
+            if pidfd is not None:
+                os.close(pidfd)
             if proc is not None:
                 if proc.poll() is None:
                     _kill_group(proc)
