@@ -133,23 +133,25 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, t
     )
 
 
-#: one thread against two, its far stop (1.25x) beyond the margin (±10 %): a first trial
+#: one thread against two, its far stop (1.15x) beyond the margin (±10 %): a first trial
 #: that stops far from its baseline is its last, while the baseline runs its two. Far
 #: either way: one thread of two ran 1.5-1.8x slower on most of the 2-vCPU machines this
-#: suite runs on, and 1.7x faster on a CI host whose two threads were slower than one
+#: suite runs on, 1.31x under a neighbour's load (undecided at 1.25x: its interval
+#: reached inside), and 1.7x faster on a CI host whose two threads were slower than one
+FAR = 1.15
 FAR_STUDY = """
 runtime: local
 trials: 2
 max_trials: null
 margin: 0.1
 collectives: {variants: []}
-defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: 1.25, step_precision: null}
+defaults: {batch_size: 64, warmup_steps: 3, steps: 30, far_stop: FAR, step_precision: null}
 groups:
   far:
     runs:
       - {id: two, threads: 2}
       - {id: one, threads: 1}
-"""
+""".replace("far_stop: FAR", f"far_stop: {FAR}")
 
 
 def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstream_env, tmp_path):
@@ -175,7 +177,7 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     # turn it: here, 1.37x at the stop and 1.24x over both trials, on a run whose
     # second baseline trial ran 19 % slower than its first)
     at_stop = one["far_from"]["step_time_s"] / statistics.fmean(one["step_times_s"])
-    assert not 1 / 1.25 <= at_stop <= 1.25, (at_stop, one["far_from"])
+    assert not 1 / FAR <= at_stop <= FAR, (at_stop, one["far_from"])
     assert (pair["ratio"] < 1) == (at_stop < 1), (pair.to_dict(), at_stop)
     # the second round waited for the first's report (a checkpoint), then ran only "two"
     first_page = wd / "results/rounds/0/report/index.html"
