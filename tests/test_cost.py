@@ -107,6 +107,38 @@ print(json.dumps({"tight": tight, "usual": usual}))
     assert usual["seconds"] < len(probe.DTYPES) * (probe.PROBE_BUDGET_S + 0.5)
 
 
+def test_an_fp32_measurement_needs_no_pilot_to_stay_within_its_time(upstream_env):
+    # (torch.matmul counted: each window is one matmul or more, the warm-up one more)
+    code = """
+import json, torch
+from workflow_scripts.rank import probe
+calls = [0]
+matmul = torch.matmul
+def counted(*args):
+    calls[0] += 1
+    return matmul(*args)
+torch.matmul = counted
+out = {}
+for name, size, seconds, windows in (("tiny_window", 512, 1e-6, None),
+                                     ("fixed", 512, 1e-6, 3), ("usual", 256, 0.06, None)):
+    calls[0] = 0
+    rate = probe.matmul_gflops(size, "fp32", seconds, windows)
+    out[name] = {"rate": rate, "calls": calls[0]}
+fp32_only = probe.run(256, min_seconds=0.03, dtypes=probe.dtypes_for("fp32"))
+both = probe.run(256, min_seconds=0.03, dtypes=probe.dtypes_for("bf16"))
+print(json.dumps({**out, "fp32_only": fp32_only, "both": both}))
+"""
+    res = in_env(upstream_env, code)
+    # a matmul that outlasts the whole measurement ends it after one window (warm-up + 1),
+    # where three fixed windows take three; a quick one fills all three windows
+    assert res["tiny_window"]["calls"] == 2 and res["fixed"]["calls"] == 4
+    assert res["usual"]["calls"] >= 4 and res["usual"]["rate"] > 0
+    # an fp32 run's probe measures fp32 alone; a bf16 run's bf16 too (or says why not)
+    assert set(k for k in res["fp32_only"] if k.endswith("_gflops")) == {"fp32_gflops"}
+    assert res["fp32_only"]["fp32_gflops"] > 0 and not res["fp32_only"]["skipped"]
+    assert (res["both"]["bf16_gflops"] or 0) > 0 or "predicted" in res["both"]["skipped"]["bf16"]
+
+
 def test_the_estimate_against_real_trials(upstream_env, make_spec, tmp_path):
     """Three small trials, run for real with a real calibration: each record keeps its
     estimate beside its wall time; together they are within a factor of 2."""

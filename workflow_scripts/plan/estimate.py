@@ -117,10 +117,11 @@ MODEL_BUILD_S = 1.0
 REFERENCE_READ_S = 0.5
 #: what a first trial carries where another experiment made its references (trial())
 READ_FP64, READ_OWN = "reference:fp64", "reference:own"
-# The noise probe, each of its matmuls: fp32 and (where it is native) bf16 before the
-# steps, fp32 after them (0.75 s and 0.39 s, medians of a whole default study's 346
-# trials on a 2-vCPU AVX-512 EPYC; its re-probes after a low one 0.16 s a trial more).
-PROBE_S = 0.4
+# The noise probe, each of its measurements: fp32 before the steps and after them (0.34 s
+# each: medians of 10 fresh processes on a 2-vCPU AVX-512 EPYC), and bf16 before them
+# where the run computes in bf16 and bf16 is native (0.4 s with its pilot; re-probes
+# after a low one cost 0.16 s a trial more in a whole default study).
+PROBE_S = 0.36
 # One calibration, one collectives job and the report, when nothing measured them: the
 # calibrations took 16-26 s each on a 2-vCPU AVX-512 EPYC and 17.5 s on an AVX2 one,
 # the collectives 24-32 s and 63 s, the report 5-10 s.
@@ -443,7 +444,9 @@ def trial(
         ),
         "flop_count": (flops / (count_rate * 1e9) if flops else 1.0 / batch) + 2 * STEP_OVERHEAD_S,
         "probes": (
-            PROBE_S * (3 if machine.native else 2) if int(spec.get("probe_size") or 0) > 0 else 0.0
+            PROBE_S * (1 + len(probe.dtypes_for(spec.get("precision") if machine.native else None)))
+            if int(spec.get("probe_size") or 0) > 0
+            else 0.0
         ),
         "compile": (
             compile_s(spec.get("model")) * (INFERENCE_COMPILE_SHARE if serving else 1.0)

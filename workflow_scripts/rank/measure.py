@@ -65,6 +65,11 @@ def probe_or_error(size, dtypes: tuple[str, ...] = probe.DTYPES) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
+def spec_dtypes(spec: dict) -> tuple[str, ...]:
+    """The dtypes the probe before the steps measures for this run (probe.dtypes_for)."""
+    return probe.dtypes_for(spec.get("precision"))
+
+
 def counted_flops(spec: dict) -> dict:
     """The FLOP count of the spec's model (``flops_per_sample``, or ``flops_error`` when
     it could not be counted) and how long counting took."""
@@ -95,7 +100,9 @@ def before_steps(spec: dict, counted: dict | None) -> dict:
     # any backward in the process), before the steps; neither is part of setup_s.
     counted = counted or counted_flops(spec)
     ranks.barrier()  # the ranks probe together, and step together after
-    probe_result = probe_again_while_low(spec, probe_or_error(spec.get("probe_size")))
+    probe_result = probe_again_while_low(
+        spec, probe_or_error(spec.get("probe_size"), spec_dtypes(spec))
+    )
     ranks.barrier()
     return {"compile_pool_wait_s": pool_wait_s, **counted, "probe": probe_result}
 
@@ -139,7 +146,7 @@ def probe_again_while_low(spec: dict, result: dict | None, pause_s: float = REPR
         earlier.append(rate)
         spent += float(result.get("seconds") or 0.0) + pause_s
         time.sleep(pause_s)
-        again = probe_or_error(spec.get("probe_size"))
+        again = probe_or_error(spec.get("probe_size"), spec_dtypes(spec))
         if not isinstance(again, dict) or not finite(again.get("fp32_gflops")):
             break
         result = again

@@ -85,7 +85,7 @@ def _matrices(size: int, dtype: str):
 
 
 def matmul_gflops(
-    size: int, dtype: str, min_seconds: float = MIN_SECONDS, windows: int = WINDOWS
+    size: int, dtype: str, min_seconds: float = MIN_SECONDS, windows: int | None = WINDOWS
 ) -> float:
     """GFLOP/s of ``torch.matmul`` on two size x size CPU matrices of ``dtype``.
 
@@ -93,24 +93,32 @@ def matmul_gflops(
     (each at least one matmul); the fastest window's rate. The fastest: the first tenth
     of a second after a pause runs slow on a VM (here 42-48 GFLOP/s, then 61-66), and
     one window of a whole probe read 0.6-0.7 x the calibration's median of three; a
-    process competing for the CPUs slows every window."""
+    process competing for the CPUs slows every window. ``windows=None``: windows of
+    ``min_seconds / WINDOWS``, up to :data:`WINDOWS` of them, until ``min_seconds`` have
+    passed (where one matmul outlasts a window, fewer windows: no pilot is needed to
+    bound the cost)."""
     import torch
 
     a, b = _matrices(size, dtype)
     flop = 2.0 * size**3
     best = 0.0
+    count = WINDOWS if windows is None else max(1, windows)
+    window_s = min_seconds / count
     with torch.no_grad():
         torch.matmul(a, b)  # warm-up: packing, thread pool, kernel selection
-        for _ in range(max(1, windows)):
+        start = time.perf_counter()
+        for _ in range(count):
             reps = 0
             t0 = time.perf_counter()
             while True:
                 torch.matmul(a, b)
                 reps += 1
                 elapsed = time.perf_counter() - t0
-                if elapsed >= min_seconds / max(1, windows):
+                if elapsed >= window_s:
                     break
             best = max(best, flop * reps / elapsed / 1e9)
+            if windows is None and time.perf_counter() - start >= min_seconds:
+                break
     return best
 
 
@@ -186,7 +194,9 @@ def run(
     fp32's rate at ``size``, and each other dtype of ``dtypes`` unless its pilot predicts
     that measuring it would take longer than ``budget_s`` (None: no limit); then its rate
     is None and ``skipped`` says why (emulated bf16 on an AVX2 CPU: ~5 s at 1024, against
-    0.3 s for fp32)."""
+    0.3 s for fp32). fp32 is always measured (the noise signals read it, and a disturbed
+    machine makes a pilot slow too: skipping it would hide the disturbance), so it has
+    no pilot: its windows end once ``min_seconds`` have passed, whatever its speed."""
     import torch
 
     before = load_avg()
@@ -194,15 +204,16 @@ def run(
     rates: dict = {}
     skipped: dict = {}
     for d in dtypes:
-        if budget_s is not None:
+        windows: int | None = WINDOWS
+        if budget_s is not None and d == "fp32":
+            windows = None
+        elif budget_s is not None:
             pilot, cost = pilot_cost(d, size, min_seconds, budget_s)
-            # fp32 is always measured: the noise signals read it, and a disturbed machine
-            # makes its pilot slow too (skipping it would hide the disturbance)
-            if cost > budget_s and d != "fp32":
+            if cost > budget_s:
                 rates[f"{d}_gflops"] = None
                 skipped[d] = skip_reason(size, pilot, cost, budget_s, f"at {PILOT_SIZE}")
                 continue
-        windows = windows_for(size, pilot, min_seconds) if budget_s is not None else WINDOWS
+            windows = windows_for(size, pilot, min_seconds)
         rates[f"{d}_gflops"] = matmul_gflops(size, d, min_seconds, windows)
     return {
         **rates,
@@ -229,6 +240,13 @@ def summarize(runs: list[dict]) -> dict:
     out["threads"] = first.get("threads")
     out["runs"] = runs
     return out
+
+
+def dtypes_for(precision: str | None) -> tuple[str, ...]:
+    """What a trial of ``precision`` probes: fp32, what the noise signals read, and bf16
+    where the run computes in it (its ceiling is the faster of the two:
+    :func:`peak_rate`). An fp32 or INT8 run's probe has no bf16 rate."""
+    return DTYPES if precision == "bf16" else ("fp32",)
 
 
 def peak_rate(probe_result: dict, precision: str) -> tuple[str, float | None]:

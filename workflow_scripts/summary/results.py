@@ -182,7 +182,7 @@ def _measurement() -> list[Result]:
             "number",
             m,
             "GFLOP/s",
-            "the noise probe's bf16 matmul rate",
+            "the noise probe's bf16 matmul rate (bf16 runs only)",
             stat="median",
         ),
         Result("probe_fp32_median_gflops", "number", m, "GFLOP/s", "its comparable trials' median"),
