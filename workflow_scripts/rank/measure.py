@@ -65,11 +65,6 @@ def probe_or_error(size, dtypes: tuple[str, ...] = probe.DTYPES) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
-def spec_dtypes(spec: dict) -> tuple[str, ...]:
-    """The dtypes the probe before the steps measures for this run (probe.dtypes_for)."""
-    return probe.dtypes_for(spec.get("precision"))
-
-
 def counted_flops(spec: dict) -> dict:
     """The FLOP count of the spec's model (``flops_per_sample``, or ``flops_error`` when
     it could not be counted) and how long counting took."""
@@ -101,7 +96,7 @@ def before_steps(spec: dict, counted: dict | None) -> dict:
     counted = counted or counted_flops(spec)
     ranks.barrier()  # the ranks probe together, and step together after
     probe_result = probe_again_while_low(
-        spec, probe_or_error(spec.get("probe_size"), spec_dtypes(spec))
+        spec, probe_or_error(spec.get("probe_size"), probe.dtypes_for(spec.get("precision")))
     )
     ranks.barrier()
     return {"compile_pool_wait_s": pool_wait_s, **counted, "probe": probe_result}
@@ -146,7 +141,7 @@ def probe_again_while_low(spec: dict, result: dict | None, pause_s: float = REPR
         earlier.append(rate)
         spent += float(result.get("seconds") or 0.0) + pause_s
         time.sleep(pause_s)
-        again = probe_or_error(spec.get("probe_size"), spec_dtypes(spec))
+        again = probe_or_error(spec.get("probe_size"), probe.dtypes_for(spec.get("precision")))
         if not isinstance(again, dict) or not finite(again.get("fp32_gflops")):
             break
         result = again
