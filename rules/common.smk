@@ -72,11 +72,31 @@ RESERVE = [e for e in RUN_ORDER if STUDY.replan and e in STUDY.replan["reserve"]
 RESERVE_RANK = {experiment: i for i, experiment in enumerate(RESERVE)}
 RESERVE_LEVELS = len(RESERVE) * MIN_TRIALS
 PLANNED = [e for e in STUDY.ids if e not in RESERVE_RANK]
-# the priorities of one round: its experiments' (1 .. n), and the report after it (n+1)
-ROUND_LEVELS = len(RUN_ORDER) + 1
-SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS + RESERVE_LEVELS
 # the first round's provisional reports (results/rounds/<stage>/): their experiments
-STAGES = order.stages(STUDY.experiments)
+STAGES = order.stages(STUDY.experiments, MIN_TRIALS)
+# Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
+# experiment whose first trial stopped far slower than its baseline runs no other
+# (FAR_STOPS: those that may, their far_stop beyond the margin; the first round's
+# report, a checkpoint, comes after every trial 0). A budget's reserve aside: the plan's
+# own seeds are counted among themselves (workflow_scripts/study/replan.py).
+FIRST_TRIALS = replan.first_trials(STUDY, RESERVE, MIN_TRIALS)
+FAR_STOPS = {
+    e["id"]
+    for e in STUDY.experiments
+    if far.baseline_of(e, STUDY.experiments) and rounds.one_trial_when_far(e, SETTINGS["margin"])
+}
+# The headline's intervals early: its group's second trials run right after its first,
+# before any other experiment's first (those that run a second: EARLY), in the
+# first round's priorities; the stage "headline" reports them.
+HEAD = len(STAGES.get("first", []))
+EARLY = [e for e in STAGES.get("headline", []) if FIRST_TRIALS[e] > 1 and e not in RESERVE_RANK]
+EARLY_RANK = {experiment: i for i, experiment in enumerate(EARLY)}
+if not EARLY:  # (a seed sweep's seeds, or a budget's reserve: its report would add nothing)
+    STAGES.pop("headline", None)
+# the priorities of one round: its trials' (1 .. n, and the headline's second trials in
+# the first), and the report after it
+ROUND_LEVELS = len(RUN_ORDER) + len(EARLY) + 1
+SETUP_PRIORITY = (len(TRIALS) + 1) * ROUND_LEVELS + RESERVE_LEVELS
 
 
 wildcard_constraints:
@@ -109,21 +129,22 @@ def trial_priority(wildcards):
     trial = int(wildcards.trial)
     if wildcards.experiment in RESERVE_RANK:
         return (len(RESERVE) - RESERVE_RANK[wildcards.experiment]) * MIN_TRIALS - trial
-    level = (len(TRIALS) - trial) * ROUND_LEVELS + RESERVE_LEVELS
-    return level + len(RUN_ORDER) - ORDER_RANK[wildcards.experiment]
+    k, slot = round_slot(wildcards.experiment, trial)
+    return round_level(k) + ROUND_LEVELS - 1 - slot
 
 
-# Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
-# experiment whose first trial stopped far slower than its baseline runs no other
-# (FAR_STOPS: those that may, their far_stop beyond the margin; the first round's
-# report, a checkpoint, comes after every trial 0). A budget's reserve aside: the plan's
-# own seeds are counted among themselves (workflow_scripts/study/replan.py).
-FIRST_TRIALS = replan.first_trials(STUDY, RESERVE, MIN_TRIALS)
-FAR_STOPS = {
-    e["id"]
-    for e in STUDY.experiments
-    if far.baseline_of(e, STUDY.experiments) and rounds.one_trial_when_far(e, SETTINGS["margin"])
-}
+def round_level(k):
+    """The base of round k's priorities (every trial k above every trial k+1)."""
+    return (len(TRIALS) - k) * ROUND_LEVELS + RESERVE_LEVELS
+
+
+def round_slot(experiment, trial):
+    """A trial's round and its place in that round (0 first): the run order, the
+    headline's second trials in the first round, right after its first ones."""
+    if trial == 1 and experiment in EARLY_RANK:
+        return 0, HEAD + EARLY_RANK[experiment]
+    rank = ORDER_RANK[experiment]
+    return trial, rank + (len(EARLY) if trial == 0 and rank >= HEAD else 0)
 
 
 def round_experiments(k):
@@ -214,32 +235,50 @@ def round_records(wildcards):
 def round_priority(wildcards):
     """Above every trial of its round, below every trial of the round before (which
     have all run when it can): it runs as soon as its round ends."""
-    level = (len(TRIALS) - int(wildcards.round)) * ROUND_LEVELS + RESERVE_LEVELS
-    return level + len(RUN_ORDER) + 1
+    return round_level(int(wildcards.round)) + ROUND_LEVELS
 
 
 # The question first: provisional reports of the first round's stages (STAGES: the
-# headline's group, then every group's baseline and ladder besides) as soon as their
-# first trials have run, before the rest of the study.
+# headline's group, its second trials, then every group's baseline and ladder besides)
+# as soon as their trials have run, before the rest of the study.
+def stage_experiments(stage):
+    """Its experiments of the study's (a budget's reserve, not yet planned, in none)."""
+    return [e for e in STAGES[stage] if e not in RESERVE_RANK]
+
+
 def stage_records(wildcards):
-    return [
-        f"{RESULTS}/records/{experiment}/trial0.json"
-        for experiment in STAGES[wildcards.stage]
-        if experiment not in RESERVE_RANK
-    ]
+    records = [f"{RESULTS}/records/{e}/trial0.json" for e in stage_experiments(wildcards.stage)]
+    if order.headline_trials(wildcards.stage, MIN_TRIALS) > 1:
+        records += [f"{RESULTS}/records/{e}/trial1.json" for e in early_seconds()]
+    return records
+
+
+def early_seconds():
+    """The headline's experiments that run their second trial early: EARLY, but those
+    whose first trial stopped far slower than its baseline (they run no other; the
+    first stage's report, a checkpoint, comes after those first trials)."""
+    maybe_far = FAR_STOPS.intersection(EARLY)
+    if not maybe_far:
+        return EARLY
+    checkpoints.stage_report.get(stage="first")
+    far_ones = rounds.stopped_far(f"{RESULTS}/records", maybe_far)
+    return [e for e in EARLY if e not in far_ones]
 
 
 def stage_priority(wildcards):
-    """Above every trial 0 outside the stage (its experiments lead the run order); the
-    last of its own it waits for anyway."""
-    level = len(TRIALS) * ROUND_LEVELS + RESERVE_LEVELS
-    return level + len(RUN_ORDER) - len(STAGES[wildcards.stage]) + 1
+    """Above every trial after the stage's own (they lead the round's order); the last
+    of its own it waits for anyway."""
+    stage = wildcards.stage
+    last = max(round_slot(e, 0)[1] for e in STAGES[stage])
+    if EARLY and order.headline_trials(stage, MIN_TRIALS) > 1:
+        last = max(last, round_slot(EARLY[-1], 1)[1])
+    return round_level(0) + ROUND_LEVELS - 1 - last
 
 
 def stage_title(wildcards):
-    """Its experiments of the study's (a budget's reserve, not yet planned, in neither)."""
+    """What a stage's report holds, of how many of the study's experiments."""
     words = order.STAGE_WORDS[wildcards.stage]
-    n = len(stage_records(wildcards))
+    n = len(stage_experiments(wildcards.stage))
     more = "; more once the study plans again" if RESERVE else ""
     return (
         f"Provisional report: {words} ({n} of {len(RUN_ORDER) - len(RESERVE)} experiments"

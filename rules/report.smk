@@ -106,10 +106,11 @@ checkpoint round_report:
         jobs.run("workflow_scripts.report", input, output, params, wildcards, log)
 
 
-# The question first: the first trials of the headline's group, then of every group's
-# baseline and ladder besides, reported as soon as they have run (rules/common.smk,
-# STAGES; workflow_scripts/plan/order.py).
-rule stage_report:
+# The question first: the first trials of the headline's group, its second ones, then
+# the first of every group's baseline and ladder besides, reported as soon as they have
+# run (rules/common.smk, STAGES; workflow_scripts/plan/order.py). A checkpoint: the first
+# stage's records say which of the headline's runs stopped far (no second trial).
+checkpoint stage_report:
     input:
         records=stage_records,
     output:

@@ -41,9 +41,14 @@ def test_the_headline_group_then_each_groups_baseline_then_ladders_then_the_rest
         "acc-seed0": order.BASELINES, "acc-seed1": order.REST,
     }  # fmt: skip
     assert order.question(s.experiments) == ["base", "bf16", "o-base", "acc-seed0"]
-    assert order.stages(s.experiments) == {
-        "first": ["base", "bf16"], "families": ["base", "bf16", "o-base", "o-bf16", "acc-seed0"]
+    families = ["base", "bf16", "o-base", "o-bf16", "acc-seed0"]
+    assert order.stages(s.experiments) == {"first": ["base", "bf16"], "families": families}
+    # two trials each: the headline's second ones right after its first, reported apart
+    assert order.stages(s.experiments, trials=2) == {
+        "first": ["base", "bf16"], "headline": ["base", "bf16"], "families": families
     }  # fmt: skip
+    assert [order.headline_trials(n, 3) for n in ("first", "headline", "families")] == [1, 2, 2]
+    assert order.headline_trials("families", 1) == 1
     # within a tier past the question: the cheapest first; the order written breaks ties
     seconds = {"o-batch-bs4": 30.0, "o-batch-bs16": 10.0, "acc-seed1": 10.0, "o-bf16": 99.0}
     assert order.run_order(s.experiments, seconds) == [
@@ -84,3 +89,5 @@ def test_a_stage_that_adds_nothing_or_holds_everything_is_left_out():
     two = study.load_study({"groups": {"g": {"runs": [{"id": "a"}]},
                                        "h": {"runs": [{"id": "b"}]}}})  # fmt: skip
     assert order.stages(two.experiments) == {"first": ["a"]}  # families: the whole study
+    assert order.stages(two.experiments, trials=2) == {"first": ["a"], "headline": ["a"]}
+    assert order.stages(one_group.experiments, trials=2) == {}

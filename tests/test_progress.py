@@ -290,6 +290,16 @@ def test_the_line_says_when_the_first_answer_was_written(tmp_path):
     os.utime(page, (1600.0, 1600.0))
     text = progress.line(s, tmp_path, started=1000.0, now=2000.0, machine=m)
     assert f"(the question's first answer: {page}, written 10 min into this run)" in text
+    # then the headline's comparisons with their intervals (its second trials)
+    second = tmp_path / progress.INTERVALS_REPORT
+    second.parent.mkdir(parents=True)
+    second.write_text("<html></html>")
+    os.utime(second, (1900.0, 1900.0))
+    text = progress.line(s, tmp_path, started=1000.0, now=2000.0, machine=m)
+    assert (
+        f"(the question's first answer: {page}, written 10 min into this run; with its "
+        f"intervals: {second}, written 15 min into this run)"
+    ) in text
 
 
 def write_round(results, k: int, undecided: list[tuple[str, str]], decided=()) -> None:

@@ -10,6 +10,8 @@ import json
 import math
 import statistics
 import subprocess
+from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -137,7 +139,10 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, t
 #: that stops far from its baseline is its last, while the baseline runs its two. Far
 #: either way: one thread of two ran 1.5-1.8x slower on most of the 2-vCPU machines this
 #: suite runs on, 1.31x under a neighbour's load (undecided at 1.25x: its interval
-#: reached inside), and 1.7x faster on a CI host whose two threads were slower than one
+#: reached inside), and 1.7x faster on a CI host whose two threads were slower than one.
+#: The group is the study's headline (another group follows): its second trials run
+#: right after its first, but the far one's, before the other group's first trial; a
+#: twin that never stops far gives the headline's early report an interval
 FAR = 1.15
 FAR_STUDY = """
 runtime: local
@@ -151,6 +156,10 @@ groups:
     runs:
       - {id: two, threads: 2}
       - {id: one, threads: 1}
+      - {id: twin, threads: 2, far_stop: null}
+  other:
+    runs:
+      - {id: other, threads: 2, batch_size: 16, steps: 6}
 """.replace("far_stop: FAR", f"far_stop: {FAR}")
 
 
@@ -161,10 +170,11 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     assert one["metrics"]["stop_reason"] == "far_from_baseline", why
     assert one["far_from"]["baseline"] == "two" and 1 <= one["metrics"]["steps_timed"] < 30
     assert trials_of(wd, "one") == [0] and trials_of(wd, "two") == [0, 1], why
+    assert trials_of(wd, "twin") == trials_of(wd, "other") == [0, 1], why
     table = pd.read_csv(wd / "results/comparisons.csv")
     pair = table[(table["baseline"] == "two") & (table["experiment"] == "one")].iloc[0]
     summary = pd.read_csv(wd / "results/summary.csv")
-    assert len(summary) == 3
+    assert len(summary) == 7
     # "two" rests on its 2 trials but one the noise check flagged (this shared machine
     # flags one now and then: the study uses the clean ones, all where the flagged are
     # the more), "one" on its one
@@ -179,9 +189,34 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     at_stop = one["far_from"]["step_time_s"] / statistics.fmean(one["step_times_s"])
     assert not 1 / FAR <= at_stop <= FAR, (at_stop, one["far_from"])
     assert (pair["ratio"] < 1) == (at_stop < 1), (pair.to_dict(), at_stop)
-    # the second round waited for the first's report (a checkpoint), then ran only "two"
-    first_page = wd / "results/rounds/0/report/index.html"
-    assert first_page.stat().st_mtime <= (wd / "results/records/two/trial1.json").stat().st_mtime
+
+    # the headline's second trials waited for its first trials' report (a checkpoint),
+    # then ran but the far one's, before the other group's first trial; their report,
+    # the headline's comparisons with the twin's interval, came before that trial too
+    def launched(experiment: str, k: int) -> float:
+        record = json.loads((wd / f"results/records/{experiment}/trial{k}.json").read_text())
+        return datetime.fromisoformat(record["provenance"]["launched_at"]).timestamp()
+
+    rounds_dir = wd / "results/rounds"
+    first_page = (rounds_dir / "first/report/index.html").stat().st_mtime
+    second_page = (rounds_dir / "headline/report/index.html").stat().st_mtime
+    assert first_page <= min(launched("two", 1), launched("twin", 1)) + 1, why  # (whole s)
+    assert max(launched("two", 1), launched("twin", 1)) < launched("other", 0), why
+    assert second_page <= launched("other", 0) + 1, why
+    early = pd.read_csv(rounds_dir / "headline/summary.csv")
+    assert sorted(zip(early["experiment"], early["trial"])) == [
+        ("one", 0), ("twin", 0), ("twin", 1), ("two", 0), ("two", 1)
+    ]  # fmt: skip
+    table = pd.read_csv(rounds_dir / "headline/comparisons.csv")
+    twin = table[(table["baseline"] == "two") & (table["experiment"] == "twin")].iloc[0]
+    if min(twin["n_baseline"], twin["n_experiment"]) >= 2:  # (unless the noise check flagged one)
+        assert math.isfinite(twin["ci_low"]) and math.isfinite(twin["ci_high"]), twin.to_dict()
+    assert f"with its intervals: {Path('results/rounds/headline/report/index.html')}" in (
+        proc.stderr
+    )
+    # the first round's report, after every first trial, ran the second round's rest
+    round_page = (rounds_dir / "0/report/index.html").stat().st_mtime
+    assert round_page <= launched("other", 1) + 1, why
     again = subprocess.run([*cmd, "-n"], cwd=wd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
         again.stdout[-3000:] + again.stderr[-3000:]

@@ -406,7 +406,9 @@ def test_a_budget_is_planned_again_from_the_calibrations(upstream_env, tmp_path)
     plan = json.loads((wd / "results/budget/plan.json").read_text())
     replanned = plan["replanned"]
     assert replanned["before"] == 3 and plan["planned"] == 6, plan
-    assert replanned["measured_trials"] == 3, plan  # the question's first trials
+    # the question's first trials, and the headline's second ones (they run right after
+    # its first: far_stop null, none stops far)
+    assert replanned["measured_trials"] == 5, plan
     out = run.stdout + run.stderr
     assert "[budget] planned again from the calibrations" in out
     # what ran: the question's trials, then the reserve it keeps, in that order
@@ -434,7 +436,7 @@ def test_a_budget_is_planned_again_from_the_calibrations(upstream_env, tmp_path)
     if replanned["room_s"] >= replanned["own_left_s"]:
         assert replanned["admitted"], plan
     # the question's provisional reports count what the plan had then: not its reserve
-    for stage in ("first", "families"):
+    for stage in ("first", "headline", "families"):
         shown = set(pd.read_csv(wd / f"results/rounds/{stage}/summary.csv")["experiment"])
         page = (wd / f"results/rounds/{stage}/report/index.html").read_text()
         assert f"({len(shown)} of {len(question)} experiments; more once" in page, stage
@@ -563,29 +565,39 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
         # the reference probe of the trial's own environment
         env = re.search(r"results/envs/(\w+)\.json", job["input"]).group(1)
         assert f"results/calibration/{env}.json" in job["input"]
-    # every trial k above every trial k+1; within a round, by tier (plan/order.py): the
+    # every trial k above every trial k+1, but the headline's second trials, which come
+    # right after its first ones; within a round, by tier (plan/order.py): the
     # headline's group, each other group's first run, their ladders, the rest
-    by_round = [[p for (e, k), p in priority.items() if k == t] for t in range(3)]
+    early = {(e, 1) for e in specs if tier[e] == order.HEADLINE}
+    round_of = {job: 0 if job in early else job[1] for job in priority}
+    by_round = [[p for job, p in priority.items() if round_of[job] == t] for t in range(3)]
     assert all(min(by_round[t]) > max(by_round[t + 1]) for t in range(2))
     for t in range(3):
-        of = [(tier[e], -p) for (e, k), p in priority.items() if k == t]
+        of = [(tier[job[0]], -p) for job, p in priority.items() if round_of[job] == t]
         assert [x for x, _ in sorted(of, key=lambda x: x[1])] == sorted(x for x, _ in of)
+    head = [p for (e, k), p in priority.items() if k == 0 and tier[e] == order.HEADLINE]
+    rest = [p for (e, k), p in priority.items() if k == 0 and tier[e] != order.HEADLINE]
+    assert min(head) > max(priority[job] for job in early) > max(rest)
     assert len(set(priority.values())) == len(priority)
     question = [e for e in specs if tier[e] <= order.BASELINES]
     assert order.question(loaded.experiments) == question
     assert question[0] == "baseline" and "bert-base" in question and "bf16" in question
-    # the first round's stages: the headline's group, then every group's baseline and
-    # ladder besides, each reported as soon as its trials 0 have run, before the rest
+    # the first round's stages: the headline's group, its second trials, then every
+    # group's baseline and ladder besides, each reported as soon as its trials have run,
+    # before the rest
     stages = {j["wildcards"]: j for j in jobs if j["rule"] == "stage_report"}
-    assert sorted(stages) == ["stage=families", "stage=first"]
-    for name, top in (("first", order.HEADLINE), ("families", order.LADDERS)):
+    assert sorted(stages) == ["stage=families", "stage=first", "stage=headline"]
+    for name, top, trials in (("first", order.HEADLINE, 1), ("headline", order.HEADLINE, 2),
+                              ("families", order.LADDERS, 2)):  # fmt: skip
         job = stages[f"stage={name}"]
-        inside = [e for e in specs if tier[e] <= top]
+        inside = [(e, 0) for e in specs if tier[e] <= top]
+        inside += sorted(early) if trials == 2 else []
         records = re.findall(r"results/records/([^ ,/]+)/trial(\d+)\.json", job["input"])
-        assert sorted(records) == sorted((e, "0") for e in inside)
-        outside = [priority[(e, 0)] for e in specs if e not in inside]
-        assert max(outside) < job["priority"] <= min(priority[(e, 0)] for e in inside)
+        assert sorted((e, int(k)) for e, k in records) == sorted(inside)
+        outside = [p for job_, p in priority.items() if round_of[job_] == 0 and job_ not in inside]
+        assert max(outside) < job["priority"] <= min(priority[job_] for job_ in inside)
     assert len(re.findall("records/", stages["stage=first"]["input"])) == 12  # the ladder
+    assert len(re.findall("records/", stages["stage=headline"]["input"])) == 24
     # after each round but the last, a provisional report of the rounds so far, as soon
     # as the round ends (its priority: above every trial of the next round)
     rounds = sorted((j for j in jobs if j["rule"] == "round_report"), key=lambda j: j["wildcards"])

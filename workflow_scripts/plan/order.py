@@ -18,10 +18,13 @@ run in four tiers:
 The order written breaks ties.
 
 As soon as the first round's tier 0 has run, the study writes a provisional report of
-it (``results/rounds/first/``: the headline's comparisons), and again after tiers 0-2
-(``results/rounds/families/``: every family's baseline and ladder besides), before the
-rest of the study (:func:`stages`). Priorities change no job's inputs: the order never reruns
-anything, and a stopped study resumes in the same order.
+it (``results/rounds/first/``: the headline's comparisons, one trial each); then tier 0
+runs its second trials, before any other experiment's first (the rest of the study is
+trial k of every experiment before trial k+1 of any), and the study writes
+``results/rounds/headline/``: the headline's comparisons with their intervals; and again
+after tiers 1-2 (``results/rounds/families/``: every family's baseline and ladder
+besides), before the rest of the study (:func:`stages`). Priorities change no job's
+inputs: the order never reruns anything, and a stopped study resumes in the same order.
 """
 
 from __future__ import annotations
@@ -73,29 +76,39 @@ def question(experiments: Sequence[Mapping]) -> list[str]:
     return [spec["id"] for spec in experiments if tier[spec["id"]] < LADDERS]
 
 
-#: the provisional reports of the first round, by stage: the tiers each one waits for
-STAGES = {"first": HEADLINE, "families": LADDERS}
+#: the provisional reports of the first round, by stage: the tiers each one waits for,
+#: and how many trials of the headline's group (its second ones, where it runs two, run
+#: right after its first: the headline's intervals early)
+STAGES = {"first": (HEADLINE, 1), "headline": (HEADLINE, 2), "families": (LADDERS, 2)}
 #: what each stage's report holds, for its title
 STAGE_WORDS = {
     "first": "the first trial of the headline's group",
-    "families": "the first trial of every group's baseline and ladder",
+    "headline": "the first two trials of the headline's group",
+    "families": "the first trials of every group's baseline and ladder",
 }
 
 
-def stages(experiments: Sequence[Mapping]) -> dict[str, list[str]]:
+def stages(experiments: Sequence[Mapping], trials: int = 1) -> dict[str, list[str]]:
     """The first round's provisional reports (``results/rounds/<stage>/``): each stage's
-    experiments (tiers up to :data:`STAGES`'), as written; a stage that holds the whole
-    study, or no more than the stage before it, is left out (the report, or that
-    stage's, says it)."""
+    experiments (tiers up to :data:`STAGES`'), as written, where every experiment runs
+    ``trials`` (the headline's second trials come early only where that is 2 or more); a
+    stage that holds the whole study, or no more than the stage before it, is left out
+    (the report, or that stage's, says it)."""
     tier = tiers(experiments)
     out: dict[str, list[str]] = {}
-    last = 0
-    for name, top in STAGES.items():
+    last = (0, 0)
+    for name, (top, again) in STAGES.items():
         ids = [spec["id"] for spec in experiments if tier[spec["id"]] <= top]
-        if last < len(ids) < len(experiments):
+        held = (len(ids), min(again, max(1, int(trials))))
+        if last < held and len(ids) < len(experiments):
             out[name] = ids
-            last = len(ids)
+            last = held
     return out
+
+
+def headline_trials(stage: str, trials: int) -> int:
+    """How many trials of the headline's group stage ``stage``'s report holds."""
+    return min(STAGES[stage][1], max(1, int(trials)))
 
 
 def trial_seconds(study) -> dict[str, float]:

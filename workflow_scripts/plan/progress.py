@@ -168,20 +168,33 @@ def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> tuple[float
     return ratio_of(walls, predicted), len(walls)
 
 
-#: the question's provisional report (rules/common.smk, plan/order.py)
+#: the question's provisional reports (rules/common.smk, plan/order.py): the first, and
+#: the headline's comparisons with their intervals (its second trials)
 FIRST_REPORT = Path("rounds") / "first" / "report" / "index.html"
+INTERVALS_REPORT = Path("rounds") / "headline" / "report" / "index.html"
 
 
 def first_answer(results: Path, elapsed: float, now: float | None = None) -> str:
-    """Where the question's provisional report is and when it was written in this run
-    ("" before it exists)."""
-    try:
-        written = (results / FIRST_REPORT).stat().st_mtime
-    except OSError:
+    """Where the question's provisional reports are and when they were written in this
+    run ("" before the first exists)."""
+    now = now if now is not None else time.time()
+
+    def when(report: Path) -> str | None:
+        try:
+            written = (results / report).stat().st_mtime
+        except OSError:
+            return None
+        since = elapsed - (now - written)
+        return f"{estimate_text.human(since)} into this run" if since >= 0 else "before this run"
+
+    first = when(FIRST_REPORT)
+    if first is None:
         return ""
-    since = elapsed - ((now if now is not None else time.time()) - written)
-    when = f"{estimate_text.human(since)} into this run" if since >= 0 else "before this run"
-    return f" (the question's first answer: {results / FIRST_REPORT}, written {when})"
+    text = f" (the question's first answer: {results / FIRST_REPORT}, written {first}"
+    intervals = when(INTERVALS_REPORT)
+    if intervals is not None:
+        text += f"; with its intervals: {results / INTERVALS_REPORT}, written {intervals}"
+    return text + ")"
 
 
 class Rounds(NamedTuple):
