@@ -17,6 +17,7 @@ import scipy.stats
 
 from tests.fixture_records import headline_text, html_tables, left_out_by_budget, make, write
 from workflow_scripts import report
+from workflow_scripts.report import html
 from workflow_scripts.report.distributed import process_group
 from workflow_scripts.summary import records as rec
 
@@ -235,7 +236,7 @@ def test_baseline_falls_back_to_first_ladder_experiment():
 
 
 def test_html_content(built):
-    _, _, _, html_text = built
+    _, records, _, html_text = built
     assert "Test &lt;report&gt;" in html_text
     order = [
         'class="headline"',
@@ -257,6 +258,10 @@ def test_html_content(built):
     # sweeps this run did not have: one line, no section, no figure
     assert 'id="num_workers"' not in html_text and 'id="threads"' not in html_text
     assert "Not run in this preset: dataloader workers sweep, threads sweep." in html_text
+    # in a provisional report (a round's or a stage's, while the study goes on): not yet
+    page = html.Page("Provisional report: the first trial of x", "baseline", [], not_run=["x"])
+    provisional = html.page_html(page, rec.summary_frame(records), 1)
+    assert "Not run yet: x." in provisional and "in this preset" not in provisional
     assert "AMD EPYC 9R14" in html_text and "avx512_bf16" in html_text
     assert "abc123" in html_text and "2.14.1+cu130" in html_text
     # ladder table: speedup with spread for 2 trials, claim

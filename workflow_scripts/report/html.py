@@ -239,6 +239,10 @@ def baseline_label(baseline: str | None) -> str:
     return baseline if baseline is not None else "none found"
 
 
+#: how a provisional report's title begins (a round's or a stage's, rules/common.smk)
+PROVISIONAL = "Provisional report"
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
     """What the page shows besides its counts: its title, the run's baseline, the
@@ -253,6 +257,12 @@ class Page:
     provenance: str = ""
     not_run: Sequence[str] = ()
     left_out: str = ""
+
+    @property
+    def provisional(self) -> bool:
+        """A report of the trials so far while the study goes on (rules/common.smk's
+        round and stage titles): what has not run may run yet."""
+        return self.title.startswith(PROVISIONAL)
 
 
 def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
@@ -277,9 +287,10 @@ def page_html(page: Page, frame: pd.DataFrame, n_experiments: int) -> str:
         for sid, heading, content in sections
     )
     how = HOW_TO_READ.format(baseline=html.escape(str(baseline_label(baseline))))
+    # (a provisional report's: the study goes on, and may run them yet)
+    not_yet = "Not run yet" if page.provisional else "Not run in this preset"
     skipped = (
-        '<p class="note" id="not-run">Not run in this preset: '
-        f"{html.escape(', '.join(not_run))}.</p>"
+        f'<p class="note" id="not-run">{not_yet}: {html.escape(", ".join(not_run))}.</p>'
         if not_run
         else ""
     )
