@@ -60,8 +60,9 @@ PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_siz
 # experiments wait for (environments, image folder, calibration) come before all of
 # them, so no trial k+1 can start while a trial k still waits for its environment.
 # Within a round the question comes first (workflow_scripts/plan/order.py): the
-# headline's group, then each other group's first run, then the rest cheapest first.
-# Priorities change no job's inputs, so they never cause a rerun.
+# headline's group (its second trials too, in the first round: EARLY below), then each
+# other group's first run, then the rest cheapest first. Priorities change no job's
+# inputs, so they never cause a rerun.
 RUN_ORDER = order.run_order(STUDY.experiments, order.trial_seconds(STUDY))
 ORDER_RANK = {experiment: i for i, experiment in enumerate(RUN_ORDER)}
 # A budget's plan made again (STUDY.replan; workflow_scripts/study/replan.py): its reserve
