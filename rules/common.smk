@@ -282,7 +282,7 @@ def stage_title(wildcards):
     n = len(stage_experiments(wildcards.stage))
     more = "; more once the study plans again" if RESERVE else ""
     return (
-        f"Provisional report: {words} ({n} of {len(RUN_ORDER) - len(RESERVE)} experiments"
+        f"{order.PROVISIONAL}: {words} ({n} of {len(RUN_ORDER) - len(RESERVE)} experiments"
         f"{more}; the study goes on; its report: results/report/index.html)"
     )
 
@@ -298,7 +298,7 @@ def round_title(wildcards):
     else:
         planned = f"{len(TRIALS)} trials"
     return (
-        f"Provisional report: the first {k} of {planned} of every experiment "
+        f"{order.PROVISIONAL}: the first {k} of {planned} of every experiment "
         "(the study goes on; its report: results/report/index.html)"
     )
 

@@ -80,6 +80,9 @@ def question(experiments: Sequence[Mapping]) -> list[str]:
 #: and how many trials of the headline's group (its second ones, where it runs two, run
 #: right after its first: the headline's intervals early)
 STAGES = {"first": (HEADLINE, 1), "headline": (HEADLINE, 2), "families": (LADDERS, 2)}
+#: how a provisional report's title begins (a stage's, or a round's: rules/common.smk);
+#: the report reads it so (report/html.py: what has not run may run yet)
+PROVISIONAL = "Provisional report"
 #: what each stage's report holds, for its title
 STAGE_WORDS = {
     "first": "the first trial of the headline's group",
@@ -97,9 +100,9 @@ def stages(experiments: Sequence[Mapping], trials: int = 1) -> dict[str, list[st
     tier = tiers(experiments)
     out: dict[str, list[str]] = {}
     last = (0, 0)
-    for name, (top, again) in STAGES.items():
+    for name, (top, _) in STAGES.items():
         ids = [spec["id"] for spec in experiments if tier[spec["id"]] <= top]
-        held = (len(ids), min(again, max(1, int(trials))))
+        held = (len(ids), headline_trials(name, trials))
         if last < held and len(ids) < len(experiments):
             out[name] = ids
             last = held

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..plan.order import PROVISIONAL
 from ..spec.fields import labels
 from ..summary import results
 from .compare import config_text
@@ -237,10 +238,6 @@ HOW_TO_READ = (
 
 def baseline_label(baseline: str | None) -> str:
     return baseline if baseline is not None else "none found"
-
-
-#: how a provisional report's title begins (a round's or a stage's, rules/common.smk)
-PROVISIONAL = "Provisional report"
 
 
 @dataclasses.dataclass(frozen=True)
