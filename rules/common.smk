@@ -230,7 +230,13 @@ ROUNDS = TRIALS[:-1]
 
 
 def round_records(wildcards):
-    return all_records(int(wildcards.round) + 1)
+    """Its rounds' trials; round 0's with the headline's second trials, which ran before
+    it (a provisional report holds every trial the study has: the headline's intervals
+    stay in the newer reports)."""
+    records = all_records(int(wildcards.round) + 1)
+    if int(wildcards.round) == 0 and EARLY:
+        records += [f"{RESULTS}/records/{e}/trial1.json" for e in early_seconds()]
+    return records
 
 
 def round_priority(wildcards):
@@ -297,8 +303,9 @@ def round_title(wildcards):
         planned = f"{MIN_TRIALS} to {len(TRIALS)} trials (more where undecided)"
     else:
         planned = f"{len(TRIALS)} trials"
+    early = ", the headline's group's first 2" if k == 1 and EARLY else ""
     return (
-        f"{order.PROVISIONAL}: the first {k} of {planned} of every experiment "
+        f"{order.PROVISIONAL}: the first {k} of {planned} of every experiment{early} "
         "(the study goes on; its report: results/report/index.html)"
     )
 

@@ -11,6 +11,7 @@ import math
 import statistics
 import subprocess
 from datetime import datetime
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -217,6 +218,15 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstr
     # the first round's report, after every first trial, ran the second round's rest
     round_page = (rounds_dir / "0/report/index.html").stat().st_mtime
     assert round_page <= launched("other", 1) + 1, why
+    # and it holds every trial run by then: the headline's second ones too, so that the
+    # newest provisional report keeps the headline's intervals
+    round0 = pd.read_csv(rounds_dir / "0/summary.csv")
+    assert sorted(zip(round0["experiment"], round0["trial"])) == [
+        ("one", 0), ("other", 0), ("twin", 0), ("twin", 1), ("two", 0), ("two", 1)
+    ]  # fmt: skip
+    assert "of every experiment, the headline's group's first 2" in unescape(
+        (rounds_dir / "0/report/index.html").read_text()
+    )
     again = subprocess.run([*cmd, "-n"], cwd=wd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
         again.stdout[-3000:] + again.stderr[-3000:]
