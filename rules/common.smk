@@ -234,9 +234,7 @@ def round_records(wildcards):
     it (a provisional report holds every trial the study has: the headline's intervals
     stay in the newer reports)."""
     records = all_records(int(wildcards.round) + 1)
-    if int(wildcards.round) == 0 and EARLY:
-        records += [f"{RESULTS}/records/{e}/trial1.json" for e in early_seconds()]
-    return records
+    return records + early_records() if int(wildcards.round) == 0 else records
 
 
 def round_priority(wildcards):
@@ -256,8 +254,14 @@ def stage_experiments(stage):
 def stage_records(wildcards):
     records = [f"{RESULTS}/records/{e}/trial0.json" for e in stage_experiments(wildcards.stage)]
     if order.headline_trials(wildcards.stage, MIN_TRIALS) > 1:
-        records += [f"{RESULTS}/records/{e}/trial1.json" for e in early_seconds()]
+        records += early_records()
     return records
+
+
+def early_records():
+    """The records of the headline's second trials that run in the first round (none
+    where none does)."""
+    return [f"{RESULTS}/records/{e}/trial1.json" for e in early_seconds()] if EARLY else []
 
 
 def early_seconds():
