@@ -83,6 +83,7 @@ rule report:
 checkpoint round_report:
     input:
         records=round_records,
+        early=round_early_records,
     output:
         summary=f"{RESULTS}/rounds/{{round}}/summary.csv",
         comparisons=f"{RESULTS}/rounds/{{round}}/comparisons.csv",
@@ -113,6 +114,7 @@ checkpoint round_report:
 checkpoint stage_report:
     input:
         records=stage_records,
+        early=stage_early_records,
     output:
         summary=f"{RESULTS}/rounds/{{stage}}/summary.csv",
         comparisons=f"{RESULTS}/rounds/{{stage}}/comparisons.csv",

@@ -212,15 +212,26 @@ def build_report(
 #: The report rule's entry point (the plots go next to the HTML file).
 def _plan_file(job) -> str | None:
     """The report's input ``plan`` (a budget's plan made again), where it has one."""
-    given = job.input.get("plan") if hasattr(job.input, "get") else None
-    items = [given] if isinstance(given, str) else list(given or [])
-    return str(items[0]) if items else None
+    items = _items(job, "plan")
+    return items[0] if items else None
+
+
+def _records(job) -> list[str]:
+    """The report's trial records: its input ``records`` and, where it has them,
+    ``early`` (the headline's second trials a provisional report holds besides: an input
+    of its own, as its list may wait for a checkpoint that the first trials must not)."""
+    return _items(job, "records") + _items(job, "early")
+
+
+def _items(job, name: str) -> list[str]:
+    given = job.input.get(name) if hasattr(job.input, "get") else None
+    return [given] if isinstance(given, str) else [str(item) for item in given or []]
 
 
 COMMAND = Command(
     __doc__.splitlines()[0],
     (
-        Arg("records", "input.records", many=True, help="trial record JSON files"),
+        Arg("records", _records, many=True, help="trial record JSON files"),
         Arg("collectives", "input.collectives", many=True,
             help="collectives microbenchmark JSON files"),
         Arg("summary", "output.summary", type=Path, help="summary CSV to write"),
