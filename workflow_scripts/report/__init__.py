@@ -209,7 +209,6 @@ def build_report(
             "baseline": baseline}  # fmt: skip
 
 
-#: The report rule's entry point (the plots go next to the HTML file).
 def _plan_file(job) -> str | None:
     """The report's input ``plan`` (a budget's plan made again), where it has one."""
     items = _items(job, "plan")
@@ -224,10 +223,12 @@ def _records(job) -> list[str]:
 
 
 def _items(job, name: str) -> list[str]:
+    """A job's named input as a list of paths (none where the job lacks it)."""
     given = job.input.get(name) if hasattr(job.input, "get") else None
     return [given] if isinstance(given, str) else [str(item) for item in given or []]
 
 
+#: The report rule's entry point (the plots go next to the HTML file).
 COMMAND = Command(
     __doc__.splitlines()[0],
     (
