@@ -6,7 +6,7 @@ from pathlib import Path
 
 from workflow_scripts import collectives, envs, images, jobs, snakemake_timers
 from workflow_scripts.cluster import sizing
-from workflow_scripts.plan import far, order, progress, rounds
+from workflow_scripts.plan import far, order, progress, rounds, study_estimate
 from workflow_scripts.study import replan
 
 SETTINGS = STUDY.settings
@@ -63,7 +63,7 @@ PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_siz
 # headline's group (its second trials too, in the first round: EARLY below), then each
 # other group's first run, then the rest cheapest first. Priorities change no job's
 # inputs, so they never cause a rerun.
-RUN_ORDER = order.run_order(STUDY.experiments, order.trial_seconds(STUDY))
+RUN_ORDER = order.run_order(STUDY.experiments, study_estimate.trial_seconds(STUDY))
 ORDER_RANK = {experiment: i for i, experiment in enumerate(RUN_ORDER)}
 # A budget's plan made again (STUDY.replan; workflow_scripts/study/replan.py): its reserve
 # runs after every trial of the plan's own experiments (PLANNED), each reserve's trials

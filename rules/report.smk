@@ -60,6 +60,8 @@ rule report:
         ),
     log:
         f"{LOGS}/report.log",
+    benchmark:
+        f"{LOGS}/benchmarks/report.tsv"
     resources:
         cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
         mem_mb=REPORT_RESOURCES["mem_mb"],
@@ -90,6 +92,8 @@ checkpoint round_report:
         html=f"{RESULTS}/rounds/{{round}}/report/index.html",
     log:
         f"{LOGS}/round_report/{{round}}.log",
+    benchmark:
+        f"{LOGS}/benchmarks/rounds/{{round}}.tsv"
     priority: round_priority
     resources:
         cpus_per_task=REPORT_RESOURCES["cpus_per_task"],
@@ -121,6 +125,8 @@ checkpoint stage_report:
         html=f"{RESULTS}/rounds/{{stage}}/report/index.html",
     log:
         f"{LOGS}/round_report/{{stage}}.log",
+    benchmark:
+        f"{LOGS}/benchmarks/rounds/{{stage}}.tsv"
     priority: stage_priority
     resources:
         cpus_per_task=REPORT_RESOURCES["cpus_per_task"],

@@ -86,6 +86,20 @@ def test_experiments_a_provisional_report_does_not_name_go_on_at_the_mean_chance
     assert forecast.expected(chance, seconds, complete=True) == 30.0
 
 
+def test_a_round_runs_at_all_where_one_of_its_experiments_goes_on():
+    """Its report is written only then: one minus the chance that none goes on, an
+    experiment the report does not name at the mean chance of the candidates it names
+    (none where the report named every experiment)."""
+    chance = {"a": 0.5, "b": 0.2, "c": 0.0}
+    assert forecast.runs_at_all(chance, ["a", "b", "c"], True) == 1 - 0.5 * 0.8
+    assert forecast.runs_at_all(chance, ["c"], True) == 0.0
+    assert forecast.runs_at_all(chance, ["a", "z"], True) == 0.5
+    mean = (0.5 + 0.2) / 2  # of the candidates it names
+    got = forecast.runs_at_all(chance, ["a", "b", "z"], False)
+    assert math.isclose(got, 1 - 0.5 * 0.8 * (1 - mean))
+    assert forecast.runs_at_all({}, ["a"], False) == 0.0
+
+
 def test_the_forecast_is_calibrated_against_simulated_rounds():
     """Comparisons simulated trial by trial (log throughputs with 5 % noise, true
     differences from none to ±40 %): forecast after one trial each, then their second

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workflow_scripts import study
-from workflow_scripts.plan import order
+from workflow_scripts.plan import order, study_estimate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_the_default_study_asks_its_question_first():
     assert tiers["bert-base-bf16"] == tiers["infer-resnet50-bs1-bf16"] == order.LADDERS
     assert all(tiers[e["id"]] in (order.BASELINES, order.REST)
                for e in s.experiments if e.get("epochs"))  # fmt: skip
-    seconds = order.trial_seconds(s)
+    seconds = study_estimate.trial_seconds(s)
     assert set(seconds) == set(s.ids) and all(v > 0 for v in seconds.values())
     run = order.run_order(s.experiments, seconds)
     assert sorted(run) == sorted(s.ids) and run[: len(question)] == question

@@ -16,6 +16,7 @@ from workflow_scripts.plan import (
     estimate,
     estimate_text,
     forecast,
+    order,
     progress,
     rounds,
     study_estimate,
@@ -52,7 +53,7 @@ def test_nothing_done_yet_says_the_estimate(tmp_path):
     text = progress.line(s, tmp_path, started=100.0, now=160.0, machine=m)
     assert text.startswith("[progress] 0 of 6 trials have a record, 60 s elapsed in this run")
     left = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["remaining_trials_s"]
-    after, jobs = progress.after_trials(s, tmp_path)
+    after, jobs, *_ = progress.after_trials(s, tmp_path)
     assert jobs == len(s.settings["collectives"]["variants"]) > 0
     assert f"about {estimate_text.human(left + after)} left (the estimate, nothing measured" in text
     assert f"then about {estimate_text.human(after)} for the {jobs} collectives jobs and" in text
@@ -69,7 +70,7 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
         "remaining_trials_s"
     ]
     assert text.startswith("[progress] 2 of 6 trials have a record, 2.0 h elapsed")
-    after, _ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path)
     assert f"about {estimate_text.human(2 * left + after)} left" in text
     assert "for the 4 trials without a record, x 2.00: measured/estimated so far" in text
     # a record without a wall time counts as done, not in the ratio
@@ -99,7 +100,7 @@ def test_a_trials_noise_reruns_are_not_extrapolated(tmp_path):
     assert f"and {100 * share:.0f}% more for noise reruns at this run's rate" in text, text
     done = [("a", 0), ("b", 0)]
     left = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done))
-    after, _ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path)
     guess = left["remaining_trials_s"] * (1 + share) + after
     assert f"about {estimate_text.human(guess)} left" in text, text
     # without reruns, nothing is added
@@ -141,7 +142,7 @@ def test_a_trial_that_did_not_end_ok_is_not_extrapolated_and_predicts_its_repeat
     done = [("a", 0), ("b", 0)]
     est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done, failed={"b": 5.0}))
     assert est["experiments"]["b"]["later_seconds"] == 5.0 and est["remaining_repeats_s"] == 5.0
-    after, _ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path)
     left = 2 * (est["remaining_trials_s"] - 5.0) + 5.0 + after
     assert f"about {estimate_text.human(left)} left" in text, text
     # the start-of-run estimate reads the same from the records
@@ -243,7 +244,7 @@ def test_every_trial_done(tmp_path):
         "[progress] 3 of 3 trials have a record, 30 s elapsed in this run; every trial is done"
     )
     # what runs after the trials is still to come
-    after, jobs = progress.after_trials(s, tmp_path)
+    after, jobs, *_ = progress.after_trials(s, tmp_path)
     assert text.endswith(f"; then about {estimate_text.human(after)} for the {jobs} collectives "
                          "jobs and the report")  # fmt: skip
 
@@ -254,17 +255,19 @@ def test_the_time_left_holds_the_collectives_still_to_run(tmp_path):
     report; none said once every variant has its result."""
     s = small_study(trials=1)
     variants = s.settings["collectives"]["variants"]
-    after, jobs = progress.after_trials(s, tmp_path)
-    assert jobs == len(variants) and after > estimate.REPORT_S
+    after, jobs, *_ = progress.after_trials(s, tmp_path)
+    assert jobs == len(variants) and after > estimate.report_s(3)
     folder = tmp_path / "collectives"
     folder.mkdir()
     for k, variant in enumerate(variants[:-1]):
         (folder / f"{variant}.json").write_text(json.dumps({"process_wall_s": 40.0 + k}))
-    after, jobs = progress.after_trials(s, tmp_path)
+    after, jobs, *_ = progress.after_trials(s, tmp_path)
     walls = [40.0 + k for k in range(len(variants) - 1)]
-    assert jobs == 1 and after == statistics.median(walls) + estimate.REPORT_S
+    report = estimate.report_s(3)  # the study's report (one round: no round's report)
+    assert jobs == 1 and after == pytest.approx(statistics.median(walls) + report)
     (folder / f"{variants[-1]}.json").write_text(json.dumps({"process_wall_s": 50.0}))
-    assert progress.after_trials(s, tmp_path) == (estimate.REPORT_S, 0)
+    after = progress.after_trials(s, tmp_path)
+    assert (after.seconds, after.jobs, after.reports) == (pytest.approx(report), 0, 1)
     for exp in ("a", "b", "c"):
         write_record(tmp_path, exp, 0, wall=5.0)
     text = progress.line(s, tmp_path, started=0.0, now=30.0, machine=machine(calibration()))
@@ -303,9 +306,11 @@ def test_the_line_says_when_the_first_answer_was_written(tmp_path):
 
 
 def write_round(results, k: int, undecided: list[tuple[str, str]], decided=()) -> None:
-    """Round k's report as far as the rounds read it: its comparisons and verdicts."""
+    """Round k's report as far as the rounds read it: its comparisons and verdicts (and
+    its page, which says that it is written)."""
     path = results / "rounds" / str(k) / "comparisons.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "report").mkdir(parents=True, exist_ok=True)
+    (path.parent / "report" / "index.html").write_text("<html></html>")
     rows = ["baseline,experiment,verdict,headline,ratio,ci_low,ci_high,margin"]
     rows += [f"{b},{e},undecided,False,1.1,0.9,1.3,0.03" for b, e in undecided]
     rows += [f"{b},{e},faster,False,2.0,1.9,2.1,0.03" for b, e in decided]
@@ -331,22 +336,25 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     s, m = adaptive_study(), machine(calibration())
     per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
     later = {e: per[e]["later_seconds"] for e in "abc"}
-    after, _ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path)
+    # one report (round 2's, which round 1's decides; round 3, the last, writes none)
+    each = progress.after_trials(s, tmp_path).each_report
     human = estimate_text.human
     # the minimum running: the rounds may add two more trials of each, at most
     write_record(tmp_path, "a", 0, wall=per["a"]["seconds"])
     text = progress.line(s, tmp_path, started=0.0, now=60.0, machine=m)
     assert text.startswith("[progress] 1 of 6 trials have a record"), text
     most = 2 * sum(later.values())
-    assert f"; the adaptive rounds then up to about {human(most)} more, where comparisons" in text
+    assert f"; the adaptive rounds then up to about {human(most + each)} more, where" in text
     # the minimum done, no round report yet: what the rounds may add
     for e, k in [("b", 0), ("c", 0), ("a", 1), ("b", 1), ("c", 1)]:
         write_record(tmp_path, e, k, wall=per[e]["seconds"] if k == 0 else later[e])
     text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
     assert "the 6 trials of the minimum are done: more (up to 4 each)" in text, text
-    assert f"up to about {human(most + after)} more" in text, text
+    assert f"up to about {human(most + after + each)} more" in text, text
     # round 1's report: a against b undecided, c decided; round 2 runs a and b
     write_round(tmp_path, 1, [("a", "b")], decided=[("a", "c")])
+    after = progress.after_trials(s, tmp_path).seconds + each  # round 1's written, 2's not
     text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
     assert text.startswith("[progress] 6 of 8 trials have a record"), text
     assert "adaptive round 2 (trial 3 of up to 4 each): 2 experiments still undecided, " in text
@@ -399,7 +407,7 @@ def test_the_minimums_time_left_holds_the_rounds_as_the_comparisons_so_far_forec
     assert all(g["c"] == 0 < g["a"] == g["b"] for g in going), going
     rounds_s = sum(g["a"] * (later["a"] + later["b"]) for g in going)
     most = 2 * sum(later.values())
-    after, _ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path)
     human = estimate_text.human
     left = est["remaining_trials_s"]
     assert f"about {human(left + rounds_s + after)} left (the estimate of {human(left)}" in text
@@ -432,3 +440,46 @@ def test_a_budgets_reserve_not_yet_planned_counts_up_to_the_budgets_end(tmp_path
     assert f"about {estimate_text.human(9900.0)} left" in capped, capped
     monkeypatch.delenv(clock.DEADLINE_VAR)  # no budget: no reserve to fill it
     assert progress.line(s, tmp_path, started=0.0, now=100.0, machine=m, reserve_s=50.0) == own
+
+
+def test_the_reports_still_to_write_are_in_the_time_left_as_this_studys_measured(tmp_path):
+    """Every report not yet written is in the time left, at ``estimate.report_s`` of the
+    experiments it holds: the question's stages' (of the headline's group), round 0's
+    (each round's but the last) and the study's; one written is not. Once a report has
+    its benchmark (Snakemake's: rules/report.smk), the others are scaled as it was off."""
+    config = {
+        "trials": 2,
+        "defaults": {"model": "cnn", "image_size": 32, "batch_size": 8, "steps": 20},
+        "groups": {"g": {"runs": [{"id": "a"}]},
+                   "h": {"runs": [{"id": "b"}, {"id": "c", "threads": 1}]}},
+    }  # fmt: skip
+    s, logs = study.load_study(config), tmp_path / "logs"
+    stages = order.stages(s.experiments, 2)
+    assert stages == {"first": ["a"], "headline": ["a"]}, stages
+    collectives = len(s.settings["collectives"]["variants"]) * estimate.COLLECTIVES_S
+    sizes = [1, 1, 3, 3]  # the stages', round 0's, the study's
+    after = progress.after_trials(s, tmp_path, logs)
+    assert after.reports == 4
+    assert after.seconds == pytest.approx(collectives + sum(map(estimate.report_s, sizes)))
+    assert after.each_report == pytest.approx(estimate.report_s(3))
+    # the first stage's report written, in twice the estimate for the one experiment
+    # its summary holds
+    stage = tmp_path / "rounds" / "first"
+    (stage / "report").mkdir(parents=True)
+    (stage / "report" / "index.html").write_text("<html></html>")
+    (stage / "summary.csv").write_text("experiment,trial,status\na,0,ok\n")
+    bench = logs / progress.ROUND_BENCHMARKS / "first.tsv"
+    bench.parent.mkdir(parents=True)
+    bench.write_text(f"s\th:m:s\tmax_rss\n{2 * estimate.report_s(1):.4f}\t0:00:13\t100.5\n")
+    after = progress.after_trials(s, tmp_path, logs)
+    assert after.reports == 3
+    assert after.seconds == pytest.approx(
+        collectives + 2 * sum(map(estimate.report_s, sizes[1:])), abs=1e-3
+    )
+    assert after.each_report == pytest.approx(2 * estimate.report_s(3), abs=1e-3)
+    # and the line says them
+    text = progress.line(s, tmp_path, started=0.0, now=60.0, machine=machine(calibration()),
+                         logs=logs)  # fmt: skip
+    jobs = len(s.settings["collectives"]["variants"])
+    said = f"then about {estimate_text.human(after.seconds)} for the {jobs} collectives jobs"
+    assert f"{said} and 3 reports" in text, text

@@ -39,7 +39,7 @@ from tests.runs import (
 )
 from workflow_scripts import images, study
 from workflow_scripts.calibration import clean_calibration
-from workflow_scripts.plan import far, order
+from workflow_scripts.plan import far, order, progress
 from workflow_scripts.plan import rounds as plan_rounds
 from workflow_scripts.report import uncertainty
 
@@ -332,6 +332,12 @@ def test_the_question_runs_first_and_is_answered_first(quick_study):
     assert "the question's first answer: results/rounds/first/report/index.html" in (
         quick_study.output
     )
+    # each report's wall time (Snakemake's benchmark), by which the time left scales the
+    # reports still to write
+    logs = quick_study.wd / "logs"
+    for name in stages:
+        assert progress.benchmark_s(logs / progress.ROUND_BENCHMARKS / f"{name}.tsv") > 0
+    assert progress.benchmark_s(logs / progress.REPORT_BENCHMARK) > 0
 
 
 def test_a_workloads_flop_count_is_counted_once(quick_study):

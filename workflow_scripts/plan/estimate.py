@@ -124,10 +124,21 @@ READ_FP64, READ_OWN = "reference:fp64", "reference:own"
 PROBE_S = 0.36
 # One calibration, one collectives job and the report, when nothing measured them: the
 # calibrations took 16-26 s each on a 2-vCPU AVX-512 EPYC and 17.5 s on an AVX2 one,
-# the collectives 24-32 s and 63 s, the report 5-10 s.
+# the collectives 24-32 s and 63 s. A report (a round's, a stage's, the study's): its
+# process and imports, then about 0.18 s per experiment it holds (fixture records of the
+# default study's experiments on a 2-vCPU AVX2 EPYC, the report's main: 10 of them
+# 2.9 s, 40 9.1 s, 159 28.6 s, 159 with 2 trials each 32.8 s; the trials' count
+# matters little); progress.py scales it by the reports this run has measured.
 CALIBRATION_S = 25.0
 COLLECTIVES_S = 30.0
-REPORT_S = 15.0
+REPORT_S = 6.0
+REPORT_PER_EXPERIMENT_S = 0.18
+
+
+def report_s(experiments: int) -> float:
+    """One report's estimated seconds, of ``experiments`` experiments' records."""
+    return REPORT_S + REPORT_PER_EXPERIMENT_S * max(0, int(experiments))
+
 
 DIGITS_TRAIN_IMAGES = 1437  # scikit-learn's digits, the study's fixed 80 % split
 DIGITS_TEST_IMAGES = 360

@@ -149,3 +149,15 @@ def expected(chance: Mapping[str, float], seconds: Mapping[str, float], complete
     mean = sum(chance[e] * seconds[e] for e in named) / weight if weight > 0 else 0.0
     default = 0.0 if complete else mean
     return sum(chance.get(e, default) * s for e, s in seconds.items())
+
+
+def runs_at_all(chance: Mapping[str, float], candidates: Iterable[str], complete: bool) -> float:
+    """The chance that a round runs at all (one of its ``candidates`` at least goes on,
+    each at its chance as :func:`expected` takes it, as if apart): its report's, which
+    only a round that runs writes. One it does not name: as in :func:`expected`, the
+    mean chance of those it names (unweighed), or none where the report was complete."""
+    candidates = list(candidates)
+    named = [chance[e] for e in candidates if e in chance]
+    default = 0.0 if complete or not named else statistics.fmean(named)
+    none = math.prod(1.0 - min(max(chance.get(e, default), 0.0), 1.0) for e in candidates)
+    return 1.0 - none

@@ -112,16 +112,3 @@ def stages(experiments: Sequence[Mapping], trials: int = 1) -> dict[str, list[st
 def headline_trials(stage: str, trials: int) -> int:
     """How many trials of the headline's group stage ``stage``'s report holds."""
     return min(STAGES[stage][1], max(1, int(trials)))
-
-
-def trial_seconds(study) -> dict[str, float]:
-    """One trial's estimated seconds per experiment (the calibrations under results/ if
-    there are any, else a rate per CPU: only the order matters here); empty where the
-    estimate cannot be made (the order is then tiers and the order written)."""
-    from . import estimate, study_estimate
-
-    try:
-        machine = study_estimate.study_machine(study, study.results, measure=False)
-        return {s["id"]: estimate.trial(s, machine)["seconds"] for s in study.experiments}
-    except Exception:  # noqa: BLE001 - the order is advice, never a failure
-        return {}

@@ -37,6 +37,7 @@ then took; forecast, 0.75x to 1.19x.)
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import statistics
@@ -214,6 +215,10 @@ class Rounds(NamedTuple):
     decided: int
     #: whether ``likely`` is the comparisons' forecast (plan/forecast.py)
     forecast: bool = False
+    #: the rounds' reports still to write (each round's but the last ends in one), as
+    #: ``likely`` counts them (a round's chance of running at all) and as ``most``
+    reports: float = 0.0
+    reports_most: int = 0
 
 
 def rounds_ahead(
@@ -237,11 +242,14 @@ def rounds_ahead(
     def later(e: str) -> float:
         return float(per[e].get("later_seconds", per[e]["seconds"]))
 
+    def reported(k: int) -> bool:  # round k's report: none for the last round
+        return k >= most - 1 or (here / "rounds" / str(k) / "report" / "index.html").exists()
+
     # the experiments of the last round of the minimum (a far one or a seed's: fewer)
     ran = [e for e in ids if per[e].get("trials", trials) >= trials]
     latest = latest_report(here)
-    known = likely = upper = 0.0
-    share, unknown, forecast = None, 0, False
+    known = likely = upper = reports = 0.0
+    share, unknown, forecast, reports_most = None, 0, False, 0
     now, going, missing, decided = trials, 0, 0, 0
     for k in range(trials, most):
         comparisons = here / "rounds" / str(k - 1) / "comparisons.csv"
@@ -253,6 +261,8 @@ def rounds_ahead(
             decided += len(went)
             if went:
                 now, going, missing = k, len(went), len(left)
+                if not reported(k):
+                    reports, reports_most = reports + 1, reports_most + 1
             ran = went
             continue
         # not decided yet: every one of them may go on; likely as the comparisons so
@@ -260,13 +270,20 @@ def rounds_ahead(
         unknown += 1
         candidates = {e: later(e) for e in ran if not has(e, k)}
         upper += sum(candidates.values())
+        report = 0 if reported(k) or not candidates else 1
+        reports_most += report
         chance = _chances(latest, settings, k, ran) if latest and settings else None
         if chance:
             likely += forecast_.expected(chance, candidates, latest[2])
+            reports += report * forecast_.runs_at_all(chance, candidates, latest[2])
             forecast = True
         elif share is not None:
             likely += share**unknown * sum(candidates.values())
-    return Rounds(known, likely, known + upper, now, most, going, missing, decided, forecast)
+            reports += report * (1.0 - (1.0 - share**unknown) ** len(candidates))
+    return Rounds(
+        known, likely, known + upper, now, most, going, missing, decided, forecast, reports,
+        reports_most,
+    )  # fmt: skip
 
 
 def latest_report(here: Path) -> tuple[Path, int, bool] | None:
@@ -310,12 +327,36 @@ def _chances(latest, settings: Mapping, k: int, ran: list[str]) -> dict[str, flo
     return _forecasts[key]
 
 
-def after_trials(study, results: Path) -> tuple[float, int]:
-    """The jobs that run after the trials and are not done yet, in seconds, and how many
-    of them are collectives jobs: each variant without a result (at the median wall time
-    of those done, else what the study's estimate counts for one), and the report. The
-    time left is the study's, not only its trials': the default study's four
-    collectives jobs took 4 min after its last trial on 2 CPUs."""
+class After(NamedTuple):
+    """What runs after (and between) the trials and is not done yet: its seconds, how
+    many of it are collectives jobs, how many reports (a round's chance of running counted
+    as such: :class:`Rounds`)."""
+
+    seconds: float
+    jobs: int
+    reports: float
+    #: one report of the whole study's size, as this study's reports measured so far
+    each_report: float = estimate.REPORT_S
+
+
+#: the reports' benchmarks (rules/report.smk, Snakemake's ``benchmark:``), under the
+#: study's logs: the study's, and each round's or stage's by its name
+REPORT_BENCHMARK = Path("benchmarks") / "report.tsv"
+ROUND_BENCHMARKS = Path("benchmarks") / "rounds"
+
+
+def after_trials(
+    study, results: Path, logs: Path | str | None = None, ahead: Rounds | None = None
+) -> After:
+    """The jobs that run after the trials, or between them, and are not done yet
+    (:class:`After`): each collectives variant without a result (at the median wall time
+    of those done, else what the study's estimate counts for one), the question's stages'
+    reports and the rounds' not yet written (``ahead``'s adaptive ones at their chance),
+    and the study's report; each report at ``estimate.report_s`` of the experiments it
+    holds, scaled as this study's reports measured so far were off (:func:`report_scale`,
+    their benchmarks under ``logs``, the study's logs by default). The time left is the
+    study's, not only its trials': the default study's four collectives jobs took 4 min
+    after its last trial on 2 CPUs, and its eight reports about 30 s each besides."""
     missing, walls = 0, []
     for variant in (study.settings.get("collectives") or {}).get("variants") or []:
         try:
@@ -326,7 +367,74 @@ def after_trials(study, results: Path) -> tuple[float, int]:
         if finite(wall) and wall > 0:
             walls.append(float(wall))
     each = statistics.median(walls) if walls else estimate.COLLECTIVES_S
-    return missing * each + estimate.REPORT_S, missing
+    logs = Path(study.logs if logs is None else logs)
+    trials, most = int(study.settings["trials"]), rounds.cap(study.settings)
+    n = len(study.experiments)
+    sizes = [n]  # the study's report
+    for stage, ids in order.stages(study.experiments, trials).items():
+        if not (results / "rounds" / stage / "report" / "index.html").exists():
+            sizes.append(len(ids))
+    for k in range(min(trials, most - 1)):  # the minimum's rounds' (but the last's)
+        if not (results / "rounds" / str(k) / "report" / "index.html").exists():
+            sizes.append(n)
+    adaptive = ahead.reports if ahead else 0.0
+    scale = report_scale(results, logs)
+    seconds = sum(estimate.report_s(s) for s in sizes) + adaptive * estimate.report_s(n)
+    return After(
+        missing * each + seconds * scale, missing, len(sizes) + adaptive,
+        estimate.report_s(n) * scale,
+    )  # fmt: skip
+
+
+def report_scale(results: Path, logs: Path) -> float:
+    """How far ``estimate.report_s`` was off for this study's reports that have a
+    benchmark (their wall time, against the estimate for the experiments that their
+    summary holds), within :data:`RATIO_BOUNDS`; 1 without any."""
+    pairs = [(logs / REPORT_BENCHMARK, results / "summary.csv")]
+    for bench in sorted((logs / ROUND_BENCHMARKS).glob("*.tsv")):
+        pairs.append((bench, results / "rounds" / bench.stem / "summary.csv"))
+    measured = predicted = 0.0
+    for bench, summary in pairs:
+        wall, held = benchmark_s(bench), _experiments_in(summary)
+        if wall is not None and held:
+            measured += wall
+            predicted += estimate.report_s(held)
+    if predicted <= 0:
+        return 1.0
+    return min(max(measured / predicted, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+
+
+def benchmark_s(path: Path) -> float | None:
+    """The wall time of a Snakemake benchmark file (its first column, ``s``, of its
+    first row), None where there is none."""
+    try:
+        rows = path.read_text().splitlines()
+        value = float(rows[1].split("\t")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return value if finite(value) and value >= 0 else None
+
+
+_held: dict[str, tuple[int, int]] = {}
+
+
+def _experiments_in(summary: Path) -> int:
+    """How many experiments a report's summary.csv holds (cached by modification time);
+    0 where it cannot be read."""
+    try:
+        mtime = summary.stat().st_mtime_ns
+    except OSError:
+        return 0
+    hit = _held.get(str(summary))
+    if hit and hit[0] == mtime:
+        return hit[1]
+    try:
+        with open(summary, newline="") as fh:
+            held = len({row.get("experiment") for row in csv.DictReader(fh)} - {None, ""})
+    except (OSError, ValueError, csv.Error):
+        held = 0
+    _held[str(summary)] = (mtime, held)
+    return held
 
 
 def spread_of(ratios: list[float]) -> float:
@@ -395,10 +503,12 @@ def line(
     now: float | None = None,
     machine: estimate.Machine | None = None,
     reserve_s: float = 0.0,
+    logs: Path | str | None = None,
 ) -> str:
     """One progress line for a loaded study (``study.Study``). ``reserve_s``: a budget's
     reserve not yet planned (study/replan.py): the estimate of its trials, which the plan
-    made after the first trials fits into what is left of the budget."""
+    made after the first trials fits into what is left of the budget. ``logs``: where
+    the reports' benchmarks are (:func:`after_trials`; the study's logs by default)."""
     from . import preflight
 
     results = Path(results)
@@ -453,15 +563,16 @@ def line(
     left = est["remaining_trials_s"]
     # (the failures' repeats are measured times: not scaled)
     repeats = est["remaining_repeats_s"]
-    after, jobs = after_trials(study, here)
+    after, jobs, reports, each_report = after_trials(study, here, logs, ahead)
+    # every round going on to the cap writes the reports that its chance counts in part
+    most_reports = (ahead.reports_most - ahead.reports) * each_report if ahead else 0.0
     reruns = rerun_share(times.values(), began)
 
     def scaled(by: float, more: float = 0.0) -> float:
         """The trials left (and ``more`` estimated seconds of the rounds') at ``by``."""
         return (left - repeats + more) * by * (1.0 + reruns) + repeats + after
 
-    then = (f"; then about {estimate_text.human(after)} for the {jobs} collectives job"
-            f"{'' if jobs == 1 else 's'} and the report" if jobs else "")  # fmt: skip
+    then = _then_text(after, jobs, reports)
     if len(minimum) >= est["planned_trials"]:
         text += efficiency(times.values(), elapsed, began)
         if ahead is None or ahead.most <= 0:
@@ -471,9 +582,9 @@ def line(
                 text + f"; the {est['planned_trials']} trials of the minimum are done: more (up to "
                 f"{most} each) only where a comparison is still undecided or the headline's "
                 f"is not yet within the margin, up to about "
-                f"{estimate_text.human(scaled(ratio, ahead.most))} more" + then
+                f"{estimate_text.human(scaled(ratio, ahead.most) + most_reports)} more" + then
             )
-        return text + _rounds_text(ahead, scaled, ratio, reruns, then)
+        return text + _rounds_text(ahead, scaled, ratio, reruns, then, most_reports)
     missing = est["planned_trials"] - len(minimum)
     trials_left = f"{missing} trial{'' if missing == 1 else 's'} without a record"
     noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"
@@ -483,7 +594,9 @@ def line(
     # left; without a forecast, only their bound beside it
     forecast = ahead.likely if ahead and ahead.forecast else 0.0
     if ahead and ahead.most > 0:
-        more = estimate_text.human(scaled(ratio, ahead.most) - scaled(ratio, forecast))
+        more = estimate_text.human(
+            scaled(ratio, ahead.most) - scaled(ratio, forecast) + most_reports
+        )
         if ahead.forecast:
             rounds_in = (f" and of {estimate_text.human(forecast)} for the adaptive rounds, as "
                          "the comparisons so far forecast them")  # fmt: skip
@@ -531,13 +644,29 @@ def line(
     )
 
 
-def _rounds_text(ahead: Rounds, scaled, ratio: float, reruns: float, then: str) -> str:
+def _then_text(after: float, jobs: int, reports: float) -> str:
+    """What the line says of the jobs besides the trials still to run (:class:`After`):
+    the collectives jobs and the reports (nothing where the study's report alone is
+    left)."""
+    count = round(reports)
+    if not jobs and count <= 1:
+        return ""
+    what = "the report" if count <= 1 else f"{count} reports"
+    if jobs:
+        what = f"the {jobs} collectives job{'' if jobs == 1 else 's'} and {what}"
+    return f"; then about {estimate_text.human(after)} for {what}"
+
+
+def _rounds_text(
+    ahead: Rounds, scaled, ratio: float, reruns: float, then: str, most_reports: float = 0.0
+) -> str:
     """The adaptive rounds' part of the line, once the minimum is done (``scaled``: the
-    line's, ``then``: what runs after the trials)."""
+    line's, ``then``: what runs after the trials, ``most_reports``: the reports the
+    rounds write at most beyond those their chances count)."""
     if ahead.missing <= 0 and ahead.most - ahead.known <= 0:
         return "; every trial is done: the rounds have ended" + then
     guess = scaled(ratio, ahead.known + ahead.likely)
-    upper = scaled(ratio, ahead.most)
+    upper = scaled(ratio, ahead.most) + most_reports
     span = (f", up to {estimate_text.human(upper)} if every one goes on to {ahead.cap} trials"
             if upper > guess * RANGE_FROM else "")  # fmt: skip
     noise = (f", and {100 * reruns:.0f}% more for noise reruns at this run's rate"

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..calibration import clean_calibration
 from ..rank import gradcheck, references
 from ..util import finite, read_json
-from . import rounds
+from . import order, rounds
 from .estimate import (
     COLLECTIVES_S,
-    REPORT_S,
     Machine,
     is_text,
     quick_fp32_gflops,
     reference_carries,
+    report_s,
     trial,
 )
 from .far import baseline_of, same_work
@@ -47,6 +47,15 @@ class Known:
     done: Iterable[tuple[str, int]] = ()
     far: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     failed: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+def reports(experiments: Sequence[Mapping], trials: int) -> int:
+    """How many reports the minimum's trials run (each of the whole study's size, near
+    enough): the question's stages' (plan/order.py), the rounds' before the minimum's
+    last (rules/common.smk: one after each round but the last) and the study's own. The
+    minimum's last round's report, which decides the first adaptive round, is in
+    ``later_round_s`` with each adaptive round's."""
+    return len(order.stages(experiments, trials)) + max(0, int(trials) - 1) + 1
 
 
 def total(
@@ -114,10 +123,14 @@ def total(
                 g["left_s"] += seconds
                 g["left_trials"] += 1
                 repeats += seconds if k and spec["id"] in known.failed else 0.0
+    # each adaptive round adds a report: the one before it decides who runs it (the
+    # minimum's last round's, then each round's but the last)
+    if adaptive:
+        later_round_s += report_s(len(experiments))
     setup = {
         "calibrations": sum(machine.calibration_s(e) for e in envs),
         "collectives": COLLECTIVES_S * setup.collectives,
-        "report": REPORT_S,
+        "report": report_s(len(experiments)) * reports(experiments, trials),
     }
     return {
         "trials_s": round(trials_s, 1),
@@ -327,3 +340,15 @@ def with_rounds(est: dict, trials: int, most: int) -> dict:
         more = est.get("later_round_s", est["trials_s"] / trials) * (most - trials)
         est["adaptive"] = {"max_trials": most, "total_s": est["total_s"] + more}
     return est
+
+
+def trial_seconds(study) -> dict[str, float]:
+    """One trial's estimated seconds per experiment, for the run order (plan/order.py):
+    the calibrations under results/ if there are any, else a rate per CPU (only the
+    order matters there); empty where the estimate cannot be made (the order is then
+    tiers and the order written)."""
+    try:
+        machine = study_machine(study, study.results, measure=False)
+        return {s["id"]: trial(s, machine)["seconds"] for s in study.experiments}
+    except Exception:  # noqa: BLE001 - the order is advice, never a failure
+        return {}
