@@ -323,7 +323,8 @@ def test_another_experiment_takes_the_same_reference_step_and_compares_the_same(
 ):
     """The fp64 reference step of one model, weights and batch is made once: a first
     trial of another experiment that asks for the same step reads it (references.py),
-    and its comparison comes out exactly as one that made its own."""
+    and its comparison comes out exactly as one that made its own. One this experiment
+    made (an earlier attempt of its trial, rerun for noise) is its own, not shared."""
     from workflow_scripts.rank import references
 
     study, alone = tmp_path / "study", tmp_path / "alone"
@@ -332,6 +333,10 @@ def test_another_experiment_takes_the_same_reference_step_and_compares_the_same(
     assert len(made) == 1 and "shared_references" not in a["gradient_check"]["comparison"]
     meta = json.loads(made[0].read_text())
     assert meta["experiment"] == "a" and meta["plan"]["kind"] == "fp64"
+    # a's own reference, read again (as a noise rerun's attempt does, the same step): its
+    # own, not shared, and the same comparison
+    again = assert_ok(run(make_spec(id="a", precision="bf16"), upstream_env, study))
+    assert again["gradient_check"]["comparison"] == a["gradient_check"]["comparison"]
     # another rung of the same step (AdamW: another update, the same first gradients)
     spec = make_spec(id="b", precision="bf16", optimizer="adamw", lr=1e-3)
     b = assert_ok(run(spec, upstream_env, study))

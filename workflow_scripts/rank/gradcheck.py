@@ -325,7 +325,10 @@ class GradientCheck:
         kept = self.store.load(which, key)
         if kept is not None:
             loss, grads, made_by = kept
-            self.shared[which] = made_by
+            # (one this experiment made is its own: an earlier attempt's of this trial,
+            # rerun for noise; not shared)
+            if made_by != self.store.spec.get("id"):
+                self.shared[which] = made_by
             return loss, grads
         made = self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
         if made is not None:
