@@ -205,3 +205,51 @@ def test_a_lock_whose_wheels_are_in_the_wheelhouse_asks_pip_nothing(tmp_path, mo
     # a lock with more than pins (a marker): pip reads it
     lock.write_text(f'tiny-pkg==1.0 ; python_version > "3" --hash=sha256:{"0" * 64}\n')
     assert images.lock_pins(lock) is None
+
+
+def test_one_image_build_at_a_time(tmp_path):
+    """Two backend images built side by side ran out of disk on CI (each writes its layer
+    whole twice more as the engine commits it): a build waits for the one holding
+    this host's build lock (another process here), says so in its log, then runs."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "image.log"
+    code = (
+        "import sys; from pathlib import Path; from workflow_scripts import images\n"
+        "with images.building(Path(sys.argv[1])):\n    print('built')"
+    )
+    with open(images.build_lock(), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        build = subprocess.Popen([sys.executable, "-c", code, log], cwd=REPO,
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "waiting for another image build" not in (log.read_text() if log.exists() else ""):
+            assert build.poll() is None and time.monotonic() < deadline, "it did not wait"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert build.poll() is None  # still waiting
+    assert build.communicate(timeout=60)[0].strip() == "built" and build.returncode == 0
+
+
+def test_a_build_that_fills_the_disk_says_so(tmp_path):
+    """An engine's "no space left on device" (its output, deep in the build's log) is
+    named in the error with the folder, its free space now and what to do."""
+    log = tmp_path / "image.log"
+    full = tmp_path / "storage123"
+    line = f"Error: committing container: writing blob: write {full}/1: no space left on device"
+    cmd = [sys.executable, "-c", f"print('Installing ...'); print({line!r}); raise SystemExit(125)"]
+    with pytest.raises(images.ImageError) as err:
+        images._run_logged(cmd, log, dict(os.environ), "podman build of image ipex")
+    text = str(err.value)
+    assert text.startswith("podman build of image ipex failed (exit 125): the disk filled up")
+    assert f"({tmp_path} has " in text and "GB free now" in text and "free space" in text
+    assert text.endswith(f"see its log {log}")
+    # any other failure keeps its plain message
+    with pytest.raises(images.ImageError) as err:
+        images._run_logged(
+            [sys.executable, "-c", "raise SystemExit(3)"], log, dict(os.environ), "x"
+        )
+    assert str(err.value) == f"x failed (exit 3); see its log {log}"

@@ -222,19 +222,72 @@ FILL_LOCK = ".fill.lock"
 
 
 @contextlib.contextmanager
+def _one_at_a_time(lock_file: Path, log: Path, waiting: str):
+    """Hold ``lock_file`` (an exclusive ``flock``) for the block; a second holder waits,
+    and says ``waiting`` in its log first. The lock ends with the file's closing, also
+    when the process is killed."""
+    with open(lock_file, "a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with open(log, "a") as logf:
+                print(waiting, file=logf, flush=True)
+            fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
 def filling(wheelhouse: Path, log: Path):
     """Hold the wheelhouse for one fill: the wheelhouse jobs of several locks (and of
     several workflow copies sharing it) download many of the same wheels, and two
     ``pip download`` into one folder replace each other's files as they write them
     (``FileNotFoundError`` in pip's copy). A second fill waits, and says so in its log."""
-    with open(wheelhouse / FILL_LOCK, "a") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with open(log, "a") as logf:
-                print(f"waiting for another fill of {wheelhouse} to end", file=logf, flush=True)
-            fcntl.flock(held, fcntl.LOCK_EX)
-        yield  # (the lock ends with the file's closing, also when the process is killed)
+    with _one_at_a_time(
+        wheelhouse / FILL_LOCK, log, f"waiting for another fill of {wheelhouse} to end"
+    ):
+        yield
+
+
+def build_lock() -> Path:
+    """The file whose lock one image build holds, one per user and host (the engine's
+    storage and temporary folder are the host's disk, whichever workflow copy builds)."""
+    return Path(tempfile.gettempdir()) / f"cpu-train-study-image-builds-{os.getuid()}.lock"
+
+
+@contextlib.contextmanager
+def building(log: Path):
+    """One image build at a time on this host. A backend image installs several GB of
+    wheels, and the engine then writes the new layer whole twice more (a blob in its
+    temporary folder, /var/tmp, then a layer in its storage): two such builds side by
+    side (``--cores all`` runs the images' jobs together, as it may any two jobs) need
+    twice the disk at their peak (CI, 2026-12-04, about 48 GB free: "no space left on
+    device" in the ipex image's commit, another image building beside it). A second
+    build waits, and says so in its log."""
+    with _one_at_a_time(build_lock(), log, "waiting for another image build on this host to end"):
+        yield
+
+
+#: what an engine or installer prints when the disk fills (ENOSPC's text)
+_NO_SPACE = re.compile(r"(?:write |open |)(/\S+?)?:? no space left on device", re.IGNORECASE)
+
+
+def no_space_hint(text: str) -> str:
+    """Where a failed command's output says the disk filled: which folder, how much is
+    free there now, and what to do; else ''."""
+    found = _NO_SPACE.search(text)
+    if not found:
+        return ""
+    where = Path(found.group(1) or tempfile.gettempdir())
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free / 1e9
+    return (
+        f": the disk filled up ({where} has {free:.1f} GB free now). An image build "
+        "needs about three times its image's size free at its peak (the install, then "
+        "the layer written whole to the engine's temporary folder and into its "
+        "storage): free space there (podman image prune, or remove what else fills "
+        "the disk) and run again"
+    )
 
 
 def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
@@ -285,9 +338,13 @@ def fill_wheelhouse(lock: Path, wheelhouse: Path, out: Path, log: Path) -> dict:
 def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
     with open(log, "a") as logf:
         print(f"$ {' '.join(cmd)}", file=logf, flush=True)
+        start = logf.tell()
         rc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0:
-        raise ImageError(f"{what} failed (exit {rc}); see its log {log}")
+        with open(log, "rb") as logf:
+            logf.seek(start)
+            hint = no_space_hint(logf.read()[-20000:].decode(errors="replace"))
+        raise ImageError(f"{what} failed (exit {rc}){hint}; see its log {log}")
 
 
 def inspect(engine: str, ref: str, env: dict[str, str]) -> dict:
@@ -386,14 +443,16 @@ def build(
                 with open(log, "a") as logf:
                     print(f"reusing {name} (remove it to build the base again)", file=logf)
             else:
-                build_os(engine, base or {}, name, log, env)
+                with building(log):
+                    build_os(engine, base or {}, name, log, env)
         else:
             context = CONTAINERS / image
             cmd = [engine, "build", "-f", str(context / "Containerfile"), "-t", name]
             cmd += ["--build-arg", f"PARENT={parent['image_id']}"]
             if IMAGES[image][1]:
                 cmd += ["--build-context", f"wheelhouse={Path(wheelhouse).resolve()}"]
-            _run_logged([*cmd, str(context)], log, env, f"{engine} build of image {image}")
+            with building(log):
+                _run_logged([*cmd, str(context)], log, env, f"{engine} build of image {image}")
         info = inspect(engine, name, env)
     except ImageError as exc:
         raise ImageError(f"image {image}: {exc}") from None
