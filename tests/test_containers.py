@@ -122,18 +122,34 @@ def test_auto_is_resolved_once_per_invocation(tmp_path, monkeypatch):
     assert runtimes.resolve("auto") == ("podman", None)
 
 
+def _waits_while_held(
+    lock_file: Path, argv: list, log: Path, says: str, unwritten: Path | None = None
+) -> subprocess.Popen:
+    """Hold ``lock_file`` (as another process would), start ``python -c argv...``, see
+    it say ``says`` in its log and still wait half a second later, ``unwritten`` not
+    written yet, then let it go: the process, running on."""
+    import fcntl
+    import time
+
+    with open(lock_file, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.Popen([sys.executable, "-c", *argv], cwd=REPO,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while says not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, "it did not wait"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert proc.poll() is None  # still waiting
+        assert unwritten is None or not unwritten.exists()
+    return proc
+
+
 def test_one_fill_of_a_wheelhouse_at_a_time(tmp_path):
     """The wheelhouse jobs of several locks run beside each other (``--cores all``) and
     download many of the same wheels into one folder, where two pips replace each
     other's files (seen: pip's FileNotFoundError on a fresh machine). A fill waits for
     the one holding the wheelhouse (another process here), says so, then runs."""
-    import fcntl
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import REPO
-
     house = tmp_path / "wheelhouse"
     house.mkdir()
     wheel = house / "tiny_pkg-1.0-py3-none-any.whl"
@@ -145,16 +161,10 @@ def test_one_fill_of_a_wheelhouse_at_a_time(tmp_path):
         "import sys; from pathlib import Path; from workflow_scripts import images; "
         "print(images.fill_wheelhouse(*map(Path, sys.argv[1:5]))['downloaded'])"
     )
-    with open(house / images.FILL_LOCK, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        fill = subprocess.Popen([sys.executable, "-c", code, lock, house, out, log], cwd=REPO,
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while "waiting for another fill" not in (log.read_text() if log.exists() else ""):
-            assert fill.poll() is None and time.monotonic() < deadline, "it did not wait"
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert fill.poll() is None and not out.exists()  # still waiting, nothing written
+    says = "waiting for another fill"
+    fill = _waits_while_held(
+        house / images.FILL_LOCK, [code, lock, house, out, log], log, says, out
+    )
     assert fill.communicate(timeout=60)[0].strip() == "False" and fill.returncode == 0
     assert out.read_text() == lock.read_text() and "nothing to download" in log.read_text()
 
@@ -211,26 +221,14 @@ def test_one_image_build_at_a_time(tmp_path):
     """Two backend images built side by side ran out of disk on CI (each writes its layer
     whole twice more as the engine commits it): a build waits for the one holding
     this host's build lock (another process here), says so in its log, then runs."""
-    import fcntl
-    import subprocess
-    import sys
-    import time
-
     log = tmp_path / "image.log"
     code = (
         "import sys; from pathlib import Path; from workflow_scripts import images\n"
         "with images.building(Path(sys.argv[1])):\n    print('built')"
     )
-    with open(images.build_lock(), "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        build = subprocess.Popen([sys.executable, "-c", code, log], cwd=REPO,
-                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while "waiting for another image build" not in (log.read_text() if log.exists() else ""):
-            assert build.poll() is None and time.monotonic() < deadline, "it did not wait"
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert build.poll() is None  # still waiting
+    build = _waits_while_held(
+        images.build_lock(), [code, log], log, "waiting for another image build"
+    )
     assert build.communicate(timeout=60)[0].strip() == "built" and build.returncode == 0
 
 
