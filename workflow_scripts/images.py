@@ -272,8 +272,8 @@ _NO_SPACE = re.compile(r"(?:write |open |)(/\S+?)?:? no space left on device", r
 
 
 def no_space_hint(text: str) -> str:
-    """Where a failed command's output says the disk filled: which folder, how much is
-    free there now, and what to do; else ''."""
+    """Where a failed command's output (a build, an import, a save) says the disk
+    filled: which folder, how much is free there now, and what to do; else ''."""
     found = _NO_SPACE.search(text)
     if not found:
         return ""
@@ -282,11 +282,9 @@ def no_space_hint(text: str) -> str:
         where = where.parent
     free = shutil.disk_usage(where).free / 1e9
     return (
-        f": the disk filled up ({where} has {free:.1f} GB free now). An image build "
-        "needs about three times its image's size free at its peak (the install, then "
-        "the layer written whole to the engine's temporary folder and into its "
-        "storage): free space there (podman image prune, or remove what else fills "
-        "the disk) and run again"
+        f": the disk filled up ({where} has {free:.1f} GB free now; an image build needs "
+        "about three times its image's size: docs/containers.md): free space there "
+        "(podman image prune, or remove what else fills the disk) and run again"
     )
 
 
