@@ -115,3 +115,22 @@ def test_a_first_trial_takes_the_flop_count_of_its_workload_from_another(tmp_pat
     path = carry.flops_path(out, {**spec, "image_size": 96})
     path.write_text(json.dumps({"workload": {"model": "x"}, "flops_per_sample": 5.0}))
     assert carry.shared_flops(out, {**spec, "image_size": 96}) is None
+
+
+def test_only_an_incorrect_first_trial_stops_the_later_ones(tmp_path):
+    """A first trial whose step was incorrect: the later trials would take the same step,
+    so they run nothing and say why; one that failed, crashed, timed out or was lost
+    leaves them to run (a fault need not happen again)."""
+    path = first(tmp_path, status="incorrect", ok=False)
+    record = json.loads(path.read_text())
+    record["error"] = {"type": "IncorrectStep", "message": "the step trained 4 of 10 tensors"}
+    path.write_text(json.dumps(record))
+    why = carry.incorrect_first(path)
+    assert why.startswith(
+        "not run: its first trial's step was incorrect (the step trained 4 of 10 tensors), "
+    )
+    assert why.endswith("the figures that step ran at are trial 0's unchecked_metrics")
+    for status in ("ok", "failed", "crashed", "timeout", "oom", "node_fail", "left_out"):
+        assert carry.incorrect_first(first(tmp_path, status=status)) is None, status
+    assert carry.incorrect_first(None) is None
+    assert carry.incorrect_first(tmp_path / "missing.json") is None

@@ -275,11 +275,13 @@ import json, sys
 from workflow_scripts.rank import harness
 spec = json.loads(sys.argv[1])
 rec = harness.run(spec)
+open(sys.argv[2], "w").write(json.dumps(rec))
 check = rec.get("gradient_check")
 print(json.dumps({"status": rec["status"], "error": rec["error"], "check": check}))
 """
     spec = {**make_spec(id="detached"), "model": "detached"}
-    got = last_json(env_python(upstream_env, code, json.dumps(spec), cwd=wd))
+    first = tmp_path / "trial0.json"
+    got = last_json(env_python(upstream_env, code, json.dumps(spec), str(first), cwd=wd))
     assert got["status"] == "incorrect", got
     assert got["error"]["message"] == (
         "the step trained 4 of 10 parameter tensors (6 got no gradient: features.0.weight, "
@@ -287,6 +289,18 @@ print(json.dumps({"status": rec["status"], "error": rec["error"], "check": check
         "features.6.bias)"
     )
     assert got["check"]["comparison"] is None  # plain fp32 eager: no reference needed
+    # a later trial of it takes the same step: it runs nothing and says why, in its
+    # record and its log (trial/carry.py, incorrect_first)
+    later = run(spec, upstream_env, tmp_path / "t1", index=1, first_trial=first)
+    assert later["status"] == "incorrect" and later["trial"] == 1
+    assert later["error"]["type"] == "IncorrectStep"
+    assert later["error"]["message"].startswith(
+        f"not run: its first trial's step was incorrect ({got['error']['message']}), "
+    )
+    assert "metrics" not in later or not later["metrics"].get("samples_per_s")
+    log = (tmp_path / "t1" / "logs" / "detached.log").read_text()
+    assert "[launch] not run: its first trial's step was incorrect" in log
+    assert "step 1/" not in log  # no step ran
     shutil.rmtree(wd, ignore_errors=True)
 
 

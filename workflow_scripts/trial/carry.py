@@ -144,6 +144,27 @@ def _read(path: Path | None) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def incorrect_first(path: Path | None) -> str | None:
+    """Why a later trial runs nothing, where its first trial's record at ``path`` says
+    the configuration's step was incorrect (the gradient check, or a step that trained
+    less than eager does): the same model, seed, batch and code give the same step, so a
+    later trial would only repeat the verdict at a trial's cost (14-40 s a BERT rung on
+    2 vCPUs). None otherwise: a trial 0 that failed or was stopped (a fault, a lost
+    job, the clock) leaves the later trials to run and show whether it happens again."""
+    from ..rank.harness import INCORRECT
+
+    first = _read(path)
+    if first is None or first.get("status") != INCORRECT:
+        return None
+    error = first.get("error") if isinstance(first.get("error"), dict) else {}
+    problem = str(error.get("message") or "the gradient check failed")
+    return (
+        f"not run: its first trial's step was incorrect ({problem[:400]}), and this trial "
+        "would take the same step (the same model, seed, batch and code); the figures "
+        f"that step ran at are trial {first.get('trial', 0)}'s unchecked_metrics"
+    )
+
+
 def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
     """What a later trial carries from the first trial's record at ``path`` (for the
     rank: the fp64 gradient's negligible parameters, the FLOP count) and that record;

@@ -34,6 +34,9 @@ def failure(spec: dict, trial: int, kind: str, message: str, log_tail: str | Non
 _FAILURE_STATUS = {
     "Timeout": "timeout",
     "Crashed": "crashed",
+    # a later trial of a configuration whose first trial's step was incorrect
+    # (carry.incorrect_first): not run, the same verdict
+    "IncorrectStep": "incorrect",
     "UnreadableResult": "crashed",
     "OutOfMemory": "oom",
     # SLURM ended the run's job step (slurm.ended_by_slurm)

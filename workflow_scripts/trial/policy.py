@@ -92,6 +92,11 @@ def _not_run(record: dict, env_info: dict, out: Path) -> dict:
 def _run(job: Trial, noise: Noise) -> dict:
     spec, env_info, out, log, trial = job.spec, job.env_info, job.out, job.log, job.index
     first_trial, reference = job.first_trial, noise.reference
+    repeated = carry.incorrect_first(first_trial) if trial > 0 else None
+    if repeated:
+        with open(log, "a") as logf:
+            print(f"[launch] {repeated}", file=logf)
+        return _not_run(failure(spec, trial, "IncorrectStep", repeated), env_info, out)
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
     shared = carry.shared_flops(out, spec) if trial == 0 else None
