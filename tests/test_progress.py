@@ -483,3 +483,19 @@ def test_the_reports_still_to_write_are_in_the_time_left_as_this_studys_measured
     jobs = len(s.settings["collectives"]["variants"])
     said = f"then about {estimate_text.human(after.seconds)} for the {jobs} collectives jobs"
     assert f"{said} and 3 reports" in text, text
+
+
+def test_an_incorrect_first_trial_predicts_no_later_ones(tmp_path):
+    """A first trial whose step was incorrect: its experiment's later trials run nothing
+    (trial/carry.py), so the time left counts none for them."""
+    s, m, predicted = predicted_study()
+    write_record(tmp_path, "a", 0, wall=predicted["a"]["seconds"])
+    write_record(tmp_path, "b", 0, wall=30.0, status="incorrect")
+    assert study_estimate.failed_walls(tmp_path, s.experiments, 2) == {"b": 0.0}
+    done = [("a", 0), ("b", 0)]
+    est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done, failed={"b": 0.0}))
+    assert est["experiments"]["b"]["later_seconds"] == 0.0 and est["remaining_repeats_s"] == 0.0
+    # the time left: as if b were done, less its trial 1
+    ok = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done))
+    left = ok["remaining_trials_s"] - predicted["b"]["later_seconds"]
+    assert est["remaining_trials_s"] == pytest.approx(left, abs=0.1)  # (to 0.1 s)

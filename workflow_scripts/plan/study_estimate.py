@@ -233,9 +233,13 @@ def failed_walls(results: Path, experiments: list[Mapping], trials: int) -> dict
 
 
 def failed_wall(record) -> float | None:
-    """A record that did not end ok: its wall time without its noise reruns; else None."""
+    """A record that did not end ok: its wall time without its noise reruns (0 for an
+    incorrect one: its experiment's later trials run nothing, trial/carry.py); else
+    None."""
     if not isinstance(record, dict) or record.get("status") in ("ok", None):
         return None
+    if record.get("status") == "incorrect":
+        return 0.0
     wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
     if not finite(wall):
         return None
