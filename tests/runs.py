@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,18 +59,48 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """An environment built (``envs.build``'s record) and calibrated (the calibrate job's
+    file) on this machine earlier, runtime local."""
+
+    name: str
+    env: dict
+    calibration: Path
+
+
+def seed_calibrations(wd: Path, calibrated: Iterable[Calibrated]) -> None:
+    """Each environment's record and calibration where the study in ``wd`` keeps its
+    own, the calibration written last: its build_env and calibrate jobs then do not run
+    (their outputs are there, newer than their inputs), and its trials take these as
+    their reference."""
+    for c in calibrated:
+        record = wd / "results" / "envs" / f"{c.name}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(c.env, indent=2, sort_keys=True) + "\n")
+        kept = wd / "results" / "calibration" / f"{c.name}.json"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(c.calibration, kept)
+
+
 def local_study(
-    dest: Path, study_yaml: str, envs_root: Path | str
+    dest: Path, study_yaml: str, envs_root: Path | str, calibrated: Iterable[Calibrated] = ()
 ) -> tuple[Path, list[str], subprocess.CompletedProcess]:
     """A study of its own (``study_yaml``, a config file beside a copy of the workflow in
     ``dest``) through the real ``snakemake``, locally, over the quick preset's settings
-    and without noise reruns: the copy, the command (a dry run: add ``-n``) and its run."""
+    and without noise reruns: the copy, the command (a dry run: add ``-n``) and its run.
+    ``calibrated``: environments built and calibrated earlier (``seed_calibrations``),
+    not by the study."""
     wd = copy_workflow(dest)
+    seed_calibrations(wd, calibrated)
     (wd / "study.yaml").write_text(study_yaml)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "study.yaml"]
     cmd += ["--config", "preset=quick", f"envs_root={envs_root}", "noise_retries=0"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    for c in calibrated:  # taken as it was: not made again
+        kept = wd / "results" / "calibration" / f"{c.name}.json"
+        assert kept.read_bytes() == c.calibration.read_bytes(), f"{c.name} was calibrated again"
     return wd, cmd, proc
 
 

@@ -32,8 +32,10 @@ groups:
 """
 
 
-def test_a_later_trial_compiles_from_the_first_trials_cache(upstream_env, tmp_path):
-    wd, cmd, _ = local_study(tmp_path / "wf", COMPILED_STUDY, ENVS_ROOT)
+def test_a_later_trial_compiles_from_the_first_trials_cache(
+    upstream_env, upstream_calibration, tmp_path
+):
+    wd, cmd, _ = local_study(tmp_path / "wf", COMPILED_STUDY, ENVS_ROOT, [upstream_calibration])
     folder = wd / "results/records/compiled"
     first, later = (json.loads((folder / f"trial{k}.json").read_text()) for k in (0, 1))
     assert first["status"] == later["status"] == "ok", (first.get("error"), later.get("error"))

@@ -64,8 +64,10 @@ def trials_of(wd, experiment: str) -> list[int]:
     return sorted(int(p.stem.removeprefix("trial")) for p in folder.glob("trial*.json"))
 
 
-def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(upstream_env, tmp_path):
-    wd, cmd, proc = local_study(tmp_path / "wf", AA_STUDY, ENVS_ROOT)
+def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(
+    upstream_env, upstream_calibration, tmp_path
+):
+    wd, cmd, proc = local_study(tmp_path / "wf", AA_STUDY, ENVS_ROOT, [upstream_calibration])
     table = pd.read_csv(wd / "results/comparisons.csv")
     pairs = table.drop_duplicates(["baseline", "experiment"]).set_index("experiment")
     twin, small = pairs.loc["twin"], pairs.loc["batch-1"]
@@ -164,8 +166,10 @@ groups:
 """.replace("far_stop: FAR", f"far_stop: {FAR}")
 
 
-def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(upstream_env, tmp_path):
-    wd, cmd, proc = local_study(tmp_path / "wf", FAR_STUDY, ENVS_ROOT)
+def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(
+    upstream_env, upstream_calibration, tmp_path
+):
+    wd, cmd, proc = local_study(tmp_path / "wf", FAR_STUDY, ENVS_ROOT, [upstream_calibration])
     one = json.loads((wd / "results/records/one/trial0.json").read_text())
     why = f"{one['metrics']}\n{proc.stderr[-3000:]}"
     assert one["metrics"]["stop_reason"] == "far_from_baseline", why
@@ -252,9 +256,9 @@ groups:
 
 
 def test_through_snakemake_six_twins_crown_none_and_none_is_faster_or_slower(
-    upstream_env, tmp_path
+    upstream_env, upstream_calibration, tmp_path
 ):
-    wd, _, proc = local_study(tmp_path / "wf", TWINS_STUDY, ENVS_ROOT)
+    wd, _, proc = local_study(tmp_path / "wf", TWINS_STUDY, ENVS_ROOT, [upstream_calibration])
     table = pd.read_csv(wd / "results/comparisons.csv")
     pairs = table.drop_duplicates(["baseline", "experiment"])
     summary = pd.read_csv(wd / "results/summary.csv")
