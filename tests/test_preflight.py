@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ENVS_ROOT
-from tests.runs import copy_workflow, dry_run_jobs
+from tests.runs import copy_workflow, dry_run_jobs, seed_calibrations
 from workflow_scripts import study
 from workflow_scripts.plan import preflight, study_estimate
 
@@ -42,8 +42,9 @@ SUBSET = ("baseline", "acc-gloo-fp32-seed0-r1-t2")
 
 
 @pytest.mark.torch
-def test_a_preflight_runs_whole_steps_and_feeds_the_studys_estimate(tmp_path):
+def test_a_preflight_runs_whole_steps_and_feeds_the_studys_estimate(upstream_calibration, tmp_path):
     wd = copy_workflow(tmp_path / "wf")
+    seed_calibrations(wd, [upstream_calibration])  # (the calibrate job is not tested here)
     targets = [f"results/preflight/records/{i}/trial0.json" for i in SUBSET]
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--config",
            "runtime=local", "preset=preflight", f"envs_root={ENVS_ROOT}"]  # fmt: skip
