@@ -124,7 +124,8 @@ def slurm(tmp_path_factory):
 
 #: what each component's fixture gives: the markers of the tests that use it
 FIXTURE_MARKERS = {
-    "upstream_env": ("torch",), "ipex_env": ("torch",), "oneccl_env": ("torch",),
+    "upstream_env": ("torch",), "upstream_calibration": ("torch",), "ipex_env": ("torch",),
+    "oneccl_env": ("torch",),
     "podman": ("podman",), "chromium": ("browser",), "slurm": ("slurm",),
     "quick_study": ("podman", "torch"),
 }  # fmt: skip
