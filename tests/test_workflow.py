@@ -497,6 +497,8 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     left = json.loads((wd / "results/records/bf16-cl/trial0.json").read_text())
     assert left["status"] == "left_out" and left["error"]["type"] == "OverBudget", left
     assert "the budget's clock ran out" in left["error"]["message"], left["error"]
+    said = (wd / "logs/experiments/bf16-cl/trial0.log").read_text()
+    assert f"[launch] {left['error']['message']}" in said  # (and its log says why)
     page = (wd / "results/report/index.html").read_text()
     assert "left out by the budget's clock" in page and 'id="left-out"' in page
     assert "1 left out by the budget's clock" in clocked.stdout + clocked.stderr

@@ -80,8 +80,12 @@ def run(job: Trial, noise: Noise = Noise()) -> dict:
     return record
 
 
-def _not_run(record: dict, env_info: dict, out: Path) -> dict:
-    """Write the record of a trial that ran nothing (a failure's, or one left out)."""
+def _not_run(record: dict, env_info: dict, out: Path, log: Path | None = None) -> dict:
+    """Write the record of a trial that ran nothing (a failure's, or one left out); with
+    ``log``, say why there too."""
+    if log is not None:
+        with open(log, "a") as logf:
+            print(f"[launch] {record['error']['message']}", file=logf)
     now = sysinfo.now()
     runtime = runtimes.for_env(env_info).name
     assemble(record, record["spec"], record["trial"], env_info, runtime, Ran.not_run(now), now)
@@ -94,9 +98,7 @@ def _run(job: Trial, noise: Noise) -> dict:
     first_trial, reference = job.first_trial, noise.reference
     repeated = carry.incorrect_first(first_trial) if trial > 0 else None
     if repeated:
-        with open(log, "a") as logf:
-            print(f"[launch] {repeated}", file=logf)
-        return _not_run(failure(spec, trial, "IncorrectStep", repeated), env_info, out)
+        return _not_run(failure(spec, trial, "IncorrectStep", repeated), env_info, out, log)
     memory = machine.memory_warning(spec, machine.total_memory_mb())
     carried, first = carry.from_first_trial(first_trial) if trial > 0 else (None, None)
     shared = carry.shared_flops(out, spec) if trial == 0 else None
@@ -123,9 +125,7 @@ def _run(job: Trial, noise: Noise) -> dict:
     if until is not None and clock.too_late(expected["seconds"], until=until):
         record = failure(spec, trial, clock.KIND, clock.why(expected["seconds"], until))
         record["estimate"] = expected
-        with open(log, "a") as logf:
-            print(f"[launch] {record['error']['message']}", file=logf)
-        return _not_run(record, env_info, out)
+        return _not_run(record, env_info, out, log)
     started = time.monotonic()
     started_at = time.time()
     discarded: list[dict] = []
