@@ -639,8 +639,12 @@ def test_trials_the_budgets_clock_left_out_are_counted_apart_from_failures(tmp_p
     failures = page[page.index('<section id="failures">') :]
     failures = failures[: failures.index("</section>")]
     assert '<p class="note" id="left-out">1 trial left out, not failed' in failures
-    # the headline: an incorrect trial ran whole, its gradients failed the check
-    headline = "2 ok, 1 incorrect (they ran; their gradient check failed), 1 failed, 1 left out"
+    # the headline: an incorrect trial's gradients failed the check (a later trial of it
+    # takes that verdict without running)
+    headline = (
+        "2 ok, 1 incorrect (their step failed the gradient check; a configuration's later "
+        "trials take its first trial's verdict without running), 1 failed, 1 left out"
+    )
     assert headline in page
     assert "bf16-cl" in failures and "bf16 —" not in failures.replace("bf16-cl", "")
     statuses = pd.read_csv(tmp_path / "summary.csv")["status"]

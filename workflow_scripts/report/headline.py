@@ -292,7 +292,10 @@ def _measured(frame: pd.DataFrame, stats: pd.DataFrame) -> str:
     _, n_ok, n_failed = trial_counts(frame)
     n_left, n_incorrect = left_out(frame), incorrect(frame)
     wrong = (
-        f", {n_incorrect} incorrect (they ran; their gradient check failed)" if n_incorrect else ""
+        f", {n_incorrect} incorrect (their step failed the gradient check; a configuration's "
+        "later trials take its first trial's verdict without running)"
+        if n_incorrect
+        else ""
     )
     text = (
         f"Measured: {_b('trials', str(n))} trials of {len(stats)} experiments "
