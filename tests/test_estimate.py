@@ -211,7 +211,17 @@ def test_a_reference_step_another_experiment_made_is_read_not_made(make_spec):
     assert gradcheck.reference_kinds(bf16) == ["fp64"]
     assert gradcheck.reference_kinds(compiled) == ["fp64", "bf16"]
     assert gradcheck.reference_kinds(make_spec(id="fp32")) == []  # its own reference
-    assert gradcheck.reference_kinds(make_spec(id="d", launcher="torchrun", ranks=2)) == []
+    # (a data-parallel run: each rank its own, averaged after: fp64 and eager at fp32)
+    ddp = make_spec(id="d", launcher="torchrun", ranks=2)
+    assert gradcheck.reference_kinds(ddp) == ["fp64", "fp32"]
+    # the plan key names the torch an environment pins, not the environment or the
+    # launcher: one torchrun rank in the oneccl environment (upstream's torch) asks for
+    # bf16's step; the ipex environment pins another torch
+    ccl = make_spec(id="c", precision="bf16", launcher="torchrun", dist_backend="ccl")
+    ipex = make_spec(id="i", precision="bf16", backend="ipex")
+    assert (ccl["env"], ipex["env"]) == ("oneccl", "ipex")
+    assert references.key_name(ccl, "fp64") == references.key_name(bf16, "fp64")
+    assert references.key_name(ipex, "fp64") != references.key_name(bf16, "fp64")
     alone = {s["id"]: estimate.trial(s, m)["parts"]["grad_check"] for s in (bf16, compiled, other)}
     est = study_estimate.total([bf16, compiled, other], 1, m)
     parts = {e: v["parts"]["grad_check"] for e, v in est["experiments"].items()}

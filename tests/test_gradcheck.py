@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from tests.conftest import env_python
-from tests.trials import assert_ok, run
+from tests.trials import TWO_CPUS, assert_ok, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -373,3 +373,36 @@ def test_another_experiment_takes_the_same_reference_step_and_compares_the_same(
     other = assert_ok(run(make_spec(id="d", precision="bf16", batch_size=8), upstream_env, study))
     assert "shared_references" not in other["gradient_check"]["comparison"]
     assert len(list((study / references.FOLDER).glob("*.pt"))) == 2
+
+
+@pytest.mark.skipif(not TWO_CPUS, reason="two ranks need two CPUs")
+def test_each_rank_shares_its_reference_step_across_process_groups_and_environments(
+    upstream_env, oneccl_env, make_spec, tmp_path
+):
+    """A data-parallel run keeps each rank's reference steps (references.py, ``rank`` in
+    the plan key) before the ranks average them; another data-parallel run of the same
+    model, ranks and batch reads them, here over another process group in another
+    environment of the same torch (Gloo in upstream, then oneCCL in oneccl), and its
+    comparison comes out exactly as one that made its own."""
+    from workflow_scripts.rank import references
+
+    study, alone = tmp_path / "study", tmp_path / "alone"
+    fields = dict(launcher="torchrun", ranks=2, threads=1)
+    gloo = make_spec(id="gloo", dist_backend="gloo", **fields)
+    ccl = make_spec(id="ccl", dist_backend="ccl", **fields)
+    assert (gloo["env"], ccl["env"]) == ("upstream", "oneccl")
+    made = assert_ok(run(gloo, upstream_env, study))
+    assert made["gradient_check"]["ok"]
+    assert "shared_references" not in made["gradient_check"]["comparison"]
+    plans = [json.loads(p.read_text())["plan"] for p in (study / references.FOLDER).glob("*.json")]
+    assert sorted((p["kind"], p["rank"]) for p in plans) == [
+        ("fp32", 0), ("fp32", 1), ("fp64", 0), ("fp64", 1)
+    ]  # fmt: skip
+    assert all(references.known(study / "records" / "x.json", ccl, k) for k in ("fp64", "fp32"))
+    read = assert_ok(run(ccl, oneccl_env, study))
+    own = assert_ok(run(ccl, oneccl_env, alone))
+    shared, fresh = read["gradient_check"]["comparison"], own["gradient_check"]["comparison"]
+    assert shared.pop("shared_references") == {"fp64": "gloo", "fp32": "gloo"}
+    assert shared == fresh and read["gradient_check"]["ok"]
+    # the trial's estimate knew it would read them (0.5 s each) rather than make them
+    assert read["estimate"]["parts"]["grad_check"] < own["estimate"]["parts"]["grad_check"]

@@ -103,7 +103,7 @@ def needs_reference(spec: dict) -> bool:
 def reference_kinds(spec: dict) -> list[str]:
     """The references a spec's full check makes, by kind (references.py): fp64 eager's,
     and eager's at the run's precision where the run is not plain eager; none where
-    the run is its own reference, serves, or has several ranks (not shared)."""
+    the run is its own reference or serves."""
     from . import references
 
     if not references.shares(spec) or not needs_reference(spec):
@@ -312,36 +312,36 @@ class GradientCheck:
 
     def _reference(self, forward_loss, dtype, world: int, bf16_weights: bool = False):
         """:meth:`_eager`'s step, taken from the store where another experiment made the
-        same one (references.py), else made here and left there."""
+        same one (references.py), else made here and left there; its gradients then
+        averaged over the ranks, as DDP averages the run's (each rank keeps its own)."""
         import torch
 
         from . import references
 
-        if self.store is None or world != 1:
-            return self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
+        if self.store is None:
+            return _averaged(self._eager(forward_loss, dtype, bf16_weights=bf16_weights), world)
+        rank = torch.distributed.get_rank() if world > 1 else 0
         name = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
         which = references.kind(name, bf16_weights)
         key = references.runtime_key(which, self.rng_state, self.initial, self.batch)
-        kept = self.store.load(which, key)
+        kept = self.store.load(which, key, rank)
         if kept is not None:
             loss, grads, made_by = kept
             # (one this experiment made is its own: an earlier attempt's of this trial,
             # rerun for noise; not shared)
             if made_by != self.store.spec.get("id"):
                 self.shared[which] = made_by
-            return loss, grads
-        made = self._eager(forward_loss, dtype, world, bf16_weights=bf16_weights)
+            return _averaged((loss, grads), world)
+        made = self._eager(forward_loss, dtype, bf16_weights=bf16_weights)
         if made is not None:
-            self.store.save(which, key, *made)
-        return made
+            self.store.save(which, key, *made, rank=rank)
+        return _averaged(made, world)
 
-    def _eager(
-        self, forward_loss, dtype, world: int, bf16_weights: bool = False
-    ) -> tuple[float, dict] | None:
-        """One eager step from the run's initial weights on its first batch: fp64 (the
-        model and inputs in float64), fp32, or bf16 (CPU autocast; ``bf16_weights``: the
-        model cast to bf16 as well, as a backend that holds its weights in bf16 runs);
-        its loss and its gradients (averaged over the ranks)."""
+    def _eager(self, forward_loss, dtype, bf16_weights: bool = False) -> tuple[float, dict] | None:
+        """One eager step from the run's initial weights on its first batch (the rank's):
+        fp64 (the model and inputs in float64), fp32, or bf16 (CPU autocast;
+        ``bf16_weights``: the model cast to bf16 as well, as a backend that holds its
+        weights in bf16 runs); its loss and its gradients."""
         import contextlib
 
         import torch
@@ -371,9 +371,14 @@ class GradientCheck:
             _, loss = forward_loss(model, x, y)
         loss.backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
-        if world > 1:
-            _average_over_ranks(grads)
         return float(loss.detach()), grads
+
+
+def _averaged(made: tuple[float, dict] | None, world: int) -> tuple[float, dict] | None:
+    """A reference step's gradients averaged over the ranks (in place), with several."""
+    if made is not None and world > 1:
+        _average_over_ranks(made[1])
+    return made
 
 
 def _average_over_ranks(grads: dict) -> None:

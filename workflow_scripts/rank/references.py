@@ -19,16 +19,27 @@ computation, so the comparison comes out the same to the last digit; anything el
 makes the reference again. The record's comparison says which it shared
 (``shared_references``: the kind and the experiment that made it).
 
+**Across environments, launchers and ranks.** The plan key names the torch release an
+environment pins (``envs/<env>.txt``), not the environment: two environments of one torch
+build (upstream and oneccl) and a run under any launcher (none, torchrun, Accelerate,
+run_cpu) ask for the same step, and the runtime key (torch's release and commit, the
+libraries loaded) still tells builds apart. A data-parallel run's rank keeps its own
+step, on its own share of the batch, under its rank's name (``rank`` in the plan key),
+before the ranks average them as DDP averages the run's: another data-parallel run of
+the same model, ranks and batch (another process group, launcher or environment) reads
+each rank's and averages those.
+
 The folder keeps at most :data:`MAX_BYTES` (a BERT-base fp64 reference is 0.9 GB): the
-references used least recently go first. Deleting it only makes them again. Only a
-one-process run shares (a data-parallel run's references are averaged over its ranks).
+references used least recently go first. Deleting it only makes them again.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -38,12 +49,14 @@ from ..util import beside_records, read_json, write_json_atomic
 FOLDER = "gradcheck-references"
 #: the most the folder keeps, in bytes (the least recently used go first)
 MAX_BYTES = 4 * 2**30
-#: the spec's fields that shape a reference step (with the reference's kind)
+#: the spec's fields that shape a reference step (with the reference's kind and the
+#: torch release its environment pins: :func:`torch_pin`)
 PLAN_FIELDS = (
-    "env", "model", "attention", "batch_size", "image_size", "seq_len", "data",
-    "data_dir", "padding", "seed", "channels_last", "threads", "cpus", "launcher",
-    "ranks", "nodes", "comm_cpu",
+    "model", "attention", "batch_size", "image_size", "seq_len", "data", "data_dir",
+    "padding", "seed", "channels_last", "threads", "cpus", "ranks", "nodes", "comm_cpu",
 )  # fmt: skip
+#: where the environments' pinned requirements are
+ENVS = Path(__file__).resolve().parents[2] / "envs"
 
 
 def kind(dtype_name: str, bf16_weights: bool = False) -> str:
@@ -52,16 +65,36 @@ def kind(dtype_name: str, bf16_weights: bool = False) -> str:
 
 
 def shares(spec: dict) -> bool:
-    """Whether the spec's references can be shared (one process, trained)."""
-    return (
-        spec.get("mode", "train") == "train"
-        and int(spec.get("ranks") or 1) * int(spec.get("nodes") or 1) == 1
-    )
+    """Whether the spec's references can be shared (a trained run; a data-parallel
+    run's rank by rank)."""
+    return spec.get("mode", "train") == "train"
 
 
-def plan_key(spec: dict, which: str) -> dict:
-    """What finds a reference: the spec's fields that shape its step, and its kind."""
-    return {"kind": which, **{k: spec.get(k) for k in PLAN_FIELDS}}
+def world(spec: dict) -> int:
+    """The spec's ranks in all."""
+    return int(spec.get("ranks") or 1) * int(spec.get("nodes") or 1)
+
+
+@functools.cache
+def torch_pin(env: str) -> str:
+    """The torch release ``envs/<env>.txt`` pins (``torch==2.14.1``); the environment's
+    name where it pins none there (an environment of its own)."""
+    try:
+        text = (ENVS / f"{env}.txt").read_text()
+    except OSError:
+        return f"env:{env}"
+    found = re.search(r"^torch==(\S+)", text, re.MULTILINE)
+    return f"torch=={found.group(1)}" if found else f"env:{env}"
+
+
+def plan_key(spec: dict, which: str, rank: int = 0) -> dict:
+    """What finds a reference: the spec's fields that shape its step, its kind, the
+    torch its environment pins, and (a data-parallel run's) the rank."""
+    key = {"kind": which, "torch": torch_pin(str(spec.get("env") or "upstream"))}
+    key.update({k: spec.get(k) for k in PLAN_FIELDS})
+    if world(spec) > 1:
+        key["rank"] = int(rank)
+    return key
 
 
 def folder(out: Path | str) -> Path:
@@ -69,16 +102,19 @@ def folder(out: Path | str) -> Path:
     return beside_records(out, FOLDER)
 
 
-def key_name(spec: dict, which: str) -> str:
-    """The name a reference of this kind for this spec's step is kept under."""
-    key = json.dumps(plan_key(spec, which), sort_keys=True, default=str)
+def key_name(spec: dict, which: str, rank: int = 0) -> str:
+    """The name a reference of this kind for this spec's step (its rank's) is kept under."""
+    key = json.dumps(plan_key(spec, which, rank), sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def known(out: Path | str, spec: dict, which: str) -> bool:
-    """Whether a reference of this kind for this spec's step is there (its runtime key
-    is checked only where it is used)."""
-    return shares(spec) and (folder(out) / f"{key_name(spec, which)}.json").is_file()
+    """Whether a reference of this kind for this spec's step is there, every rank's
+    (its runtime key is checked only where it is used)."""
+    where = folder(out)
+    return shares(spec) and all(
+        (where / f"{key_name(spec, which, rank)}.json").is_file() for rank in range(world(spec))
+    )
 
 
 class Store:
@@ -94,16 +130,17 @@ class Store:
         for a run that does not share."""
         return cls(folder(out), spec) if out and shares(spec) else None
 
-    def _paths(self, which: str) -> tuple[Path, Path]:
-        name = key_name(self.spec, which)
+    def _paths(self, which: str, rank: int) -> tuple[Path, Path]:
+        name = key_name(self.spec, which, rank)
         return self.folder / f"{name}.json", self.folder / f"{name}.pt"
 
-    def load(self, which: str, runtime: dict):
+    def load(self, which: str, runtime: dict, rank: int = 0):
         """(loss, gradients, the experiment that made it) of the reference of this kind
-        whose runtime key is ``runtime``; None where there is none (or it is unusable)."""
+        (rank ``rank``'s) whose runtime key is ``runtime``; None where there is none (or
+        it is unusable)."""
         import torch
 
-        meta_path, path = self._paths(which)
+        meta_path, path = self._paths(which, rank)
         try:
             meta = read_json(meta_path, want=None)
             if not isinstance(meta, dict) or meta.get("runtime") != runtime:
@@ -116,19 +153,19 @@ class Store:
             return None
         return float(kept["loss"]), kept["grads"], str(meta.get("experiment"))
 
-    def save(self, which: str, runtime: dict, loss: float, grads: dict) -> None:
-        """Leave a reference made here for the other experiments (nothing where the
-        folder cannot be written)."""
+    def save(self, which: str, runtime: dict, loss: float, grads: dict, rank: int = 0) -> None:
+        """Leave a reference made here (rank ``rank``'s) for the other experiments
+        (nothing where the folder cannot be written)."""
         import torch
 
-        meta_path, path = self._paths(which)
+        meta_path, path = self._paths(which, rank)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             torch.save({"loss": loss, "grads": grads}, tmp)
             os.replace(tmp, path)
             write_json_atomic(meta_path, {
-                "plan": plan_key(self.spec, which), "runtime": runtime,
+                "plan": plan_key(self.spec, which, rank), "runtime": runtime,
                 "experiment": self.spec.get("id"), "bytes": path.stat().st_size,
                 "made": time.time(),
             })  # fmt: skip
@@ -194,6 +231,7 @@ def runtime_key(which: str, rng_state, initial: dict, batch) -> dict:
         "batch": h.hexdigest(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None),
         "loaded": loaded,
         "cpu": cpu_identity(),
     }
