@@ -363,6 +363,10 @@ def test_a_served_model_costs_its_training_calibration_and_checks(make_spec):
     # serving another run's weights: scored, not trained again
     loaded = estimate.trial({**trained, "weights_from": "other"}, m)
     assert loaded["parts"]["serve"] == pytest.approx(est["parts"]["serve"] - training, rel=0.01)
+    # a later trial loads its first trial's weights (trial/carry.py): not trained again
+    for later in (estimate.trial(trained, m, later=True),
+                  estimate.trial(trained, m, carries={"weights"})):  # fmt: skip
+        assert later["parts"]["serve"] == pytest.approx(loaded["parts"]["serve"], rel=0.01)
 
 
 def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps():

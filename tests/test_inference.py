@@ -157,6 +157,40 @@ def test_a_later_ipex_int8_trial_quantizes_from_the_first_ones_calibration(
     assert broken["checks"]["serving"]["agreement"] == first["checks"]["serving"]["agreement"]
 
 
+def test_a_later_trial_serves_the_weights_its_first_trial_trained(
+    upstream_env, make_spec, tmp_path
+):
+    """A served model that the run trains itself (``epochs``, no ``weights_from``) is
+    trained once per configuration: trial 0 keeps its weights beside its record, a later
+    trial loads them (trial/carry.py) instead of training again and serves the same
+    model (the same held-out accuracy and logits). A file that is not the one trial 0's
+    record names is not carried: that trial trains for itself."""
+    from workflow_scripts import digits
+
+    folder = tmp_path / "digits"
+    digits.export(folder)
+    data = {"data_path": str(folder)}
+    spec = make_spec(id="s", mode="inference", data="digits", epochs=1, batch_size=32, lr=0.02)
+    first = assert_ok(run(spec, upstream_env, tmp_path, **data))
+    saved = first["checks"]["serving"]["pretrain"]
+    assert saved["weights"] == "saved" and saved["steps"] == 1437 // 32
+    record, kept = tmp_path / "records" / "s.json", tmp_path / "records" / "s.weights.pt"
+    later = assert_ok(run(spec, upstream_env, tmp_path / "t1", index=1, first_trial=record, **data))
+    assert later["carried"]["weights"] == str(kept.resolve())
+    serving = later["checks"]["serving"]
+    loaded = serving["pretrain"]
+    assert loaded["weights"] == "loaded from trial 0 (carried)" and "steps" not in loaded
+    assert loaded["weights_sha256"] == saved["weights_sha256"]
+    for key in ("reference_accuracy", "served_accuracy", "agreement"):
+        assert serving[key] == first["checks"]["serving"][key], key
+    assert later["estimate"]["parts"]["serve"] < first["estimate"]["parts"]["serve"]
+    assert not (tmp_path / "t1" / "records" / "s.weights.pt").exists()
+    kept.write_bytes(kept.read_bytes()[:-1])  # not trial 0's file any more
+    other = assert_ok(run(spec, upstream_env, tmp_path / "t2", index=2, first_trial=record, **data))
+    assert "weights" not in (other.get("carried") or {})
+    assert other["checks"]["serving"]["pretrain"]["weights"] == "saved"
+
+
 def test_ipex_serves_a_traced_frozen_graph(ipex_env, make_spec, tmp_path):
     """The IPEX deck's recipe: ipex.optimize, then torch.jit.trace and freeze."""
     spec = make_spec(

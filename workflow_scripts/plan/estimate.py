@@ -22,7 +22,8 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
                capped at timeout_s; x 1 attempt (noisy reruns are not predicted)
 
 A later trial (trial 1, 2, ...) carries what its first trial did once (trial/carry.py):
-no FLOP count, no gradient check's references, and a compile from the first trial's
+no FLOP count, no gradient check's references, no training of a model it serves (it
+loads the first trial's weights), and a compile from the first trial's
 cache (WARM_COMPILE_SHARE of a cold one; FROZEN_WARM_SHARE of a frozen graph's, which
 that cache skips). A served model compiles its forward graph alone
 (INFERENCE_COMPILE_SHARE of the model's training compile).
@@ -472,7 +473,8 @@ def trial(
     parts["grad_check"] = _grad_check_s(spec, flops, batch, rate, bf16, set(carries))
     if serving:
         calibrated = "int8_calibration" in carries or (later and backend.keeps_int8_calibration)
-        parts["serve"] = _serve_s(spec, step, flops, batch, rate, calibrated)
+        trained = "weights" in carries or later  # (a later trial loads its first's)
+        parts["serve"] = _serve_s(spec, step, flops, batch, rate, calibrated, trained)
     carried = 0.0
     gone = CARRIED_PARTS if later else CARRIED_PARTS & set(carries)
     if gone:  # carried from the first trial: its FLOP count, check and compile cache
@@ -507,10 +509,11 @@ def trial(
 
 def _serve_s(
     spec: Mapping, step: float, flops: float | None, batch: int, rate: float,
-    calibrated: bool = False,
+    calibrated: bool = False, trained: bool = False,
 ) -> float:  # fmt: skip
     """An inference run's work outside its steps: the model trained first (``epochs``:
-    fp32 eager training steps, three forwards' work each) and scored twice on its
+    fp32 eager training steps, three forwards' work each; none where it is ``trained``:
+    a later trial loads its first trial's weights) and scored twice on its
     held-out split (the fp32 model, the served one), the INT8 calibration (none where
     it is ``calibrated``: carried from the first trial) and preparation or the
     TorchScript trace, and the checks after the steps."""
@@ -529,7 +532,9 @@ def _serve_s(
         text = spec.get("data") == "keywords"
         train = workloads.KEYWORDS_TRAIN if text else DIGITS_TRAIN_IMAGES
         held_out = workloads.KEYWORDS_TEST if text else DIGITS_TEST_IMAGES
-        if not spec.get("weights_from"):  # (served weights are loaded, not trained)
+        # (served weights are loaded, not trained: another experiment's, or, ``trained``,
+        # the first trial's)
+        if not spec.get("weights_from") and not trained:
             seconds += epochs * math.ceil(train / batch) * 3 * fp32_forward
         seconds += 2 * math.ceil(held_out / batch) * step
     return seconds
@@ -598,6 +603,7 @@ def for_trial(
         carries |= {"grad_check"} if "negligible" in carried else set()
         carries |= {"flop_count"} if "flops_per_sample" in carried else set()
         carries |= {"int8_calibration"} if "int8_calibration" in carried else set()
+        carries |= {"weights"} if "weights" in carried else set()
     carries |= reference_carries(shared_references)
     return trial(spec, machine, carries=carries)
 

@@ -204,6 +204,16 @@ def load_weights(model, spec: dict, out: str | None) -> dict:
             **_weights_file(path)}  # fmt: skip
 
 
+def load_carried_weights(model, spec: dict, path: str) -> dict:
+    """Load the weights this experiment's first trial trained (``path``: trial/carry.py
+    checked it against that trial's record) instead of training them again."""
+    import torch
+
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return {"epochs": spec["epochs"], "weights": "loaded from trial 0 (carried)",
+            **_weights_file(Path(path))}  # fmt: skip
+
+
 def score(logits_of, held_out, batch_size: int, channels_last: bool) -> float:
     """Held-out accuracy of a served model (``logits_of(*inputs)``), called at the run's
     own batch shape (a traced or exported graph may hold it fixed): the split in

@@ -139,8 +139,11 @@ class Trainer:
         spec, torch = self.spec, self.torch
         info: dict = {"pretrain": None, "reference_accuracy": None}
         info["weight_layers"] = inference.weight_layers(model)
+        carried = (spec.get("carried") or {}).get("weights")
         if spec.get("weights_from"):  # trained once in the study, by another run
             info["pretrain"] = inference.load_weights(model, spec, self.out)
+        elif carried:  # trained by this experiment's first trial (trial/carry.py)
+            info["pretrain"] = inference.load_carried_weights(model, spec, carried)
         elif spec.get("epochs"):  # on a stream of its own: the timed steps see the same
             # batches whether the run trained its weights or loaded them
             own = data.batches(spec, self.data_path)

@@ -34,6 +34,13 @@ observers give the same scales; the served model's logits came out bit-identical
 Inductor's PT2E path calibrates in every trial (its observers took 1.2 s of a ResNet-50
 trial's setup, its export most of the rest).
 
+A served model's weights, too (:func:`kept_weights`): an inference run that trains its
+model first (``epochs``, no ``weights_from``) keeps the weights beside trial 0's record
+(``trial0.weights.pt``, its SHA-256 in ``checks.serving.pretrain``), and a later trial
+loads them instead of training them again (the same model, seed, data and steps), as
+the INT8 rungs that name it in ``weights_from`` do: what the trial measures is the
+served model's steps, and it serves the same weights.
+
 A compiled run's compile cache, too (:func:`compile_cache_plan`): trial 0 compiles into
 an empty folder beside its record (``compile-cache``, emptied at each of its attempts,
 so its compile latency is always a cold one); a later trial starts from a copy of it
@@ -194,6 +201,9 @@ def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
     kept = kept_calibration(Path(path), first)
     if kept:
         carried["int8_calibration"] = kept
+    weights = kept_weights(Path(path), first)
+    if weights:
+        carried["weights"] = weights
     if len(carried) == 1:
         return None, None
     return carried, first
@@ -213,6 +223,25 @@ def kept_calibration(path: Path, first: dict) -> str | None:
     kept = calibration_path(path)
     try:
         same = kept.is_file() and file_sha256(kept) == made["sha256"]
+    except OSError:
+        return None
+    return str(kept.resolve()) if same else None
+
+
+def kept_weights(path: Path, first: dict) -> str | None:
+    """The weights the first trial (its record at ``path``) trained and kept beside its
+    record, where the file is the one that record names (its SHA-256); None otherwise
+    (and for a run that loaded its weights from another experiment's)."""
+    from ..rank.inference import file_sha256, weights_path
+
+    checks = first.get("checks") if isinstance(first.get("checks"), dict) else {}
+    serving = checks.get("serving") if isinstance(checks.get("serving"), dict) else {}
+    pretrain = serving.get("pretrain")
+    if not isinstance(pretrain, dict) or pretrain.get("weights") != "saved":
+        return None
+    kept = weights_path(path)
+    try:
+        same = kept.is_file() and file_sha256(kept) == pretrain.get("weights_sha256")
     except OSError:
         return None
     return str(kept.resolve()) if same else None
