@@ -36,6 +36,7 @@ from tests.runs import (
     experiments_run,
     mtimes,
     pick_runs,
+    seed_calibrations,
 )
 from workflow_scripts import images, study
 from workflow_scripts.calibration import clean_calibration
@@ -364,11 +365,12 @@ TIGHT_STUDY = {"runtime": "local", "collectives": {"variants": []}, **BUDGET_PAR
 
 
 @pytest.mark.torch
-def test_what_a_budget_leaves_out_is_in_the_report(upstream_env, tmp_path):
+def test_what_a_budget_leaves_out_is_in_the_report(upstream_calibration, tmp_path):
     """A budget below the minimum trials, run for real: the plan's left-out experiments
     are named in the finished report (headline and list, by group), beside the trials
     the clock left out; without the budget they are planned again."""
     wd = copy_workflow(tmp_path / "wf")
+    seed_calibrations(wd, [upstream_calibration])
     (wd / "local-study.yaml").write_text(yaml.safe_dump(TIGHT_STUDY, sort_keys=False))
     run = snakemake(wd, config=("budget=1s",))
     said = [x for x in run.stderr.splitlines() if x.startswith("[budget]")]
@@ -458,10 +460,12 @@ def test_a_budget_is_planned_again_from_the_calibrations(upstream_env, tmp_path)
 
 
 @pytest.mark.torch
-def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path):
-    """The local runtime end to end (its environments through their rule, found built by
-    their lock's hash), and Snakemake reruns exactly what a change touches."""
+def test_a_local_study_reruns_only_what_changed(upstream_calibration, ipex_env, tmp_path):
+    """The local runtime end to end (ipex's environment through its rule, found built by
+    its lock's hash, and calibrated; upstream's calibrated once for the session:
+    ``runs.seed_calibrations``), and Snakemake reruns exactly what a change touches."""
     wd = copy_workflow(tmp_path / "wf")
+    seed_calibrations(wd, [upstream_calibration])
     quick = study.read_config(wd / "config.yaml")["presets"]["quick"]
     part = pick_runs(quick, LOCAL_EXPERIMENTS)
     local_study = wd / "local-study.yaml"
@@ -474,6 +478,8 @@ def test_a_local_study_reruns_only_what_changed(upstream_env, ipex_env, tmp_path
     assert set(REQUIRED_COLUMNS) <= set(summary.columns)
     assert (summary["status"] == "ok").all(), summary[["experiment", "error"]].to_string()
     assert (summary["runtime"] == "local").all()
+    kept = wd / "results/calibration/upstream.json"  # (the session's, not made again)
+    assert kept.read_bytes() == upstream_calibration.calibration.read_bytes()
 
     # 2. nothing changed: nothing runs
     before = mtimes(wd)
