@@ -188,7 +188,6 @@ def _weights_file(path: Path) -> dict:
 def load_weights(model, spec: dict, out: str | None) -> dict:
     """Load the weights the first trial of ``spec['weights_from']`` trained (same model,
     same training: the study checks it) instead of training them again."""
-    import torch
 
     source = spec["weights_from"]
     if not out:
@@ -199,19 +198,21 @@ def load_weights(model, spec: dict, out: str | None) -> dict:
             f"weights_from {source!r}: {path} is missing (its first trial did not train "
             "them: see its record)"
         )
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    return {"epochs": spec["epochs"], "weights": f"loaded from {source} (trial 0)",
-            **_weights_file(path)}  # fmt: skip
+    return _loaded(model, spec, path, f"loaded from {source} (trial 0)")
 
 
 def load_carried_weights(model, spec: dict, path: str) -> dict:
     """Load the weights this experiment's first trial trained (``path``: trial/carry.py
     checked it against that trial's record) instead of training them again."""
+    return _loaded(model, spec, Path(path), "loaded from trial 0 (carried)")
+
+
+def _loaded(model, spec: dict, path: Path, how: str) -> dict:
+    """``path``'s weights loaded into ``model``; what the record says of them."""
     import torch
 
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    return {"epochs": spec["epochs"], "weights": "loaded from trial 0 (carried)",
-            **_weights_file(Path(path))}  # fmt: skip
+    return {"epochs": spec["epochs"], "weights": how, **_weights_file(path)}
 
 
 def score(logits_of, held_out, batch_size: int, channels_last: bool) -> float:

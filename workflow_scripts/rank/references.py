@@ -39,7 +39,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -77,14 +76,17 @@ def world(spec: dict) -> int:
 
 @functools.cache
 def torch_pin(env: str) -> str:
-    """The torch release ``envs/<env>.txt`` pins (``torch==2.14.1``); the environment's
-    name where it pins none there (an environment of its own)."""
+    """The torch release ``envs/<env>.txt`` pins (``torch==2.14.1``, its hashed lock read
+    as the image builds read it: ``images.lock_pins``); the environment's name where it
+    pins none there (an environment of its own)."""
+    from ..images import lock_pins
+
     try:
-        text = (ENVS / f"{env}.txt").read_text()
+        pins = lock_pins(ENVS / f"{env}.txt") or []
     except OSError:
-        return f"env:{env}"
-    found = re.search(r"^torch==(\S+)", text, re.MULTILINE)
-    return f"torch=={found.group(1)}" if found else f"env:{env}"
+        pins = []
+    found = [version for name, version, _ in pins if name == "torch"]
+    return f"torch=={found[0]}" if found else f"env:{env}"
 
 
 def plan_key(spec: dict, which: str, rank: int = 0) -> dict:

@@ -209,15 +209,20 @@ def from_first_trial(path: Path | None) -> tuple[dict | None, dict | None]:
     return carried, first
 
 
+def _serving(first: dict) -> dict:
+    """The first trial's record's ``checks.serving`` (an inference run's), else {}."""
+    checks = first.get("checks") if isinstance(first.get("checks"), dict) else {}
+    serving = checks.get("serving")
+    return serving if isinstance(serving, dict) else {}
+
+
 def kept_calibration(path: Path, first: dict) -> str | None:
     """The INT8 calibration the first trial (its record at ``path``) kept beside its
     record, where the file is the one that record names (its SHA-256: a file that
     another run of the trial left is not carried); None otherwise."""
     from ..rank.inference import calibration_path, file_sha256
 
-    checks = first.get("checks") if isinstance(first.get("checks"), dict) else {}
-    serving = checks.get("serving") if isinstance(checks.get("serving"), dict) else {}
-    made = serving.get("int8_calibration")
+    made = _serving(first).get("int8_calibration")
     if not isinstance(made, dict) or not isinstance(made.get("sha256"), str):
         return None
     kept = calibration_path(path)
@@ -234,9 +239,7 @@ def kept_weights(path: Path, first: dict) -> str | None:
     (and for a run that loaded its weights from another experiment's)."""
     from ..rank.inference import file_sha256, weights_path
 
-    checks = first.get("checks") if isinstance(first.get("checks"), dict) else {}
-    serving = checks.get("serving") if isinstance(checks.get("serving"), dict) else {}
-    pretrain = serving.get("pretrain")
+    pretrain = _serving(first).get("pretrain")
     if not isinstance(pretrain, dict) or pretrain.get("weights") != "saved":
         return None
     kept = weights_path(path)
