@@ -52,7 +52,7 @@ from . import backends, launchers
 from .commands import Arg, Command
 from .runtimes import ENGINES, RUNTIMES, RuntimeUnavailable, engine_env, resolve
 from .runtimes.container import image_exists
-from .util import read_json
+from .util import lock_pins, read_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTAINERS = REPO_ROOT / "containers"
@@ -145,25 +145,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-#: a hashed lock's pin, continuation lines joined: ``name==version --hash=sha256:...``
-_PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)")
-
-
-def lock_pins(lock: Path) -> list[tuple[str, str, set[str]]] | None:
-    """A hashed lock's pins: (name, version, the sha256s it allows) each; None where a
-    line is anything else (an option, a marker, extras, a URL: pip reads those)."""
-    pins = []
-    for line in lock.read_text().replace("\\\n", " ").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = _PIN.fullmatch(line)
-        if m is None:
-            return None
-        pins.append((m[1], m[2], set(re.findall(r"sha256:([0-9a-f]{64})", m[3]))))
-    return pins
 
 
 def known_sha256(path: Path) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,22 @@ def parse_json(raw: str, name: str, *, want: type | None = dict) -> Any:
         kind = {dict: "a JSON object", list: "a JSON list"}.get(want, want.__name__)
         raise UnreadableFile(f"{name}: expected {kind}, got {type(data).__name__}")
     return data
+
+
+#: a hashed lock's pin, continuation lines joined: ``name==version --hash=sha256:...``
+_PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)")
+
+
+def lock_pins(lock: Path) -> list[tuple[str, str, set[str]]] | None:
+    """A hashed lock's pins: (name, version, the sha256s it allows) each; None where a
+    line is anything else (an option, a marker, extras, a URL: pip reads those)."""
+    pins = []
+    for line in lock.read_text().replace("\\\n", " ").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _PIN.fullmatch(line)
+        if m is None:
+            return None
+        pins.append((m[1], m[2], set(re.findall(r"sha256:([0-9a-f]{64})", m[3]))))
+    return pins

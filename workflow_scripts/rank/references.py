@@ -42,7 +42,7 @@ import os
 import time
 from pathlib import Path
 
-from ..util import beside_records, read_json, write_json_atomic
+from ..util import beside_records, lock_pins, read_json, write_json_atomic
 
 #: the folder beside ``records/`` where first trials leave their references
 FOLDER = "gradcheck-references"
@@ -77,10 +77,8 @@ def world(spec: dict) -> int:
 @functools.cache
 def torch_pin(env: str) -> str:
     """The torch release ``envs/<env>.txt`` pins (``torch==2.14.1``, its hashed lock read
-    as the image builds read it: ``images.lock_pins``); the environment's name where it
+    as the image builds read it: ``util.lock_pins``); the environment's name where it
     pins none there (an environment of its own)."""
-    from ..images import lock_pins
-
     try:
         pins = lock_pins(ENVS / f"{env}.txt") or []
     except OSError:
