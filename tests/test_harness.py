@@ -27,6 +27,9 @@ def test_fp32_eager_baseline(upstream_env, make_spec, tmp_path):
     assert not rec["checks"]["input_channels_last"] and not rec["checks"]["compiled"]
     assert rec["provenance"]["openmp_runtime"] == "gnu-openmp"
     assert rec["provenance"]["ld_preload"] == []
+    # the libraries' import, timed within the setup (a first trial's FLOP count, before
+    # its setup, built the model: its library was imported there)
+    assert 0 <= rec["metrics"]["libraries_s"] <= rec["metrics"]["setup_s"]
 
 
 def test_time_budget_stops_timing_early(upstream_env, make_spec, tmp_path):

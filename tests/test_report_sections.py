@@ -416,6 +416,15 @@ def test_where_the_trials_time_went_part_by_part():
     assert parts["the rest of the harness"] == pytest.approx(2.0)
     assert parts["the trial policy"] == pytest.approx(1.0)
     assert sum(parts.values()) == pytest.approx(50.0)
+    # the libraries' imports are taken out of the setup they were timed in (an older
+    # record without them: all of it setup)
+    assert parts["import the libraries"] == 0.0 and parts["setup"] == 1.0
+    split = {**r, "metrics": {**r["metrics"], "setup_s": 4.0, "libraries_s": 2.5, "wall_s": 33.0}}
+    split.update(trial_wall_s=53.0, provenance={**r["provenance"], "process_wall_s": 37.0})
+    got = time_parts(split)
+    assert got["import the libraries"] == 2.5 and got["setup"] == pytest.approx(1.5)
+    assert got["the rest of the harness"] == pytest.approx(2.0)
+    assert sum(got.values()) == pytest.approx(53.0)
     table = time_parts_frame([r, r, {"status": "failed"}])
     assert table.set_index("part").loc["timed steps", "seconds"] == 16.0
     assert table["share"].sum() == pytest.approx(1.0)

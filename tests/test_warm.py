@@ -71,6 +71,9 @@ def test_a_warm_trial_trains_as_a_fresh_one_in_a_process_of_its_own(
         assert rec["provenance"]["env"]["OMP_NUM_THREADS"] is None  # as the run was given
     assert cold["metrics"]["import_s"] > 0.2
     assert second["metrics"]["import_s"] < 0.05  # torch was imported by the server
+    # ... and the model's library: its import time, timed within the setup, is gone too
+    assert 0 <= second["metrics"]["libraries_s"] < 0.05
+    assert cold["metrics"]["libraries_s"] <= cold["metrics"]["setup_s"]
     pids = {rec["provenance"]["pid"] for rec in (cold, first, second)}
     assert len(pids) == 3 and not pids & serving  # each run a process of its own
     log = (tmp_path / "w2" / "logs" / f"{spec['id']}.log").read_text()

@@ -209,6 +209,28 @@ def get(name: str) -> Workload:
         raise ValueError(f"unknown model {name!r}; allowed: {', '.join(WORKLOADS)}") from None
 
 
+def libraries(name: str) -> tuple[str, ...]:
+    """The modules a run of model ``name`` imports to build it (after torch): its
+    library, and a transformers model's class (``module:attribute`` loads an
+    attribute: transformers imports a model's module when its class is first asked
+    for); none for the study's own small CNN."""
+    w = get(name)
+    if w.text:
+        return ("transformers", f"transformers:{w.hf_class}")
+    return () if name == "cnn" else ("torchvision.models",)
+
+
+def import_libraries(modules) -> None:
+    """Import ``modules`` (:func:`libraries`'s form)."""
+    import importlib
+
+    for name in modules:
+        module, _, attribute = name.partition(":")
+        loaded = importlib.import_module(module)
+        if attribute:
+            getattr(loaded, attribute)
+
+
 #: ``data: keywords``, the study's learnable text-classification task, generated (no
 #: text data set ships inside a package installable here: scikit-learn's 20 newsgroups,
 #: NLTK's corpora and Hugging Face datasets all download at run time). Each sequence is

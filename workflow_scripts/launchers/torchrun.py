@@ -278,6 +278,7 @@ def merge_ok(results: list[dict]) -> dict:
         "time_to_first_step_s",
         "setup_s",
         "import_s",
+        "libraries_s",
         "flops_count_s",
         "wall_s",
         "train_time_s",

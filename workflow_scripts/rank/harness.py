@@ -142,7 +142,8 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     before = before_steps(spec, counted)
     steps = run_steps(trainer, progress)
     after = after_steps(trainer, steps)
-    return record_metrics(spec, steps, {"import_s": import_s, "setup_s": setup_s, **before}, after)
+    took = {"import_s": import_s, "setup_s": setup_s, "libraries_s": trainer.libraries_s}
+    return record_metrics(spec, steps, {**took, **before}, after)
 
 
 def flops_before_setup(spec: dict) -> dict | None:
@@ -351,6 +352,8 @@ def record_metrics(spec: dict, steps: Steps, before: dict, after: dict) -> dict:
         "setup_s": before["setup_s"],
         "compile_pool_wait_s": before["compile_pool_wait_s"],
         "import_s": before["import_s"],
+        # (within setup_s) the backend's and the model's libraries imported
+        "libraries_s": before["libraries_s"],
         "grad_check_s": gradient_check["check_s"] if gradient_check else None,
         "final_loss": steps.losses[-1],
         "first_loss": steps.losses[0],

@@ -30,7 +30,13 @@ class Trainer:
         if spec.get("threads"):  # (less the CPU comm_cpu reserves for communication)
             torch.set_num_threads(int(spec["threads"]) - (1 if spec.get("comm_cpu") else 0))
         self.backend = backends.get(spec["backend"])
+        # the backend's libraries, then the model's (the order the model's build took
+        # them in): what a fresh process pays before its model exists (a forked one,
+        # runtimes/warm.py, holds the model's already), timed apart within the setup
+        t0 = time.perf_counter()
         self.backend.setup(spec)
+        workloads.import_libraries(workloads.libraries(spec["model"]))
+        self.libraries_s = time.perf_counter() - t0
         self.device = self.backend.device()
         # a rank of a data-parallel trial: its process group, and its share of the batch
         self.group = None

@@ -40,7 +40,10 @@ PARTS = (
     ("noise reruns", "attempts discarded as disturbed, and the pauses after them"),
     ("process start and exit", "the interpreter, the container, the launcher, exiting"),
     ("import torch", "in the measured process"),
-    ("FLOP count", "one eager fp32 step of one sample (trial 0; later trials carry it)"),
+    ("FLOP count", "one eager fp32 step of one sample (trial 0, with its model library's "
+                   "import; later trials carry it)"),
+    ("import the libraries", "the backend's (IPEX, torch_xla) and the model's (torchvision, "
+                             "transformers) in the measured process"),
     ("setup", "the model, the data, the backend's preparation"),
     ("compile-pool wait", "IPEX's import starts Inductor's workers: waited out"),
     ("noise probes", "dense matmuls before and after the steps"),
@@ -78,7 +81,9 @@ def time_parts(record: Mapping) -> dict[str, float] | None:
     inside = {
         "import torch": _n(m.get("import_s")),
         "FLOP count": _n(m.get("flops_count_s")),
-        "setup": _n(m.get("setup_s")),
+        # (older records: their imports inside the setup)
+        "import the libraries": min(_n(m.get("libraries_s")), _n(m.get("setup_s"))),
+        "setup": max(0.0, _n(m.get("setup_s")) - _n(m.get("libraries_s"))),
         "compile-pool wait": _n(m.get("compile_pool_wait_s")),
         "noise probes": probes,
         "gradient check": _n(m.get("grad_check_s")),

@@ -63,13 +63,12 @@ SERVER = "import sys; from workflow_scripts.runtimes import warm; sys.exit(warm.
 
 def preload(model: str) -> tuple[str, ...]:
     """What a server for a run of ``model`` imports: torch and the model's library (its
-    model class for a transformers model); ``module:attribute`` loads an attribute."""
-    from ..workloads import get
+    model class for a transformers model; torchvision's models for the small CNN too,
+    which needs none: one server for the vision runs); ``module:attribute`` loads an
+    attribute."""
+    from ..workloads import libraries
 
-    w = get(model)
-    if w.text:
-        return ("torch", "transformers", f"transformers:{w.hf_class}")
-    return ("torch", "torchvision.models")
+    return ("torch", *(libraries(model) or ("torchvision.models",)))
 
 
 def enabled(on: bool, runtime: str) -> bool:
@@ -334,11 +333,9 @@ def _dial(path: Path) -> socket.socket:
 def _load(modules: list[str]) -> None:
     import importlib
 
-    for name in modules:
-        module, _, attribute = name.partition(":")
-        loaded = importlib.import_module(module)
-        if attribute:
-            getattr(loaded, attribute)
+    from ..workloads import import_libraries
+
+    import_libraries(modules)
     importlib.import_module("workflow_scripts.rank.harness")
     importlib.import_module("workflow_scripts.rank.trainer")
     import gc
