@@ -1,6 +1,10 @@
 """Does the study's transformer trial do the work a Hugging Face user's loop does, at the
 same speed? The study's trial, run through ``snakemake`` as a user runs one, against a
-plain fine-tuning loop written out by hand, in the same environment, alternated.
+plain fine-tuning loop written out by hand, in the same environment, alternated. With
+a vision model (``--model resnet50``), the article's loop instead: torchvision's model,
+``torch.optim.SGD(lr=0.01, momentum=0.9)`` (the study's vision defaults),
+``zero_grad()`` first, then the forward pass, cross entropy, ``backward``, ``step``,
+on one batch of random images reused every step (as the study's synthetic data).
 
 The plain loop is what Accelerate's nlp_example does per step, without Accelerate:
 ``BertForSequenceClassification`` built from the study's configuration of the model
@@ -82,8 +86,44 @@ print("RESULT " + json.dumps({"samples_per_s": cfg["batch_size"] * len(times) / 
                               "steps": len(times), "threads": torch.get_num_threads()}))
 """
 
+PLAIN_VISION = r"""
+import json, resource, sys, time, contextlib
+import torch, torchvision
+from workflow_scripts import workloads
+cfg = json.loads(sys.argv[1])
+w = workloads.get(cfg["model"])
+torch.manual_seed(0)
+model = getattr(torchvision.models, cfg["model"])(weights=None, num_classes=w.num_classes)
+model.train()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+gen = torch.Generator().manual_seed(0)
+size = cfg["image_size"]
+x = torch.randn(cfg["batch_size"], 3, size, size, generator=gen)
+y = torch.randint(0, w.num_classes, (cfg["batch_size"],), generator=gen)
+loss_fn = torch.nn.CrossEntropyLoss()
+bf16 = cfg["precision"] == "bf16"
+total = cfg["warmup"] + cfg["steps"]
+times, faults = [], 0
+for i in range(total):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    elapsed = time.perf_counter() - start
+    loss.item()
+    if i >= cfg["warmup"]:
+        times.append(elapsed)
+        faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print("RESULT " + json.dumps({"samples_per_s": cfg["batch_size"] * len(times) / sum(times),
+                              "steps": len(times), "threads": torch.get_num_threads(),
+                              "faults_per_step": faults / len(times)}))
+"""
 
-def study_side(wd: Path, cfg: dict, envs_root: str) -> float:
+
+def study_side(wd: Path, cfg: dict, envs_root: str) -> tuple[float, float]:
     """One trial of the experiment through snakemake (as a user runs it): its samples/s."""
     # the trial again (its calibration and environment record, made once, stay)
     for path in (wd / "results").glob("*"):
@@ -97,25 +137,31 @@ def study_side(wd: Path, cfg: dict, envs_root: str) -> float:
     record = json.loads((wd / "results/records/bench/trial0.json").read_text())
     if record["status"] != "ok":
         raise SystemExit(f"the study's trial: {record['status']}: {record.get('error')}")
-    return float(record["metrics"]["samples_per_s"])
+    m = record["metrics"]
+    # the timed steps' own page faults (rank/contention.py), per step
+    faults = (record.get("other_work") or {}).get("minor_faults", float("nan"))
+    return float(m["samples_per_s"]), faults / max(1, m["steps_timed"])
 
 
-def plain_side(python: str, cfg: dict) -> float:
+def plain_side(python: str, cfg: dict) -> tuple[float, float]:
+    script = PLAIN if cfg["text"] else PLAIN_VISION
     proc = subprocess.run(
-        [python, "-c", PLAIN, json.dumps(cfg)], capture_output=True, text=True, timeout=7200,
-        cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        [python, "-c", script, json.dumps(cfg)], capture_output=True, text=True,
+        timeout=7200, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not line:
         raise SystemExit(proc.stderr[-3000:])
-    return float(json.loads(line[-1][7:])["samples_per_s"])
+    got = json.loads(line[-1][7:])
+    return float(got["samples_per_s"]), float(got.get("faults_per_step", float("nan")))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="bert-base")
+    ap.add_argument("--model", default="bert-base", help="a transformers or torchvision one")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
     ap.add_argument("--warmup", type=int, default=2)
@@ -131,19 +177,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the rounds as JSON here")
     args = ap.parse_args(argv)
     dropout = args.dropout == "on"
+    from workflow_scripts import workloads
+
+    text = workloads.get(args.model).text
     cfg = {
-        "model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "precision": args.precision, "optimizer": args.optimizer, "warmup": args.warmup,
-        "steps": args.steps, "dropout": dropout,
+        "model": args.model, "text": text, "batch_size": args.batch_size,
+        "seq_len": args.seq_len, "image_size": args.image_size, "precision": args.precision,
+        "optimizer": args.optimizer, "warmup": args.warmup, "steps": args.steps,
+        "dropout": dropout,
     }  # fmt: skip
     # every step asked for, on both sides (no early stop)
     experiment = {
         "id": "bench", "model": args.model, "batch_size": args.batch_size,
-        "seq_len": args.seq_len, "precision": args.precision, "optimizer": args.optimizer,
-        "warmup_steps": args.warmup, "steps": args.steps, "time_budget_s": None,
-        "step_precision": None, "far_stop": None, "dropout": dropout,
+        "precision": args.precision, "warmup_steps": args.warmup, "steps": args.steps,
+        "time_budget_s": None, "step_precision": None, "far_stop": None,
     }  # fmt: skip
-    if args.optimizer == "sgd":
+    if text:
+        experiment.update(seq_len=args.seq_len, optimizer=args.optimizer, dropout=dropout)
+    else:  # the family's defaults: SGD, lr 0.01, momentum 0.9, a constant rate
+        experiment.update(image_size=args.image_size)
+    if text and args.optimizer == "sgd":
         experiment.update(lr=0.01, lr_schedule="linear", lr_warmup_steps=100)
     with tempfile.TemporaryDirectory() as tmp:
         wd = copy_workflow(Path(tmp) / "wf")
@@ -162,16 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         rounds = []
         for r in range(args.rounds):
             order = ("study", "plain") if r % 2 == 0 else ("plain", "study")
-            got = {}
+            got, faults = {}, {}
             for side in order:
-                got[side] = (
+                got[side], faults[side] = (
                     study_side(wd, cfg, args.envs_root)
                     if side == "study"
                     else plain_side(python, cfg)
                 )
-            rounds.append(got)
-            print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s",
-                  flush=True)  # fmt: skip
+            rounds.append({**got, "faults_per_step": faults})
+            print(f"round {r + 1}: study {got['study']:.3f}, plain {got['plain']:.3f} samples/s; "
+                  f"page faults a timed step: study {faults['study'] / 1000:.0f} thousand, "
+                  f"plain {faults['plain'] / 1000:.0f} thousand", flush=True)  # fmt: skip
     from workflow_scripts.report.uncertainty import Spread, interval, verdict
 
     study = statistics.median(r["study"] for r in rounds)
