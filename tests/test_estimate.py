@@ -69,24 +69,20 @@ def test_bf16_scales_by_the_ratio_of_the_models_kind(make_spec):
         assert c == pytest.approx(15.0 * a, rel=1e-3), model
 
 
-def test_the_flop_count_is_an_eager_fp32_step_at_batch_1_whatever_the_run(make_spec):
-    """The FLOP count runs one eager fp32 step of one sample before the run's own setup
-    (rank/harness.py): a bf16 or compiled run's count costs what its fp32 eager twin's
-    does, not a bf16 step (16-44x where bf16 is emulated), and a batch of 16 costs the
-    count no more than a batch of 1."""
+def test_the_flop_count_costs_the_same_whatever_the_run(make_spec):
+    """The FLOP count traces one step of one sample on fake tensors (rank/measure.py): no
+    arithmetic, so a bf16, compiled, larger or batched run's count costs what the fp32
+    eager one's does (where it was a real step, bf16 emulated cost 16-44x)."""
     m = machine(calibration(bf16_ratio=40.0))
     fp32 = {
         **make_spec(model="bert-base", seq_len=128, batch_size=16, steps=8),
         "time_budget_s": None,
     }
     count = estimate.trial(fp32, m)["parts"]["flop_count"]
-    for other in ({"precision": "bf16"}, {"backend": "inductor"}, {"batch_size": 1}):
+    assert count == estimate.FLOP_COUNT_S
+    others = ({"precision": "bf16"}, {"backend": "inductor"}, {"batch_size": 1})
+    for other in (*others, {"model": "cnn", "image_size": 32, "seq_len": None}):
         assert estimate.trial({**fp32, **other}, m)["parts"]["flop_count"] == count
-    one_sample = estimate.train_flops_per_sample(fp32) / (m.fp32_rate("upstream", m.cpus) * 1e9)
-    expected = one_sample / estimate.EFFICIENCY + 2 * estimate.STEP_OVERHEAD_S
-    assert count == pytest.approx(expected, abs=0.01)  # (parts are rounded to 0.01 s)
-    bf16 = estimate.trial({**fp32, "precision": "bf16"}, m)
-    assert bf16["parts"]["flop_count"] < bf16["step_s"] / 16 / 10
 
 
 def test_bf16_scales_by_the_measured_ratio_and_budget_and_timeout_cut(make_spec):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import env_python
 from tests.trials import assert_ok, run
 from workflow_scripts import imagefolder, runtimes, trial
 from workflow_scripts import metrics as rank_metrics
@@ -343,6 +344,91 @@ def test_probe_command_line(upstream_env, tmp_path):
         (256, 1, 2),
     ]
     assert ref["fp32_gflops"] > 0 and ref["torch_version"].startswith("2.14.")
+
+
+HEAP_SCRIPT = """
+import ctypes, json, sys
+import torch
+from workflow_scripts.rank import measure, models, probe
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Mallinfo2
+what, spec = sys.argv[1], json.loads(sys.argv[2])
+old = what.endswith("-old")
+if what == "model":  # a user's loop before its first step: the model built
+    model = models.build(spec["model"])
+if what == "trial":  # a first trial before its first step: setup, FLOP count, probe
+    from workflow_scripts.rank import harness, trainer
+    counted = harness.flops_before_setup(spec)
+    held = trainer.Trainer(spec)
+    measure.before_steps(spec, counted)
+if what.startswith("probe"):
+    probe.OUTSIDE_HEAP = not old
+    probe.run(1024, min_seconds=0.05)
+if what.startswith("flops"):
+    assert measure.count_flops_per_sample(spec, fake=not old) > 0
+if what == "checksum-old":
+    model = models.build(spec["model"])
+    sums = [float(p.detach().double().sum()) for p in model.parameters()]
+# glibc serves a block above its mmap threshold with a mapping of its own (hblkhd
+# grows) and one below it from its heap; a freed mapped block raises the threshold to
+# its size: the sizes in increasing order, each tells where the threshold now is
+mapped = {}
+for mb in (0.5, 1, 2, 3, 6, 12, 24):
+    before = libc.mallinfo2().hblkhd
+    block = torch.empty(int(mb * 2**20) // 4)
+    mapped[mb] = libc.mallinfo2().hblkhd - before >= block.nbytes
+    del block
+print(json.dumps(mapped))
+"""
+
+
+def test_a_trial_starts_its_steps_from_the_heap_a_users_loop_has(upstream_env, make_spec):
+    """What a first trial does before its steps and a user's loop does not (the harness's
+    setup with the gradient check's checksum of the initial weights, the FLOP count, the
+    noise probe) leaves glibc's allocator where building the model leaves it: its mmap
+    threshold, which decides whether the steps' large blocks are faulted in afresh each
+    time (tests/benchmarks/prework_faults.py)."""
+    spec = json.dumps(make_spec(model="resnet18", image_size=64, batch_size=4, steps=2))
+
+    def heap_after(what: str) -> dict:
+        return json.loads(env_python(upstream_env, HEAP_SCRIPT, what, spec).splitlines()[-1])
+
+    users = heap_after("model")
+    assert heap_after("trial") == users
+    # as they were: the probe's matrices from torch's allocator, the count on real
+    # tensors and each weight converted to float64 whole raised the threshold
+    for old in ("probe-old", "flops-old", "checksum-old"):
+        assert heap_after(old) != users, old
+
+
+FLOPS_SCRIPT = """
+import json
+from workflow_scripts import workloads
+from workflow_scripts.rank import measure
+out = []
+for name in workloads.names():
+    for mode in ("train", "inference"):
+        spec = {"model": name, "seed": 0, "mode": mode, "image_size": 64, "seq_len": 32}
+        fake = measure.count_flops_per_sample(spec)
+        out.append([name, mode, fake, measure.count_flops_per_sample(spec, fake=False)])
+print(json.dumps(out))
+"""
+
+
+def test_the_flop_count_on_fake_tensors_is_the_count_on_real_ones(upstream_env):
+    from workflow_scripts import workloads
+
+    counts = json.loads(env_python(upstream_env, FLOPS_SCRIPT).strip().splitlines()[-1])
+    assert [(name, mode) for name, mode, *_ in counts] == [
+        (name, mode) for name in workloads.names() for mode in ("train", "inference")
+    ]
+    for name, mode, fake, real in counts:
+        assert fake == real > 0, (name, mode)
 
 
 POOL_SCRIPT = """

@@ -356,7 +356,7 @@ def test_records_without_an_estimate_say_so(tmp_path):
     assert "n/a: no record holds both an estimate and its wall time" in content
     # what the estimate is made of, as plan/estimate.py makes it
     assert "a transformer's MLP block for the text models" in content
-    assert "the FLOP count (one eager fp32 step of one sample)" in content
+    assert "the FLOP count (one step of one sample on fake tensors)" in content
 
 
 def test_the_study_time_states_the_noise_reruns_and_the_time_spent_measuring():

@@ -143,8 +143,10 @@ def study_side(wd: Path, cfg: dict, envs_root: str) -> tuple[float, float]:
     return float(m["samples_per_s"]), faults / max(1, m["steps_timed"])
 
 
-def plain_side(python: str, cfg: dict) -> tuple[float, float]:
-    script = PLAIN if cfg["text"] else PLAIN_VISION
+def plain_side(python: str, cfg: dict, script: str | None = None) -> tuple[float, float]:
+    """The plain loop in a process of its own (``script``: another one, printing the same
+    RESULT line): its samples/s and page faults a timed step."""
+    script = script or (PLAIN if cfg["text"] else PLAIN_VISION)
     proc = subprocess.run(
         [python, "-c", script, json.dumps(cfg)], capture_output=True, text=True,
         timeout=7200, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},

@@ -15,7 +15,7 @@ AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
                the typical spread of step times takes to know the mean within it,
                on average (precision_steps)
     trial    = process start (x2 + TORCHRUN_S for a launcher's own start and rendezvous)
-               + HARNESS_S + the setup's imports + FLOP count (one sample's step)
+               + HARNESS_S + the setup's imports + FLOP count (FLOP_COUNT_S)
                + probes + compile
                + (warmup_steps or every epoch's steps) x step + timed
                + the gradient check's eager references (fp64, and the run's precision)
@@ -60,6 +60,11 @@ STEP_OVERHEAD_S = 0.01
 # The harness's fixed work in a trial besides the steps and its setup's imports: model
 # and data, the checks, writing the result (seconds).
 HARNESS_S = 1.5
+# A first trial's FLOP count (rank/measure.py): one step of one sample on fake tensors,
+# no arithmetic, so about the same for every model and run: the model built and its
+# step traced in 0.1-0.6 s on a busy 2-vCPU EPYC Zen 5, BERT-base and GPT-2 included,
+# with up to 0.5 s more for the fake tensors' first use in a process (seconds).
+FLOP_COUNT_S = 0.6
 # Starting a trial's process (interpreter, torch, the backend's imports) when no
 # calibration measured it; a container's start on top.
 PROCESS_START_S = 6.0
@@ -397,9 +402,6 @@ def trial(
     ranks, threads = _world(spec)
     total_threads = (threads or max(1, machine.cpus // ranks)) * ranks
     rate = machine.fp32_rate(env, min(total_threads, machine.cpus)) * EFFICIENCY
-    # the FLOP count's one step: eager fp32 at batch 1, whatever the run's backend and
-    # precision (rank/harness.py count_flops_per_sample)
-    count_rate = rate
     backend = _backend(spec)
     rate *= backend.estimate_speed
     compiled = spec.get("compile") not in (None, "none")
@@ -454,7 +456,7 @@ def trial(
             + machine.setup_import(env)
             + WORKER_START_S * int(spec.get("num_workers") or 0)
         ),
-        "flop_count": (flops / (count_rate * 1e9) if flops else 1.0 / batch) + 2 * STEP_OVERHEAD_S,
+        "flop_count": FLOP_COUNT_S,
         "probes": (
             PROBE_S * (1 + len(probe.dtypes_for(spec.get("precision") if machine.native else None)))
             if int(spec.get("probe_size") or 0) > 0

@@ -40,7 +40,7 @@ PARTS = (
     ("noise reruns", "attempts discarded as disturbed, and the pauses after them"),
     ("process start and exit", "the interpreter, the container, the launcher, exiting"),
     ("import torch", "in the measured process"),
-    ("FLOP count", "one eager fp32 step of one sample (trial 0, with its model library's "
+    ("FLOP count", "one step of one sample on fake tensors (trial 0, with its model library's "
                    "import; later trials carry it)"),
     ("import the libraries", "the backend's (IPEX, torch_xla) and the model's (torchvision, "
                              "transformers) in the measured process"),
@@ -176,7 +176,7 @@ def timing_section(frame: pd.DataFrame, records: Iterable[Mapping] = ()) -> Sect
         "bf16/fp32 ratio the calibration measured on a small training step of the model's "
         "kind (a convolution net for the vision models, a transformer's MLP block for the "
         "text models), plus the cost of starting a process there, the harness's setup, the "
-        "FLOP count (one eager fp32 step of one sample), the noise probes and a compile. "
+        "FLOP count (one step of one sample on fake tensors), the noise probes and a compile. "
         "Each record keeps its trial's estimate beside its real wall time "
         "(every attempt); a ratio above 1 means the trial took longer than predicted. "
         "Noisy reruns are not predicted (each record's <code>retry_wall_s</code> says what "

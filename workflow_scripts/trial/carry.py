@@ -14,8 +14,8 @@ incorrect or had no usable comparison, carries nothing: the later trial checks i
 The record says what it carried and from where (``carried``, and the gradient check's
 ``comparison_from``).
 
-The FLOP count is the same for every run of one workload (it is one eager fp32 step of
-one sample, whatever the run's precision, backend or batch: ``rank/harness.py``), so a
+The FLOP count is the same for every run of one workload (it is one step of one sample on
+fake tensors, whatever the run's precision, backend or batch: ``rank/measure.py``), so a
 first trial takes it from another experiment's first trial too (:func:`shared_flops`):
 the first of a workload to count it leaves it in ``<results>/flops/`` (a side file,
 keyed by the environment, model, mode and input shape), and the others carry it from
