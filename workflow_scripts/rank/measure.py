@@ -28,7 +28,7 @@ def count_flops_per_sample(spec: dict, fake: bool = True) -> float:
 
     ``fake``: the model, the batch and the step as fake tensors (``FakeTensorMode``:
     shapes and dtypes, no data), which the counter counts the same (every workload,
-    both modes: tests/test_workloads.py) without allocating the step's memory: a
+    both modes: tests/test_harness.py) without allocating the step's memory: a
     ResNet-50 step of one sample counted on real tensors took 89 thousand page faults
     and moved glibc's heap before the trial's own steps (tests/benchmarks/
     prework_faults.py), and a BERT-base one took 8 s where the fake one takes 0.4 s.
