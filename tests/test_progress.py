@@ -168,6 +168,47 @@ def test_trials_that_disagree_give_a_range(tmp_path):
     assert re.search(r"about \S+ \S+ left \(the estimate", text), text
 
 
+def test_the_trials_left_are_at_their_groups_ratio_where_its_trials_say(tmp_path):
+    """A tail of unlike trials is not scaled by the run's ratio: each trial left is at
+    its group's (its trials' measured over estimated, drawn towards the run's as if the
+    run's were one more of its trials), a group with none done at the run's."""
+    config = {
+        "trials": 2,
+        "defaults": {"model": "cnn", "image_size": 32, "batch_size": 8, "steps": 20},
+        "groups": {
+            "fast": {"runs": [{"id": "a"}, {"id": "b", "batch_size": 16}]},
+            "slow": {"runs": [{"id": "c", "precision": "bf16"}, {"id": "d", "steps": 30}]},
+            "new": {"runs": [{"id": "e", "image_size": 64}]},
+        },
+    }
+    s, m = study.load_study(config), machine(calibration())
+    per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
+
+    def est(e: str, k: int) -> float:
+        return per[e]["seconds"] if k == 0 else per[e]["later_seconds"]
+
+    # the fast group's two first trials at half their estimate, the slow group's one at twice
+    done = {("a", 0): 0.5, ("b", 0): 0.5, ("c", 0): 2.0}
+    for (e, k), r in done.items():
+        write_record(tmp_path, e, k, wall=r * est(e, k))
+    walls = {key: r * est(*key) for key, r in done.items()}
+    run = sum(walls.values()) / sum(est(*key) for key in done)
+    fast_est = est("a", 0) + est("b", 0)
+    fast = (0.5 * fast_est + fast_est / 2 * run) / (fast_est + fast_est / 2)
+    slow = (2.0 * est("c", 0) + est("c", 0) * run) / (2 * est("c", 0))
+    assert fast < run < slow
+    at = {"a": fast, "b": fast, "c": slow, "d": slow, "e": run}
+    left = [(e, k) for e in "abcde" for k in range(2) if (e, k) not in done]
+    ahead = sum(est(e, k) * at[e] for e, k in left)
+    ratio = ahead / sum(est(e, k) for e, k in left)
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    after, *_ = progress.after_trials(s, tmp_path)
+    assert f"about {estimate_text.human(ahead + after)} left" in text, text
+    assert f"x {ratio:.2f}: measured/estimated so far by group (the run's {run:.2f})" in text
+    # the slow group's trials left outweigh the fast one's: more time left than at the run's
+    assert ratio > run
+
+
 def test_the_last_line_says_how_much_of_the_time_was_measuring(tmp_path):
     s = small_study(trials=1)
     # a 5 s step loop: a first step of 2 s, then 3 timed steps of 1 s (and a warm-up step)

@@ -1,0 +1,96 @@
+"""A finished run's progress lines against the time it then took, and what the same lines
+would have said with the trials left at one ratio for the whole run or at their groups'
+(``plan.progress.group_ratios``).
+
+Each line is printed after a trial's record is written: the line's time is that record's
+modification time, and the time then left is the run's end (its newest file under
+``results``) less it. A line's own "about X left" is taken from the log; the other way's
+is that figure plus the difference the two ways make over the trials that then ran (each
+at its estimate, by the study's calibrations, times its ratio), an approximation that
+leaves the rest of the line (reports, collectives, rounds, a budget's reserve) as it was.
+
+    .venv/bin/python tests/benchmarks/progress_replay.py results run.log [key=value ...]
+
+``key=value``: what the run set on the command line (``runtime=local``; a budget's
+planned experiments need not be given: every record of the study's experiments counts).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import yaml  # noqa: E402
+
+from workflow_scripts.plan import progress, study_estimate  # noqa: E402
+from workflow_scripts.plan.study_estimate import Known, Setup  # noqa: E402
+from workflow_scripts.study import load_study  # noqa: E402
+
+UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def said(line: str) -> float | None:
+    """A progress line's "about X left", in seconds."""
+    found = re.search(r"about (\S+) (s|min|h) left", line)
+    return float(found.group(1)) * UNITS[found.group(2)] if found else None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    results, log = Path(argv[0]), Path(argv[1])
+    cli = dict(arg.split("=", 1) for arg in argv[2:])
+    study = load_study(yaml.safe_load(Path("config.yaml").read_text()), cli=cli)
+    machine = study_estimate.study_machine(study, results, measure=False)
+    group_of = {s["id"]: s.get("group") or s["id"] for s in study.experiments}
+    records = []
+    for path in (results / "records").glob("*/trial*.json"):
+        if path.parent.name in group_of and path.stem[5:].isdigit():
+            times = progress._wall(path)
+            records.append((times.written, path.parent.name, int(path.stem[5:]), times))
+    records.sort()
+    end = max(p.stat().st_mtime for p in results.rglob("*") if p.is_file())
+    failed = {e: t.failed for _, e, _, t in records if t.failed is not None}
+    done = [(e, k) for _, e, k, _ in records]
+    trials = int(study.settings["trials"])
+    per = study_estimate.total(
+        study.experiments, trials, machine, Setup(study.envs), Known(done, {}, failed)
+    )["experiments"]
+
+    def predicted(e: str, k: int) -> float:
+        return per[e]["seconds"] if k == 0 else per[e]["later_seconds"]
+
+    lines = [line for line in log.read_text().splitlines() if line.startswith("[progress]")]
+    if len(lines) != len(records):
+        print(f"{len(lines)} progress lines for {len(records)} records: not one run's")
+        return 1
+    print(f"{'line':>5} {'left s':>8} {'said':>7} {'by group':>9}")
+    rows = []
+    for i, line in enumerate(lines[:-1]):
+        figure = said(line)
+        if figure is None:
+            continue
+        walls = progress.ok_walls({(e, k): t for _, e, k, t in records[: i + 1]})
+        run = progress.ratio_of(walls, predicted)
+        ratios = progress.group_ratios(walls, predicted, group_of)
+        rest = [(e, k) for _, e, k, t in records[i + 1 :] if t.failed is None]
+        at_run = sum(predicted(e, k) * run for e, k in rest)
+        at_groups = sum(predicted(e, k) * ratios.get(group_of[e], run) for e, k in rest)
+        left = end - records[i][0]
+        rows.append((i + 1, left, figure / left, (figure + at_groups - at_run) / left))
+        print(f"{i + 1:>5} {left:>8.0f} {rows[-1][2]:>7.2f} {rows[-1][3]:>9.2f}")
+    late = [row for row in rows if row[0] >= len(lines) / 10]
+    for name, col in (("as said", 2), ("by group", 3)):
+        values = [row[col] for row in late]
+        outside = sum(1 for v in values if not 1 / 1.3 <= v <= 1.3)
+        print(f"{name}: the lines after the first tenth {min(values):.2f}-{max(values):.2f}x "
+              f"of the time then left, {outside} of {len(values)} beyond 1.3x")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
