@@ -105,6 +105,42 @@ def test_first_trials_slower_than_their_estimate_leave_less_room(study, tmp_path
     assert len(r["admitted"]) < len(ordered) and r["admitted"] == ordered[: len(r["admitted"])]
 
 
+def test_the_reserve_is_costed_at_its_groups_ratio_where_its_trials_say(study, tmp_path):
+    """The ladder's first trials took twice their estimate, the other group's one its
+    estimate: the other group's reserve is planned at that group's ratio (drawn towards
+    the run's as one more of its trials), not the run's, and the plan's own trials left
+    each at their group's; so a time left that holds the reserve that way admits it all,
+    where at the run's ratio it would not."""
+    results = tmp_path / "results"
+    machine = study_estimate.study_machine(study, results, measure=False)
+    est = study_estimate.for_study(study, results, machine=machine)["experiments"]
+    ratios = {"base": 2.0, "bf16": 2.0, "o-base": 1.0}
+    for e, r in ratios.items():
+        record = results / "records" / e / "trial0.json"
+        record.parent.mkdir(parents=True)
+        wall = r * est[e]["seconds"]
+        record.write_text(json.dumps({"status": "ok", "trial_wall_s": wall, "metrics": {}}))
+    first = {e: est[e]["seconds"] for e in ratios}
+    run = sum(ratios[e] * first[e] for e in ratios) / sum(first.values())
+    ladder = (
+        4.0 * (first["base"] + first["bf16"]) / 2 + (first["base"] + first["bf16"]) / 2 * run
+    ) / (1.5 * (first["base"] + first["bf16"]))
+    other = (first["o-base"] + first["o-base"] * run) / (2 * first["o-base"])
+    assert other < run < ladder
+    later = {e: est[e]["later_seconds"] for e in est}
+    own_left = (later["base"] + later["bf16"]) * ladder + later["o-base"] * other
+    reserve = sum(est[e]["seconds"] + later[e] for e in RESERVE)
+    report_s = study_estimate.for_study(study, results, machine=machine)["setup"]["report"]
+    left = (own_left + other * reserve * 1.01) / replan.FILL + report_s
+    assert (own_left + run * reserve) / replan.FILL + report_s > left  # (not at the run's)
+    r = replan.replan(study, MUST, RESERVE, results, 0.0, left)["replanned"]
+    assert r["ratio"] == pytest.approx(run, abs=1e-3)
+    assert r["group_ratios"] == {"ladder": pytest.approx(ladder, abs=1e-3),
+                                 "other": pytest.approx(other, abs=1e-3)}  # fmt: skip
+    assert r["own_left_s"] == pytest.approx(own_left, abs=0.1)
+    assert sorted(r["admitted"]) == sorted(RESERVE)
+
+
 def test_the_plans_file_is_what_the_final_report_and_every_jobs_progress_go_by(
     study, tmp_path, monkeypatch
 ):

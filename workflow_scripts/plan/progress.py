@@ -202,17 +202,31 @@ def ratio_ahead(
     return at / est if est > 0 else run
 
 
-def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> tuple[float, int]:
+class Speed(NamedTuple):
+    """How far an estimate is off for the trials with a record: the run's measured over
+    estimated, each group's (:func:`group_ratios`), and how many trials they are from."""
+
+    run: float
+    groups: dict[str, float]
+    trials: int
+
+    def of(self, group: str) -> float:
+        """The ratio a trial of ``group`` is scaled by: its group's, else the run's."""
+        return self.groups.get(group, self.run)
+
+
+def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> Speed:
     """How far the estimate ``per`` (``study_estimate.total``'s experiments) is off for
-    the trials of ``study`` with a record under ``results``: measured over estimated (as
-    the progress line scales the time left), and how many trials it is from."""
+    the trials of ``study`` with a record under ``results`` (:class:`Speed`: as the
+    progress line scales the time left)."""
     done, times = measure(study.experiments, rounds.cap(study.settings), Path(results))
     walls = {k: w for k, w in ok_walls(times).items() if k[0] in per}
 
     def predicted(e: str, k: int) -> float:
         return per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
 
-    return ratio_of(walls, predicted), len(walls)
+    group_of = {spec["id"]: spec.get("group") or spec["id"] for spec in study.experiments}
+    return Speed(ratio_of(walls, predicted), group_ratios(walls, predicted, group_of), len(walls))
 
 
 #: the question's provisional reports (rules/common.smk, plan/order.py): the first, and

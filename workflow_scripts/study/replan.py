@@ -11,7 +11,8 @@ it in the study's order that fit in :data:`RESERVE` budgets by that estimate (of
 environments the plan builds anyway; :attr:`Study.replan`, and :data:`REPLAN_VAR` for a
 job's process), and the checkpoint ``budget_plan`` (rules/experiments.smk) plans again
 once the calibrations and the first trial of each of the plan's own experiments have
-run: the calibrated estimate scaled by how far it was off for those trials, the plan's
+run: the calibrated estimate scaled by how far it was off for those trials (each
+group's own where its trials say, as the progress line scales it), the plan's
 own trials yet to run, the collectives and the report kept aside, then the reserve in
 the study's order while it fits in :data:`FILL` of the time left on the clock, none
 after the first that does not. Its file (``results/budget/plan.json``) is what the final
@@ -99,9 +100,10 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     then ``reserve``'s minimum trials in the study's order while they fit in :data:`FILL`
     of the time left to ``until`` (the clock's deadline), none after the first that does
     not, a served model only with the run that trains its weights; every estimate scaled
-    by how far it was off for the trials with a record (as the progress line scales the
-    time left). The plan's file content: ``budget``, ``planned``, ``left_out`` (the
-    study's and the reserve's), and ``replanned`` (what it kept, from what)."""
+    by how far it was off for the trials with a record, its group's where they say (as
+    the progress line scales the time left). The plan's file content: ``budget``,
+    ``planned``, ``left_out`` (the study's and the reserve's), and ``replanned`` (what it
+    kept, from what)."""
     from ..plan import order, preflight, progress, study_estimate
 
     results = Path(results)
@@ -110,17 +112,19 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     machine = study_estimate.study_machine(study, results, measure=False)
     est = study_estimate.for_study(study, results, machine=machine)
     per = est["experiments"]
-    ratio, measured = progress.speed(study, preflight.under(results, study.settings), per)
+    speed = progress.speed(study, preflight.under(results, study.settings), per)
     own = copy.copy(study)  # (its seeds counted among themselves, as they run: first_trials)
     leave_out(own, reserve)
-    own_left = study_estimate.for_study(own, results, machine=machine)["remaining_trials_s"]
+    groups = study_estimate.for_study(own, results, machine=machine)["groups"]
+    own_left = sum(g["left_s"] * speed.of(name) for name, g in groups.items())
     time_left = (until - now) if until else math.inf
-    room = FILL * (time_left - _setup_left_s(study, est)) - ratio * own_left
+    room = FILL * (time_left - _setup_left_s(study, est)) - own_left
     seconds = {e: v["seconds"] for e, v in per.items()}
     admitted, used, reserved = [], 0.0, set(reserve)
     for e in order.run_order(study.experiments, seconds):
         if e in reserved:
-            cost = ratio * minimum_s(per.get(e))
+            group = study.by_id[e].get("group") or e
+            cost = speed.of(group) * minimum_s(per.get(e))
             if used + cost > room:
                 break  # (none after the first that does not fit)
             admitted.append(e)
@@ -136,10 +140,11 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
         "replanned": {
             "from": "the calibrations and the first trials of the plan's own",
             "time_left_s": round(time_left, 1) if math.isfinite(time_left) else None,
-            "own_left_s": round(ratio * own_left, 1),
+            "own_left_s": round(own_left, 1),
             "room_s": round(room, 1) if math.isfinite(room) else None,
-            "ratio": round(ratio, 3),
-            "measured_trials": measured,
+            "ratio": round(speed.run, 3),
+            "group_ratios": {g: round(r, 3) for g, r in sorted(speed.groups.items())},
+            "measured_trials": speed.trials,
             "before": len(must),
             "kept": len(kept),
             "admitted": admitted,
