@@ -1,6 +1,7 @@
 """A finished run's progress lines against the time it then took, and what the same lines
-would have said with the trials left at one ratio for the whole run or at their groups'
-(``plan.progress.group_ratios``).
+would have said the other way: with the trials left at their groups' ratios
+(``plan.progress.group_ratios``) where the line scaled them by one ratio for the whole
+run, and at the run's where it scaled them by group (it says "by group").
 
 Each line is printed after a trial's record is written: the line's time is that record's
 modification time, and the time then left is the run's end (its newest file under
@@ -68,7 +69,7 @@ def main(argv: list[str]) -> int:
     if len(lines) != len(records):
         print(f"{len(lines)} progress lines for {len(records)} records: not one run's")
         return 1
-    print(f"{'line':>5} {'left s':>8} {'said':>7} {'by group':>9}")
+    print(f"{'line':>5} {'left s':>8} {'said':>7} {'other way':>9}")
     rows = []
     for i, line in enumerate(lines[:-1]):
         figure = said(line)
@@ -81,10 +82,12 @@ def main(argv: list[str]) -> int:
         at_run = sum(predicted(e, k) * run for e, k in rest)
         at_groups = sum(predicted(e, k) * ratios.get(group_of[e], run) for e, k in rest)
         left = end - records[i][0]
-        rows.append((i + 1, left, figure / left, (figure + at_groups - at_run) / left))
+        # a line scaled by group says so ("by group"): the other way is then the run's
+        differ = at_groups - at_run if "by group" not in line else at_run - at_groups
+        rows.append((i + 1, left, figure / left, (figure + differ) / left))
         print(f"{i + 1:>5} {left:>8.0f} {rows[-1][2]:>7.2f} {rows[-1][3]:>9.2f}")
     late = [row for row in rows if row[0] >= len(lines) / 10]
-    for name, col in (("as said", 2), ("by group", 3)):
+    for name, col in (("as said", 2), ("the other way", 3)):
         values = [row[col] for row in late]
         outside = sum(1 for v in values if not 1 / 1.3 <= v <= 1.3)
         print(f"{name}: the lines after the first tenth {min(values):.2f}-{max(values):.2f}x "
