@@ -1,6 +1,6 @@
 """A finished run's progress lines against the time it then took, and what the same lines
 would have said the other way: with the trials left at their groups' ratios
-(``plan.progress.group_ratios``) where the line scaled them by one ratio for the whole
+(``plan.progress.speed_of``) where the line scaled them by one ratio for the whole
 run, and at the run's where it scaled them by group (it says "by group").
 
 Each line is printed after a trial's record is written: the line's time is that record's
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     cli = dict(arg.split("=", 1) for arg in argv[2:])
     study = load_study(yaml.safe_load(Path("config.yaml").read_text()), cli=cli)
     machine = study_estimate.study_machine(study, results, measure=False)
-    group_of = {s["id"]: s.get("group") or s["id"] for s in study.experiments}
+    group_of = progress.groups_of(study.experiments)
     records = []
     for path in (results / "records").glob("*/trial*.json"):
         if path.parent.name in group_of and path.stem[5:].isdigit():
@@ -76,11 +76,10 @@ def main(argv: list[str]) -> int:
         if figure is None:
             continue
         walls = progress.ok_walls({(e, k): t for _, e, k, t in records[: i + 1]})
-        run = progress.ratio_of(walls, predicted)
-        ratios = progress.group_ratios(walls, predicted, group_of)
+        speed = progress.speed_of(walls, predicted, group_of)
         rest = [(e, k) for _, e, k, t in records[i + 1 :] if t.failed is None]
-        at_run = sum(predicted(e, k) * run for e, k in rest)
-        at_groups = sum(predicted(e, k) * ratios.get(group_of[e], run) for e, k in rest)
+        at_run = sum(predicted(e, k) * speed.run for e, k in rest)
+        at_groups = sum(predicted(e, k) * speed.of(group_of[e]) for e, k in rest)
         left = end - records[i][0]
         # a line scaled by group says so ("by group"): the other way is then the run's
         differ = at_groups - at_run if "by group" not in line else at_run - at_groups

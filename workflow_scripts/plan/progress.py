@@ -166,14 +166,18 @@ def ratio_of(walls: Mapping[tuple[str, int], float], predicted) -> float:
     return min(max(sum(walls.values()) / est_sum, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
 
 
+def groups_of(experiments: Iterable[Mapping]) -> dict[str, str]:
+    """Each experiment's group (its own id where it has none), as the estimate sums them."""
+    return {spec["id"]: spec.get("group") or spec["id"] for spec in experiments}
+
+
 def group_ratios(
-    walls: Mapping[tuple[str, int], float], predicted, group_of: Mapping[str, str]
+    walls: Mapping[tuple[str, int], float], predicted, group_of: Mapping[str, str], run: float
 ) -> dict[str, float]:
     """Each group's measured over estimated (``group_of``: an experiment's group), of
-    its trials in ``walls``, drawn towards the run's (:func:`ratio_of`) as if the run's
-    were :data:`GROUP_PRIOR_TRIALS` more of its trials; within :data:`RATIO_BOUNDS`. A
-    group without a trial done is not in it (the run's ratio is its best guess)."""
-    run = ratio_of(walls, predicted)
+    its trials in ``walls``, drawn towards the run's (``run``: :func:`ratio_of`) as if the
+    run's were :data:`GROUP_PRIOR_TRIALS` more of its trials; within :data:`RATIO_BOUNDS`.
+    A group without a trial done is not in it (the run's ratio is its best guess)."""
     sums: dict[str, list[float]] = {}
     for (e, k), wall in walls.items():
         est = predicted(e, k)
@@ -188,20 +192,6 @@ def group_ratios(
     return ratios
 
 
-def ratio_ahead(
-    trials: Iterable[tuple[str, float]], run: float, ratios: Mapping[str, float],
-    group_of: Mapping[str, str],
-) -> float:  # fmt: skip
-    """The ratio of the ``trials`` ahead ((experiment, estimated seconds) pairs): each at
-    its group's (:func:`group_ratios`; the run's, ``run``, where its group has none yet),
-    weighed by its estimate; ``run`` where they have none."""
-    est = at = 0.0
-    for e, seconds in trials:
-        est += seconds
-        at += seconds * ratios.get(group_of.get(e, e), run)
-    return at / est if est > 0 else run
-
-
 class Speed(NamedTuple):
     """How far an estimate is off for the trials with a record: the run's measured over
     estimated, each group's (:func:`group_ratios`), and how many trials they are from."""
@@ -214,6 +204,24 @@ class Speed(NamedTuple):
         """The ratio a trial of ``group`` is scaled by: its group's, else the run's."""
         return self.groups.get(group, self.run)
 
+    def ahead(self, trials: Iterable[tuple[str, float]], group_of: Mapping[str, str]) -> float:
+        """The ratio of the ``trials`` ahead ((experiment, estimated seconds) pairs), each
+        at its group's (:meth:`of`), weighed by its estimate; the run's without any."""
+        est = at = 0.0
+        for e, seconds in trials:
+            est += seconds
+            at += seconds * self.of(group_of.get(e, e))
+        return at / est if est > 0 else self.run
+
+
+def speed_of(
+    walls: Mapping[tuple[str, int], float], predicted, group_of: Mapping[str, str]
+) -> Speed:
+    """The :class:`Speed` of the trials ``walls`` (``predicted(e, k)``: a trial's
+    estimate)."""
+    run = ratio_of(walls, predicted)
+    return Speed(run, group_ratios(walls, predicted, group_of, run), len(walls))
+
 
 def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> Speed:
     """How far the estimate ``per`` (``study_estimate.total``'s experiments) is off for
@@ -225,8 +233,7 @@ def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> Speed:
     def predicted(e: str, k: int) -> float:
         return per[e]["seconds"] if k == 0 else per[e].get("later_seconds", per[e]["seconds"])
 
-    group_of = {spec["id"]: spec.get("group") or spec["id"] for spec in study.experiments}
-    return Speed(ratio_of(walls, predicted), group_ratios(walls, predicted, group_of), len(walls))
+    return speed_of(walls, predicted, groups_of(study.experiments))
 
 
 #: the question's provisional reports (rules/common.smk, plan/order.py): the first, and
@@ -613,9 +620,9 @@ def line(
     # each trial left at its group's ratio where its group's trials say (the run's
     # otherwise): the trials of the minimum left, else the rounds' (later trials of the
     # experiments that may go on)
-    run = ratio_of(walls, predicted)
-    group_of = {spec["id"]: spec.get("group") or spec["id"] for spec in experiments}
-    ratios = group_ratios(walls, predicted, group_of)
+    group_of = groups_of(experiments)
+    speed = speed_of(walls, predicted, group_of)
+    run = speed.run
     finished = set(done)
     left_trials = [
         (e, predicted(e, k))
@@ -625,7 +632,7 @@ def line(
     ]
     if not left_trials:
         left_trials = [(e, predicted(e, 1)) for e, p in per.items() if p.get("trials", 0) >= trials]
-    ratio = ratio_ahead(left_trials, run, ratios, group_of)
+    ratio = speed.ahead(left_trials, group_of)
     ahead = rounds_ahead(study.ids, per, here, trials, most, study.settings)
     total = est["planned_trials"] + (ahead.decided if ahead else 0)
     began = started if started is not None else started_at()

@@ -121,10 +121,10 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     room = FILL * (time_left - _setup_left_s(study, est)) - own_left
     seconds = {e: v["seconds"] for e, v in per.items()}
     admitted, used, reserved = [], 0.0, set(reserve)
+    group_of = progress.groups_of(study.experiments)
     for e in order.run_order(study.experiments, seconds):
         if e in reserved:
-            group = study.by_id[e].get("group") or e
-            cost = speed.of(group) * minimum_s(per.get(e))
+            cost = speed.of(group_of[e]) * minimum_s(per.get(e))
             if used + cost > room:
                 break  # (none after the first that does not fit)
             admitted.append(e)
