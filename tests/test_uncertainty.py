@@ -304,6 +304,77 @@ def test_a_trial_knows_its_mean_step_time_within_students_t():
     assert not rank_metrics.known_within(times, None)
 
 
+def headline_of(tmp_path, values: dict[str, list[float]], specs: dict) -> str:
+    """The headline of a report built from one record per trial of ``values``."""
+    records = [
+        make(exp, k, sps, **specs.get(exp, {}))
+        for exp, trials in values.items()
+        for k, sps in enumerate(trials)
+    ]
+    report.build_report(
+        rec.load_records(write(tmp_path, records)),
+        report.Outputs(tmp_path / "summary.csv", tmp_path / "r/index.html", tmp_path),
+    )
+    text = (tmp_path / "r/index.html").read_text()
+    return text[text.index('class="headline"') : text.index("<nav>")]
+
+
+def test_the_fastest_is_the_one_with_the_largest_stated_speedup(tmp_path):
+    """Medians and geometric means can rank two runs differently (a run of 4 trials
+    with one slow one against a steady run of 2): the headline's fastest, its runner-up
+    and the family line all rank by the geometric mean the ratios and intervals rest on,
+    so none names as the fastest a run whose stated speedup is below another's."""
+    values = {
+        "baseline": [10.0, 10.1, 9.9],
+        "runcpu": [24.4, 26.1, 17.8, 21.3],  # median 22.85, geometric mean 22.2
+        "bf16-cl": [22.5, 22.6],  # median and geometric mean 22.55
+    }
+    specs = {"runcpu": {"precision": "bf16", "launcher": "run_cpu"}}
+    specs["bf16-cl"] = {"precision": "bf16", "channels_last": True}
+    head = headline_of(tmp_path, values, specs)
+    assert '<b id="hl-best">bf16-cl</b>' in head, head
+    runner_up = head[head.index('<b id="hl-runner-up">runcpu</b>') :]
+    assert float(runner_up[runner_up.index(", ") + 2 : runner_up.index("×")]) < 1.0
+    assert "the fastest training run is <b>bf16-cl</b>" in head
+    speedups = {
+        line.split("<b>")[1].split("</b>")[0]: float(line.split("<b>")[2].split("×")[0])
+        for line in head.split("the fastest training run is ")[1:]
+    }
+    stats = stats_of(values, **specs)
+    assert speedups["bf16-cl"] == pytest.approx(
+        between(stats.loc["baseline"], stats.loc["bf16-cl"]).ratio, abs=0.005
+    )
+    assert between(stats.loc["baseline"], stats.loc["runcpu"]).ratio < speedups["bf16-cl"]
+    # the family's fastest is the fastest of its 2 candidates there too: its interval is
+    # the headline's (simultaneous over both), not the pair's alone
+    line = head[head.index("the fastest training run is <b>bf16-cl</b>") :]
+    both = between(stats.loc["baseline"], stats.loc["bf16-cl"], candidates=2)
+    alone = between(stats.loc["baseline"], stats.loc["bf16-cl"])
+    assert both.ci_high - both.ci_low > alone.ci_high - alone.ci_low
+    assert f"[{uncertainty.bounds_text(both.ci_low, both.ci_high)}; the fastest of 2]" in line
+
+
+def test_an_undecided_pick_does_not_hide_a_runner_up_known_to_be_faster(tmp_path):
+    """The fastest by its two far-apart trials is undecided against the baseline while a
+    run of four steady trials is known to beat it (at the same confidence over the
+    candidates): the headline says so, instead of "no configuration is known to beat
+    the baseline"."""
+    values = {"baseline": [10.0, 10.1, 9.9], "bf16": [30.0, 30.3, 29.8, 30.1]}
+    values["cl"] = [21.0, 45.0]
+    specs = {"bf16": {"precision": "bf16"}, "cl": {"precision": "bf16", "channels_last": True}}
+    head = headline_of(tmp_path, values, specs)
+    assert '<b id="hl-best">cl</b>' in head and '<b id="hl-verdict">undecided</b>' in head
+    stats = stats_of(values, **specs)
+    known = between(stats.loc["baseline"], stats.loc["bf16"], candidates=2)
+    assert known.verdict == "faster"
+    assert (
+        f'but <b id="hl-known-faster">bf16</b> is known to beat the baseline: '
+        f"{known.ratio:.2f}× [{uncertainty.bounds_text(known.ci_low, known.ci_high)}], "
+        "faster at 95 % confidence over all 2 candidates)" in head
+    ), head
+    assert "no configuration is known to beat the baseline" not in head
+
+
 def quick_like():
     """The quick preset's shape: one trial each; a DataLoader run 1.07x the baseline."""
     return [

@@ -22,9 +22,11 @@ def test_identical_settings_are_rarely_called_different_after_the_rounds(spread)
 
 def test_a_kin_of_mixed_noise_does_not_narrow_its_noisy_pairs():
     """Six of 39 experiments of one kin at 9 %, the rest at 3 %: the comparisons among
-    the noisy ones (the baseline among them) keep their error rates."""
-    r = verdicts.run(verdicts.mixed("mixed"), 120)
-    assert r["faster"] + r["slower"] <= 0.025, r
+    the noisy ones (the baseline among them) keep their error rates, each way at most
+    2.5 % (about 1 % each way here: at 2,000 scored comparisons a rate's standard error
+    is about 0.25 points, so the bound is not met by the luck of a seed)."""
+    r = verdicts.run(verdicts.mixed("mixed"), 400)
+    assert max(r["faster"], r["slower"]) <= 0.025, r
     assert r["coverage"] >= 0.94, r
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -200,9 +201,31 @@ def families_section(stats: pd.DataFrame, baseline: str | None) -> Section:
     )
 
 
+def picked(stats: pd.DataFrame, scored: list) -> tuple[Comparison, pd.Series, Any, int]:
+    """The largest ratio of ``scored`` ((comparison, row, reference id) each) and how
+    many candidates it was picked from (the references themselves not counted), its
+    comparison at the confidence simultaneous over them (``uncertainty.between``): the
+    fastest of k is not tested as if it were the only one."""
+    c, row, ref = max(scored, key=lambda s: s[0].ratio)
+    k = max(1, sum(1 for _, r, f in scored if r["experiment"] != f))
+    base = stats[stats["experiment"] == ref]
+    if k > 1 and row["experiment"] != ref and len(base):
+        c = between(base.iloc[0], row, c.kind, candidates=k)
+    return c, row, ref, k
+
+
+def of_k(c: Comparison, k: int) -> str:
+    """``[1.08–1.16; the fastest of 5], faster`` (``c.qualifier()`` where k is 1)."""
+    text = c.qualifier()
+    if k > 1 and text.startswith("[") and "]" in text:
+        text = text.replace("]", f"; the fastest of {k}]", 1)
+    return text
+
+
 def family_picks(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list:
     """Per family, its fastest training run against its own fp32 eager run (diverging
-    runs left out): (family, comparison, the run's row, the fp32 eager run's id)."""
+    runs left out): (family, comparison, the run's row, the fp32 eager run's id, the
+    number of candidates it is the fastest of: :func:`picked`)."""
     train = training_rows(stats)
     picks = []
     for fam in workloads.FAMILIES:
@@ -216,7 +239,7 @@ def family_picks(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[
             if not isnan(_ratio(c))
         ]
         if scored:
-            picks.append((fam, *max(scored, key=lambda s: s[0].ratio)))
+            picks.append((fam, *picked(stats, scored)))
     return picks
 
 
@@ -224,7 +247,7 @@ def family_lines(picks: list) -> list[str]:
     """The headline's line per family: its fastest training run against its own fp32
     eager run (``picks``: :func:`family_picks`)."""
     lines = []
-    for fam, c, best, ref in picks:
+    for fam, c, best, ref, k in picks:
         tokens = tokens_per_s(best)
         rate = f"{fmt_num(best['sps_median'])} samples/s"
         if not isnan(tokens):
@@ -234,7 +257,7 @@ def family_lines(picks: list) -> list[str]:
             f"<b>{html.escape(str(best['experiment']))}</b> "
             f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}) at {rate}, "
             f"<b>{c.ratio:.2f}×</b> its fp32 eager run ({html.escape(str(ref))}; "
-            f"{html.escape(c.qualifier())})."
+            f"{html.escape(of_k(c, k))})."
         )
     return lines
 
@@ -347,7 +370,8 @@ def served_table(stats: pd.DataFrame) -> pd.DataFrame:
 def inference_picks(stats: pd.DataFrame, baseline: str | None) -> list:
     """Per family, the fastest served run at batch 1 and at the largest batch, each
     against its fp32 eager run of the same model and batch: (family, batch, comparison,
-    the run's row, the fp32 eager run's id)."""
+    the run's row, the fp32 eager run's id, the number of candidates at that batch it
+    is the fastest of: :func:`picked`)."""
     rows = inference_rows(stats)
     picks = []
     for fam in workloads.FAMILIES:
@@ -365,9 +389,8 @@ def inference_picks(stats: pd.DataFrame, baseline: str | None) -> list:
         ]
         batches = sorted({int(r["batch_size"]) for _, r, _ in scored})
         for batch in dict.fromkeys([b for b in batches if b == 1] + batches[-1:]):
-            best = max((s for s in scored if int(s[1]["batch_size"]) == batch),
-                       key=lambda s: s[0].ratio)  # fmt: skip
-            picks.append((fam, batch, *best))
+            at = [s for s in scored if int(s[1]["batch_size"]) == batch]
+            picks.append((fam, batch, *picked(stats, at)))
     return picks
 
 
@@ -379,7 +402,7 @@ def inference_lines(picks: list) -> list[str]:
     lines = []
     for fam in workloads.FAMILIES:
         parts = []
-        for _, batch, c, best, ref in (p for p in picks if p[0] == fam):
+        for _, batch, c, best, ref, k in (p for p in picks if p[0] == fam):
             if batch == 1:
                 rate = f"p50 {fmt_num(_ms(best.get('step_time_median_s')))} ms"
             else:
@@ -392,7 +415,7 @@ def inference_lines(picks: list) -> list[str]:
                 f"at batch {batch} <b>{html.escape(str(best['experiment']))}</b> "
                 f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}), {rate}, "
                 f"<b>{c.ratio:.2f}×</b> its fp32 eager run "
-                f"({html.escape(str(ref))}; {html.escape(c.qualifier())}){extra}"
+                f"({html.escape(str(ref))}; {html.escape(of_k(c, k))}){extra}"
             )
         if parts:
             lines.append(

@@ -53,13 +53,17 @@ class Pick:
     baseline's workload (``best``; ``ref``: the baseline, or the best without one),
     its comparison with the baseline (``against``, simultaneous over the candidates:
     ``uncertainty.between``) and, where the second fastest is not known to be slower
-    than it at that confidence, the second's comparison with it (``runner_up``)."""
+    than it at that confidence, the second's comparison with it (``runner_up``); where
+    the best is not known to beat the baseline, the fastest candidate that is, at the
+    same simultaneous confidence (``known_faster``: a pick of few trials may not be
+    decided while a runner-up of more trials is)."""
 
     best: pd.Series
     ref: pd.Series
     k: int
     against: Comparison
     runner_up: Comparison | None
+    known_faster: Comparison | None = None
 
     @property
     def crowned(self) -> bool:
@@ -80,7 +84,18 @@ def pick(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str] = (
     runner_up = between(best, candidates.iloc[1], candidates=k) if len(candidates) > 1 else None
     if runner_up is not None and runner_up.verdict == "slower":
         runner_up = None
-    return Pick(best, ref, k, between(ref, best, "baseline", candidates=k), runner_up)
+    against = between(ref, best, "baseline", candidates=k)
+    known = None
+    if against.verdict != "faster" and best["experiment"] != ref["experiment"]:
+        # (fastest first: the first candidate known to beat the baseline is the fastest
+        # of those; the confidence is simultaneous over all k, so the claim is covered)
+        for _, row in candidates.iloc[1:].iterrows():
+            if row["experiment"] != ref["experiment"]:
+                c = between(ref, row, "baseline", candidates=k)
+                if c.verdict == "faster":
+                    known = c
+                    break
+    return Pick(best, ref, k, against, runner_up, known)
 
 
 def _b(id_: str, text: str) -> str:
@@ -247,6 +262,14 @@ def _against_baseline(answer: Pick, baseline: Any, base: float) -> str:
         why = f" (the same within ±{100 * c.margin:g} %)"
     else:
         why = f" (its interval does not clear the ±{100 * c.margin:g} % margin)"
+    known = answer.known_faster
+    if known is not None:
+        return (
+            text + f"; {_b('verdict', c.verdict)}{html.escape(why)}; but "
+            f"{_b('known-faster', known.experiment)} is known to beat the baseline: "
+            f"{known.ratio:.2f}× [{html.escape(bounds_text(known.ci_low, known.ci_high))}], "
+            f"faster at 95 % confidence over all {k} candidates)"
+        )
     return (
         text + f"; {_b('verdict', c.verdict)}{html.escape(why)}, so no configuration is "
         "known to beat the baseline yet)"

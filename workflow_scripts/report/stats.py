@@ -15,6 +15,7 @@ from workflow_scripts.plan.clock import LEFT_OUT
 from workflow_scripts.spec import fields
 from workflow_scripts.summary import results
 from workflow_scripts.summary.records import INCORRECT, OK, SPEC_COLUMNS
+from workflow_scripts.util import finite
 
 from .compare import same_workload
 from .uncertainty import MARGIN, between, with_spread
@@ -404,7 +405,10 @@ def like_baseline(
     stats: pd.DataFrame, baseline: str | None, exclude: Sequence[str] = ()
 ) -> pd.DataFrame:
     """The candidates of :func:`best_like_baseline`, fastest first (the baseline among
-    them)."""
+    them): by the geometric mean of their used trials' throughput, the statistic each
+    comparison's ratio and interval rest on (``uncertainty.between``), so that the
+    fastest is the one with the largest stated speedup (the median where a row has no
+    trials listed)."""
     usable = stats[stats["sps_median"].notna() & ~stats["experiment"].isin(list(exclude))]
     ref = None
     if baseline is not None and (stats["experiment"] == baseline).any():
@@ -416,7 +420,19 @@ def like_baseline(
         ref = ref.to_dict()
         keep = [same_workload(ref, r) for r in usable.to_dict("records")]
         usable = usable.loc[pd.Series(keep, index=usable.index, dtype=bool)]
-    return usable.sort_values("sps_median", ascending=False, kind="stable")
+    key = usable.apply(geo_mean_sps, axis=1) if len(usable) else usable["sps_median"]
+    return usable.loc[key.sort_values(ascending=False, kind="stable").index]
+
+
+def geo_mean_sps(row: Mapping) -> float:
+    """The geometric mean of a row's used trials' throughput (``sps_used``), else its
+    median."""
+    values = row.get("sps_used")
+    if isinstance(values, (tuple, list)):
+        values = [float(v) for v in values if finite(v) and float(v) > 0]
+        if values:
+            return math.exp(sum(math.log(v) for v in values) / len(values))
+    return float(row.get("sps_median"))
 
 
 def cost_frame(
