@@ -540,3 +540,40 @@ def test_an_incorrect_first_trial_predicts_no_later_ones(tmp_path):
     ok = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done))
     left = ok["remaining_trials_s"] - predicted["b"]["later_seconds"]
     assert est["remaining_trials_s"] == pytest.approx(left, abs=0.1)  # (to 0.1 s)
+
+
+def test_a_replay_of_a_resumed_run_leaves_out_the_pause(tmp_path):
+    """tests/benchmarks/progress_replay.py: a study stopped and resumed is two Snakemake
+    sessions (their logs' names and modification times); the time left after a line is
+    the running time of the sessions after it, not the hours between them, and a later
+    session that wrote no record (a report made again) is not part of the run."""
+    from datetime import datetime
+
+    from tests.benchmarks import progress_replay as replay
+
+    logs = tmp_path / ".snakemake" / "log"
+    logs.mkdir(parents=True)
+    record = tmp_path / "results" / "records" / "baseline" / "trial0.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
+    t0 = datetime(2026, 12, 5, 9, 0, 0).timestamp()
+    spans = [
+        (t0, t0 + 600),
+        (t0 + 4 * 3600, t0 + 4 * 3600 + 900),
+        (t0 + 9 * 3600, t0 + 9 * 3600 + 15),
+    ]
+    for start, end in spans:
+        log = logs / f"{datetime.fromtimestamp(start):%Y-%m-%dT%H%M%S.%f}.snakemake.log"
+        log.write_text("")
+        os.utime(log, (end, end))
+    written = [t0 + 100, t0 + 500, t0 + 4 * 3600 + 300]
+    run = replay.sessions(tmp_path / "results", written)
+    assert run == spans[:2]
+    # 100 s into the first session: its 500 s left and the whole second one's 900
+    assert replay.running_left(t0 + 100, run) == 500 + 900
+    assert replay.running_left(t0 + 4 * 3600 + 300, run) == 600
+    # no logs: one session, from the first record to the newest file
+    os.utime(record, (t0 + 700, t0 + 700))
+    for log in logs.iterdir():
+        log.unlink()
+    assert replay.sessions(tmp_path / "results", written[:2]) == [(t0 + 100, t0 + 700)]
