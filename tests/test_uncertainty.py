@@ -373,6 +373,10 @@ def test_an_undecided_pick_does_not_hide_a_runner_up_known_to_be_faster(tmp_path
         "faster at 95 % confidence over all 2 candidates)" in head
     ), head
     assert "no configuration is known to beat the baseline" not in head
+    # comparisons.csv marks both pairs as the headline's: the rounds measure them on
+    table = pd.read_csv(tmp_path / "comparisons.csv")
+    stated = table[(table["kind"] == "baseline") & table["headline"]]
+    assert set(stated["experiment"]) == {"cl", "bf16"}
 
 
 def quick_like():

@@ -36,14 +36,22 @@ def headline_pairs(
     stated: Iterable[Comparison],
 ) -> set[tuple[str, str]]:
     """The (baseline, experiment) pairs whose ratio the headline states: the fastest
-    configuration against the baseline, and those its family lines state (each
-    family's fastest training and served runs against their fp32 eager runs:
-    ``families.family_picks``, ``inference_picks``). The adaptive rounds measure these
-    until their interval is within the margin (plan/rounds.py)."""
+    configuration against the baseline (and the candidate it names as known to beat
+    the baseline where the fastest is not: :func:`pick`), and those its family lines
+    state (each family's fastest training and served runs against their fp32 eager
+    runs: ``families.family_picks``, ``inference_picks``). The adaptive rounds measure
+    these until their interval is within the margin (plan/rounds.py)."""
     pairs = {(c.baseline, c.experiment) for c in stated}
-    best = best_like_baseline(stats, baseline, diverging) if len(stats) else None
-    if best is not None and baseline is not None:
-        pairs.add((str(baseline), str(best["experiment"])))
+    if baseline is not None and len(stats) and (stats["experiment"] == baseline).any():
+        answer = pick(stats, baseline, diverging)
+        if answer is not None:
+            pairs.add((str(baseline), str(answer.best["experiment"])))
+            if answer.known_faster is not None:
+                pairs.add((str(baseline), answer.known_faster.experiment))
+    elif baseline is not None and len(stats):
+        best = best_like_baseline(stats, baseline, diverging)
+        if best is not None:
+            pairs.add((str(baseline), str(best["experiment"])))
     return {p for p in pairs if p[0] != p[1]}
 
 
