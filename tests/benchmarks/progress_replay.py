@@ -60,8 +60,9 @@ def sessions(results: Path, written: list[float]) -> list[tuple[float, float]]:
         except ValueError:
             continue
         end = log.stat().st_mtime
-        if any(start <= t <= end + 1.0 for t in written):
-            found.append((start, max(end, max(t for t in written if start <= t <= end + 1.0))))
+        inside = [t for t in written if start <= t <= end + 1.0]
+        if inside:
+            found.append((start, max(end, *inside)))
     if found:
         return found
     last = max(p.stat().st_mtime for p in results.rglob("*") if p.is_file())

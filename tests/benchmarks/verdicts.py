@@ -38,7 +38,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from workflow_scripts.plan.rounds import continuing  # noqa: E402
-from workflow_scripts.report.headline import pick  # noqa: E402
+from workflow_scripts.report.headline import pick, stated_pairs  # noqa: E402
 from workflow_scripts.report.uncertainty import (  # noqa: E402
     MARGIN,
     between,
@@ -135,10 +135,7 @@ def study(
         answer = pick(stats, BASELINE)
         if round_ == max_trials - 1:
             break
-        # (the headline's pairs, as report.headline.headline_pairs marks them)
-        pairs = {(BASELINE, str(answer.best["experiment"]))} if answer is not None else set()
-        if answer is not None and answer.known_faster is not None:
-            pairs.add((BASELINE, answer.known_faster.experiment))
+        pairs = stated_pairs(answer, BASELINE)
         settings = {"trials": trials, "max_trials": max_trials, "futility": futility}
         rows = comparisons_frame(found, pairs).to_dict("records")
         ran = continuing(rows, ran, settings, round_)

@@ -214,14 +214,6 @@ def picked(stats: pd.DataFrame, scored: list) -> tuple[Comparison, pd.Series, An
     return c, row, ref, k
 
 
-def of_k(c: Comparison, k: int) -> str:
-    """``[1.08–1.16; the fastest of 5], faster`` (``c.qualifier()`` where k is 1)."""
-    text = c.qualifier()
-    if k > 1 and text.startswith("[") and "]" in text:
-        text = text.replace("]", f"; the fastest of {k}]", 1)
-    return text
-
-
 def family_picks(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str]) -> list:
     """Per family, its fastest training run against its own fp32 eager run (diverging
     runs left out): (family, comparison, the run's row, the fp32 eager run's id, the
@@ -257,7 +249,7 @@ def family_lines(picks: list) -> list[str]:
             f"<b>{html.escape(str(best['experiment']))}</b> "
             f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}) at {rate}, "
             f"<b>{c.ratio:.2f}×</b> its fp32 eager run ({html.escape(str(ref))}; "
-            f"{html.escape(of_k(c, k))})."
+            f"{html.escape(c.qualifier(k))})."
         )
     return lines
 
@@ -415,7 +407,7 @@ def inference_lines(picks: list) -> list[str]:
                 f"at batch {batch} <b>{html.escape(str(best['experiment']))}</b> "
                 f"({html.escape(shape_text(best))}; {html.escape(config_text(best))}), {rate}, "
                 f"<b>{c.ratio:.2f}×</b> its fp32 eager run "
-                f"({html.escape(str(ref))}; {html.escape(of_k(c, k))}){extra}"
+                f"({html.escape(str(ref))}; {html.escape(c.qualifier(k))}){extra}"
             )
         if parts:
             lines.append(

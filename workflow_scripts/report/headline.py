@@ -42,17 +42,20 @@ def headline_pairs(
     runs: ``families.family_picks``, ``inference_picks``). The adaptive rounds measure
     these until their interval is within the margin (plan/rounds.py)."""
     pairs = {(c.baseline, c.experiment) for c in stated}
-    if baseline is not None and len(stats) and (stats["experiment"] == baseline).any():
-        answer = pick(stats, baseline, diverging)
-        if answer is not None:
-            pairs.add((str(baseline), str(answer.best["experiment"])))
-            if answer.known_faster is not None:
-                pairs.add((str(baseline), answer.known_faster.experiment))
-    elif baseline is not None and len(stats):
-        best = best_like_baseline(stats, baseline, diverging)
-        if best is not None:
-            pairs.add((str(baseline), str(best["experiment"])))
+    if baseline is not None and len(stats):
+        pairs |= stated_pairs(pick(stats, baseline, diverging), baseline)
     return {p for p in pairs if p[0] != p[1]}
+
+
+def stated_pairs(answer: Pick | None, baseline: str) -> set[tuple[str, str]]:
+    """The pairs with ``baseline`` that the headline's answer states: its fastest, and
+    the candidate it names as known to beat the baseline where the fastest is not."""
+    if answer is None:
+        return set()
+    pairs = {(str(baseline), str(answer.best["experiment"]))}
+    if answer.known_faster is not None:
+        pairs.add((str(baseline), answer.known_faster.experiment))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def pick(stats: pd.DataFrame, baseline: str | None, diverging: Sequence[str] = (
     if not len(candidates):
         return None
     best = candidates.iloc[0]
-    ref = stats[stats["experiment"] == baseline].iloc[0] if baseline is not None else best
+    own = stats[stats["experiment"] == baseline] if baseline is not None else stats.iloc[:0]
+    ref = own.iloc[0] if len(own) else best
     k = max(1, int((candidates["experiment"] != ref["experiment"]).sum()))
     runner_up = between(best, candidates.iloc[1], candidates=k) if len(candidates) > 1 else None
     if runner_up is not None and runner_up.verdict == "slower":

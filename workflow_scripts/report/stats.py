@@ -15,10 +15,9 @@ from workflow_scripts.plan.clock import LEFT_OUT
 from workflow_scripts.spec import fields
 from workflow_scripts.summary import results
 from workflow_scripts.summary.records import INCORRECT, OK, SPEC_COLUMNS
-from workflow_scripts.util import finite
 
 from .compare import same_workload
-from .uncertainty import MARGIN, between, with_spread
+from .uncertainty import MARGIN, between, geo_mean, with_spread
 from .values import isnan
 
 # The sweep groups, their x column and labels (the plots and the HTML sections share them).
@@ -420,19 +419,8 @@ def like_baseline(
         ref = ref.to_dict()
         keep = [same_workload(ref, r) for r in usable.to_dict("records")]
         usable = usable.loc[pd.Series(keep, index=usable.index, dtype=bool)]
-    key = usable.apply(geo_mean_sps, axis=1) if len(usable) else usable["sps_median"]
+    key = usable.apply(geo_mean, axis=1) if len(usable) else usable["sps_median"]
     return usable.loc[key.sort_values(ascending=False, kind="stable").index]
-
-
-def geo_mean_sps(row: Mapping) -> float:
-    """The geometric mean of a row's used trials' throughput (``sps_used``), else its
-    median."""
-    values = row.get("sps_used")
-    if isinstance(values, (tuple, list)):
-        values = [float(v) for v in values if finite(v) and float(v) > 0]
-        if values:
-            return math.exp(sum(math.log(v) for v in values) / len(values))
-    return float(row.get("sps_median"))
 
 
 def cost_frame(

@@ -127,10 +127,12 @@ class Comparison:
         n = min(self.n_baseline, self.n_experiment)
         return ratio_text(self.ratio, self.ci_low, self.ci_high, self.verdict, self.margin, n)
 
-    def qualifier(self) -> str:
-        """The interval and verdict alone: ``[1.08–1.16], faster``."""
+    def qualifier(self, picked_of: int = 1) -> str:
+        """The interval and verdict alone: ``[1.08–1.16], faster``; ``[1.02–1.22; the
+        fastest of 5], faster`` for a run picked as the fastest of ``picked_of`` (its
+        interval then simultaneous over them: :func:`between`'s ``candidates``)."""
         n = min(self.n_baseline, self.n_experiment)
-        return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n)
+        return qualifier(self.ci_low, self.ci_high, self.verdict, self.margin, n, picked_of)
 
 
 _LATER = ("margin", "spread", "df", "confidence", "p_value", "node_spread")
@@ -193,12 +195,16 @@ def interval(
     return math.exp(d), _exp(d - half), _exp(d + half)
 
 
-def qualifier(lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 0) -> str:
-    """``[1.08–1.16], faster``; ``undecided: one trial each, no interval``."""
+def qualifier(
+    lo: Any, hi: Any, verdict_: str, margin: float = MARGIN, n: int = 0, picked_of: int = 1
+) -> str:
+    """``[1.08–1.16], faster``; ``undecided: one trial each, no interval``; ``[1.02–1.22;
+    the fastest of 5], faster`` where the run was picked as the fastest of ``picked_of``."""
     words = VERDICT_WORDS.get(verdict_, verdict_).format(margin=f"{100 * margin:g} %")
     if isnan(lo) or isnan(hi):
         return f"{words}: " + ("one trial each, no interval" if n <= 1 else "no interval")
-    return f"[{bounds_text(lo, hi)}], {words}"
+    of = f"; the fastest of {picked_of}" if picked_of > 1 else ""
+    return f"[{bounds_text(lo, hi)}{of}], {words}"
 
 
 #: beyond these, an interval's bound is shown as "<0.01" or ">99" (one trial against two,
@@ -413,6 +419,13 @@ def variance_of(row: Mapping) -> tuple[float, float]:
     if isnan(var) or isnan(df) or not float(df):
         return math.nan, 0
     return float(var), float(df)
+
+
+def geo_mean(row: Mapping) -> float:
+    """The geometric mean of a stats row's used trials' throughput (its median where it
+    lists no trials): the statistic every ratio here rests on."""
+    values = _used(row)
+    return math.exp(_log_mean(values)) if values else math.nan
 
 
 def _used(row: Mapping) -> list[float]:
