@@ -151,10 +151,12 @@ def round_slot(experiment, trial):
 def round_experiments(k):
     """The experiments with a trial k: every one in the first round; below the minimum
     (``trials``), every one but a seed sweep's beyond its share and those whose first
-    trial stopped far slower than their baseline; then those that a comparison still
-    undecided after round k-1 names (one the cap may still decide: futility), or one the
-    headline states whose interval is not yet within the margin (that round's report is
-    a checkpoint; workflow_scripts/plan/rounds.py)."""
+    trial stopped far slower than their baseline; then, of those that ran the minimum,
+    the ones that a comparison still undecided after round k-1 names (one the cap may
+    still decide: futility), or one the headline states whose interval is not yet within
+    the margin (that round's report is a checkpoint; workflow_scripts/plan/rounds.py),
+    also one that sat out a round (its trial numbers then have a gap); none once a round
+    ran none."""
     if k == 0:
         return PLANNED
     if k < MIN_TRIALS:
@@ -164,11 +166,10 @@ def round_experiments(k):
             far_ones = rounds.stopped_far(f"{RESULTS}/records", FAR_STOPS.intersection(going))
             going = [e for e in going if e not in far_ones]
         return going
-    ran = round_experiments(k - 1)
-    if not ran:
+    if not round_experiments(k - 1):
         return []
     decided_by = checkpoints.round_report.get(round=k - 1).output.comparisons
-    return rounds.going_on(decided_by, ran, SETTINGS, k - 1)
+    return rounds.going_on(decided_by, round_experiments(MIN_TRIALS - 1), SETTINGS, k - 1)
 
 
 def reserve_records():

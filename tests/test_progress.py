@@ -422,6 +422,25 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     assert "8 of 8 trials have a record" in text and "every trial is done" in text, text
 
 
+def test_an_experiment_that_sat_out_a_round_and_comes_back_is_in_the_time_left(tmp_path):
+    """Round 2 runs a and b; its report leaves a against c undecided (a's third trial
+    moved it) and decides a against b: round 3 runs a and c (c sat out round 2,
+    rules/common.smk), and the time left is those two trials."""
+    s, m = adaptive_study(), machine(calibration())
+    per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
+    later = {e: per[e]["later_seconds"] for e in "abc"}
+    for e, k in [(e, k) for k in (0, 1) for e in "abc"] + [("a", 2), ("b", 2)]:
+        write_record(tmp_path, e, k, wall=per[e]["seconds"] if k == 0 else later[e])
+    write_round(tmp_path, 1, [("a", "b")], decided=[("a", "c")])
+    write_round(tmp_path, 2, [("a", "c")], decided=[("a", "b")])
+    text = progress.line(s, tmp_path, started=0.0, now=900.0, machine=m)
+    assert text.startswith("[progress] 8 of 10 trials have a record"), text
+    assert "adaptive round 3 (trial 4 of up to 4 each): 2 experiments still undecided" in text
+    assert "2 trials without a record" in text, text
+    left = estimate_text.human(later["a"] + later["c"] + progress.after_trials(s, tmp_path).seconds)
+    assert f"about {left} left" in text, text
+
+
 def test_the_minimums_time_left_holds_the_rounds_as_the_comparisons_so_far_forecast_them(
     tmp_path,
 ):

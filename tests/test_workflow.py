@@ -630,6 +630,62 @@ def test_trials_run_in_rounds_by_priority(tmp_path):
     assert min(j["priority"] for j in setup) > max(priority.values())
 
 
+SAT_OUT_STUDY = """
+runtime: local
+trials: 2
+max_trials: 4
+collectives: {variants: []}
+defaults: {batch_size: 8, warmup_steps: 1, steps: 5, far_stop: null, step_precision: null}
+groups:
+  g:
+    runs:
+      - {id: a, threads: 1}
+      - {id: b, threads: 1, batch_size: 4}
+      - {id: c, threads: 1, batch_size: 2}
+"""
+
+
+def test_an_experiment_that_sat_out_a_round_comes_back_when_a_report_names_it(tmp_path):
+    """Round 2 runs a and b (a against b undecided after round 1; a against c decided);
+    a's third trial moves a against c, undecided after round 2: round 3 runs a and c,
+    c's trials 0, 1 and 3 (a run can become undecided, or the headline's pick, after it
+    stopped), and b, decided, runs no fourth. The round reports are the checkpoints'
+    files, written here in the order a run writes them; Snakemake plans the rest."""
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "study.yaml").write_text(SAT_OUT_STUDY)
+    head = "baseline,experiment,verdict,headline,ratio,ci_low,ci_high,margin\n"
+
+    def write(path: str, text: str = "{}") -> None:
+        (wd / path).parent.mkdir(parents=True, exist_ok=True)
+        (wd / path).write_text(text)
+        time.sleep(0.02)  # each newer than the one before, as a run writes them
+
+    def round_report(k: int, undecided: list[str], decided: list[str]) -> None:
+        rows = [f"a,{e},undecided,False,1.1,0.9,1.3,0.03\n" for e in undecided]
+        rows += [f"a,{e},faster,False,2.0,1.9,2.1,0.03\n" for e in decided]
+        write(f"results/rounds/{k}/summary.csv", "experiment\n")
+        write(f"results/rounds/{k}/comparisons.csv", head + "".join(rows))
+        write(f"results/rounds/{k}/report/index.html", "<html></html>")
+
+    write("results/envs/upstream.json")
+    write("results/calibration/upstream.json")
+    for k in (0, 1):
+        for e in "abc":
+            write(f"results/records/{e}/trial{k}.json")
+    round_report(0, ["b", "c"], [])
+    round_report(1, ["b"], ["c"])
+    for e in "ab":
+        write(f"results/records/{e}/trial2.json")
+    round_report(2, ["c"], ["b"])
+    jobs = dry_run_jobs(wd, "--configfile", "study.yaml")
+    runs = sorted(j["wildcards"] for j in jobs if j["rule"] == "run_experiment")
+    assert runs == ["experiment=a, trial=3", "experiment=c, trial=3"], jobs
+    (report,) = [j for j in jobs if j["rule"] == "report"]
+    records = re.findall(r"results/records/(\w+)/trial(\d+)\.json", report["input"])
+    trials = {e: sorted(int(k) for x, k in records if x == e) for e in "abc"}
+    assert trials == {"a": [0, 1, 2, 3], "b": [0, 1, 2], "c": [0, 1, 3]}, trials
+
+
 def test_a_trial_waits_for_its_far_baseline_through_a_pointer_of_its_own(tmp_path):
     """The default study: each trial that may stop early far from its baseline reads its
     own pointer (results/far/<id>.json), which waits for the first trial of the first

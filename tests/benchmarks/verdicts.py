@@ -138,7 +138,8 @@ def study(
         pairs = stated_pairs(answer, BASELINE)
         settings = {"trials": trials, "max_trials": max_trials, "futility": futility}
         rows = comparisons_frame(found, pairs).to_dict("records")
-        ran = continuing(rows, ran, settings, round_)
+        # (any experiment may be named again, also one that sat out a round)
+        ran = continuing(rows, names, settings, round_)
         if not ran:
             break
     out = Outcome(trials=sum(len(v) for v in values.values()))

@@ -293,12 +293,14 @@ def rounds_ahead(
     settings: Mapping | None = None,
 ) -> Rounds | None:  # fmt: skip
     """The adaptive rounds' time left (:class:`Rounds`; None without adaptive rounds).
-    Round k runs the experiments of round k-1 that its report
-    (``rounds/<k-1>/comparisons.csv``) names undecided (``rounds.going_on``, with the
-    study's ``settings``: those that may still be decided by the cap); before
-    that report exists, round k may run all of them, and likely those that the latest
-    report's comparisons forecast (:func:`latest_report`, plan/forecast.py), else the
-    share that went on from the round before (neither known yet: that bound alone)."""
+    Round k runs the experiments that its report (``rounds/<k-1>/comparisons.csv``)
+    names undecided (``rounds.going_on``, with the study's ``settings``: those that may
+    still be decided by the cap), of those that ran the minimum (none once a round ran
+    none); before that report exists, round k may run all of those of round k-1, and
+    likely those that the latest report's comparisons forecast (:func:`latest_report`,
+    plan/forecast.py), else the share that went on from the round before (neither known
+    yet: that bound alone). (One that sat out a round and comes back, where another's
+    new trials moved its comparison, is counted once a report has named it.)"""
     if most <= trials:
         return None
     records = here / "records"
@@ -312,8 +314,9 @@ def rounds_ahead(
     def reported(k: int) -> bool:  # round k's report: none for the last round
         return k >= most - 1 or (here / "rounds" / str(k) / "report" / "index.html").exists()
 
-    # the experiments of the last round of the minimum (a far one or a seed's: fewer)
-    ran = [e for e in ids if per[e].get("trials", trials) >= trials]
+    # the experiments of the last round of the minimum (a far one or a seed's: fewer):
+    # those a round may name, also after sitting one out (plan/rounds.py)
+    eligible = ran = [e for e in ids if per[e].get("trials", trials) >= trials]
     latest = latest_report(here)
     known = likely = upper = reports = 0.0
     share, unknown, forecast, reports_most = None, 0, False, 0
@@ -321,8 +324,8 @@ def rounds_ahead(
     for k in range(trials, most):
         comparisons = here / "rounds" / str(k - 1) / "comparisons.csv"
         if not unknown and comparisons.exists():
-            went = rounds.going_on(comparisons, ran, settings, k - 1)
-            share = len(went) / len(ran) if ran else 0.0
+            went = rounds.going_on(comparisons, eligible if ran else [], settings, k - 1)
+            share = min(1.0, len(went) / len(ran)) if ran else 0.0
             left = [e for e in went if not has(e, k)]
             known += sum(later(e) for e in left)
             decided += len(went)

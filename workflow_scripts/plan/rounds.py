@@ -4,7 +4,11 @@ Trials run in rounds (trial 0 of every experiment, then trial 1, ...). Every exp
 runs ``trials`` of them (the minimum). After that, round k runs only the experiments
 that a comparison still undecided after round k-1 names, on either side, or a
 comparison the headline states (its ``headline`` column) whose interval still reaches
-beyond ±the margin: the study's answer is measured until it is known that well. The
+beyond ±the margin: the study's answer is measured until it is known that well. Any
+experiment that ran the minimum may be named, also one that sat out a round (its trials
+then skip a number: trial k is round k's): a comparison decided at one look may be
+undecided at the next, when the other side's new trials move it, and a run may become
+the headline's pick after it stopped. The
 round report of round k-1 (``results/rounds/<k-1>/comparisons.csv``, a Snakemake
 checkpoint) decides, with the report's own intervals and verdicts
 (``report/uncertainty.py``). Any other decided comparison (faster, slower or the same
@@ -200,12 +204,12 @@ def going_on(
     comparisons_csv: Path | str, ran: Iterable[str], settings: Mapping | None = None,
     round_: int | None = None,
 ) -> list[str]:  # fmt: skip
-    """The experiments of ``ran`` (those with a trial in the round just ended) that
-    an undecided comparison of that round's ``comparisons.csv`` names, one that may
-    still be decided by the cap (:func:`decidable`, with the study's ``settings`` and
-    ``round_``, the round whose report it is; without them, every undecided one), or a
-    comparison the headline states with an interval wider than its margin; in
-    ``ran``'s order."""
+    """The experiments of ``ran`` (those that may run another trial: every one that ran
+    the minimum, rules/common.smk) that an undecided comparison of that round's
+    ``comparisons.csv`` names, one that may still be decided by the cap
+    (:func:`decidable`, with the study's ``settings`` and ``round_``, the round whose
+    report it is; without them, every undecided one), or a comparison the headline
+    states with an interval wider than its margin; in ``ran``'s order."""
     return continuing(read_rows(comparisons_csv), ran, settings, round_)
 
 
