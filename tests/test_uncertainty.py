@@ -115,6 +115,72 @@ def test_a_kin_that_disagrees_beyond_sampling_lends_fewer_degrees_of_freedom():
     assert df == prior.df + 3 and var >= owns[0][0]
 
 
+def test_bartletts_p_value_is_scipys_on_the_logs():
+    """The kin's test of one variance, from each member's variance and degrees of
+    freedom, is Bartlett's as scipy computes it from the trials themselves."""
+    runs = [[100.0, 104.0, 97.0], [80.0, 83.0], [120.0, 110.0, 131.0, 118.0], [90.0, 90.5]]
+    owns = [uncertainty._own(r) for r in runs]
+    pooled = sum(v * d for v, d in owns) / sum(d for _, d in owns)
+    logs = [[math.log(v) for v in r] for r in runs]
+    assert uncertainty.bartlett(owns, pooled) == pytest.approx(scipy.stats.bartlett(*logs).pvalue)
+
+
+#: six twins of one settings and their baseline, as the CI's real run measured them
+#: (samples/s of the used trials; twin6's third trial left out as noisy): twin6's two
+#: trials agreed by chance to 0.3 %
+TWIN_TRIALS = {
+    "baseline": [1512.68, 1439.37, 1450.94],
+    "twin1": [1448.34, 1314.12],
+    "twin2": [1271.60, 1431.14],
+    "twin3": [1444.38, 1336.84],
+    "twin4": [1407.06, 1336.82],
+    "twin5": [1584.19, 1409.72, 1356.93],
+    "twin6": [1195.85, 1199.72],
+}
+
+
+def test_a_kin_not_shown_unlike_lends_its_pool_whole_though_one_variance_is_near_zero():
+    """A kin whose variances Bartlett's test does not tell apart lends its pool with all
+    its degrees of freedom: one member's two trials that agree by chance do not pull
+    the prior down (limma's moment estimate, fitted here, lent 1.6 degrees of freedom
+    at half the pool, and called twin6 slower beyond the 10 % margin)."""
+    owns = [uncertainty._own(v) for v in TWIN_TRIALS.values()]
+    total = sum(d for _, d in owns)
+    pooled = sum(v * d for v, d in owns) / total
+    assert uncertainty.bartlett(owns, pooled) > uncertainty.ALIKE
+    prior = uncertainty.Prior.fitted(owns)
+    assert (prior.var, prior.df) == (pytest.approx(pooled), total)
+    records = [make(e, k, v) for e, values in TWIN_TRIALS.items() for k, v in enumerate(values)]
+    rich = report.stats.enrich(rec.summary_frame(records), records)
+    stats = experiment_stats(rich, 0.1, 2).set_index("experiment", drop=False)
+    twin6 = between(stats.loc["baseline"], stats.loc["twin6"])
+    assert twin6.verdict == "undecided" and twin6.ci_high > 1 / 1.1, twin6
+    # each side's variance is the pool's (its own 5e-6 moderated over 9 + 1 df)
+    assert stats.loc["twin6", "sps_var"] == pytest.approx((total * pooled + owns[-1][0]) / 10)
+
+
+def test_a_one_trial_member_of_a_kin_not_shown_unlike_borrows_its_whole_pool():
+    """The default study's ResNet-50 bf16 training rungs (2026-12-05, under a
+    neighbour's load): bf16's two trials agreed to 1 %, and limma's moment estimate
+    lent the one-trial rungs 1.2 degrees of freedom (the headline's pick read
+    [0.12–98.83]). Bartlett's test does not tell the kin's variances apart: the pool's
+    10 degrees of freedom."""
+    kin = {
+        "ipex-optimize-bf16-cl": [16.94, 21.31],
+        "runcpu-jemalloc": [16.19],
+        "runcpu-tcmalloc": [17.78, 26.06, 24.43, 21.27],
+        "inductor-bf16-cl": [13.22, 20.82, 20.09, 18.61],
+        "bf16-cl": [16.06, 23.37, 16.44],
+        "bf16": [17.26, 17.06],
+        "ipex-compile-bf16": [22.59],
+    }
+    pool = Spread.pooled(kin.values())
+    stats = stats_of(kin)
+    one = stats.loc["ipex-compile-bf16"]
+    assert (one["sps_var"], one["sps_var_df"]) == (pytest.approx(pool.sd**2), 10)
+    assert pool.df == 10
+
+
 def test_a_thin_kin_borrows_from_the_run_and_never_narrows_below_its_own():
     """Fewer than MIN_KIN_DF degrees of freedom in a kin: the run's prior (or the kin's
     own pool where that is wider), and a side's variance never below its own."""

@@ -20,10 +20,11 @@ The method, stated once (docs/measurement.md and the report's
   model, mode, precision, threads, ranks, nodes and data pipeline, where trials vary
   alike; a kin of fewer than :data:`MIN_KIN_DF` degrees of freedom borrows from the
   whole run): ``(d0 s0^2 + d s^2) / (d0 + d)`` with ``d0 + d`` degrees of freedom, the
-  empirical-Bayes estimate of limma (Smyth 2004). ``d0`` is estimated from how much the
-  kin's variances disagree beyond sampling: alike, the kin's pool counts fully (at most
-  its degrees of freedom); unlike (a few noisy members among quiet ones), ``d0`` is
-  small and each experiment's own trials count. An experiment's moderated variance is
+  empirical-Bayes estimate of limma (Smyth 2004). A kin that Bartlett's test does not
+  show unlike (:data:`ALIKE`) lends its pool with all its degrees of freedom; else
+  ``d0`` is estimated from how much the kin's variances disagree beyond sampling: the
+  more (a few noisy members among quiet ones), the smaller ``d0`` and the more each
+  experiment's own trials count. An experiment's moderated variance is
   never below its own: a quiet kin does not narrow a noisy experiment.
 * **Interval**: Welch's ``ratio · exp(± t(df) · sqrt(v_a/n_a + v_b/n_b))`` (Student's t
   from scipy; Welch-Satterthwaite degrees of freedom, at most what the two sides' data
@@ -80,6 +81,11 @@ VERDICTS = ("faster", "slower", "same", "undecided")
 KIN = ("model", "mode", "precision", "threads", "ranks", "nodes", "data", "num_workers")
 #: a kin with fewer degrees of freedom borrows from the whole run instead
 MIN_KIN_DF = 4
+#: a kin whose variances Bartlett's test does not tell apart at this level lends its
+#: pool whole (limma's moment estimate of its spread is for a kin shown unlike: with
+#: a few variances of 1 or 2 degrees of freedom, one near zero by chance would make it
+#: lend a small prior of few degrees of freedom)
+ALIKE = 0.05
 #: an experiment whose own variance is beyond its kin's at this level (an F test)
 #: borrows nothing from it
 UNLIKE = 0.10
@@ -260,6 +266,16 @@ def _own(values: Sequence[float]) -> tuple[float, int]:
     return sum((x - mean) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
 
 
+def bartlett(owns: Sequence[tuple[float, int]], pooled: float) -> float:
+    """Bartlett's test that sample variances ``(variance, degrees of freedom)`` of pool
+    ``pooled`` share one variance: its p-value (chi-square, ``len(owns) - 1`` degrees of
+    freedom)."""
+    total = sum(d for _, d in owns)
+    statistic = total * math.log(pooled) - sum(d * math.log(v) for v, d in owns)
+    scale = 1 + (sum(1 / d for _, d in owns) - 1 / total) / (3 * (len(owns) - 1))
+    return float(scipy_stats.chi2.sf(statistic / scale, len(owns) - 1))
+
+
 def _trigamma_inverse(x: float) -> float:
     """``y`` with ``trigamma(y) = x`` (Newton's method, as limma's trigammaInverse)."""
     if x > 1e7:
@@ -286,16 +302,19 @@ class Prior:
 
     @classmethod
     def fitted(cls, owns: Iterable[tuple[float, int]]) -> Prior:
-        """The prior of sample variances with their degrees of freedom, by the method of
-        moments on their logs (limma's fitFDist, Smyth 2004): alike, their pool with all
-        its degrees of freedom; the more they disagree beyond what sampling explains, the
-        fewer degrees of freedom the prior carries."""
+        """The prior of sample variances with their degrees of freedom: their pool with all
+        its degrees of freedom unless Bartlett's test shows them unlike (:data:`ALIKE`);
+        then by the method of moments on their logs (limma's fitFDist, Smyth 2004): the
+        more they disagree beyond what sampling explains, the fewer degrees of freedom
+        the prior carries."""
         owns = [(v, d) for v, d in owns if d > 0 and _positive(v)]
         total = sum(d for _, d in owns)
         if not owns:
             return cls(math.nan, 0)
         pooled = sum(v * d for v, d in owns) / total
         if len(owns) < 3:  # (too few to tell how much they disagree: their pool)
+            return cls(pooled, total)
+        if bartlett(owns, pooled) >= ALIKE:  # (not shown unlike: their pool)
             return cls(pooled, total)
         e = [math.log(v) - float(scipy_special.digamma(d / 2)) + math.log(d / 2) for v, d in owns]
         mean = sum(e) / len(e)
