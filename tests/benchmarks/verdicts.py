@@ -1,7 +1,8 @@
 """How often the report's verdicts are wrong: simulated studies run through the project's
 own statistics (``report.uncertainty.with_spread`` and ``between``, the adaptive rounds'
 ``plan.rounds.continuing``, the headline's ``report.headline.pick``), on synthetic
-trials with log-normal noise between them.
+trials with log-normal noise between them (in one row, with a heavier tail: a share of
+trials slowed by a neighbour).
 
 A study is a baseline and its candidates, each with a true speedup and its own spread
 between trials; every experiment runs ``trials`` trials, then the rounds go on as the
@@ -60,6 +61,9 @@ class Scenario:
     speedups: tuple[float, ...]
     #: which experiments' comparisons with the baseline are scored (default: all)
     scored: tuple[int, ...] = ()
+    #: the share of trials that a neighbour slows, and by how much (0.15: to 0.85x):
+    #: noise with a heavier tail than the log-normal, as a shared machine's
+    slowed: tuple[float, float] = (0.0, 0.0)
 
     @property
     def names(self) -> list[str]:
@@ -76,6 +80,11 @@ def mixed(name: str, k: int = 38, noisy: int = 6, quiet: float = 0.03, loud: flo
     baseline among them) at ``loud``, the rest at ``quiet``; scored: the noisy pairs."""
     spreads = (loud,) * noisy + (quiet,) * (k + 1 - noisy)
     return Scenario(name, spreads, (1.0,) * (k + 1), tuple(range(1, noisy)))
+
+
+def slowed(name: str, k: int, spread: float, share: float, by: float) -> Scenario:
+    """As :func:`equal`, with ``share`` of all trials slowed by ``by`` (a neighbour)."""
+    return Scenario(name, (spread,) * (k + 1), (1.0,) * (k + 1), slowed=(share, by))
 
 
 def one_faster(name: str, k: int, spread: float, speedup: float) -> Scenario:
@@ -126,7 +135,10 @@ def study(
     ran = names
     for round_ in range(max_trials):
         for n in ran:
-            values[n].append(100.0 * math.exp(logs[n] + sd[n] * rng.standard_normal()))
+            noise = sd[n] * rng.standard_normal()
+            if scenario.slowed[0] and rng.random() < scenario.slowed[0]:
+                noise += math.log(1 - scenario.slowed[1])
+            values[n].append(100.0 * math.exp(logs[n] + noise))
         if round_ < trials - 1:
             continue
         stats = frame_of(names, values, margin, looks)
@@ -198,8 +210,9 @@ def run(scenario: Scenario, studies: int, seed: int = 20261128, workers: int = 1
 
 
 def scenarios() -> list[Scenario]:
-    """The issue's cases: A/A at spreads of 2, 5 and 9 %, a mixed-noise kin, K equal
-    candidates for the headline, a true 10 % difference at 5 %."""
+    """The issue's cases: A/A at spreads of 2, 5 and 9 %, a mixed-noise kin, A/A with a
+    heavier tail (a neighbour slows one trial in ten), K equal candidates for the
+    headline, a true 10 % difference at 5 %."""
     return [
         equal("all equal, 2 %, K=10", 10, 0.02),
         equal("all equal, 5 %, K=26", 26, 0.05),
@@ -207,6 +220,7 @@ def scenarios() -> list[Scenario]:
         equal("all equal, 9 %, K=26", 26, 0.09),
         equal("all equal, 9 %, K=40", 40, 0.09),
         mixed("mixed kin: 6 of 39 at 9 %, 33 at 3 %; noisy pairs"),
+        slowed("all equal, 5 %, K=10, 1 in 10 trials 15 % slower", 10, 0.05, 0.1, 0.15),
         one_faster("one 10 % faster, 5 %, K=10", 10, 0.05, 1.10),
     ]
 
