@@ -120,9 +120,8 @@ def test_bartletts_p_value_is_scipys_on_the_logs():
     freedom, is Bartlett's as scipy computes it from the trials themselves."""
     runs = [[100.0, 104.0, 97.0], [80.0, 83.0], [120.0, 110.0, 131.0, 118.0], [90.0, 90.5]]
     owns = [uncertainty._own(r) for r in runs]
-    pooled = sum(v * d for v, d in owns) / sum(d for _, d in owns)
     logs = [[math.log(v) for v in r] for r in runs]
-    assert uncertainty.bartlett(owns, pooled) == pytest.approx(scipy.stats.bartlett(*logs).pvalue)
+    assert uncertainty.bartlett(owns) == pytest.approx(scipy.stats.bartlett(*logs).pvalue)
 
 
 #: six twins of one settings and their baseline, as the CI's real run measured them
@@ -145,9 +144,9 @@ def test_a_kin_not_shown_unlike_lends_its_pool_whole_though_one_variance_is_near
     the prior down (limma's moment estimate, fitted here, lent 1.6 degrees of freedom
     at half the pool, and called twin6 slower beyond the 10 % margin)."""
     owns = [uncertainty._own(v) for v in TWIN_TRIALS.values()]
-    total = sum(d for _, d in owns)
-    pooled = sum(v * d for v, d in owns) / total
-    assert uncertainty.bartlett(owns, pooled) > uncertainty.ALIKE
+    pool = Spread.pooled(TWIN_TRIALS.values())
+    pooled, total = pool.sd**2, pool.df
+    assert uncertainty.bartlett(owns) > uncertainty.ALIKE
     prior = uncertainty.Prior.fitted(owns)
     assert (prior.var, prior.df) == (pytest.approx(pooled), total)
     records = [make(e, k, v) for e, values in TWIN_TRIALS.items() for k, v in enumerate(values)]

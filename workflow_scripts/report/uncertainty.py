@@ -266,11 +266,11 @@ def _own(values: Sequence[float]) -> tuple[float, int]:
     return sum((x - mean) ** 2 for x in logs) / (len(logs) - 1), len(logs) - 1
 
 
-def bartlett(owns: Sequence[tuple[float, int]], pooled: float) -> float:
-    """Bartlett's test that sample variances ``(variance, degrees of freedom)`` of pool
-    ``pooled`` share one variance: its p-value (chi-square, ``len(owns) - 1`` degrees of
-    freedom)."""
+def bartlett(owns: Sequence[tuple[float, int]]) -> float:
+    """Bartlett's test that sample variances ``(variance, degrees of freedom)`` share one
+    variance: its p-value (chi-square, ``len(owns) - 1`` degrees of freedom)."""
     total = sum(d for _, d in owns)
+    pooled = sum(v * d for v, d in owns) / total
     statistic = total * math.log(pooled) - sum(d * math.log(v) for v, d in owns)
     scale = 1 + (sum(1 / d for _, d in owns) - 1 / total) / (3 * (len(owns) - 1))
     return float(scipy_stats.chi2.sf(statistic / scale, len(owns) - 1))
@@ -312,9 +312,8 @@ class Prior:
         if not owns:
             return cls(math.nan, 0)
         pooled = sum(v * d for v, d in owns) / total
-        if len(owns) < 3:  # (too few to tell how much they disagree: their pool)
-            return cls(pooled, total)
-        if bartlett(owns, pooled) >= ALIKE:  # (not shown unlike: their pool)
+        # too few to tell how much they disagree, or not shown unlike: their pool
+        if len(owns) < 3 or bartlett(owns) >= ALIKE:
             return cls(pooled, total)
         e = [math.log(v) - float(scipy_special.digamma(d / 2)) + math.log(d / 2) for v, d in owns]
         mean = sum(e) / len(e)
