@@ -11,10 +11,16 @@ measured the same way (probe size, threads, ranks, node type), other trials than
 own:
 
 - with at least :data:`MIN_PEERS`, the peers' median is the ordinary level and their
-  robust spread ``s`` (1.4826 x the median absolute deviation of the log rates, at
-  least :data:`SPREAD_FLOOR`) says how far an ordinary probe strays: a probe is
-  disturbed when it is below ``min(noise_threshold, exp(-OUTLIER_K * s))`` x the level,
-  an outlier among its kind and a drop of at least ``1 - noise_threshold``; a
+  robust spread ``s`` (1.4826 x the median absolute deviation of the log rates) says
+  how far an ordinary probe strays: a probe is disturbed when it is below
+  ``min(noise_threshold, exp(-max(k(n) * s, OUTLIER_K * SPREAD_FLOOR)))`` x the level
+  (never below :data:`COLD_START` x it), an outlier among its kind and a drop of at
+  least ``1 - noise_threshold``. ``k(n)`` (:func:`outlier_k`) is :data:`OUTLIER_K`
+  widened for the few peers there are: the median and the spread of n peers are
+  themselves estimates, and with 3 spreads a probe as ordinary as its 4 peers fell
+  below them 4 % of the time at a 10 % spread (7 % at 15 %), not the normal tail's
+  0.13 % (on a 2-vCPU Xeon with AMX, a probe 0.82x the median of 4 peers that read
+  241-326 ran a compiled trial again); a
   one-process trial whose probe before the steps reads below that probes again after
   a pause (:func:`floors`, rank/measure.py), up to three times, before it steps: a
   moment's disturbance then costs seconds, not a whole attempt run and discarded;
@@ -51,8 +57,24 @@ from ..util import UnreadableFile, beside_records, finite, read_json, write_json
 
 #: peers needed before their median is the level a probe is judged against
 MIN_PEERS = 4
-#: how many robust spreads below the peers' median a probe must be to be an outlier
+#: how many robust spreads below the peers' median a probe must be to be an outlier,
+#: with a great many peers (an ordinary probe falls there 0.135 % of the time)
 OUTLIER_K = 3.0
+#: :data:`OUTLIER_K` for n peers, n below :data:`FEW_PEERS`: the spreads below the
+#: median of n ordinary (log-normal) peers at which another ordinary probe falls
+#: 0.135 % of the time, the median and the spread both taken from the n (Monte Carlo,
+#: 4 million draws each: tests/benchmarks/outlier_k.py; tests/test_trial.py checks the
+#: rate the rule gives)
+FEW_K = {
+    4: 30.6, 5: 28.4, 6: 13.0, 7: 12.5, 8: 8.79, 9: 8.53, 10: 6.98, 11: 6.84, 12: 5.97,
+    13: 5.92, 14: 5.36, 15: 5.36, 16: 4.97, 17: 4.97, 18: 4.68, 19: 4.68, 20: 4.5,
+    21: 4.46, 22: 4.31, 23: 4.3, 24: 4.17, 25: 4.17, 26: 4.09, 27: 4.08, 28: 3.98,
+    29: 3.96, 30: 3.89, 31: 3.89,
+}  # fmt: skip
+#: from this many peers on, ``OUTLIER_K * (1 + MANY_C / n)`` (the same Monte Carlo:
+#: c 8.9 at 32 peers, 8.0 at 128; the largest, so the fit never calls more than the tail)
+FEW_PEERS = 32
+MANY_C = 8.9
 #: the least spread taken (log units): a run of near-identical probes must not make a
 #: 3 % dip an outlier
 SPREAD_FLOOR = 0.02
@@ -174,24 +196,40 @@ def peer_rates(lines: Iterable[dict], kind: dict, signal: str, own: tuple[str, i
 
 def ordinary(rates: list[float]) -> dict | None:
     """The ordinary level of a kind of probe (the median) and its robust spread (log
-    units); None with fewer than :data:`MIN_PEERS` rates."""
+    units: ``raw_spread``, and ``spread``, at least :data:`SPREAD_FLOOR`); None with
+    fewer than :data:`MIN_PEERS` rates."""
     rates = [r for r in rates if finite(r) and r > 0]
     if len(rates) < MIN_PEERS:
         return None
     logs = [math.log(r) for r in rates]
     centre = statistics.median(logs)
-    mad = statistics.median(abs(x - centre) for x in logs)
-    return {"level": statistics.median(rates), "spread": max(1.4826 * mad, SPREAD_FLOOR),
-            "peers": len(rates)}  # fmt: skip
+    raw = 1.4826 * statistics.median(abs(x - centre) for x in logs)
+    return {"level": statistics.median(rates), "spread": max(raw, SPREAD_FLOOR),
+            "raw_spread": raw, "peers": len(rates)}  # fmt: skip
+
+
+def outlier_k(peers: int) -> float:
+    """How many robust spreads below the median of ``peers`` peers a probe is an
+    outlier: :data:`OUTLIER_K` widened for the uncertainty of so few peers' median and
+    spread, so that an ordinary probe is called one about as rarely whatever their
+    number (:data:`FEW_K`)."""
+    if peers < FEW_PEERS:
+        return FEW_K[max(peers, MIN_PEERS)]
+    return OUTLIER_K * (1 + MANY_C / peers)
 
 
 def bound(level: dict | None, threshold: float) -> float:
     """The share of the level below which a probe was disturbed: with peers, an outlier
-    among them that is also a drop of at least ``1 - threshold``; without, the cold
-    start's (:data:`COLD_START`, or the setting where it is stricter still)."""
+    among them (:func:`outlier_k` of their robust spreads below their median, or
+    :data:`OUTLIER_K` of :data:`SPREAD_FLOOR` where they agree more closely than that)
+    that is also a drop of at least ``1 - threshold``, and always one below the cold
+    start's share; without peers, the cold start's (:data:`COLD_START`, or the setting
+    where it is stricter still)."""
     if level is None:
         return min(threshold, COLD_START)
-    return min(threshold, math.exp(-OUTLIER_K * level["spread"]))
+    raw = level.get("raw_spread", level["spread"])
+    reach = max(outlier_k(level["peers"]) * raw, OUTLIER_K * SPREAD_FLOOR)
+    return min(threshold, max(math.exp(-reach), COLD_START))
 
 
 def floors(
