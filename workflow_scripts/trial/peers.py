@@ -227,8 +227,7 @@ def bound(level: dict | None, threshold: float) -> float:
     where it is stricter still)."""
     if level is None:
         return min(threshold, COLD_START)
-    raw = level.get("raw_spread", level["spread"])
-    reach = max(outlier_k(level["peers"]) * raw, OUTLIER_K * SPREAD_FLOOR)
+    reach = max(outlier_k(level["peers"]) * level["raw_spread"], OUTLIER_K * SPREAD_FLOOR)
     return min(threshold, max(math.exp(-reach), COLD_START))
 
 
