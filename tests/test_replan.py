@@ -55,6 +55,9 @@ def test_the_reserve_runs_in_the_studys_order_while_it_fits_and_none_after(study
         plan = replan.replan(study, MUST, RESERVE, tmp_path, now=1000.0, until=1000.0 + left)
         r = plan["replanned"]
         assert r["admitted"] == ordered[:k], (k, r)
+        assert r["admitted_s"] == pytest.approx(sum(per[e] for e in ordered[:k]), abs=0.1)
+        nxt = None if k == len(ordered) else pytest.approx(per[ordered[k]], abs=0.1)
+        assert r["first_left_out_s"] == nxt, (k, r)
         assert r["before"] == 3 and r["kept"] == 3 + k
         assert [e["id"] for e in plan["left_out"]] == [e for e in RESERVE if e not in ordered[:k]]
         assert plan["planned"] == 6 and plan["budget"] == "10min"

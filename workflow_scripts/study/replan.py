@@ -103,7 +103,8 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     by how far it was off for the trials with a record, its group's where they say (as
     the progress line scales the time left). The plan's file content: ``budget``,
     ``planned``, ``left_out`` (the study's and the reserve's), and ``replanned`` (what it
-    kept, from what)."""
+    kept, from what, and the estimates it filled the room by: ``admitted_s`` and the
+    first left out's ``first_left_out_s``)."""
     from ..plan import order, preflight, progress, study_estimate
 
     results = Path(results)
@@ -120,12 +121,13 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
     time_left = (until - now) if until else math.inf
     room = FILL * (time_left - _setup_left_s(study, est)) - own_left
     seconds = {e: v["seconds"] for e, v in per.items()}
-    admitted, used, reserved = [], 0.0, set(reserve)
+    admitted, used, reserved, first_out = [], 0.0, set(reserve), None
     group_of = progress.groups_of(study.experiments)
     for e in order.run_order(study.experiments, seconds):
         if e in reserved:
             cost = speed.of(group_of[e]) * minimum_s(per.get(e))
             if used + cost > room:
+                first_out = cost
                 break  # (none after the first that does not fit)
             admitted.append(e)
             used += cost
@@ -142,6 +144,9 @@ def replan(study, must: list[str], reserve: list[str], results: Path | str = "re
             "time_left_s": round(time_left, 1) if math.isfinite(time_left) else None,
             "own_left_s": round(own_left, 1),
             "room_s": round(room, 1) if math.isfinite(room) else None,
+            # what the reserve it admitted takes, and the first it left out
+            "admitted_s": round(used, 1),
+            "first_left_out_s": None if first_out is None else round(first_out, 1),
             "ratio": round(speed.run, 3),
             "group_ratios": {g: round(r, 3) for g, r in sorted(speed.groups.items())},
             "measured_trials": speed.trials,
