@@ -102,6 +102,21 @@ def when(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+def seen_late(output: str, jobs: dict[int, dict]) -> dict[int, float]:
+    """Per SLURM job of a run (``output``: Snakemake's), the seconds from its end
+    (SLURM's completion log, ``jobs``) to Snakemake's line that it finished."""
+    said = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
+    submitted = {int(a): int(b) for a, b in said}
+    late = {}
+    for stamp, job in re.findall(r"\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]\nFinished jobid: (\d+)",
+                                 output):  # fmt: skip
+        slurm_job = submitted.get(int(job))
+        if slurm_job in jobs:
+            seen = datetime.strptime(stamp, "%a %b %d %H:%M:%S %Y")
+            late[slurm_job] = (seen - when(jobs[slurm_job]["EndTime"])).total_seconds()
+    return late
+
+
 def snakemake_cmd(workdir: Path, study_part: dict, *args: str) -> list[str]:
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *args]
     # (noise reruns are the trial policy's, tested on their own: here they would only
@@ -148,6 +163,12 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     jobs = jobcomp(slurm)
     assert submitted and submitted <= set(jobs), (submitted, sorted(jobs))
     assert all(jobs[j]["JobState"] == "COMPLETED" for j in submitted)
+    # each seen ended within the profile's bound on the wait between status checks (the
+    # plugin's own backoff, unbounded, saw jobs of this run 16-20 s after they ended)
+    bound = yaml.safe_load((wd / "profiles/slurm/config.yaml").read_text())
+    late = seen_late(run.stdout, jobs)
+    assert late and set(late) <= submitted, (late, submitted)
+    assert max(late.values()) <= bound["seconds-between-status-checks"] + 5, late
     # preparation (environments, report) ran here, not in a job
     assert "localrule build_env" in run.stdout and "localrule report" in run.stdout
 

@@ -328,3 +328,47 @@ def test_trials_are_blocked_by_node_where_the_study_knows_its_nodes(make_spec, m
     assert sizing.block_node(on, one, 0, 0, attempt=2) == ""
     assert sizing.block_node(on, across, 0, 0) == ""
     assert sizing.block_node(settings(block_by_node=False), one, 0, 0) == ""
+
+
+def test_the_plugins_status_checks_are_at_most_the_bound_apart(monkeypatch):
+    """The SLURM plugin's wait between job-state checks grows by 10 s after every check
+    that finds no job ended, up to 3 minutes; bounded (profiles/slurm/Snakefile), it
+    never exceeds Snakemake's --seconds-between-status-checks, through the plugin's own
+    code path (its reset when no job is active, with the plugin's default of 40 s)."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm import Executor
+
+    # (restored after the test: the class is the plugin's own)
+    monkeypatch.setattr(Executor, "next_seconds_between_status_checks",
+                        Executor.next_seconds_between_status_checks)  # fmt: skip
+    executor = object.__new__(Executor)
+    executor.workflow = SimpleNamespace(
+        executor_settings=SimpleNamespace(init_seconds_before_status_checks=40),
+        remote_execution_settings=SimpleNamespace(seconds_between_status_checks=10),
+    )
+    executor.logger = logging.getLogger("test")
+    executor._next_seconds_between_status_checks = None
+
+    async def check():
+        async for _ in executor.check_active_jobs([]):
+            pass
+
+    asyncio.run(check())
+    assert executor.next_seconds_between_status_checks == 40  # (unbounded: the plugin's)
+    assert slurm.bound_status_checks()
+    asyncio.run(check())
+    assert executor.next_seconds_between_status_checks == 10
+    for _ in range(20):  # the plugin's backoff, as it writes it after a quiet check
+        executor.next_seconds_between_status_checks = min(
+            executor.next_seconds_between_status_checks + 10, 180
+        )
+        assert executor.next_seconds_between_status_checks == 10
+    # another bound said (--seconds-between-status-checks 7); none said: Snakemake's own
+    executor.workflow.remote_execution_settings.seconds_between_status_checks = 7
+    assert executor.next_seconds_between_status_checks == 7
+    executor.workflow.remote_execution_settings = None
+    executor.next_seconds_between_status_checks = 180
+    assert executor.next_seconds_between_status_checks == slurm.STATUS_CHECKS_S == 10
