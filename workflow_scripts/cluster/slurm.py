@@ -283,10 +283,8 @@ def bound_status_checks() -> bool:
         value = self._next_seconds_between_status_checks
         return most(self) if value is None else min(value, most(self))
 
-    def put(self, value):
-        self._next_seconds_between_status_checks = (
-            value if value is None else min(value, most(self))
-        )
+    def put(self, value):  # (the plugin sets numbers; its base class starts at None)
+        self._next_seconds_between_status_checks = min(value, most(self))
 
     Executor.next_seconds_between_status_checks = property(get, put)
     return True
