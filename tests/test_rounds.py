@@ -351,6 +351,7 @@ def test_the_budgets_clock_leaves_out_what_would_end_past_it(tmp_path, monkeypat
 
     monkeypatch.setenv(clock.DEADLINE_VAR, "")  # (restored after the test: start() sets it)
     monkeypatch.delenv(clock.DEADLINE_VAR)
+    monkeypatch.delenv(clock.AFTER_VAR, raising=False)  # (nothing kept after the trials)
     assert clock.deadline() is None and not clock.too_late(1e9)  # no budget: no clock
     until = clock.start(3600, now=1000.0)
     assert until == 4600.0 and clock.deadline() == 4600.0
@@ -369,6 +370,72 @@ def test_the_budgets_clock_leaves_out_what_would_end_past_it(tmp_path, monkeypat
     assert not summary.exists()  # (the report runs again, and so the trials it lacks)
     summary.write_text("experiment\n")
     assert clock.forget(tmp_path, summary) == [] and summary.exists()  # nothing left out
+
+
+def test_the_clock_keeps_time_for_what_runs_after_the_last_trial(tmp_path, monkeypatch):
+    """A trial starts only where it and what the study runs after its last trial (the
+    collectives jobs, the report) end by the deadline, both scaled as the study's trials
+    so far took against their own estimates (a budget=1h default study ran its last trial
+    up to the deadline and its collectives and report 2.6 min past it)."""
+    from workflow_scripts.plan import clock
+
+    monkeypatch.setenv(clock.DEADLINE_VAR, "")
+    monkeypatch.setenv(clock.AFTER_VAR, "")
+    assert clock.after() == 0.0  # none kept: unreadable
+    clock.keep_after(150.0)
+    until = clock.start(3600, now=1000.0)
+    assert clock.after() == 150.0
+    # 60 s of trial and 150 s kept: from 4390 on it would end past 4600
+    assert not clock.too_late(60, now=4390.0) and clock.too_late(60, now=4391.0)
+    assert not clock.too_late(60, now=4539.0, after_s=0)  # (the trial alone)
+    # at x 1.3: (60 + 150) x 1.3 = 273 s
+    assert not clock.too_late(60, now=4327.0, scale=1.3)
+    assert clock.too_late(60, now=4328.0, scale=1.3)
+    said = clock.why(60, until, 150.0, 1.3)
+    assert "about 60 s by the estimate and the 150 s kept for what the study runs" in said
+    assert "x 1.30 as this study's trials took against their estimates" in said
+    assert "x 1." not in clock.why(60, until, 150.0, 1.0)
+    clock.keep_after(-5)
+    assert clock.after() == 0.0
+    # the ratio: the records that ended ok, each's wall without its noise reruns over its
+    # own estimate; a failed one, one without an estimate and a torn one say nothing
+    records = tmp_path / "records"
+    assert clock.ratio(records) == 1.0  # none yet
+    rows = {
+        "a": {"status": "ok", "trial_wall_s": 30.0, "estimate": {"seconds": 20.0}},
+        "b": {"status": "ok", "trial_wall_s": 50.0, "retry_wall_s": 20.0,
+              "estimate": {"seconds": 20.0}},
+        "c": {"status": "failed", "trial_wall_s": 1.0, "estimate": {"seconds": 100.0}},
+        "d": {"status": "ok", "trial_wall_s": 9.0, "estimate": None},
+    }  # fmt: skip
+    for name, record in rows.items():
+        (records / name).mkdir(parents=True)
+        (records / name / "trial0.json").write_text(json.dumps(record))
+    (records / "e").mkdir()
+    (records / "e" / "trial1.json").write_text("{torn")
+    assert clock.ratio(records) == pytest.approx(60.0 / 40.0)
+    (records / "a" / "trial1.json").write_text(json.dumps(
+        {"status": "ok", "trial_wall_s": 1e6, "estimate": {"seconds": 1.0}}))  # fmt: skip
+    assert clock.ratio(records) == clock.RATIO_BOUNDS[1]
+
+
+def test_a_budget_keeps_the_collectives_and_the_report_after_its_trials(tmp_path):
+    """What the plan keeps after the last trial: each collectives job without a result,
+    at the estimate's constant, and a report of every experiment."""
+    from workflow_scripts.plan import estimate
+    from workflow_scripts.study import entry
+
+    class Study:
+        settings = {"collectives": {"variants": ["gloo", "ccl-shm"]}}
+        experiments = [{"id": f"e{i}"} for i in range(10)]
+
+    both = entry.after_last_trial(Study, tmp_path)
+    assert both == pytest.approx(2 * estimate.COLLECTIVES_S + estimate.report_s(10))
+    (tmp_path / "collectives").mkdir()
+    (tmp_path / "collectives" / "gloo.json").write_text("{}")
+    assert entry.after_last_trial(Study, tmp_path) == pytest.approx(both - estimate.COLLECTIVES_S)
+    Study.settings = {"collectives": {"variants": []}}
+    assert entry.after_last_trial(Study, tmp_path) == pytest.approx(estimate.report_s(10))
 
 
 def test_only_a_run_that_runs_jobs_forgets_left_out_trials():

@@ -386,8 +386,13 @@ def test_what_a_budget_leaves_out_is_in_the_report(upstream_calibration, tmp_pat
     items = left_out_by_budget(page)
     assert len(items) == 1 and items[0].startswith("other: "), items
     assert set(items[0].removeprefix("other: ").split(", ")) == LEFT_BY_PLAN, items
-    # (and the clock's: every trial that the question would have run)
+    # (and the clock's: every trial that the question would have run, the report's time
+    # kept after them)
     assert "left out by the budget's clock" in page
+    records = [json.loads(p.read_text()) for p in (wd / "results/records").glob("*/trial*.json")]
+    by_clock = [r["error"]["message"] for r in records if r["status"] == "left_out"]
+    assert by_clock and all("kept for what the study runs after its trials" in m
+                            for m in by_clock), by_clock  # fmt: skip
     again = snakemake(wd, "-n")
     planned = set(re.findall(r"experiment=([\w-]+), trial=\d", again.stdout))
     assert planned >= LEFT_BY_PLAN, sorted(planned)

@@ -59,7 +59,7 @@ from . import forecast as forecast_
 STARTED_VAR = "STUDY_STARTED_AT"
 #: the correction applied to the estimate stays within these bounds (a few odd trials
 #: must not turn "2 h left" into "2 days left")
-RATIO_BOUNDS = (0.2, 5.0)
+RATIO_BOUNDS = clock.RATIO_BOUNDS
 #: a group's trials measure its own ratio, drawn towards the run's as if the run's were
 #: this many more trials of the group (one: a group's first trial and the whole run weigh
 #: the same). The default study's budget run of 2026-12-04 ended on a tail of BERT DDP

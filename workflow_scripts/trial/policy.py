@@ -122,8 +122,11 @@ def _run(job: Trial, noise: Noise) -> dict:
         shared_references=[k for k in kinds if references.known(out, spec, k)],
     )  # fmt: skip
     until = clock.deadline()
-    if until is not None and clock.too_late(expected["seconds"], until=until):
-        record = failure(spec, trial, clock.KIND, clock.why(expected["seconds"], until))
+    # (a budget's clock: the estimates scaled as this study's trials so far took)
+    scale = clock.ratio(out.parent.parent) if until is not None else 1.0
+    if until is not None and clock.too_late(expected["seconds"], until=until, scale=scale):
+        why = clock.why(expected["seconds"], until, clock.after(), scale)
+        record = failure(spec, trial, clock.KIND, why)
         record["estimate"] = expected
         return _not_run(record, env_info, out, log)
     started = time.monotonic()
@@ -163,7 +166,7 @@ def _run(job: Trial, noise: Noise) -> dict:
         record["noise_check"] = check
         if not check or check["passed"] is not False or attempt > noise.max_retries:
             break
-        if clock.too_late(noise.retry_delay_s + expected["seconds"]):  # no rerun past the deadline
+        if clock.too_late(noise.retry_delay_s + expected["seconds"], scale=scale):  # nor a rerun
             with open(log, "a") as logf:
                 print("[launch] no noise rerun: the budget's clock would run out; the "
                       "attempt is kept, flagged", file=logf)  # fmt: skip
