@@ -301,13 +301,14 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
 
 def after_last_trial(study: Study, results: Path | str = "results") -> float:
     """What the study runs after its last trial, as estimated before any job: each
-    collectives job without a result and the study's report (of every experiment, what
-    a plan made again may add included)."""
+    collectives job without a result (at the most one took on the machines measured)
+    and the study's report (of every experiment, what a plan made again may add
+    included)."""
     from ..plan import estimate
 
     variants = (study.settings.get("collectives") or {}).get("variants") or []
     missing = [v for v in variants if not (Path(results) / "collectives" / f"{v}.json").exists()]
-    return estimate.COLLECTIVES_S * len(missing) + estimate.report_s(len(study.experiments))
+    return estimate.COLLECTIVES_MOST_S * len(missing) + estimate.report_s(len(study.experiments))
 
 
 def _over_budget(budget: str, only_question: bool) -> str:
