@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from ..util import read_json
+from ..util import finite, read_json
 
 #: the study's deadline (seconds since the epoch), for every job's process
 DEADLINE_VAR = "STUDY_DEADLINE"
@@ -65,7 +65,7 @@ def after() -> float:
         seconds = float(os.environ[AFTER_VAR])
     except (KeyError, ValueError):
         return 0.0
-    return seconds if seconds == seconds and seconds > 0 else 0.0  # (NaN: none)
+    return seconds if finite(seconds) and seconds > 0 else 0.0
 
 
 def ratio(records: Path | str) -> float:
@@ -77,11 +77,14 @@ def ratio(records: Path | str) -> float:
     for path in Path(records).glob("*/trial*.json"):
         try:
             record = read_json(path, want=None)
-            wall = float(record["trial_wall_s"]) - float(record.get("retry_wall_s") or 0.0)
-            est = float(record["estimate"]["seconds"])
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        except (OSError, ValueError):
             continue
-        if record.get("status") == "ok" and 0 < wall < float("inf") and 0 < est < float("inf"):
+        if not isinstance(record, dict) or record.get("status") != "ok":
+            continue
+        wall, retry = record.get("trial_wall_s"), record.get("retry_wall_s")
+        est = (record.get("estimate") or {}).get("seconds")
+        wall = wall - (retry if finite(retry) and retry > 0 else 0.0) if finite(wall) else 0
+        if wall > 0 and finite(est) and est > 0:
             measured += wall
             estimated += est
     if estimated <= 0:
