@@ -70,7 +70,11 @@ def test_the_time_left_is_scaled_by_what_was_measured(tmp_path):
         "remaining_trials_s"
     ]
     assert text.startswith("[progress] 2 of 6 trials have a record, 2.0 h elapsed")
-    after, *_ = progress.after_trials(s, tmp_path)
+    # the collectives jobs not yet run at the same ratio (the reports at their own)
+    after, jobs, *_ = progress.after_trials(s, tmp_path, scale=2.0)
+    assert after - progress.after_trials(s, tmp_path).seconds == pytest.approx(
+        jobs * estimate.COLLECTIVES_S
+    )
     assert f"about {estimate_text.human(2 * left + after)} left" in text
     assert "for the 4 trials without a record, x 2.00: measured/estimated so far" in text
     # a record without a wall time counts as done, not in the ratio
@@ -142,7 +146,7 @@ def test_a_trial_that_did_not_end_ok_is_not_extrapolated_and_predicts_its_repeat
     done = [("a", 0), ("b", 0)]
     est = study_estimate.total(s.experiments, 2, m, Setup(s.envs), Known(done, failed={"b": 5.0}))
     assert est["experiments"]["b"]["later_seconds"] == 5.0 and est["remaining_repeats_s"] == 5.0
-    after, *_ = progress.after_trials(s, tmp_path)
+    after, *_ = progress.after_trials(s, tmp_path, scale=2.0)
     left = 2 * (est["remaining_trials_s"] - 5.0) + 5.0 + after
     assert f"about {estimate_text.human(left)} left" in text, text
     # the start-of-run estimate reads the same from the records
@@ -284,8 +288,11 @@ def test_every_trial_done(tmp_path):
     assert text.startswith(
         "[progress] 3 of 3 trials have a record, 30 s elapsed in this run; every trial is done"
     )
-    # what runs after the trials is still to come
-    after, jobs, *_ = progress.after_trials(s, tmp_path)
+    # what runs after the trials is still to come (the collectives at the trials' ratio)
+    per = study_estimate.total(s.experiments, 1, machine(calibration()), Setup(s.envs))
+    ratio = 15.0 / sum(p["seconds"] for p in per["experiments"].values())
+    assert progress.speed(s, tmp_path, per["experiments"]).run == pytest.approx(ratio)
+    after, jobs, *_ = progress.after_trials(s, tmp_path, scale=ratio)
     assert text.endswith(f"; then about {estimate_text.human(after)} for the {jobs} collectives "
                          "jobs and the report")  # fmt: skip
 

@@ -416,11 +416,17 @@ ROUND_BENCHMARKS = Path("benchmarks") / "rounds"
 
 
 def after_trials(
-    study, results: Path, logs: Path | str | None = None, ahead: Rounds | None = None
+    study,
+    results: Path,
+    logs: Path | str | None = None,
+    ahead: Rounds | None = None,
+    scale: float = 1.0,
 ) -> After:
     """The jobs that run after the trials, or between them, and are not done yet
     (:class:`After`): each collectives variant without a result (at the median wall time
-    of those done, else what the study's estimate counts for one), the question's stages'
+    of those done, else what the study's estimate counts for one at ``scale``: the
+    trials' measured over estimated, as the machine is slower or faster than the one the
+    estimate was measured on), the question's stages'
     reports and the rounds' not yet written (``ahead``'s adaptive ones at their chance),
     and the study's report; each report at ``estimate.report_s`` of the experiments it
     holds, scaled as this study's reports measured so far were off (:func:`report_scale`,
@@ -436,7 +442,7 @@ def after_trials(
             continue
         if finite(wall) and wall > 0:
             walls.append(float(wall))
-    each = statistics.median(walls) if walls else estimate.COLLECTIVES_S
+    each = statistics.median(walls) if walls else estimate.COLLECTIVES_S * scale
     logs = Path(study.logs if logs is None else logs)
     trials, most = int(study.settings["trials"]), rounds.cap(study.settings)
     n = len(study.experiments)
@@ -648,7 +654,9 @@ def line(
     left = est["remaining_trials_s"]
     # (the failures' repeats are measured times: not scaled)
     repeats = est["remaining_repeats_s"]
-    after, jobs, reports, each_report = after_trials(study, here, logs, ahead)
+    # (collectives jobs not yet run at the trials' ratio: 40-65 s each on a 2-vCPU Xeon
+    # whose trials took 1.3-1.4x their estimates, against the estimate's 30 s)
+    after, jobs, reports, each_report = after_trials(study, here, logs, ahead, run)
     # every round going on to the cap writes the reports that its chance counts in part
     most_reports = (ahead.reports_most - ahead.reports) * each_report if ahead else 0.0
     reruns = rerun_share(times.values(), began)
