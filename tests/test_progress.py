@@ -509,6 +509,36 @@ def test_a_budgets_reserve_not_yet_planned_counts_up_to_the_budgets_end(tmp_path
     assert progress.line(s, tmp_path, started=0.0, now=100.0, machine=m, reserve_s=50.0) == own
 
 
+def test_a_budgets_clock_holds_the_time_left_to_what_it_lets_run(tmp_path, monkeypatch):
+    """Under a budget the time left counts no trial that the clock will leave out: the
+    trials' part at most the time to the deadline less what the clock keeps after them
+    (a budget=1h default study's last lines counted 4 trials the clock then left out:
+    1.3-1.6x the time then left)."""
+    from workflow_scripts.plan import clock
+
+    for var in (clock.DEADLINE_VAR, clock.AFTER_VAR, clock.LEAST_VAR):
+        monkeypatch.setenv(var, "")  # (restored after the test: keep_after sets two)
+        monkeypatch.delenv(var)
+    s, m, predicted = predicted_study()
+    write_record(tmp_path, "a", 0, wall=predicted["a"]["seconds"])
+    free = progress.line(s, tmp_path, started=0.0, now=100.0, machine=m)
+    after = progress.after_trials(s, tmp_path).seconds
+    # far from the deadline: the same line
+    monkeypatch.setenv(clock.DEADLINE_VAR, "1e9")
+    assert progress.line(s, tmp_path, started=0.0, now=100.0, machine=m) == free
+    # 30 s kept after the trials (the least: the estimate's 20 s at the records' scale,
+    # their wall over the estimate each holds, is less), 10 s of trials before them
+    clock.keep_after(20.0, least=30.0)
+    assert clock.kept(clock.ratio(tmp_path / "records")) == 30.0
+    monkeypatch.setenv(clock.DEADLINE_VAR, str(100.0 + 30.0 + 10.0))
+    held = progress.line(s, tmp_path, started=0.0, now=100.0, machine=m)
+    assert f"about {estimate_text.human(10.0 + after)} left (the estimate" in held, held
+    assert "; no more: the budget's clock leaves out the trials that would end too late" in held
+    assert progress.held_by_clock(1e6, after, tmp_path / "records", now=100.0) == 10.0 + after
+    # past the point where any trial starts: what runs after them alone
+    assert progress.held_by_clock(1e6, after, tmp_path / "records", now=500.0) == after
+
+
 def test_the_reports_still_to_write_are_in_the_time_left_as_this_studys_measured(tmp_path):
     """Every report not yet written is in the time left, at ``estimate.report_s`` of the
     experiments it holds: the question's stages' (of the headline's group), round 0's

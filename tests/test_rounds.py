@@ -352,6 +352,7 @@ def test_the_budgets_clock_leaves_out_what_would_end_past_it(tmp_path, monkeypat
     monkeypatch.setenv(clock.DEADLINE_VAR, "")  # (restored after the test: start() sets it)
     monkeypatch.delenv(clock.DEADLINE_VAR)
     monkeypatch.delenv(clock.AFTER_VAR, raising=False)  # (nothing kept after the trials)
+    monkeypatch.delenv(clock.LEAST_VAR, raising=False)
     assert clock.deadline() is None and not clock.too_late(1e9)  # no budget: no clock
     until = clock.start(3600, now=1000.0)
     assert until == 4600.0 and clock.deadline() == 4600.0
@@ -381,22 +382,33 @@ def test_the_clock_keeps_time_for_what_runs_after_the_last_trial(tmp_path, monke
 
     monkeypatch.setenv(clock.DEADLINE_VAR, "")
     monkeypatch.setenv(clock.AFTER_VAR, "")
-    assert clock.after() == 0.0  # none kept: unreadable
+    monkeypatch.setenv(clock.LEAST_VAR, "")
+    assert clock.after() == clock.least() == clock.kept(2.0) == 0.0  # none kept: unreadable
     clock.keep_after(150.0)
     until = clock.start(3600, now=1000.0)
-    assert clock.after() == 150.0
+    assert clock.after() == 150.0 and clock.least() == 0.0
     # 60 s of trial and 150 s kept: from 4390 on it would end past 4600
     assert not clock.too_late(60, now=4390.0) and clock.too_late(60, now=4391.0)
     assert not clock.too_late(60, now=4539.0, after_s=0)  # (the trial alone)
     # at x 1.3: (60 + 150) x 1.3 = 273 s
+    assert clock.kept(1.3) == pytest.approx(195.0)
     assert not clock.too_late(60, now=4327.0, scale=1.3)
     assert clock.too_late(60, now=4328.0, scale=1.3)
-    said = clock.why(60, until, 150.0, 1.3)
-    assert "about 60 s by the estimate and the 150 s kept for what the study runs" in said
-    assert "x 1.30 as this study's trials took against their estimates" in said
+    said = clock.why(60, until, clock.kept(1.3), 1.3)
+    assert (
+        "about 60 s by the estimate, x 1.30 as this study's trials took against their "
+        "estimates, and the 195 s kept for what the study runs after its trials" in said
+    )
     assert "x 1." not in clock.why(60, until, 150.0, 1.0)
-    clock.keep_after(-5)
-    assert clock.after() == 0.0
+    # at least the least kept, whatever the scale: 200 s against 150 x 1.3 = 195, not
+    # 200 x 1.3 (the least is the most the jobs after the trials took: scaled again, a
+    # budget=1h default study kept 7.2 min for 3 min of them and left out 4 trials)
+    clock.keep_after(150.0, least=200.0)
+    assert clock.kept(1.3) == 200.0 and clock.kept(2.0) == 300.0 and clock.kept(0.5) == 200.0
+    assert not clock.too_late(60, now=4322.0, scale=1.3)  # 78 + 200 = 278 s
+    assert clock.too_late(60, now=4323.0, scale=1.3)
+    clock.keep_after(-5, least=-1)
+    assert clock.after() == clock.least() == 0.0
     # the ratio: the records that ended ok, each's wall without its noise reruns over its
     # own estimate; a failed one, one without an estimate and a torn one say nothing
     records = tmp_path / "records"
@@ -421,7 +433,8 @@ def test_the_clock_keeps_time_for_what_runs_after_the_last_trial(tmp_path, monke
 
 def test_a_budget_keeps_the_collectives_and_the_report_after_its_trials(tmp_path):
     """What the plan keeps after the last trial: each collectives job without a result,
-    at the most one took on the machines measured, and a report of every experiment."""
+    at the estimate's and, the least kept, at the most one took on the machines measured,
+    and a report of every experiment."""
     from workflow_scripts.plan import estimate
     from workflow_scripts.study import entry
 
@@ -429,15 +442,18 @@ def test_a_budget_keeps_the_collectives_and_the_report_after_its_trials(tmp_path
         settings = {"collectives": {"variants": ["gloo", "ccl-shm"]}}
         experiments = [{"id": f"e{i}"} for i in range(10)]
 
+    report = estimate.report_s(10)
     both = entry.after_last_trial(Study, tmp_path)
-    assert both == pytest.approx(2 * estimate.COLLECTIVES_MOST_S + estimate.report_s(10))
+    assert both == pytest.approx(
+        (2 * estimate.COLLECTIVES_S + report, 2 * estimate.COLLECTIVES_MOST_S + report)
+    )
     (tmp_path / "collectives").mkdir()
     (tmp_path / "collectives" / "gloo.json").write_text("{}")
     assert entry.after_last_trial(Study, tmp_path) == pytest.approx(
-        both - estimate.COLLECTIVES_MOST_S
+        (estimate.COLLECTIVES_S + report, estimate.COLLECTIVES_MOST_S + report)
     )
     Study.settings = {"collectives": {"variants": []}}
-    assert entry.after_last_trial(Study, tmp_path) == pytest.approx(estimate.report_s(10))
+    assert entry.after_last_trial(Study, tmp_path) == pytest.approx((report, report))
 
 
 def test_only_a_run_that_runs_jobs_forgets_left_out_trials():

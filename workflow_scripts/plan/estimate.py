@@ -138,8 +138,8 @@ PROBE_S = 0.36
 CALIBRATION_S = 25.0
 COLLECTIVES_S = 30.0
 # ... and the most one took on the 2-vCPU machines measured (63 s on an AVX2 EPYC, 40-65 s
-# on a Xeon with AMX, 2026-12-06): what a budget's clock keeps for each not yet run, after
-# the last trial (plan/clock.py), where taking too little runs the study past its end
+# on a Xeon with AMX, 2026-12-06): the least a budget's clock keeps for each not yet run,
+# after the last trial (plan/clock.py), where taking too little runs the study past its end
 COLLECTIVES_MOST_S = 65.0
 REPORT_S = 6.0
 REPORT_PER_EXPERIMENT_S = 0.18

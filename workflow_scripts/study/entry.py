@@ -223,7 +223,7 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     except ValueError as exc:
         raise StudyConfigError(f"config error at budget: {exc}") from None
     clock.start(budget)  # every job's process holds to it, also where the plan is wrong
-    clock.keep_after(after_last_trial(study, results))
+    clock.keep_after(*after_last_trial(study, results))
     low, high = int(settings["trials"]), rounds.cap(settings)
     try:
         machine = study_estimate.study_machine(study, results)
@@ -299,16 +299,21 @@ def plan_budget(study: Study, results: Path | str = "results") -> dict | None:
     return study_estimate.with_rounds(est, low, rounds.cap(settings))
 
 
-def after_last_trial(study: Study, results: Path | str = "results") -> float:
-    """What the study runs after its last trial, as estimated before any job: each
-    collectives job without a result (at the most one took on the machines measured)
-    and the study's report (of every experiment, what a plan made again may add
-    included)."""
+def after_last_trial(study: Study, results: Path | str = "results") -> tuple[float, float]:
+    """What the study runs after its last trial, as estimated before any job, and the
+    least the clock keeps for it (``plan/clock.py``: ``keep_after``'s two): each
+    collectives job without a result (at the estimate's, and at the most one took on
+    the machines measured) and the study's report (of every experiment, what a plan made
+    again may add included)."""
     from ..plan import estimate
 
     variants = (study.settings.get("collectives") or {}).get("variants") or []
     missing = [v for v in variants if not (Path(results) / "collectives" / f"{v}.json").exists()]
-    return estimate.COLLECTIVES_MOST_S * len(missing) + estimate.report_s(len(study.experiments))
+    report = estimate.report_s(len(study.experiments))
+    return (
+        estimate.COLLECTIVES_S * len(missing) + report,
+        estimate.COLLECTIVES_MOST_S * len(missing) + report,
+    )
 
 
 def _over_budget(budget: str, only_question: bool) -> str:

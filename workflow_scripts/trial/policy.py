@@ -125,7 +125,7 @@ def _run(job: Trial, noise: Noise) -> dict:
     # (a budget's clock: the estimates scaled as this study's trials so far took)
     scale = clock.ratio(out.parent.parent) if until is not None else 1.0
     if until is not None and clock.too_late(expected["seconds"], until=until, scale=scale):
-        why = clock.why(expected["seconds"], until, clock.after(), scale)
+        why = clock.why(expected["seconds"], until, clock.kept(scale), scale)
         record = failure(spec, trial, clock.KIND, why)
         record["estimate"] = expected
         return _not_run(record, env_info, out, log)
