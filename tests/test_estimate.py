@@ -396,6 +396,15 @@ def test_a_run_predicted_far_from_its_baseline_runs_one_trial_of_two_timed_steps
     )
     assert known["experiments"]["bf16"]["trials"] == 2
     assert known["planned_trials"] == est["planned_trials"] + 1
+    # one that stopped far but short of the factor squared runs its trials, each
+    # stopping at its first two timed steps; beyond the square, its first is its last,
+    # of one timed step (rank/harness.py)
+    factor = float(next(s for s in st.experiments if s["id"] == "bf16")["far_stop"])
+    for ratio, trials, steps in ((factor * 1.1, 2, 2), (factor**2 * 1.1, 1, 1)):
+        seen = study_estimate.total(
+            st.experiments, 2, avx2, setup=Setup(st.envs), known=Known(far={"bf16": ratio})
+        )["experiments"]["bf16"]
+        assert (seen["trials"], seen["timed_steps"]) == (trials, steps), ratio
     # a far stop within the margin settles nothing: the bf16 rungs run their trials
     wide = study_estimate.total(st.experiments, 2, avx2, setup=Setup(st.envs), margin=0.6)
     assert wide["experiments"]["bf16"]["trials"] == 2 and "bf16" not in wide["far"]

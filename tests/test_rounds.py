@@ -320,11 +320,12 @@ def test_a_seed_sweeps_seeds_are_its_replicates():
 
 
 def test_a_first_trial_far_from_its_baseline_is_its_last(tmp_path):
-    def record(experiment, status="ok", stop="far_from_baseline", step=40.0):
+    def record(experiment, status="ok", stop="far_from_baseline", step=40.0, factor=1.5):
         folder = tmp_path / experiment
         folder.mkdir()
         metrics = {"stop_reason": stop, "step_time_s": {"median": step}}
-        body = {"status": status, "metrics": metrics, "far_from": {"step_time_s": 1.0}}
+        far_from = {"step_time_s": 1.0} | ({"factor": factor} if factor else {})
+        body = {"status": status, "metrics": metrics, "far_from": far_from}
         (folder / "trial0.json").write_text(json.dumps(body))
 
     record("bf16")  # 40x slower than its baseline
@@ -332,10 +333,18 @@ def test_a_first_trial_far_from_its_baseline_is_its_last(tmp_path):
     record("failed", status="error")
     # far faster: it costs less than its baseline, and may be the answer: its trials run
     record("fast", step=0.4)
+    # beyond 1.5x but not its square: a neighbour's load may do that to one process
+    # (twins of identical settings ran 1.56x and 1.85x slower): its second trial runs
+    record("disturbed", step=1.85)
+    record("squared", step=2.3)
+    record("unsaid", factor=None)  # no factor in the record: nothing to square
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / "trial0.json").write_text("{")
-    names = ["bf16", "near", "failed", "fast", "torn", "missing"]
-    assert rounds.stopped_far(tmp_path, names) == {"bf16"}
+    names = ["bf16", "near", "failed", "fast", "disturbed", "squared", "unsaid", "torn", "x"]
+    assert rounds.stopped_far(tmp_path, names) == {"bf16", "squared"}
+    assert rounds.far_first(tmp_path, "disturbed") == (1.85, 1.5)
+    assert rounds.far_first(tmp_path, "fast") == (0.4, 1.5)
+    assert rounds.far_first(tmp_path, "near") is None
 
 
 def test_a_far_stop_within_the_margin_settles_nothing():

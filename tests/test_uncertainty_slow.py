@@ -139,15 +139,17 @@ def test_through_snakemake_a_twin_is_the_same_and_batch_1_slower(
     )
 
 
-#: one thread against two, its far stop (1.15x) beyond the margin (±10 %): a first trial
-#: that stops far from its baseline is its last, while the baseline runs its two. Far
-#: either way: one thread of two ran 1.5-1.8x slower on most of the 2-vCPU machines this
-#: suite runs on, 1.31x under a neighbour's load (undecided at 1.25x: its interval
-#: reached inside), and 1.7x faster on a CI host whose two threads were slower than one.
+#: one thread against two, its far stop (1.12x) beyond the margin (±10 %): a first trial
+#: that stops far slower than its baseline by the factor squared (1.25x) is its last,
+#: while the baseline runs its two; one between the factor and its square runs its
+#: second too. Far either way: one thread of two ran 1.5-1.8x slower on most of the
+#: 2-vCPU machines this suite runs on, 1.31x under a neighbour's load (undecided at
+#: 1.25x: its interval reached inside), and 1.7x faster on a CI host whose two threads
+#: were slower than one.
 #: The group is the study's headline (another group follows): its second trials run
 #: right after its first, but the far one's, before the other group's first trial; a
 #: twin that never stops far gives the headline's early report an interval
-FAR = 1.15
+FAR = 1.12
 FAR_STUDY = """
 runtime: local
 trials: 2
@@ -175,18 +177,26 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(
     why = f"{one['metrics']}\n{proc.stderr[-3000:]}"
     assert one["metrics"]["stop_reason"] == "far_from_baseline", why
     assert one["far_from"]["baseline"] == "two" and 1 <= one["metrics"]["steps_timed"] < 30
-    assert trials_of(wd, "one") == [0] and trials_of(wd, "two") == [0, 1], why
+    # its last where it stopped beyond the factor squared (plan/rounds.py)
+    last = rounds.stopped_far(wd / "results/records", ["one"]) == {"one"}
+    ones = [0] if last else [0, 1]
+    assert trials_of(wd, "one") == ones and trials_of(wd, "two") == [0, 1], why
     assert trials_of(wd, "twin") == trials_of(wd, "other") == [0, 1], why
     table = pd.read_csv(wd / "results/comparisons.csv")
     pair = table[(table["baseline"] == "two") & (table["experiment"] == "one")].iloc[0]
     summary = pd.read_csv(wd / "results/summary.csv")
-    assert len(summary) == 7
+    assert len(summary) == 6 + len(ones)
     # "two" rests on its 2 trials but one the noise check flagged (this shared machine
     # flags one now and then: the study uses the clean ones, all where the flagged are
-    # the more), "one" on its one
-    noisy = summary.loc[summary["experiment"] == "two", "noisy"].astype(bool)
-    used = 2 if noisy.sum() > (~noisy).sum() else int((~noisy).sum())
-    assert (pair["n_baseline"], pair["n_experiment"]) == (used, 1), summary.to_string()
+    # the more), "one" on its one (or its two, as "two")
+
+    def used(experiment: str) -> int:
+        noisy = summary.loc[summary["experiment"] == experiment, "noisy"].astype(bool)
+        return len(noisy) if noisy.sum() > (~noisy).sum() else int((~noisy).sum())
+
+    assert (pair["n_baseline"], pair["n_experiment"]) == (used("two"), used("one")), (
+        summary.to_string()
+    )
     # far by the evidence the stop had (its timed steps against the baseline's first
     # trial: the rule, plan/far.py); the study's comparison, over the baseline's two
     # trials, on the same side (the baseline's second trial may move the ratio, not
@@ -210,9 +220,9 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(
     assert max(launched("two", 1), launched("twin", 1)) < launched("other", 0), why
     assert second_page <= launched("other", 0) + 1, why
     early = pd.read_csv(rounds_dir / "headline/summary.csv")
-    assert sorted(zip(early["experiment"], early["trial"])) == [
-        ("one", 0), ("twin", 0), ("twin", 1), ("two", 0), ("two", 1)
-    ]  # fmt: skip
+    assert sorted(zip(early["experiment"], early["trial"])) == sorted([
+        *(("one", k) for k in ones), ("twin", 0), ("twin", 1), ("two", 0), ("two", 1)
+    ])  # fmt: skip
     table = pd.read_csv(rounds_dir / "headline/comparisons.csv")
     twin = table[(table["baseline"] == "two") & (table["experiment"] == "twin")].iloc[0]
     if min(twin["n_baseline"], twin["n_experiment"]) >= 2:  # (unless the noise check flagged one)
@@ -226,9 +236,10 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(
     # and it holds every trial run by then: the headline's second ones too, so that the
     # newest provisional report keeps the headline's intervals
     round0 = pd.read_csv(rounds_dir / "0/summary.csv")
-    assert sorted(zip(round0["experiment"], round0["trial"])) == [
-        ("one", 0), ("other", 0), ("twin", 0), ("twin", 1), ("two", 0), ("two", 1)
-    ]  # fmt: skip
+    assert sorted(zip(round0["experiment"], round0["trial"])) == sorted([
+        *(("one", k) for k in ones), ("other", 0), ("twin", 0), ("twin", 1), ("two", 0),
+        ("two", 1),
+    ])  # fmt: skip
     assert "of every experiment, the headline's group's first 2" in unescape(
         (rounds_dir / "0/report/index.html").read_text()
     )
@@ -240,7 +251,9 @@ def test_through_snakemake_a_first_trial_far_from_its_baseline_is_its_last(
 
 #: a baseline and six twins of identical settings (the tiny CNN on one thread, few
 #: steps: a trial is mostly its process start): the headline must crown none, and no
-#: twin may come out faster or slower (the looks and the K candidates counted)
+#: twin may come out faster or slower (the looks and the K candidates counted). A
+#: neighbour's load may slow a twin's first trial beyond far_stop (1.5x): it runs its
+#: second trial (a CI run had three twins in a row at 0.64-0.71x, each then its last)
 TWINS = 6
 TWINS_STUDY = """
 runtime: local

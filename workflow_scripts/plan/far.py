@@ -14,7 +14,9 @@ the trial (the set of a trial's inputs stays the same). The rank
 (``rank/harness.py``) stops when the 95 % interval of its mean step time, from at least
 2 timed steps, lies wholly beyond the factor; the record says so (``stop_reason:
 far_from_baseline``, ``far_from``: the baseline, its trial and step time, the factor),
-and the experiment runs no other trial (``plan/rounds.py``).
+and where that is slower by the factor squared the experiment runs no other trial
+(``plan/rounds.py``: between the factor and its square, a disturbed process may be
+the cause, and its second trial is another draw).
 """
 
 from __future__ import annotations

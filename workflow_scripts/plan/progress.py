@@ -610,8 +610,7 @@ def line(
         machine = study_estimate.study_machine(study, results, measure=False)
     records = here / "records"
     first_done = [e for e, k in done if k == 0]
-    stopped = rounds.stopped_far(records, first_done)
-    far_known = {e: e in stopped for e in first_done}
+    far_known = {e: (rounds.far_first(records, e) or (0.0,))[0] for e in first_done}
     est = study_estimate.total(
         experiments,
         trials,

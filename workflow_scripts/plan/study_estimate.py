@@ -38,14 +38,16 @@ class Setup:
 @dataclasses.dataclass(frozen=True)
 class Known:
     """What the study's records tell so far: ``done``, the (experiment, trial) pairs that
-    have a record; ``far``, whether each experiment whose first trial ran stopped it far;
+    have a record; ``far``, for each experiment whose first trial ran, its step time
+    over its baseline's where it stopped far (plan/rounds.py: :func:`far_first`), 0 or
+    False where it did not;
     ``failed``, the wall time of each experiment's last trial where it did not end ok
     (failed, out of memory, timed out, incorrect): its trials yet to run are predicted at
     that time, the same end again (an instruction set this CPU lacks, a model its
     compiler cannot take), not at a whole trial's."""
 
     done: Iterable[tuple[str, int]] = ()
-    far: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    far: Mapping[str, float] = dataclasses.field(default_factory=dict)
     failed: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
@@ -73,9 +75,10 @@ def total(
     ``remaining_repeats_s`` is what the ``known`` failures predict: measured, not
     estimated.
     Each experiment runs ``trials``, but a seed sweep's seeds share them
-    (``rounds.first_trials``) and a run predicted far slower than its baseline runs one
-    trial that stops at its first timed steps (:func:`predicted_far`); the others may go on
-    in the adaptive rounds (``later_round_s``: one more round of them)."""
+    (``rounds.first_trials``) and a run predicted slower than its baseline by its
+    ``far_stop`` squared runs one trial that stops at its first timed steps
+    (:func:`predicted_far`); the others may go on in the adaptive rounds
+    (``later_round_s``: one more round of them)."""
     envs, done = list(setup.envs), set(known.done)
     groups: dict[str, dict] = {}
     per_experiment = {}
@@ -83,9 +86,9 @@ def total(
     planned = adaptive = 0
     firsts = rounds.first_trials(experiments, trials)
     predicted = predicted_far(experiments, machine)
-    # (a first trial that stopped far, slower: as predicted, or far beyond the factor)
-    far_ones = {e: r for e, r in predicted.items() if known.far.get(e, True)}
-    far_ones.update({e: math.inf for e, stopped in known.far.items() if stopped})
+    # (a first trial that ran: how far it stopped, if it did, not the prediction)
+    far_ones = {e: r for e, r in predicted.items() if e not in known.far}
+    far_ones.update({e: r for e, r in known.far.items() if r})
     bf16 = {"seconds": 0.0, "experiments": 0, "ratios": []}
     made: set[str] = set()  # the gradient check's references made so far (their keys)
     for spec in experiments:
@@ -98,7 +101,9 @@ def total(
         again = known.failed.get(spec["id"])
         if finite(again) and again >= 0:
             later = float(again)
-        last = bool(ratio and ratio > 1) and rounds.one_trial_when_far(spec, margin)
+        last = bool(ratio and ratio > one_trial_beyond(spec)) and rounds.one_trial_when_far(
+            spec, margin
+        )
         n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
         if spec.get("precision") == "bf16":
@@ -158,12 +163,18 @@ def total(
     }
 
 
+def one_trial_beyond(spec: Mapping) -> float:
+    """The step time over its baseline's beyond which a first trial that stopped far is
+    the experiment's last: its ``far_stop`` squared (plan/rounds.py)."""
+    return float(spec.get("far_stop") or math.inf) ** 2
+
+
 def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, float]:
     """The experiments whose predicted step time is beyond their ``far_stop`` of their
     baseline's (plan/far.py: the same work per step), with that ratio (their step
     time over the baseline's): their trials stop at their first timed steps, and where
-    slower (``far_stop`` beyond the margin) their first trial is their last
-    (plan/rounds.py)."""
+    slower by the factor squared (``far_stop`` beyond the margin) their first trial is
+    their last (plan/rounds.py)."""
     by_id = {s["id"]: s for s in experiments}
     step: dict[str, float] = {}  # each experiment's predicted step, once
 

@@ -328,7 +328,7 @@ SETTINGS: dict[str, Setting] = {
             1,
             "runs of each experiment (a seed sweep's seeds share them: 3 seeds of one "
             "trial each are 3 trials of one configuration; and one trial where the first "
-            "stopped far from its baseline, far_stop)",
+            "stopped far slower than its baseline, by far_stop squared)",
             structured=True,
         ),
         Setting(
