@@ -8,14 +8,14 @@ record with status ``crashed`` whose error says the record is unreadable.
 
 Noise: each trial's record carries the probe it ran just before its steps (dense
 matmul GFLOP/s in fp32 and bf16). :func:`summary_frame` marks a trial ``noisy``
-when either rate is below ``noise_threshold`` times the median rate of the ok
-trials measured the same way (same environment, probe size, thread count and node type, so
-that a 1-thread trial is not compared with 2-thread ones, nor torch 2.8 with 2.14):
-signal "peer probes". Also noisy: a trial whose steps were more dispersed than its
-experiment's other trials show ("step times", :func:`mark_noisy`), and one whose last
-attempt the trial policy still found disturbed (its ``noise_check.caught_by``: "probe
-before steps", "probe after steps", "other work during steps"). ``noise_signal`` says
-which signals fired.
+when its fp32 rate is an outlier among the ok trials measured the same way (same
+environment, probe size, thread count, ranks and node type, so that a 1-thread trial is
+not compared with 2-thread ones, nor torch 2.8 with 2.14), by the trial policy's own
+rule (:func:`probe_outliers`): signal "peer probes". Also noisy: a trial whose steps
+were more dispersed than its experiment's other trials show ("step times",
+:func:`mark_noisy`), and one whose last attempt the trial policy still found disturbed
+(its ``noise_check.caught_by``: "probe before steps", "probe after steps", "other work
+during steps"). ``noise_signal`` says which signals fired.
 
 Truncation: ``steps_timed`` is how many timed steps ran; ``time_budget_hit`` says the
 spec's ``time_budget_s`` stopped them before ``steps``.
@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from .. import util
+from .. import outliers, util
 from ..spec.fields import COLUMN_FIELDS, DERIVED_KEYS, FIELDS
 from ..spec.settings import NOISE_THRESHOLD as DEFAULT_NOISE_THRESHOLD
 from ..sysinfo import node_type
@@ -447,9 +447,10 @@ def _share_of_ceiling(metrics: Mapping, sps: float) -> dict:
 
 
 def noise_group_keys(frame: pd.DataFrame) -> pd.Series:
-    """The comparison group of each trial's probe: environment, probe size, threads and
-    node type (probes on different CPU models are never compared)."""
-    cols = ("env", "probe_size", "probe_threads", "node_type")
+    """The comparison group of each trial's probe: environment, probe size, threads,
+    ranks (those of one trial probe at once) and node type (probes on different CPU
+    models are never compared), as the trial policy's peers (``trial/peers.py``)."""
+    cols = ("env", "probe_size", "probe_threads", "ranks", "node_type")
     parts = [frame[c].astype("string").fillna("?") for c in cols if c in frame]
     return parts[0].str.cat(parts[1:], sep="/")
 
@@ -483,25 +484,48 @@ def step_times_disturbed(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
+def probe_outliers(frame: pd.DataFrame, keys: pd.Series, threshold: float) -> pd.Series:
+    """Ok trials whose fp32 probe is disturbed by the trial policy's own rule
+    (``trial/peers.py``), its peers here every other ok trial measured the same way
+    (``keys``): below their median by more than their ordinary spread allows and by at
+    least ``1 - threshold``; with fewer than 4 of them, below half their median. The
+    bf16 probe is not judged: on a 2-vCPU Xeon with AMX one study's bf16 probes read
+    374-439 or 772-1,186 GFLOP/s, while the fp32 probes of the same trials were
+    ordinary (its low reads were not another process's load)."""
+    rate = pd.to_numeric(frame["probe_fp32_gflops"], errors="coerce").astype("float64")
+    usable = (frame["status"] == OK) & rate.notna() & (rate > 0)
+    out = pd.Series(False, index=frame.index)
+    for _, idx in rate[usable].groupby(keys[usable]).groups.items():
+        for i in idx:
+            others = [float(v) for j, v in rate[idx].items() if j != i]
+            level = outliers.ordinary(others)
+            if level is not None:
+                limit = level["level"] * outliers.bound(level, threshold)
+            elif others:
+                limit = float(pd.Series(others).median()) * outliers.bound(None, threshold)
+            else:
+                continue
+            out[i] = rate[i] < limit
+    return out
+
+
 def mark_noisy(frame: pd.DataFrame, threshold: float = DEFAULT_NOISE_THRESHOLD) -> pd.DataFrame:
     """Fill ``noisy``, ``noise_signal`` and the probe medians (see the module docstring).
 
     Only ok trials with a probe count towards the medians; a trial is noisy when its
-    fp32 or its bf16 rate is below ``threshold`` x its group's median, when its step
+    fp32 rate is an outlier among its group's (:func:`probe_outliers`), when its step
     times are disturbed (:func:`step_times_disturbed`), or when the trial policy's own
     signals still failed on its last attempt (already in ``noise_signal``).
     """
     frame = frame.copy()
     keys = noise_group_keys(frame)
     ok = (frame["status"] == OK).to_numpy()
-    peers = pd.Series(False, index=frame.index)
     for dtype in ("fp32", "bf16"):
         rate = pd.to_numeric(frame[f"probe_{dtype}_gflops"], errors="coerce").astype("float64")
         usable = pd.Series(ok, index=frame.index) & rate.notna() & (rate > 0)
         medians = rate[usable].groupby(keys[usable]).median()
-        median = keys.map(medians).astype("float64").where(usable)
-        frame[f"probe_{dtype}_median_gflops"] = median
-        peers |= usable & (rate < threshold * median)
+        frame[f"probe_{dtype}_median_gflops"] = keys.map(medians).astype("float64").where(usable)
+    peers = probe_outliers(frame, keys, threshold)
     steps = step_times_disturbed(frame)
     signals = []
     for i in frame.index:
