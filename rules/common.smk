@@ -77,8 +77,8 @@ PLANNED = [e for e in STUDY.ids if e not in RESERVE_RANK]
 STAGES = order.stages(STUDY.experiments, MIN_TRIALS)
 # Below the minimum: a seed sweep's seeds are its replicates (FIRST_TRIALS), and an
 # experiment whose first trial stopped far slower than its baseline, by its far_stop
-# squared, runs no other (FAR_STOPS: those that may, their far_stop beyond the margin; the first round's
-# report, a checkpoint, comes after every trial 0). A budget's reserve aside: the plan's
+# squared, runs no other (FAR_STOPS: those that may, their far_stop beyond the margin;
+# the first round's report, a checkpoint, comes after every trial 0). A budget's reserve aside: the plan's
 # own seeds are counted among themselves (workflow_scripts/study/replan.py).
 FIRST_TRIALS = replan.first_trials(STUDY, RESERVE, MIN_TRIALS)
 FAR_STOPS = {

@@ -79,3 +79,14 @@ def bound(level: dict | None, threshold: float) -> float:
         return min(threshold, COLD_START)
     reach = max(outlier_k(level["peers"]) * level["raw_spread"], OUTLIER_K * SPREAD_FLOOR)
     return min(threshold, max(math.exp(-reach), COLD_START))
+
+
+def floor(peers: list[float], threshold: float) -> float | None:
+    """The rate below which a probe was disturbed, judged against ``peers`` (other
+    probes of its kind): their level x :func:`bound`, where they are fewer than
+    :data:`MIN_PEERS` their median x the cold start's share; None without any."""
+    level = ordinary(peers)
+    if level is not None:
+        return level["level"] * bound(level, threshold)
+    rates = [r for r in peers if finite(r) and r > 0]
+    return statistics.median(rates) * bound(None, threshold) if rates else None

@@ -169,6 +169,13 @@ def far_first(records: Path | str, experiment: str) -> tuple[float, float] | Non
     return float(step) / float(base), float(factor) if finite(factor) else math.nan
 
 
+def settles_alone(ratio: float, factor) -> bool:
+    """Whether a first trial that stopped far from its baseline at ``ratio`` times its
+    step time (``far_stop`` = ``factor``) is the experiment's last: slower by the
+    factor squared (:func:`stopped_far`)."""
+    return finite(ratio) and finite(factor) and ratio > float(factor) ** 2
+
+
 def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     """The experiments whose first trial stopped timing far slower than its baseline
     by its ``far_stop`` squared (:func:`far_first`; 2.25x at the default 1.5x): that
@@ -183,7 +190,7 @@ def stopped_far(records: Path | str, experiments: Iterable[str]) -> set[str]:
     out = set()
     for experiment in experiments:
         far = far_first(records, experiment)
-        if far is not None and far[0] > far[1] ** 2:
+        if far is not None and settles_alone(*far):
             out.add(experiment)
     return out
 

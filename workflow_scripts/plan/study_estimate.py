@@ -6,7 +6,6 @@ times)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -101,9 +100,8 @@ def total(
         again = known.failed.get(spec["id"])
         if finite(again) and again >= 0:
             later = float(again)
-        last = bool(ratio and ratio > one_trial_beyond(spec)) and rounds.one_trial_when_far(
-            spec, margin
-        )
+        last = bool(ratio) and rounds.settles_alone(ratio, spec.get("far_stop"))
+        last = last and rounds.one_trial_when_far(spec, margin)
         n = 1 if last else firsts[str(spec["id"])]
         per_experiment[spec["id"]] = {**first, "later_seconds": later, "trials": n}
         if spec.get("precision") == "bf16":
@@ -161,12 +159,6 @@ def total(
             "native": machine.native,
         },
     }
-
-
-def one_trial_beyond(spec: Mapping) -> float:
-    """The step time over its baseline's beyond which a first trial that stopped far is
-    the experiment's last: its ``far_stop`` squared (plan/rounds.py)."""
-    return float(spec.get("far_stop") or math.inf) ** 2
 
 
 def predicted_far(experiments: list[Mapping], machine: Machine) -> dict[str, float]:

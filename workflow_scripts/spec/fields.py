@@ -722,9 +722,8 @@ FIELDS: dict[str, Field] = {
             "step, either way "
             "(the 95 % interval of the mean of 2 steps or more wholly beyond; or one step "
             "slower by the factor squared): so far from its baseline, more steps change no "
-            "verdict, and where its first trial stops slower by the factor squared, it runs no "
-            "other; null: "
-            "never",
+            "verdict, and where its first trial stops slower by the factor squared, it runs "
+            "no other; null: never",
             tag=lambda v: f"far{v:g}" if v else "nofar",
         ),
         Field(

@@ -496,16 +496,10 @@ def probe_outliers(frame: pd.DataFrame, keys: pd.Series, threshold: float) -> pd
     usable = (frame["status"] == OK) & rate.notna() & (rate > 0)
     out = pd.Series(False, index=frame.index)
     for _, idx in rate[usable].groupby(keys[usable]).groups.items():
+        group = rate[idx]
         for i in idx:
-            others = [float(v) for j, v in rate[idx].items() if j != i]
-            level = outliers.ordinary(others)
-            if level is not None:
-                limit = level["level"] * outliers.bound(level, threshold)
-            elif others:
-                limit = float(pd.Series(others).median()) * outliers.bound(None, threshold)
-            else:
-                continue
-            out[i] = rate[i] < limit
+            limit = outliers.floor(group.drop(i).tolist(), threshold)
+            out[i] = limit is not None and rate[i] < limit
     return out
 
 
