@@ -45,11 +45,12 @@ if _missing:
 CONTAINERS = SETTINGS["containers"]
 WHEELHOUSE = CONTAINERS["wheelhouse"]
 # In containers the study builds every image (oneccl too, for the distributed runs),
-# parents first; the locks their builds install.
+# parents first; the locks their builds install, and their installer's.
 IMAGES = list(images.IMAGES) if IN_CONTAINERS else []
 # Where the images are saved for a cluster's nodes (containers.archive; None: nowhere).
 ARCHIVES = CONTAINERS["archive"] if IN_CONTAINERS else None
 LOCKS = sorted({lock for i in IMAGES for lock in images.locks_of(i)})
+LOCKS += [images.INSTALLER_LOCK] if LOCKS else []
 
 
 PROBE_SIZES = sorted({s["probe_size"] for s in STUDY.experiments if s["probe_size"] > 0})
@@ -433,6 +434,8 @@ def image_inputs(wildcards):
         inputs["parent"] = image_json(parent)
     if lock:
         inputs["lock"] = f"{WHEELHOUSE}/locks/{lock}.txt"
+        # (and the installer's own, which install-env takes from the wheelhouse too)
+        inputs["installer"] = f"{WHEELHOUSE}/locks/{images.INSTALLER_LOCK}.txt"
     return inputs
 
 

@@ -15,6 +15,22 @@ from tests.runs import REPO
 from workflow_scripts import images, study
 
 
+def test_the_builds_install_with_the_uv_the_workflow_pins():
+    """install-env installs each environment with uv from the wheelhouse (envs/uv.txt, a
+    lock of its own, filled like the environments'): the version and hashes the
+    workflow's own environment pins, so bumping one without the other is caught here."""
+    from workflow_scripts.util import lock_pins
+
+    installer = lock_pins(REPO / "envs" / f"{images.INSTALLER_LOCK}.txt")
+    workflow = {name: (version, hashes) for name, version, hashes in
+                lock_pins(REPO / "envs/workflow.txt")}  # fmt: skip
+    assert installer and len(installer) == 1, installer
+    name, version, hashes = installer[0]
+    assert name == "uv" and workflow["uv"] == (version, hashes), (installer, workflow["uv"])
+    script = (REPO / "containers/common/install-env").read_text()
+    assert f"/wheelhouse/locks/{images.INSTALLER_LOCK}.txt" in script
+
+
 def test_lineage_and_locks():
     assert images.lineage("oneccl") == ["os", "common", "eager", "inductor", "oneccl"]
     assert images.lineage("xla") == ["os", "common", "xla"]

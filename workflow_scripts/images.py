@@ -68,6 +68,11 @@ IMAGES: dict[str, tuple[str | None, str | None]] = {
 }
 
 
+#: the lock of the installer the builds install each environment with (envs/uv.txt:
+#: containers/common/install-env takes it from the wheelhouse like the environment's)
+INSTALLER_LOCK = "uv"
+
+
 class ImageError(RuntimeError):
     pass
 
