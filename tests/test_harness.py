@@ -153,10 +153,20 @@ def test_calibration_measures_the_ceiling_per_dtype_and_threads(calibration):
             best = max(matmul, conv["gflops"] or 0.0)
             assert c[f"{dtype}_gflops"] == best
             assert c[f"{dtype}_kernel"] == ("matmul" if best == matmul else "conv3x3")
-    # the best of the sizes is no less than the 1024 noise probe's median at those threads
-    by_threads = {e["threads"]: e for e in calibration["entries"]}
+    # a ceiling is the best matmul seen at its threads: the 1024 noise probes' too
     for c in ceilings:
-        assert c["fp32_gflops"] >= 0.8 * by_threads[c["threads"]]["fp32_gflops"]
+        probes = [
+            r for e in calibration["entries"] for r in e["runs"] if e["threads"] == c["threads"]
+        ]
+        assert probes and all(r["size"] == 1024 for r in probes)
+        for dtype in ("fp32", "bf16"):
+            seen = [r[f"{dtype}_gflops"] for r in probes if r.get(f"{dtype}_gflops")]
+            if c["emulated"][dtype] or not seen:
+                continue
+            assert c["sizes"][dtype]["1024"] >= max(seen)
+            assert c[f"{dtype}_matmul_gflops"] >= max(seen) and c[f"{dtype}_gflops"] >= max(seen)
+            lifted = c.get("from_probes", {}).get(dtype)
+            assert lifted is None or (lifted == [1024] and c["sizes"][dtype]["1024"] in seen)
 
 
 def test_probe_and_share_of_ceiling_of_resnet18(upstream_env, make_spec, tmp_path, calibration):

@@ -726,6 +726,36 @@ def test_above_the_ceiling_is_a_measurement_error_and_no_ceiling_no_percentage()
     assert trial.with_ceiling(failed, ref) == {"status": "failed", "metrics": {}}
 
 
+def test_a_ceiling_is_no_lower_than_a_noise_probe_at_its_threads_and_sizes():
+    """The calibration's noise probes are matmuls too: one faster than the ceiling's own
+    search at the same threads and size (the machine was quieter then) raises it."""
+    top = {"threads": 2, "sizes": {"fp32": {256: 100.0, 512: 120.0, 1024: 110.0},
+                                   "bf16": {512: 1.1}},
+           "emulated": {"fp32": False, "bf16": True},
+           "conv": {"fp32": {"gflops": 130.0}},
+           "fp32_matmul_gflops": 120.0, "fp32_size": 512, "fp32_gflops": 130.0,
+           "fp32_kernel": "conv3x3", "bf16_matmul_gflops": 1.1, "bf16_size": 512,
+           "bf16_gflops": 1.1, "bf16_kernel": "matmul"}  # fmt: skip
+    runs = [{"threads": 2, "size": 1024, "fp32_gflops": 150.0, "bf16_gflops": 3.0},
+            {"threads": 2, "size": 1024, "fp32_gflops": 105.0, "bf16_gflops": None},
+            {"threads": 1, "size": 1024, "fp32_gflops": 400.0},  # other threads
+            {"threads": 2, "size": 2048, "fp32_gflops": 500.0}]  # a size not searched  # fmt: skip
+    out = probe.with_probes(top, runs, (256, 512, 1024))
+    assert out["sizes"]["fp32"] == {256: 100.0, 512: 120.0, 1024: 150.0}
+    assert (out["fp32_matmul_gflops"], out["fp32_size"]) == (150.0, 1024)
+    assert (out["fp32_gflops"], out["fp32_kernel"]) == (150.0, "matmul")
+    assert out["from_probes"] == {"fp32": [1024]}
+    # an emulated dtype keeps the one size it was measured at
+    assert out["sizes"]["bf16"] == {512: 1.1} and out["bf16_gflops"] == 1.1
+    # the convolution stays the ceiling where it is faster still; the input is not changed
+    faster_conv = {**top, "conv": {"fp32": {"gflops": 160.0}}}
+    out = probe.with_probes(faster_conv, runs, (256, 512, 1024))
+    assert (out["fp32_gflops"], out["fp32_kernel"]) == (160.0, "conv3x3")
+    assert top["sizes"]["fp32"][1024] == 110.0
+    # probes no faster than the search: the ceiling as it was
+    assert probe.with_probes(top, runs[1:], (256, 512, 1024)) == top
+
+
 def test_noise_signals_other_work_and_the_probe_after_the_steps():
     rec = ok_record(50.0, probe_fp32=100.0)
     rec["probe_after"] = {"fp32_gflops": 60.0, "size": 1024, "threads": 2}

@@ -162,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         for dtype, notes in (c.get("skipped") or {}).items():
             for size, note in notes.items():
                 print(f"[calibrate]   {dtype} {size}: {note}", flush=True)
+        for dtype, sizes in (c.get("from_probes") or {}).items():
+            for size in sizes:
+                rate = (c.get("sizes") or {}).get(dtype, {}).get(size) or math.nan
+                print(f"[calibrate]   {dtype} {size}: {rate:.1f} GFLOP/s, a reference probe's "
+                      "(faster than the search there)", flush=True)  # fmt: skip
     print(
         f"[calibrate] {result.get('process_wall_s') or math.nan:.1f} s in all, of which "
         f"{result.get('startup_s') or math.nan:.1f} s starting the process",
@@ -185,6 +190,7 @@ _MAPPINGS = {
     "emulated",
     "pilot",
     "notes",
+    "from_probes",
 }
 _MAPPINGS_AT = ("", "entries[]", "ceiling[]")
 _NUMBERS = {"size", "threads", "repeats", "default_threads"}

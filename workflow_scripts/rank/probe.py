@@ -375,6 +375,38 @@ def ceiling(
     return out
 
 
+def with_probes(top: dict, runs: list[dict], sizes: tuple[int, ...]) -> dict:
+    """The ceiling ``top`` with the matmuls of the noise probes ``runs`` taken in: a
+    probe at the ceiling's thread count and one of its ``sizes`` is ``torch.matmul``
+    too, and where one ran faster than the ceiling's search at that size (the machine
+    was quieter then), that rate is the best seen. Each such size's rate is the faster
+    of the two (``from_probes`` lists them), and the dtype's matmul rate, size and
+    kernel follow; the search's stops stay as they were, and an ``emulated`` dtype
+    keeps the one size it was measured at."""
+    out = {**top, "sizes": {d: dict(r) for d, r in top.get("sizes", {}).items()}}
+    lifted: dict = {}
+    for r in runs:
+        if r.get("threads") != top.get("threads") or r.get("size") not in sizes:
+            continue
+        for d in DTYPES:
+            rate, rates = r.get(f"{d}_gflops"), out["sizes"].setdefault(d, {})
+            emulated = (top.get("emulated") or {}).get(d)
+            if not emulated and finite(rate) and rate > (rates.get(r["size"]) or 0.0):
+                rates[r["size"]] = rate
+                lifted.setdefault(d, set()).add(r["size"])
+    for d, at in lifted.items():
+        rates = out["sizes"][d]
+        best_size = max(rates, key=rates.get)
+        out[f"{d}_matmul_gflops"], out[f"{d}_size"] = rates[best_size], best_size
+        conv = (out.get("conv") or {}).get(d) or {}
+        if finite(conv.get("gflops")) and conv["gflops"] > rates[best_size]:
+            out[f"{d}_gflops"], out[f"{d}_kernel"] = conv["gflops"], "conv3x3"
+        else:
+            out[f"{d}_gflops"], out[f"{d}_kernel"] = rates[best_size], "matmul"
+        out.setdefault("from_probes", {})[d] = sorted(at)
+    return out
+
+
 # The convolution the ceiling also measures: a 3x3 convolution of 256 channels on 28 x 28
 # maps, batch 8, channels_last (7.4 GFLOP a call), oneDNN's kernel, as a CNN's training
 # runs it. On AMD CPUs torch's fp32 matmul goes through MKL, which does not use AVX-512
@@ -653,12 +685,12 @@ def calibrate(
     entries, ceilings = [], []
     for count in counts:
         torch.set_num_threads(count)
-        for size in sizes:
-            entries.append(summarize([run(size, min_seconds) for _ in range(repeats)]))
+        probes = [summarize([run(size, min_seconds) for _ in range(repeats)]) for size in sizes]
+        entries += probes
         if ceiling_sizes:
-            ceilings.append(
-                ceiling(tuple(ceiling_sizes), min_seconds=min_seconds, budget_s=ceiling_budget_s)
-            )
+            top = ceiling(tuple(ceiling_sizes), min_seconds=min_seconds, budget_s=ceiling_budget_s)
+            runs = [r for e in probes for r in e["runs"]]
+            ceilings.append(with_probes(top, runs, tuple(ceiling_sizes)))
     torch.set_num_threads(default)
     proxy = train_proxy() if ceiling_sizes else None
     text = text_proxy() if ceiling_sizes else None
