@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[calibrate]   {dtype} {size}: {note}", flush=True)
         for dtype, sizes in (c.get("from_probes") or {}).items():
             for size in sizes:
-                rate = (c.get("sizes") or {}).get(dtype, {}).get(size) or math.nan
+                rates = (c.get("sizes") or {}).get(dtype) or {}
+                rate = rates.get(str(size), rates.get(size)) or math.nan
                 print(f"[calibrate]   {dtype} {size}: {rate:.1f} GFLOP/s, a reference probe's "
                       "(faster than the search there)", flush=True)  # fmt: skip
     print(
