@@ -236,16 +236,22 @@ def test_a_lock_whose_wheels_are_in_the_wheelhouse_asks_pip_nothing(tmp_path, mo
 def test_one_image_build_at_a_time(tmp_path):
     """Two backend images built side by side ran out of disk on CI (each writes its layer
     whole twice more as the engine commits it): a build waits for the one holding
-    this host's build lock (another process here), says so in its log, then runs."""
+    this host's build lock (another process here), says so in its log, then runs; it
+    knows how long it waited (an image's record keeps it apart from ``build_s``)."""
     log = tmp_path / "image.log"
     code = (
         "import sys; from pathlib import Path; from workflow_scripts import images\n"
-        "with images.building(Path(sys.argv[1])):\n    print('built')"
+        "with images.building(Path(sys.argv[1])) as waited:\n    print('built', waited)"
     )
     build = _waits_while_held(
         images.build_lock(), [code, log], log, "waiting for another image build"
     )
-    assert build.communicate(timeout=60)[0].strip() == "built" and build.returncode == 0
+    said, waited = build.communicate(timeout=60)[0].split()
+    assert said == "built" and build.returncode == 0 and float(waited) >= 0.5
+    # with nobody holding it: no wait
+    free = subprocess.run([sys.executable, "-c", code, str(log)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert free.stdout.split()[0] == "built" and float(free.stdout.split()[1]) < 0.5
 
 
 def test_a_build_that_fills_the_disk_says_so(tmp_path):

@@ -211,15 +211,16 @@ FILL_LOCK = ".fill.lock"
 def _one_at_a_time(lock_file: Path, log: Path, waiting: str):
     """Hold ``lock_file`` (an exclusive ``flock``) for the block; a second holder waits,
     and says ``waiting`` in its log first. The lock ends with the file's closing, also
-    when the process is killed."""
+    when the process is killed. Gives the seconds it waited."""
     with open(lock_file, "a") as held:
+        t0 = time.perf_counter()
         try:
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             with open(log, "a") as logf:
                 print(waiting, file=logf, flush=True)
             fcntl.flock(held, fcntl.LOCK_EX)
-        yield
+        yield time.perf_counter() - t0
 
 
 @contextlib.contextmanager
@@ -249,8 +250,10 @@ def building(log: Path):
     twice the disk at their peak (CI, 2026-12-04, about 48 GB free: "no space left on
     device" in the ipex image's commit, another image building beside it). A second
     build waits, and says so in its log."""
-    with _one_at_a_time(build_lock(), log, "waiting for another image build on this host to end"):
-        yield
+    with _one_at_a_time(
+        build_lock(), log, "waiting for another image build on this host to end"
+    ) as waited:
+        yield waited
 
 
 #: what an engine or installer prints when the disk fills (ENOSPC's text)
@@ -416,7 +419,7 @@ def build(
     log.write_text("")
     name = f"{prefix}-{image}:latest"
     parent = read_json(source.parent_json, want=None) if source.parent_json else None
-    t0 = time.perf_counter()
+    t0, waited = time.perf_counter(), 0.0
     try:
         if image == "os":
             # Content-addressed: the tag is the base settings' hash, and an image with
@@ -427,7 +430,7 @@ def build(
                 with open(log, "a") as logf:
                     print(f"reusing {name} (remove it to build the base again)", file=logf)
             else:
-                with building(log):
+                with building(log) as waited:
                     build_os(engine, base or {}, name, log, env)
         else:
             context = CONTAINERS / image
@@ -435,7 +438,7 @@ def build(
             cmd += ["--build-arg", f"PARENT={parent['image_id']}"]
             if IMAGES[image][1]:
                 cmd += ["--build-context", f"wheelhouse={Path(wheelhouse).resolve()}"]
-            with building(log):
+            with building(log) as waited:
                 _run_logged([*cmd, str(context)], log, env, f"{engine} build of image {image}")
         info = inspect(engine, name, env)
     except ImageError as exc:
@@ -453,7 +456,9 @@ def build(
         "python": f"{VENV}/bin/python" if lock else None,
         "prefix": VENV if lock else None,
         "requirements_sha256": (sha256_file(REPO_ROOT / "envs" / f"{lock}.txt") if lock else None),
-        "build_s": round(time.perf_counter() - t0, 1),
+        # the build's own time: not the wait for another build on this host to end
+        "build_s": round(time.perf_counter() - t0 - waited, 1),
+        "waited_s": round(waited, 1),
         "built_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -493,6 +498,7 @@ def build_line(rec: dict) -> str:
     return (
         f"[image] {rec['image']}: {rec['image_id'][:19]} "
         f"{(rec['size_bytes'] or 0) / 1e9:.2f} GB in {rec['build_s']} s"
+        + (f", after {rec['waited_s']} s waiting for another build" if rec.get("waited_s") else "")
     )
 
 
