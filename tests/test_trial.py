@@ -728,7 +728,8 @@ def test_above_the_ceiling_is_a_measurement_error_and_no_ceiling_no_percentage()
 
 def test_a_ceiling_is_no_lower_than_a_noise_probe_at_its_threads_and_sizes():
     """The calibration's noise probes are matmuls too: one faster than the ceiling's own
-    search at the same threads and size (the machine was quieter then) raises it."""
+    search at the same threads and size (the machine was quieter then) raises the
+    ceiling, while what the search measured (what the time estimate reads) stays."""
     top = {"threads": 2, "sizes": {"fp32": {256: 100.0, 512: 120.0, 1024: 110.0},
                                    "bf16": {512: 1.1}},
            "emulated": {"fp32": False, "bf16": True},
@@ -737,23 +738,27 @@ def test_a_ceiling_is_no_lower_than_a_noise_probe_at_its_threads_and_sizes():
            "fp32_kernel": "conv3x3", "bf16_matmul_gflops": 1.1, "bf16_size": 512,
            "bf16_gflops": 1.1, "bf16_kernel": "matmul"}  # fmt: skip
     runs = [{"threads": 2, "size": 1024, "fp32_gflops": 150.0, "bf16_gflops": 3.0},
-            {"threads": 2, "size": 1024, "fp32_gflops": 105.0, "bf16_gflops": None},
+            {"threads": 2, "size": 1024, "fp32_gflops": 140.0, "bf16_gflops": None},
             {"threads": 1, "size": 1024, "fp32_gflops": 400.0},  # other threads
             {"threads": 2, "size": 2048, "fp32_gflops": 500.0}]  # a size not searched  # fmt: skip
     out = probe.with_probes(top, runs, (256, 512, 1024))
-    assert out["sizes"]["fp32"] == {256: 100.0, 512: 120.0, 1024: 150.0}
-    assert (out["fp32_matmul_gflops"], out["fp32_size"]) == (150.0, 1024)
     assert (out["fp32_gflops"], out["fp32_kernel"]) == (150.0, "matmul")
-    assert out["from_probes"] == {"fp32": [1024]}
-    # an emulated dtype keeps the one size it was measured at
-    assert out["sizes"]["bf16"] == {512: 1.1} and out["bf16_gflops"] == 1.1
+    assert out["from_probes"] == {"fp32": {1024: 150.0}}
+    # the search's own rates as they were
+    assert out["sizes"] == top["sizes"] and (out["fp32_matmul_gflops"], out["fp32_size"]) == (
+        120.0,
+        512,
+    )
+    # an emulated dtype takes in nothing
+    assert (out["bf16_gflops"], out["bf16_kernel"]) == (1.1, "matmul")
     # the convolution stays the ceiling where it is faster still; the input is not changed
-    faster_conv = {**top, "conv": {"fp32": {"gflops": 160.0}}}
+    faster_conv = {**top, "conv": {"fp32": {"gflops": 160.0}}, "fp32_gflops": 160.0}
     out = probe.with_probes(faster_conv, runs, (256, 512, 1024))
     assert (out["fp32_gflops"], out["fp32_kernel"]) == (160.0, "conv3x3")
-    assert top["sizes"]["fp32"][1024] == 110.0
+    assert out["from_probes"] == {"fp32": {1024: 150.0}} and "from_probes" not in top
     # probes no faster than the search: the ceiling as it was
-    assert probe.with_probes(top, runs[1:], (256, 512, 1024)) == top
+    slower = [{**r, "fp32_gflops": 105.0} for r in runs[:2]]
+    assert probe.with_probes(top, slower + runs[2:], (256, 512, 1024)) == top
 
 
 def test_noise_signals_other_work_and_the_probe_after_the_steps():

@@ -162,10 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for dtype, notes in (c.get("skipped") or {}).items():
             for size, note in notes.items():
                 print(f"[calibrate]   {dtype} {size}: {note}", flush=True)
-        for dtype, sizes in (c.get("from_probes") or {}).items():
-            for size in sizes:
-                rates = (c.get("sizes") or {}).get(dtype) or {}
-                rate = rates.get(str(size), rates.get(size)) or math.nan
+        for dtype, rates in (c.get("from_probes") or {}).items():
+            for size, rate in rates.items():
                 print(f"[calibrate]   {dtype} {size}: {rate:.1f} GFLOP/s, a reference probe's "
                       "(faster than the search there)", flush=True)  # fmt: skip
     print(

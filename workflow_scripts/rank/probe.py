@@ -379,31 +379,30 @@ def with_probes(top: dict, runs: list[dict], sizes: tuple[int, ...]) -> dict:
     """The ceiling ``top`` with the matmuls of the noise probes ``runs`` taken in: a
     probe at the ceiling's thread count and one of its ``sizes`` is ``torch.matmul``
     too, and where one ran faster than the ceiling's search at that size (the machine
-    was quieter then), that rate is the best seen. Each such size's rate is the faster
-    of the two (``from_probes`` lists them), and the dtype's matmul rate, size and
-    kernel follow; the search's stops stay as they were, and an ``emulated`` dtype
-    keeps the one size it was measured at."""
-    out = {**top, "sizes": {d: dict(r) for d, r in top.get("sizes", {}).items()}}
+    was quieter then), the dtype's ceiling (``<dtype>_gflops``, what a run's % of peak
+    divides by) is at least that rate, kernel ``matmul``; ``from_probes`` keeps those
+    rates by size. What the search measured stays as it was: ``sizes``,
+    ``<dtype>_matmul_gflops`` and ``<dtype>_size`` (the rates the time estimate's
+    constants were set against), its stops and ``emulated`` (a dtype found emulated
+    takes in nothing)."""
     lifted: dict = {}
     for r in runs:
         if r.get("threads") != top.get("threads") or r.get("size") not in sizes:
             continue
         for d in DTYPES:
-            rate, rates = r.get(f"{d}_gflops"), out["sizes"].setdefault(d, {})
-            emulated = (top.get("emulated") or {}).get(d)
-            if not emulated and finite(rate) and rate > (rates.get(r["size"]) or 0.0):
-                rates[r["size"]] = rate
-                lifted.setdefault(d, set()).add(r["size"])
-    for d, at in lifted.items():
-        rates = out["sizes"][d]
-        best_size = max(rates, key=rates.get)
-        out[f"{d}_matmul_gflops"], out[f"{d}_size"] = rates[best_size], best_size
-        conv = (out.get("conv") or {}).get(d) or {}
-        if finite(conv.get("gflops")) and conv["gflops"] > rates[best_size]:
-            out[f"{d}_gflops"], out[f"{d}_kernel"] = conv["gflops"], "conv3x3"
-        else:
-            out[f"{d}_gflops"], out[f"{d}_kernel"] = rates[best_size], "matmul"
-        out.setdefault("from_probes", {})[d] = sorted(at)
+            rate = r.get(f"{d}_gflops")
+            searched = ((top.get("sizes") or {}).get(d) or {}).get(r["size"]) or 0.0
+            if (top.get("emulated") or {}).get(d) or not finite(rate) or rate <= searched:
+                continue
+            at = lifted.setdefault(d, {})
+            at[r["size"]] = max(rate, at.get(r["size"], 0.0))
+    if not lifted:
+        return top
+    out = {**top, "from_probes": lifted}
+    for d, rates in lifted.items():
+        best = max(rates.values())
+        if best > (out.get(f"{d}_gflops") or 0.0):
+            out[f"{d}_gflops"], out[f"{d}_kernel"] = best, "matmul"
     return out
 
 
