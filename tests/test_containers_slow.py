@@ -107,6 +107,15 @@ def test_data_is_mounted_read_only_and_results_are_the_users(quick_study):
     reader = next(e for e, got in shared.items() if got)
     assert shared[reader] == {"fp64": pair[reader]} and not shared[pair[reader]], shared
     assert f"{refs}:{refs}:rw" in quick_study.records[reader]["provenance"]["command"]
+    # a model's initial weights, drawn once per environment's torch and read back by the
+    # later builds of the same model and seed, through their mount (rank/initial_weights.py)
+    weights = wd / "results/initial-weights"
+    said = {e: r["metrics"].get("initial_weights") for e, r in quick_study.records.items()
+            if r["status"] == "ok"}  # fmt: skip
+    readers = sorted(e for e, got in said.items() if got == "read")
+    assert len(readers) > len(said) / 2 and set(said.values()) == {"drawn", "read"}, said
+    assert f"{weights}:{weights}:rw" in quick_study.records[readers[0]]["provenance"]["command"]
+    assert any(weights.glob("*.bin"))
 
 
 def test_compiled_runs_share_this_machines_precompiled_headers(quick_study):

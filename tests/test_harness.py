@@ -590,3 +590,89 @@ def test_harness_overhead_benchmark_prints_its_ratios(upstream_env, tmp_path):
     assert data["verdict"] == verdict and lines[-1].endswith(verdict)
     assert f"median of 6 paired rounds {est['median']:.4f}" in lines[-1]
     assert res.returncode == (0 if verdict == "PASS" else 1)
+
+
+WEIGHTS_SCRIPT = """
+import json, sys
+from pathlib import Path
+import torch
+from workflow_scripts.rank import initial_weights, models
+
+where = Path(sys.argv[1])
+def state(model):
+    ties = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        ties.setdefault(id(p), []).append(name)
+    return {
+        "tensors": [(n, t.dtype, t.requires_grad, t.detach().clone())
+                    for n, t in [*model.named_parameters(), *model.named_buffers()]],
+        "ties": sorted(v for v in ties.values() if len(v) > 1),
+        "modules": [type(m).__qualname__ for m in model.modules()],
+        "training": model.training, "next": torch.rand(4),
+    }
+def same(a, b):
+    return (a["ties"] == b["ties"] and a["modules"] == b["modules"]
+            and a["training"] == b["training"] and torch.equal(a["next"], b["next"])
+            and len(a["tensors"]) == len(b["tensors"])
+            and all(x[:3] == y[:3] and torch.equal(x[3], y[3])
+                    for x, y in zip(a["tensors"], b["tensors"])))
+out = {}
+for i, (name, dropout) in enumerate((("cnn", False), ("resnet18", False), ("bert-tiny", False),
+                                     ("bert-tiny", True), ("gpt2-tiny", False))):
+    label = f"{name}{'+dropout' if dropout else ''}"
+    torch.manual_seed(7)
+    drawn = state(models.build(name, dropout=dropout))  # nowhere kept: drawn
+    torch.manual_seed(7)
+    first, read1 = models.build_from(name, "sdpa", dropout, where)
+    first = state(first)
+    torch.manual_seed(7)
+    second, read2 = models.build_from(name, "sdpa", dropout, where)
+    second = state(second)
+    torch.manual_seed(8 + i)  # another draw: not the kept one
+    other, read3 = models.build_from(name, "sdpa", dropout, where)
+    out[label] = {"reads": [read1, read2, read3], "first": same(drawn, first),
+                  "second": same(drawn, second), "other": not same(drawn, state(other)),
+                  "ties": drawn["ties"]}
+# a kept file cut short is drawn again, and kept whole again
+for path in where.glob("*.bin"):
+    path.write_bytes(path.read_bytes()[:-4])
+torch.manual_seed(7)
+cut, read = models.build_from("gpt2-tiny", "sdpa", False, where)
+torch.manual_seed(7)
+again, read_again = models.build_from("gpt2-tiny", "sdpa", False, where)
+again = state(again)
+torch.manual_seed(7)
+out["cut"] = {"reads": [read, read_again], "same": same(state(models.build("gpt2-tiny")), again)}
+print(json.dumps(out))
+"""
+
+
+def test_a_models_initial_weights_drawn_once_are_read_back_the_same(upstream_env, tmp_path):
+    """A build keeps the weights it drew; a later build of the same model from the same
+    generator state reads them back: the same tensors (parameters and buffers, value for
+    value, dtype, requires_grad), the same tied weights (GPT-2's output layer is its
+    token embedding), the same modules, and the generator where the draw leaves it. A
+    build from another state draws; a file cut short is drawn again and kept whole."""
+    got = json.loads(env_python(upstream_env, WEIGHTS_SCRIPT, str(tmp_path / "w")))
+    for label in ("cnn", "resnet18", "bert-tiny", "gpt2-tiny"):
+        assert got[label]["reads"] == [False, True, False], (label, got[label])
+        assert got[label]["first"] and got[label]["second"] and got[label]["other"], label
+    # dropout draws nothing: its build reads the weights the build without it kept
+    assert got["bert-tiny+dropout"]["reads"] == [True, True, False], got["bert-tiny+dropout"]
+    assert got["bert-tiny+dropout"]["first"] and got["bert-tiny+dropout"]["second"]
+    assert got["gpt2-tiny"]["ties"] == [["transformer.wte.weight", "lm_head.weight"]]
+    assert got["cut"] == {"reads": [False, True], "same": True}
+
+
+def test_a_later_trial_reads_the_initial_weights_its_first_drew(upstream_env, make_spec, tmp_path):
+    """Two experiments of one model and seed in one study: the second's build reads the
+    weights the first drew (its record says so) and trains from the same start: the same
+    first loss, and its gradient check, which builds the model again, passes."""
+    common = {"model": "bert-tiny", "seq_len": 32, "warmup_steps": 1, "steps": 2}
+    first = assert_ok(run(make_spec(id="first", **common), upstream_env, tmp_path))
+    second = assert_ok(run(make_spec(id="second", threads=1, **common), upstream_env, tmp_path))
+    assert first["metrics"]["initial_weights"] == "drawn"
+    assert second["metrics"]["initial_weights"] == "read"
+    assert second["losses"][0] == pytest.approx(first["losses"][0], rel=1e-5)
+    assert second["gradient_check"]["ok"], second["gradient_check"]
+    assert sorted(p.suffix for p in (tmp_path / "initial-weights").iterdir()) == [".bin", ".json"]

@@ -536,6 +536,8 @@ def test_a_compiled_run_in_a_container_gets_this_machines_precompiled_headers(ma
     assert headers_folder().is_dir()
     out = tmp_path / "records" / "c" / "trial0.json"
     assert (cache["headers"], "rw") in run_mounts(out, None, cache)
+    # (and every container run the study's initial weights, rank/initial_weights.py)
+    assert (str((tmp_path / "initial-weights").resolve()), "rw") in run_mounts(out, None, cache)
     for spec, container in ((make_spec(), True), (make_spec(backend="inductor"), False)):
         env = {}
         cache, removed = compile_cache(spec, env, "n", container=container)

@@ -199,8 +199,9 @@ class GradientCheck:
     after the first step and the first timed step, and asked for its verdict at the end
     (every rank together)."""
 
-    def __init__(self, spec: dict, model, rng_state, store=None):
+    def __init__(self, spec: dict, model, rng_state, store=None, weights=None):
         self.spec = spec
+        self.weights = weights  # the study's initial weights (initial_weights.folder)
         # where the references other experiments made for the same step are (None: made
         # here, kept for nobody): references.Store
         self.store = store
@@ -364,7 +365,8 @@ class GradientCheck:
         spec = self.spec
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self.rng_state)
-            model = models.build(spec["model"], attention=spec.get("attention") or "sdpa")
+            attention = spec.get("attention") or "sdpa"
+            model = models.build(spec["model"], attention, False, self.weights)
         if checksum(model) != self.initial:
             return None
         x, y = self.batch

@@ -142,7 +142,8 @@ def train(spec: dict, data_path: str | None = None, progress=None, out: str | No
     before = before_steps(spec, counted)
     steps = run_steps(trainer, progress)
     after = after_steps(trainer, steps)
-    took = {"import_s": import_s, "setup_s": setup_s, "libraries_s": trainer.libraries_s}
+    took = {"import_s": import_s, "setup_s": setup_s, "libraries_s": trainer.libraries_s,
+            "initial_weights": "read" if trainer.weights_read else "drawn"}  # fmt: skip
     return record_metrics(spec, steps, {**took, **before}, after)
 
 
@@ -354,6 +355,9 @@ def record_metrics(spec: dict, steps: Steps, before: dict, after: dict) -> dict:
         "import_s": before["import_s"],
         # (within setup_s) the backend's and the model's libraries imported
         "libraries_s": before["libraries_s"],
+        # (within setup_s) the model's initial weights: drawn, or read where the study
+        # kept the same draw (rank/initial_weights.py)
+        "initial_weights": before.get("initial_weights"),
         "grad_check_s": gradient_check["check_s"] if gradient_check else None,
         "final_loss": steps.losses[-1],
         "first_loss": steps.losses[0],

@@ -5,6 +5,8 @@ one for every caller (the step, the gradient check's reference, the FLOP count).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -54,15 +56,32 @@ def build_text(w: workloads.Workload, attention: str = "sdpa", dropout: bool = F
     return cls(config)
 
 
-def build(name: str, attention: str = "sdpa", dropout: bool = False) -> nn.Module:
-    w = workloads.get(name)
-    if w.text:
-        return build_text(w, attention, dropout)
-    if name == "cnn":
-        return SmallCNN(num_classes=w.num_classes)
-    import torchvision
+def build(
+    name: str, attention: str = "sdpa", dropout: bool = False, weights: Path | None = None
+) -> nn.Module:
+    """Model ``name`` with random initial weights from torch's CPU generator; with
+    ``weights`` (the study's ``initial-weights`` folder), read from there where the same
+    draw was kept, else drawn and kept (``initial_weights``): the same model either way."""
+    return build_from(name, attention, dropout, weights)[0]
 
-    return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)
+
+def build_from(
+    name: str, attention: str = "sdpa", dropout: bool = False, weights: Path | None = None
+) -> tuple[nn.Module, bool]:
+    """:func:`build`'s model, and whether its weights were read (not drawn)."""
+    from . import initial_weights
+
+    def made() -> nn.Module:
+        w = workloads.get(name)
+        if w.text:
+            return build_text(w, attention, dropout)
+        if name == "cnn":
+            return SmallCNN(num_classes=w.num_classes)
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)
+
+    return initial_weights.build(made, name, attention, weights)
 
 
 def forward_loss(w: workloads.Workload, model: nn.Module, x, y, loss_fn=None):

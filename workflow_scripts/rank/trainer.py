@@ -21,7 +21,7 @@ class Trainer:
     def __init__(self, spec: dict, data_path: str | None = None, out: str | None = None):
         import torch
 
-        from . import data, gradcheck, models, optim, references
+        from . import data, gradcheck, initial_weights, models, optim, references
 
         self.spec = spec
         self.torch = torch
@@ -54,13 +54,15 @@ class Trainer:
         self.inference = spec["mode"] == "inference"
         rng_state = torch.get_rng_state()  # what the gradient check rebuilds the model from
         dropout = bool(spec.get("dropout")) and self.workload.text
-        model = models.build(
-            spec["model"], attention=spec.get("attention") or "sdpa", dropout=dropout
+        # (its initial weights read where another build of the study drew the same)
+        weights = initial_weights.folder(out)
+        model, self.weights_read = models.build_from(
+            spec["model"], spec.get("attention") or "sdpa", dropout, weights
         )
         self.check = None
         if not self.inference:  # (its references shared with other experiments)
             store = references.Store.for_record(out, spec)
-            self.check = gradcheck.GradientCheck(spec, model, rng_state, store)
+            self.check = gradcheck.GradientCheck(spec, model, rng_state, store, weights)
         # the checked step (the first) runs without dropout, as its references do (eval
         # mode: a transformer has no batch norm, so only dropout differs)
         self.checked_without_dropout = dropout and self.check is not None

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..backends.base import HEADERS_VAR
-from ..rank import references
+from ..rank import initial_weights, references
 from ..rank.inference import weights_path
 
 
@@ -137,15 +137,16 @@ def run_mounts(
     folder of the run whose trained weights it serves read-only, a warm compile
     cache if the spec keeps one (a later trial's copy of its first trial's is beside
     the record already), the machine's precompiled headers for a compiled run
-    (:func:`compile_cache`), and the gradient check's shared references
-    (``shares_references``: rank/references.py) writable."""
+    (:func:`compile_cache`), the study's initial weights (rank/initial_weights.py) and
+    the gradient check's shared references (``shares_references``: rank/references.py)
+    writable."""
     mounts = [(str(out.parent.resolve()), "rw")]
-    if shares_references:
-        where = references.folder(out)
+    shared = [initial_weights.folder(out)] + ([references.folder(out)] if shares_references else [])
+    for where in shared:
         try:
             where.mkdir(parents=True, exist_ok=True)
         except OSError:
-            pass  # (the run makes its references itself)
+            pass  # (the run draws its weights, makes its references, itself)
         else:
             mounts.append((str(where.resolve()), "rw"))
     if data_path:
