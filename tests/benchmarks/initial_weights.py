@@ -4,7 +4,8 @@ folder against the same trial that draws them (rank/initial_weights.py): its set
 it makes a reference), the process's wall and the trial's, in ABBA rounds on this
 machine, with the median ratio and its distribution-free 95 % interval (pairs of
 neighbours in the ABBA order). A drawing trial starts from an empty folder, so it also
-pays for keeping what it drew (as the first build of a study does).
+pays for keeping what it drew (as the first build of a study does); the gradient
+check's references are made once, before the rounds, and read by every trial after.
 
     .venv/bin/python tests/benchmarks/initial_weights.py --env-json results/envs/upstream.json \\
         --preset default --experiment bert-base --rounds 3 --set steps=2 warmup_steps=1
@@ -12,7 +13,6 @@ pays for keeping what it drew (as the first build of a study does).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -24,11 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
-
-from tests.benchmarks.harness_overhead import paired_estimate  # noqa: E402
+from tests.benchmarks import experiment_args  # noqa: E402
 from workflow_scripts.rank import initial_weights  # noqa: E402
-from workflow_scripts.study import load_study  # noqa: E402
 
 
 def trial(spec: dict, env_json: str, read: bool, where: Path, n: int) -> dict:
@@ -36,7 +33,6 @@ def trial(spec: dict, env_json: str, read: bool, where: Path, n: int) -> dict:
     kept = initial_weights.folder(out)
     if not read:
         shutil.rmtree(kept, ignore_errors=True)
-    shutil.rmtree(where / "gradcheck-references", ignore_errors=True)  # (made each time)
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "workflow_scripts.trial", "--spec-json", json.dumps(spec),
@@ -58,26 +54,14 @@ def trial(spec: dict, env_json: str, read: bool, where: Path, n: int) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env-json", required=True)
-    p.add_argument("--preset", default="default")
-    p.add_argument("--experiment", default="bert-base")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="experiment fields to change (YAML values), e.g. steps=2")  # fmt: skip
-    args = p.parse_args()
-    study = load_study(yaml.safe_load((REPO / "config.yaml").read_text()), str(REPO),
-                       {"preset": args.preset})  # fmt: skip
-    spec = {e["id"]: dict(e) for e in study.experiments}[args.experiment]
-    spec.update({k: yaml.safe_load(v) for k, v in (f.split("=", 1) for f in args.set)})
+    args, spec = experiment_args.parse(__doc__.splitlines()[0], "default", "bert-base", 3)
     got: dict[bool, list[dict]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
-        n = 0
+        # not counted: the gradient check's references, which every trial after it reads
+        trial(spec, args.env_json, False, Path(tmp), 0)
+        n = 1
         for r in range(args.rounds):
             for read in (False, True, True, False) if r % 2 == 0 else (True, False, False, True):
-                if read and not initial_weights.folder(Path(tmp) / "records/x/t.json").is_dir():
-                    trial(spec, args.env_json, False, Path(tmp), n)  # (what the reads read)
-                    n += 1
                 got[read].append(x := trial(spec, args.env_json, read, Path(tmp), n))
                 print(
                     f"  {n:3d} {'read ' if read else 'drawn'} setup {x['setup']:6.2f} s  "
@@ -90,14 +74,9 @@ def main() -> int:
         f"{args.experiment} ({args.preset}), {len(got[True])} trials each, ABBA; "
         f"first losses: {sorted(losses)}"
     )
-    for key, what in (("setup", "setup, less imports (s)"), ("check", "gradient check (s)"),
-                      ("process", "process wall (s)"), ("wall", "trial wall (s)")):  # fmt: skip
-        a = [x[key] for x in got[True]]
-        b = [x[key] for x in got[False]]
-        est = paired_estimate([x / y for x, y in zip(a, b)])  # neighbours in ABBA order
-        print(f"  {what:24} read median {sorted(a)[len(a) // 2]:8.2f}  drawn median "
-              f"{sorted(b)[len(b) // 2]:8.2f}  read/drawn {est['median']:.3f} "
-              f"[{est['ci95'][0]:.3f}-{est['ci95'][1]:.3f}]")  # fmt: skip
+    figures = (("setup", "setup, less imports (s)"), ("check", "gradient check (s)"),
+               ("process", "process wall (s)"), ("wall", "trial wall (s)"))  # fmt: skip
+    experiment_args.print_pairs(got[True], got[False], figures, ("read", "drawn"), 24)
     return 0
 
 

@@ -10,7 +10,6 @@ in ABBA rounds on this machine, with the median ratio and its distribution-free
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -21,10 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
-
-from tests.benchmarks.harness_overhead import paired_estimate  # noqa: E402
-from workflow_scripts.study import load_study  # noqa: E402
+from tests.benchmarks import experiment_args  # noqa: E402
 
 
 def trial(spec: dict, env_json: str, warm: bool, where: Path, n: int) -> dict:
@@ -55,18 +51,7 @@ def trial(spec: dict, env_json: str, warm: bool, where: Path, n: int) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env-json", required=True)
-    p.add_argument("--preset", default="quick")
-    p.add_argument("--experiment", default="bert-tiny")
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="experiment fields to change (YAML values), e.g. steps=30")  # fmt: skip
-    args = p.parse_args()
-    study = load_study(yaml.safe_load((REPO / "config.yaml").read_text()), str(REPO),
-                       {"preset": args.preset})  # fmt: skip
-    spec = {e["id"]: dict(e) for e in study.experiments}[args.experiment]
-    spec.update({k: yaml.safe_load(v) for k, v in (f.split("=", 1) for f in args.set)})
+    args, spec = experiment_args.parse(__doc__.splitlines()[0], "quick", "bert-tiny", 6)
     got: dict[bool, list[dict]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         trial(spec, args.env_json, True, Path(tmp), -1)  # the server's start, not counted
@@ -80,16 +65,11 @@ def main() -> int:
                       f"{x['switches']:7.1f} involuntary switches/step", flush=True)  # fmt: skip
                 n += 1
     print(f"{args.experiment} ({args.preset}), {len(got[True])} trials each, ABBA")
-    for key, what in (("wall", "trial wall (s)"), ("process", "process wall (s)"),
-                      ("sps", "samples/s"), ("median step", "median step (ms)"),
-                      ("rss", "peak RSS (MB)"), ("faults", "K faults/step"),
-                      ("switches", "invol. switches/step")):  # fmt: skip
-        w = [x[key] for x in got[True]]
-        f = [x[key] for x in got[False]]
-        est = paired_estimate([a / b for a, b in zip(w, f)])  # neighbours in ABBA order
-        print(f"  {what:18} warm median {sorted(w)[len(w) // 2]:9.2f}  fresh median "
-              f"{sorted(f)[len(f) // 2]:9.2f}  warm/fresh {est['median']:.3f} "
-              f"[{est['ci95'][0]:.3f}-{est['ci95'][1]:.3f}]")  # fmt: skip
+    figures = (("wall", "trial wall (s)"), ("process", "process wall (s)"),
+               ("sps", "samples/s"), ("median step", "median step (ms)"),
+               ("rss", "peak RSS (MB)"), ("faults", "K faults/step"),
+               ("switches", "invol. switches/step"))  # fmt: skip
+    experiment_args.print_pairs(got[True], got[False], figures, ("warm", "fresh"), 18)
     return 0
 
 
