@@ -49,12 +49,19 @@ def folder(out: Path | str | None) -> Path | None:
 
 def key(name: str, attention: str, rng_state: torch.Tensor) -> str:
     """What a model's initial weights depend on: the model's declaration, its attention
-    implementation, the versions of torch and of its library, and the generator's
+    implementation, the code that builds it (``rank/models.py``, where a model added to
+    the study is built), the versions of torch and of its library, and the generator's
     state before the draw (not dropout: it has no weights and draws nothing)."""
     import torch
 
+    from . import models
+
     w = workloads.get(name)
-    versions = {"torch": torch.__version__, "torch_git": torch.version.git_version}
+    versions = {
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "models.py": hashlib.sha256(Path(models.__file__).read_bytes()).hexdigest(),
+    }
     for module in workloads.libraries(name):
         top = module.split(":")[0].split(".")[0]
         versions[top] = getattr(__import__(top), "__version__", "?")

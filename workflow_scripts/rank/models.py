@@ -5,6 +5,7 @@ one for every caller (the step, the gradient check's reference, the FLOP count).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -71,17 +72,20 @@ def build_from(
     """:func:`build`'s model, and whether its weights were read (not drawn)."""
     from . import initial_weights
 
-    def made() -> nn.Module:
-        w = workloads.get(name)
-        if w.text:
-            return build_text(w, attention, dropout)
-        if name == "cnn":
-            return SmallCNN(num_classes=w.num_classes)
-        import torchvision
-
-        return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)
-
+    made = functools.partial(construct, name, attention, dropout)
     return initial_weights.build(made, name, attention, weights)
+
+
+def construct(name: str, attention: str = "sdpa", dropout: bool = False) -> nn.Module:
+    """Model ``name``, its initial weights drawn from torch's CPU generator."""
+    w = workloads.get(name)
+    if w.text:
+        return build_text(w, attention, dropout)
+    if name == "cnn":
+        return SmallCNN(num_classes=w.num_classes)
+    import torchvision
+
+    return getattr(torchvision.models, name)(weights=None, num_classes=w.num_classes)
 
 
 def forward_loss(w: workloads.Workload, model: nn.Module, x, y, loss_fn=None):
