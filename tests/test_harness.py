@@ -31,6 +31,10 @@ def test_fp32_eager_baseline(upstream_env, make_spec, tmp_path):
     # the libraries' import, timed within the setup (a first trial's FLOP count, before
     # its setup, built the model: its library was imported there)
     assert 0 <= rec["metrics"]["libraries_s"] <= rec["metrics"]["setup_s"]
+    # each warm-up step's time, the first one's the time to the first step
+    warm = rec["metrics"]["warmup_step_times_s"]
+    assert len(warm) == rec["metrics"]["warmup_steps_run"] and all(t > 0 for t in warm)
+    assert warm[0] == rec["metrics"]["time_to_first_step_s"]
 
 
 def test_time_budget_stops_timing_early(upstream_env, make_spec, tmp_path):

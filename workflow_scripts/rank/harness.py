@@ -97,6 +97,7 @@ class Steps:
     total: int  # the steps the loop was to run (max_steps cuts a run short)
     warmup: int = 0  # its untimed steps: warmup_steps, or fewer (short_warmup)
     warmup_s: float = 0.0  # their time
+    warmup_times: list[float] = dataclasses.field(default_factory=list)  # each one's
     started: float = math.nan  # its clock (perf_counter) at the first step
     step_times: list[float] = dataclasses.field(default_factory=list)  # the timed steps
     losses: list[float] = dataclasses.field(default_factory=list)  # every step's (warm-up too)
@@ -193,6 +194,7 @@ def run_steps(trainer: Trainer, progress=None) -> Steps:
                 steps.tokens.append(text_tokens(trainer.last[0]))
         elif not epochs:
             steps.warmup_s += elapsed
+            steps.warmup_times.append(elapsed)
             if short_warmup(spec, i + 1, steps.warmup_s):
                 # the warm-up ends here: the steps it leaves out are not timed either
                 steps.total -= steps.warmup - (i + 1)
@@ -343,6 +345,9 @@ def record_metrics(spec: dict, steps: Steps, before: dict, after: dict) -> dict:
         **text,
         "steps_timed": len(step_times),
         "warmup_steps_run": steps.warmup,
+        # each untimed step's time (the first: time_to_first_step_s), so that whether the
+        # warm-up reached a steady step can be read from the records
+        "warmup_step_times_s": steps.warmup_times,
         "time_budget_hit": steps.budget_hit,
         "stop_reason": steps.stop_reason,
         "step_time_half_width": metrics.relative_half_width(step_times),

@@ -47,21 +47,20 @@ def folder(out: Path | str | None) -> Path | None:
     return beside_records(out, FOLDER) if out else None
 
 
-def key(name: str, attention: str, rng_state: torch.Tensor) -> str:
+def key(name: str, attention: str, rng_state: torch.Tensor, made=None) -> str:
     """What a model's initial weights depend on: the model's declaration, its attention
-    implementation, the code that builds it (``rank/models.py``, where a model added to
-    the study is built), the versions of torch and of its library, and the generator's
-    state before the draw (not dropout: it has no weights and draws nothing)."""
+    implementation, the code that builds it (the file of ``made``'s function:
+    ``rank/models.py``, where a model added to the study is built), the versions of
+    torch and of its library, and the generator's state before the draw (not dropout:
+    it has no weights and draws nothing)."""
     import torch
 
-    from . import models
-
     w = workloads.get(name)
-    versions = {
-        "torch": torch.__version__,
-        "torch_git": torch.version.git_version,
-        "models.py": hashlib.sha256(Path(models.__file__).read_bytes()).hexdigest(),
-    }
+    versions = {"torch": torch.__version__, "torch_git": torch.version.git_version}
+    code = getattr(getattr(made, "func", made), "__code__", None)
+    if code is not None:
+        with contextlib.suppress(OSError):
+            versions["code"] = hashlib.sha256(Path(code.co_filename).read_bytes()).hexdigest()
     for module in workloads.libraries(name):
         top = module.split(":")[0].split(".")[0]
         versions[top] = getattr(__import__(top), "__version__", "?")
@@ -173,14 +172,14 @@ def build(made, name: str, attention: str, where: Path | None) -> tuple[nn.Modul
     if where is None:
         return made(), False
     state = torch.get_rng_state()
-    name_ = key(name, attention, state)
+    name_ = key(name, attention, state, made)
     data, meta_path = where / f"{name_}.bin", where / f"{name_}.json"
     try:
         meta = json.loads(meta_path.read_text())
         model = _read(made, meta, data)
         after = torch.frombuffer(bytearray.fromhex(meta["rng_after"]), dtype=torch.uint8)
-    except (OSError, ValueError, KeyError, RuntimeError):
-        model = None
+    except Exception:  # noqa: BLE001 - unreadable, or a model that cannot be made on
+        model = None  # the meta device (a user's): drawn, as without the folder
     if model is not None:
         torch.set_rng_state(after.clone())
         with contextlib.suppress(OSError):
