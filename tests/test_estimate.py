@@ -499,3 +499,16 @@ def test_a_trials_start_is_the_calibrations_warm_one():
     assert machine(None).process_start("upstream") == estimate.PROCESS_START_S
     hand_edited = calibration() | {"startup_s": 3.0, "warm_startup_s": -1.0}
     assert machine(hand_edited).process_start("upstream") == 3.0
+
+
+def test_initial_weights_beyond_the_folders_size_go_least_recently_used_first(tmp_path):
+    """The initial weights' folder (rank/initial_weights.py) is evicted the same way: its
+    ``.bin`` files with their ``.json``, the least recently used first."""
+    for i, name in enumerate("abc"):
+        p = tmp_path / f"{name}.bin"
+        p.write_bytes(b"x" * 100)
+        (tmp_path / f"{name}.json").write_text("{}")
+        os.utime(p, (1000 + i, 1000 + i))
+    gone = references.evict(tmp_path, 200, keep=tmp_path / "a.bin", pattern="*.bin")
+    assert gone == [tmp_path / "b.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "a.json", "c.bin", "c.json"]

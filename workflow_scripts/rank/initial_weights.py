@@ -13,7 +13,7 @@ of the same model, from the same generator state, with the same torch and model
 library, makes the model on the meta device (no draw), gives it empty storage, reads
 the bytes into it, ties the weights the model ties, and leaves the generator where the
 draw would have left it: the same model, value for value, and the same random numbers
-after it (``tests/test_trial.py``), in 0.3-0.6 s instead of 1.2-3.3 s. What the key
+after it (``tests/test_harness.py``), in 0.3-0.6 s instead of 1.2-3.3 s. What the key
 does not match, or a file that does not read back whole, is drawn again (and kept).
 
 The folder keeps at most :data:`MAX_BYTES` (GPT-2 small's weights are 0.5 GB): those
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from .. import workloads
 from ..util import beside_records
+from . import references
 
 if TYPE_CHECKING:  # (torch is the run's: the trial policy, which mounts the folder, has none)
     import torch
@@ -143,24 +144,7 @@ def _write(model: nn.Module, rng_after: torch.Tensor, where: Path, name: str) ->
     finally:
         for path in partial:
             path.unlink(missing_ok=True)
-    _prune(where, keep=data)
-
-
-def _prune(where: Path, keep: Path) -> None:
-    """The least recently used weights out until the folder holds :data:`MAX_BYTES`."""
-    found = []
-    for path in where.glob("*.bin"):
-        with contextlib.suppress(OSError):
-            st = path.stat()
-            found.append((st.st_mtime, st.st_size, path))
-    total = sum(size for _, size, _ in found)
-    for _, size, path in sorted(found):
-        if total <= MAX_BYTES:
-            break
-        if path != keep:
-            for gone in (path, path.with_suffix(".json")):
-                gone.unlink(missing_ok=True)
-            total -= size
+    references.evict(where, MAX_BYTES, keep=data, pattern="*.bin")
 
 
 def build(made, name: str, attention: str, where: Path | None) -> tuple[nn.Module, bool]:

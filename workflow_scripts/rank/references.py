@@ -175,11 +175,12 @@ class Store:
         evict(self.folder, MAX_BYTES, keep=path)
 
 
-def evict(where: Path, most: int, keep: Path | None = None) -> list[Path]:
-    """Remove the least recently used references until the folder holds at most
-    ``most`` bytes (never ``keep``, the one just made); the removed ones."""
+def evict(where: Path, most: int, keep: Path | None = None, pattern: str = "*.pt") -> list[Path]:
+    """Remove the least recently used files of ``pattern`` (each with its ``.json``)
+    until the folder holds at most ``most`` bytes of them (never ``keep``, the one just
+    made); the removed ones. Also the initial weights' folder's (initial_weights.py)."""
     try:
-        files = [(p, p.stat()) for p in where.glob("*.pt")]
+        files = [(p, p.stat()) for p in where.glob(pattern)]
     except OSError:
         return []
     files.sort(key=lambda f: f[1].st_mtime)
