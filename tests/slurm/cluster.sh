@@ -143,6 +143,17 @@ make_network() {
         $SUDO ip -n "$ns" link set lo up
         $SUDO ip -n "$ns" link set eth0 up
         $SUDO ip -n "$ns" route add default via "$NET.1"
+        # the machine's name servers are unreachable from a node (nothing forwards its
+        # packets), so a lookup there fails at once instead of after the resolver's
+        # timeout: c10d's store looks up each client's address, torchrun its own host's
+        # (10 s each here, 10-20 s of every distributed trial's setup)
+        local server
+        for server in $(awk '$1 == "nameserver" {print $2}' /etc/resolv.conf); do
+            case $server in
+                127.* | ::1) ;;  # (the node's own loopback: refused at once already)
+                *) $SUDO ip -n "$ns" route add unreachable "$server" || true ;;
+            esac
+        done
     done
     if [ "$ACCOUNTING" = 1 ]; then  # the database's own namespace, on the bridge
         $SUDO ip netns add "$DB_NS" && made "netns $DB_NS"
