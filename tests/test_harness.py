@@ -123,18 +123,11 @@ def test_compile_inductor(quick_study):
 
 
 @pytest.fixture(scope="module")
-def calibration(upstream_env, tmp_path_factory) -> dict:
-    """A real calibration of the upstream environment (small sizes: the arithmetic, not
-    the figures, is tested): the noise reference and the matmul ceiling at 1 and all
-    threads."""
-    out = tmp_path_factory.mktemp("calibration") / "upstream.json"
-    cmd = [upstream_env["python"], "-m", "workflow_scripts.rank.probe", "--calibrate",
-           "--sizes", "1024", "--threads", "auto", "--repeats", "1",
-           "--ceiling-sizes", "256,512,1024", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, env=runtimes.for_env(upstream_env).environment(), cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(out.read_text())
+def calibration(upstream_calibration) -> dict:
+    """The session's real calibration of the upstream environment (the calibrate job's,
+    made once for every test that needs one): the noise reference and the ceiling at 1
+    and all threads."""
+    return json.loads(upstream_calibration.calibration.read_text())
 
 
 def test_calibration_measures_the_ceiling_per_dtype_and_threads(calibration):
