@@ -9,6 +9,7 @@ and after a change).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -18,8 +19,12 @@ from workflow_scripts.report.timing import time_parts_frame  # noqa: E402
 
 
 def records(folder: Path) -> list[dict]:
+    """The trial records under ``folder`` (``<experiment>/trial<k>.json``; not the files
+    a trial keeps beside its record, e.g. ``trial0.int8-calibration.json``)."""
     out = []
     for path in sorted(folder.glob("*/trial*.json")):
+        if not re.fullmatch(r"trial\d+\.json", path.name):
+            continue
         try:
             out.append(json.loads(path.read_text()))
         except (OSError, ValueError):
