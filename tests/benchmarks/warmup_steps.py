@@ -4,7 +4,10 @@ one-off costs): for each trial that ran two or more, its last warm-up step again
 own timed steps, i.e. whether that step was already as long as a steady one (and so could
 have been timed) or was still settling. By kind (a run that compiles in its steps or
 not: ``schedule.compiles_in_steps``) and by trial (a first trial, which pays cold
-compiles and the gradient check, or a later one), with the seconds those steps took.
+compiles and the gradient check, or a later one), with the seconds those steps took;
+and, by kind over the trials of three or more timed steps, the share of a trial's timed
+steps faster than its last warm-up step (0.5 on average were that step one like them),
+beside the same share for its first timed step against the timed steps after it.
 
     .venv/bin/python tests/benchmarks/warmup_steps.py results/records
 """
@@ -35,6 +38,12 @@ def last_warmup(record: dict) -> dict | None:
         "ratio": warm[-1] / median,  # the last warm-up step, in the timed steps' median
         "widest": max(timed) / median,  # the slowest timed step, the same way
         "within": min(timed) <= warm[-1] <= max(timed),
+        # (three or more timed steps) the share of them faster than the last warm-up
+        # step, and of those after the first timed step faster than it
+        "faster": sum(t < warm[-1] for t in timed) / len(timed) if len(timed) > 2 else None,
+        "first_faster": (
+            sum(t < timed[0] for t in timed[1:]) / (len(timed) - 1) if len(timed) > 2 else None
+        ),
         "after_first_s": sum(warm[1:]),
         "warmup_s": sum(warm),
         "wall_s": record.get("trial_wall_s") or 0.0,
@@ -72,6 +81,15 @@ def main(argv: list[str]) -> int:
             print(f"    last warm-up step within the timed steps' range: {within}")
             print(f"    warm-up {warm:.0f} s, after the first step {after:.0f} s,"
                   f" of {sum(r['wall_s'] for r in group):.0f} s of their trials' wall")  # fmt: skip
+    for kind in ("eager", "compiles"):
+        group = [r for r in rows if r["kind"] == kind and r["faster"] is not None]
+        if group:
+            mean = statistics.mean(r["faster"] for r in group)
+            first = statistics.mean(r["first_faster"] for r in group)
+            slowest = sum(r["faster"] == 1.0 for r in group)
+            print(f"  {kind} runs, {len(group)} trials of 3+ timed steps: timed steps faster than"
+                  f" the last warm-up step {mean:.2f} on average (slower than all in {slowest});"
+                  f" later timed steps faster than the first {first:.2f}")  # fmt: skip
     total = sum((r.get("trial_wall_s") or 0) for r in found)
     after = sum(r["after_first_s"] for r in rows)
     print(f"warm-up steps after the first: {after:.0f} s of {total:.0f} s of trial wall")
