@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -394,6 +395,39 @@ def test_only_a_runs_own_gone_processes_lose_their_shm_segments(tmp_path):
     assert not os.path.exists(folder)
     shm.register()  # outside a run: nothing to do
     assert shm.cleanup(None, root) == []
+
+
+def test_only_this_hosts_gone_checks_lose_their_first_step_gradients(tmp_path, monkeypatch):
+    """A rank killed before its gradient check's verdict leaves the first step's
+    gradients in the temporary folder: the next sweep removes those of this host's
+    processes that are gone, and nothing else (a running check's, another node's in a
+    folder the nodes share, what is not a check's)."""
+    from workflow_scripts.rank import gradcheck
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = gradcheck._host()
+    names = {
+        "gone": f"gradcheck-{host}-{dead.pid}-abc",
+        "running": f"gradcheck-{host}-{os.getpid()}-abc",
+        "other node": f"gradcheck-another_node-{dead.pid}-abc",
+        "no pid": f"gradcheck-{host}-x{dead.pid}-abc",
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "first-step.pt").write_bytes(b"0" * 1024)
+    (tmp_path / f"gradcheck-{host}-{dead.pid}-file").write_text("")  # not a folder
+    assert gradcheck.sweep_folders(tmp_path) == [names["gone"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*(v for k, v in names.items() if k != "gone"), f"gradcheck-{host}-{dead.pid}-file"]
+    )
+    # a new check's folder is named so, and made after a sweep of the same folder
+    (tmp_path / names["gone"]).mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = Path(gradcheck.make_folder())
+    assert made.parent == tmp_path and made.name.startswith(f"gradcheck-{host}-{os.getpid()}-")
+    assert not (tmp_path / names["gone"]).exists()
+    assert gradcheck.sweep_folders(tmp_path / "missing") == []
 
 
 def test_each_host_removes_its_own_part_of_a_runs_segments(tmp_path):

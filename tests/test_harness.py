@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from tests.conftest import env_python
 from tests.trials import assert_ok, run
 from workflow_scripts import imagefolder, runtimes, trial
 from workflow_scripts import metrics as rank_metrics
-from workflow_scripts.rank import contention
+from workflow_scripts.rank import contention, gradcheck
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -531,8 +532,16 @@ def test_failure_yields_a_record_with_the_error(upstream_env, make_spec, tmp_pat
     assert rec["provenance"]["versions"]["torch"].startswith("2.14.")
 
 
-def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path):
-    spec = make_spec(model="resnet18", image_size=64, steps=100_000, timeout_s=8)
+def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path, monkeypatch):
+    """A run past its time limit is killed and recorded as a timeout, with the output it
+    made; what its killed rank had on disk goes too (a bf16 step's gradient check keeps
+    the first step's gradients in the temporary folder until its verdict)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # (the rank's and this process's)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    spec = make_spec(precision="bf16", steps=100_000, warmup_steps=1, time_budget_s=None,
+                     timeout_s=8)  # fmt: skip
     t0 = time.monotonic()
     rec = run(spec, upstream_env, tmp_path)
     assert time.monotonic() - t0 < 60
@@ -543,6 +552,9 @@ def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path)
     log = (tmp_path / "logs" / f"{spec['id']}.log").read_text(errors="replace")
     assert "run_trial.py" in log and rec["error"]["tail"].strip()
     assert rec["error"]["tail"].strip()[-2000:] in log
+    # the killed rank's first-step gradients: removed, and said
+    assert not list(tmp.glob(f"{gradcheck.FOLDER_PREFIX}*")), list(tmp.iterdir())
+    assert "[gradcheck] removed the first-step gradients of 1 stopped check(s)" in log, log[-3000:]
 
 
 def test_crash_without_result_is_recorded(make_spec, tmp_path):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import backends, launchers, shm
 from ..commands import Arg
+from ..rank import gradcheck
 from ..util import read_json
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
@@ -191,13 +192,18 @@ def run_measured(
         runtime.cleanup(wrapped)
         problems: list[str] = []
         left = shm.cleanup(pids, problems=problems)
-        if left or problems:
+        # a killed rank's first-step gradients (a container's went with its /tmp)
+        scratch = [] if container else gradcheck.sweep_folders()
+        if left or problems or scratch:
             with open(log, "a") as fh:
                 if left:
                     fh.write(f"[shm] removed {len(left)} shared-memory segment(s) the run's "
                              f"processes left in {shm.SHM}: {', '.join(left)}\n")  # fmt: skip
                 for problem in problems:
                     fh.write(f"[shm] {problem}\n")
+                if scratch:
+                    fh.write(f"[gradcheck] removed the first-step gradients of {len(scratch)} "
+                             f"stopped check(s): {', '.join(scratch)}\n")  # fmt: skip
     found: list[dict | None] = []
     unreadable = None
     for path in results:
