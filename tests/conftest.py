@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -260,6 +261,28 @@ def no_shm_segment_left_behind():
         n for n in segments() - before if not shm.alive(int(shm.SEGMENT.match(n).group(1)))
     )
     assert not left, f"the tests left shared-memory segments in {shm.SHM}: {left}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_gradient_check_folder_left_behind():
+    """After the whole suite, the temporary folder holds no new first-step folder of a
+    gradient check whose process is gone, of any host (a killed rank's: the run that
+    launched it removes it, on every node of its job: workflow_scripts/shm.py)."""
+    from workflow_scripts import shm
+
+    root = Path(tempfile.gettempdir())
+
+    def folders() -> set[str]:
+        return {p.name for p in root.glob(f"{shm.SCRATCH_PREFIX}*-*-*")}
+
+    before = folders()
+    yield
+    left = []
+    for name in sorted(folders() - before):
+        pid = name.removeprefix(shm.SCRATCH_PREFIX).split("-")[1]
+        if not (pid.isdigit() and shm.alive(int(pid))):
+            left.append(name)
+    assert not left, f"the tests left gradient checks' first-step folders in {root}: {left}"
 
 
 @pytest.fixture(scope="module")

@@ -402,11 +402,12 @@ def test_only_this_hosts_gone_checks_lose_their_first_step_gradients(tmp_path, m
     gradients in the temporary folder: the next sweep removes those of this host's
     processes that are gone, and nothing else (a running check's, another node's in a
     folder the nodes share, what is not a check's)."""
+    from workflow_scripts import shm
     from workflow_scripts.rank import gradcheck
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = gradcheck._host()
+    host = shm.host().replace("-", "_")
     names = {
         "gone": f"gradcheck-{host}-{dead.pid}-abc",
         "running": f"gradcheck-{host}-{os.getpid()}-abc",
@@ -417,7 +418,7 @@ def test_only_this_hosts_gone_checks_lose_their_first_step_gradients(tmp_path, m
         (tmp_path / name).mkdir()
         (tmp_path / name / "first-step.pt").write_bytes(b"0" * 1024)
     (tmp_path / f"gradcheck-{host}-{dead.pid}-file").write_text("")  # not a folder
-    assert gradcheck.sweep_folders(tmp_path) == [names["gone"]]
+    assert shm.sweep_scratch(tmp_path) == [names["gone"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [*(v for k, v in names.items() if k != "gone"), f"gradcheck-{host}-{dead.pid}-file"]
     )
@@ -427,7 +428,7 @@ def test_only_this_hosts_gone_checks_lose_their_first_step_gradients(tmp_path, m
     made = Path(gradcheck.make_folder())
     assert made.parent == tmp_path and made.name.startswith(f"gradcheck-{host}-{os.getpid()}-")
     assert not (tmp_path / names["gone"]).exists()
-    assert gradcheck.sweep_folders(tmp_path / "missing") == []
+    assert shm.sweep_scratch(tmp_path / "missing") == []
 
 
 def test_each_host_removes_its_own_part_of_a_runs_segments(tmp_path):

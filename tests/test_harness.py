@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import env_python
 from tests.trials import assert_ok, run
-from workflow_scripts import imagefolder, runtimes, trial
+from workflow_scripts import imagefolder, runtimes, shm, trial
 from workflow_scripts import metrics as rank_metrics
-from workflow_scripts.rank import contention, gradcheck
+from workflow_scripts.rank import contention
 from workflow_scripts.runtimes.base import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -553,7 +553,7 @@ def test_timeout_kills_the_run_and_records_it(upstream_env, make_spec, tmp_path,
     assert "run_trial.py" in log and rec["error"]["tail"].strip()
     assert rec["error"]["tail"].strip()[-2000:] in log
     # the killed rank's first-step gradients: removed, and said
-    assert not list(tmp.glob(f"{gradcheck.FOLDER_PREFIX}*")), list(tmp.iterdir())
+    assert not list(tmp.glob(f"{shm.SCRATCH_PREFIX}*")), list(tmp.iterdir())
     assert "[gradcheck] removed the first-step gradients of 1 stopped check(s)" in log, log[-3000:]
 
 

@@ -18,6 +18,13 @@ node of the job too (an ``srun`` step: ``python shm.py <folder>``), each node re
 what its own processes left. A container run has its own /dev/shm, which goes with the
 container. Shared by both sides (the ranks register, the host removes); standard
 library only: the watchdog imports it too.
+
+The same cleanup takes the gradient check's first-step folders (``rank/gradcheck.py``):
+a check keeps the first step's gradients, as large as the model, in
+``<temp>/gradcheck-<host>-<pid>-*`` until its verdict, and a rank killed before it
+leaves them. :func:`sweep_scratch` removes those of this host's processes that are
+gone: after every local run (``runtimes/measured.py``), on every node of a several-node
+job (the same step), and before a check makes its own folder.
 """
 
 from __future__ import annotations
@@ -49,6 +56,39 @@ def host() -> str:
     """The name this host's registrations go under (a node of a test cluster, with a
     host name of its own but the machine's /tmp, has a folder of its own too)."""
     return socket.gethostname() or "localhost"
+
+
+#: the gradient check's first-step folders: ``<temp>/gradcheck-<host>-<pid>-<random>``
+SCRATCH_PREFIX = "gradcheck-"
+
+
+def scratch_prefix(pid: int | None = None) -> str:
+    """The name of this host's first-step folders (of ``pid``'s, when given) begins so."""
+    mine = f"{SCRATCH_PREFIX}{host().replace('-', '_')}-"
+    return mine if pid is None else f"{mine}{pid}-"
+
+
+def sweep_scratch(root: str | os.PathLike | None = None) -> list[str]:
+    """Remove the first-step folders in ``root`` (the temporary folder) of this host's
+    processes that are gone: only this user's, only this host's (another node may share
+    the folder), only where the pid no longer runs; the names removed."""
+    root = Path(root or tempfile.gettempdir())
+    mine = scratch_prefix()
+    removed = []
+    try:
+        entries = [p for p in root.iterdir() if p.name.startswith(mine)]
+    except OSError:
+        return removed
+    for path in entries:
+        pid = path.name[len(mine) :].split("-", 1)[0]
+        try:
+            ours = path.is_dir() and path.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours and pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 def register(pid: int | None = None) -> None:
@@ -207,11 +247,12 @@ def cleanup(
 
 def main(argv: list[str]) -> int:
     """``python shm.py <folder>``: this host's part of a run's cleanup (one task of the
-    step :func:`spread_command` starts); prints ``<host> <name> ...``."""
+    step :func:`spread_command` starts): its segments and first-step folders; prints
+    ``<host> <name> ...``."""
     if len(argv) != 1:
         print("usage: python shm.py <run folder>", file=sys.stderr)
         return 2
-    print(host(), *cleanup_here(argv[0]), flush=True)
+    print(host(), *cleanup_here(argv[0]), *sweep_scratch(), flush=True)
     return 0
 
 

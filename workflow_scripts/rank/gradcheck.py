@@ -46,11 +46,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
 import tempfile
 import time
 import weakref
-from pathlib import Path
 
 #: a parameter's error against fp64 may be this many times eager's own at the precision
 MULTIPLIER = 3.0
@@ -68,8 +66,6 @@ LOSS_TOLERANCE = {"fp32": 1e-3, "bf16": 0.05}
 NEGLIGIBLE = 1e-6
 #: how many parameter names a message or a record's list shows
 NAMES_SHOWN = 8
-#: the first step's gradients wait in ``<temp>/gradcheck-<host>-<pid>-<random>``
-FOLDER_PREFIX = "gradcheck-"
 #: how a parameter can come out of a step without a usable gradient
 LOST_KINDS = {
     "without_gradient": "no gradient",
@@ -251,7 +247,7 @@ class GradientCheck:
         if self.reference:
             self.dir = make_folder()
             # removed with the check, or at exit when the run fails before its verdict;
-            # a killed run's (SIGKILL runs neither) by the next sweep (sweep_folders)
+            # a killed run's (SIGKILL runs neither) by the next sweep (shm.sweep_scratch)
             weakref.finalize(self, shutil.rmtree, self.dir, True)
             torch.save(grads, self.grads_path)
         del grads
@@ -568,39 +564,11 @@ def problem(got: dict, compared: dict | None, precision: str, carried_negligible
     return None
 
 
-def _host() -> str:
-    return (socket.gethostname() or "localhost").replace("-", "_")
-
-
 def make_folder() -> str:
     """A new folder for this process's first-step gradients, in the temporary folder,
-    named by its host and pid; what killed checks left there is removed first."""
-    sweep_folders()
-    return tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{_host()}-{os.getpid()}-")
+    named by its host and pid (``shm.scratch_prefix``); what killed checks of this host
+    left there is removed first (``shm.sweep_scratch``)."""
+    from ..shm import scratch_prefix, sweep_scratch
 
-
-def sweep_folders(root: str | os.PathLike | None = None) -> list[str]:
-    """Remove the first-step folders of this host's checks whose process is gone: a rank
-    killed before its verdict (its time limit, a lost job, a stopped study) leaves its
-    gradients behind, as large as the model (ResNet-50's 100 MB, BERT-base's 440 MB).
-    Only this user's, only this host's (another node of a cluster may share the
-    folder), only where the pid no longer runs; the names removed."""
-    from ..shm import alive
-
-    root = Path(root or tempfile.gettempdir())
-    mine = f"{FOLDER_PREFIX}{_host()}-"
-    removed = []
-    try:
-        entries = [p for p in root.iterdir() if p.name.startswith(mine)]
-    except OSError:
-        return removed
-    for path in entries:
-        pid = path.name[len(mine) :].split("-", 1)[0]
-        try:
-            ours = path.is_dir() and path.stat().st_uid == os.getuid()
-        except OSError:
-            continue
-        if ours and pid.isdigit() and not alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
-    return removed
+    sweep_scratch()
+    return tempfile.mkdtemp(prefix=scratch_prefix(os.getpid()))

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from .. import backends, launchers, shm
 from ..commands import Arg
-from ..rank import gradcheck
 from ..util import read_json
 from .base import INTERRUPTS, Finished, Interrupted, Runtime, run_logged, signal_name
 
@@ -192,8 +191,11 @@ def run_measured(
         runtime.cleanup(wrapped)
         problems: list[str] = []
         left = shm.cleanup(pids, problems=problems)
-        # a killed rank's first-step gradients (a container's went with its /tmp)
-        scratch = [] if container else gradcheck.sweep_folders()
+        # a killed rank's first-step gradients (another node's: in the cleanup above; a
+        # container's went with its /tmp)
+        scratch = [n for n in left if n.startswith(shm.SCRATCH_PREFIX)]
+        left = [n for n in left if n not in scratch]
+        scratch += [] if container else shm.sweep_scratch()
         if left or problems or scratch:
             with open(log, "a") as fh:
                 if left:
