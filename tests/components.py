@@ -21,6 +21,8 @@ INSTALL = Path(__file__).resolve().parent / "install.sh"
 CLUSTER = Path(__file__).resolve().parent / "slurm" / "cluster.sh"
 #: the test cluster: its nodes, and each node's memory (MB), which SLURM enforces
 NODES = ("study-node1", "study-node2")
+#: its ClusterName (tests/slurm/cluster.sh), in every job's environment
+CLUSTER_NAME = "study-test"
 NODE_MEM_MB = 4096
 #: its MpiDefault, as many sites set it: srun adds PMIx variables to every task (and
 #: srun --mpi=pmi2 is there too)
@@ -70,3 +72,18 @@ def cluster(action: str, state: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=900, env=env
     )
+
+
+def cluster_processes() -> dict[int, str]:
+    """The processes of the test cluster's jobs still running on this machine (by the
+    cluster's name in their environment): pid -> command line."""
+    mark = f"SLURM_CLUSTER_NAME={CLUSTER_NAME}".encode()
+    found = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in environ.read_bytes().split(b"\0"):
+                cmd = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(environ.parent.name)] = cmd.decode(errors="replace")[:300]
+        except OSError:
+            continue
+    return found

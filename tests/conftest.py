@@ -121,6 +121,8 @@ def slurm(tmp_path_factory):
         assert not set(components.NODES) & set(Path("/etc/hosts").read_text().split())
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert "studyslurm" not in netns
+        # nor a process of its jobs (one that its step's tracking lost: cluster.sh job_pids)
+        assert not components.cluster_processes(), components.cluster_processes()
 
 
 #: what each component's fixture gives: the markers of the tests that use it

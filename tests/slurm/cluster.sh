@@ -53,6 +53,7 @@ MARK="# written by cpu-train-study tests/slurm/cluster.sh"
 NET=10.231.7          # the private bridge's /24: .1 the controller, .11, .12, ... the nodes
 BRIDGE=studyslurm0
 HOSTS_MARK="# cpu-train-study test cluster"
+CLUSTER_NAME=study-test  # (its jobs carry it: SLURM_CLUSTER_NAME, see job_pids)
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
@@ -185,7 +186,7 @@ write_conf() {
     $SUDO tee "$CONF" >/dev/null <<CONF
 $MARK
 # state directory: $DIR
-ClusterName=study-test
+ClusterName=$CLUSTER_NAME
 SlurmctldHost=$CTL($NET.1)
 # slurmctld listens on the bridge's address alone (its name's), not on every address of
 # the machine; each slurmd has its node's namespace alone
@@ -287,7 +288,7 @@ DBD
     fi
     made "pid slurmdbd $(cat "$DIR/slurmdbd.pid")"
     for _ in $(seq 80); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.25; done
-    $SUDO sacctmgr -i add cluster study-test >/dev/null 2>&1 || true
+    $SUDO sacctmgr -i add cluster "$CLUSTER_NAME" >/dev/null 2>&1 || true
 }
 
 node_states() { sinfo -h -N -p study -o "%N %T" 2>/dev/null; }
@@ -398,6 +399,15 @@ step_pids() {
     done
 }
 
+# Processes of this cluster's jobs, by the name only its jobs carry in their environment
+# (SLURM_CLUSTER_NAME): proctrack/linuxproc follows a step's processes by descent and
+# loses one whose parent ended first, which then outlives its job (a job's inner
+# snakemake, stuck after SLURM's SIGTERM at a time limit, once in two suite runs here).
+job_pids() {
+    $SUDO grep -lzxF "SLURM_CLUSTER_NAME=$CLUSTER_NAME" /proc/[0-9]*/environ 2>/dev/null |
+        sed -n 's|^/proc/\([0-9]*\)/environ$|\1|p' || true
+}
+
 stop() {
     if ! state_dir || [ ! -f "$DIR/made" ]; then
         echo "cluster.sh: nothing started from $DIR"
@@ -438,6 +448,8 @@ stop() {
     done
     # steps whose slurmd ended before them (started by our daemons, nobody else's)
     for pid in $steps; do stop_pid "$pid" slurmstepd; done
+    # and what of the jobs outlived both: its job has ended, it was signalled already
+    for pid in $(job_pids); do $SUDO kill -9 "$pid" 2>/dev/null || true; done
     $SUDO rm -f "$DIR/made"
     echo "cluster.sh: stopped"
 }
