@@ -279,11 +279,11 @@ def no_gradient_check_folder_left_behind():
 
     before = folders()
     yield
-    left = []
-    for name in sorted(folders() - before):
-        pid = name.removeprefix(shm.SCRATCH_PREFIX).split("-")[1]
-        if not (pid.isdigit() and shm.alive(int(pid))):
-            left.append(name)
+    left = [
+        name
+        for name in sorted(folders() - before)
+        if (pid := shm.scratch_pid(name)) is None or not shm.alive(pid)
+    ]
     assert not left, f"the tests left gradient checks' first-step folders in {root}: {left}"
 
 

@@ -68,6 +68,12 @@ def scratch_prefix(pid: int | None = None) -> str:
     return mine if pid is None else f"{mine}{pid}-"
 
 
+def scratch_pid(name: str) -> int | None:
+    """The pid in a first-step folder's name (``gradcheck-<host>-<pid>-*``), if any."""
+    parts = name.removeprefix(SCRATCH_PREFIX).split("-")
+    return int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else None
+
+
 def sweep_scratch(root: str | os.PathLike | None = None) -> list[str]:
     """Remove the first-step folders in ``root`` (the temporary folder) of this host's
     processes that are gone: only this user's, only this host's (another node may share
@@ -80,12 +86,12 @@ def sweep_scratch(root: str | os.PathLike | None = None) -> list[str]:
     except OSError:
         return removed
     for path in entries:
-        pid = path.name[len(mine) :].split("-", 1)[0]
+        pid = scratch_pid(path.name)
         try:
             ours = path.is_dir() and path.stat().st_uid == os.getuid()
         except OSError:
             continue
-        if ours and pid.isdigit() and not alive(int(pid)):
+        if ours and pid is not None and not alive(pid):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed
