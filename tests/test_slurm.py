@@ -312,6 +312,32 @@ def test_the_study_on_two_nodes_through_the_slurm_profile(slurm, tmp_path):
     assert "Nothing to be done" in again.stdout
 
 
+def test_a_node_held_for_a_waiting_job_is_up(slurm, tmp_path):
+    """A node that the backfill scheduler holds empty for a waiting two-node job (sinfo:
+    planned, a mark that stays until its next pass, also after that job has run) is up,
+    as a node in use is: cluster.sh status says so."""
+    submit = ["sbatch", "--parsable", "-p", "study", "-t", "1", "-o", "/dev/null"]
+    jobs = []
+    try:
+        for args in (["-w", NODES[0], "--wrap", "sleep 60"], ["-N", "2", "--wrap", "true"]):
+            sub = subprocess.run(submit + args, cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=60)  # fmt: skip
+            assert sub.returncode == 0, sub.stderr
+            jobs.append(sub.stdout.strip().split(";")[0])
+        states = {}
+        deadline = time.monotonic() + 60
+        while states.get(NODES[1]) != "planned" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            out = subprocess.run(["sinfo", "-h", "-N", "-p", "study", "-o", "%N %T"],
+                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            states = dict(line.split() for line in out.splitlines() if line.strip())
+        assert states.get(NODES[1]) == "planned", states
+        status = cluster("status", slurm)
+        assert status.returncode == 0, status.stderr
+    finally:
+        subprocess.run(["scancel", *jobs], capture_output=True, timeout=60)
+
+
 def test_a_study_is_planned_for_the_nodes_not_the_submit_host(slurm, tmp_path):
     """The quick preset's DDP sweep (layouts: all) on nodes of 1 CPU, planned from a
     submit host of 2 (and of 1, its planning process restricted): every job asks for

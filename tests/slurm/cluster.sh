@@ -10,7 +10,7 @@
 # addresses. The filesystem is the machine's: shared by every node, as on a cluster.
 #   bash tests/slurm/cluster.sh start   install (when missing), configure, start, wait for the nodes
 #   bash tests/slurm/cluster.sh stop    cancel its jobs, stop what it started, remove what it made
-#   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, in use, or ending a job) within 10 s
+#   bash tests/slurm/cluster.sh status  exit 0 when every node is up (idle, held for a waiting job, in use, or ending a job) within 10 s
 # Settings (environment):
 #   STUDY_SLURM_DIR     state, logs, pid files, and jobcomp.log (one line per finished
 #                       job: start, end, nodes, state) (default /tmp/study-slurm). The
@@ -203,6 +203,9 @@ SelectTypeParameters=CR_CPU_Memory
 MpiDefault=$MPI
 ReturnToService=2
 SchedulerType=sched/backfill
+# a backfill pass every 5 s (default 30): what it plans for a waiting job, and the
+# "planned" mark it leaves on a node, last no longer than that
+SchedulerParameters=bf_interval=5
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool-%n
 # each node's temporary filesystem (the nodes share this machine's /tmp): pmix makes its
@@ -292,6 +295,12 @@ DBD
 }
 
 node_states() { sinfo -h -N -p study -o "%N %T" 2>/dev/null; }
+# sinfo's states of a node that answers: free (idle, or planned: held empty by the
+# backfill scheduler for a waiting job, a mark that stays until its next pass, also
+# after that job has run), or in use (a "-" suffix: planned as well). A "*" suffix (not
+# responding) or any other state is not up.
+UP_IDLE=' (idle|planned)$'
+UP=' (idle|planned|mixed|allocated|completing)-?$'
 
 ours() {  # the running cluster is this directory's
     [ -e "$CONF" ] && grep -qF "$MARK" "$CONF" && grep -qxF "# state directory: $DIR" "$CONF"
@@ -341,7 +350,7 @@ start() {
     local states=""
     for _ in $(seq 90); do
         states=$(node_states)
-        if [ "$(echo "$states" | grep -cE ' idle')" = "$NODES" ]; then
+        if [ "$(echo "$states" | grep -cE "$UP_IDLE")" = "$NODES" ]; then
             echo "cluster.sh: nodes up: $(echo "$states" | tr '\n' ' ')($(sinfo -h -N -p study -o '%N %c CPUs %m MB' | tr '\n' ';')), logs in $DIR"
             return 0
         fi
@@ -357,7 +366,7 @@ start() {
     exit 1
 }
 
-# Every node up (idle, in use, or ending a job), within 10 s: right after a job ends,
+# Every node up (idle, held for a waiting job, in use, or ending a job: $UP), within 10 s: right after a job ends,
 # sinfo can list a node in a passing state (or not answer) for a moment. Otherwise the
 # states it saw, on stderr.
 status() {
@@ -365,7 +374,7 @@ status() {
     local states=""
     for _ in $(seq 20); do
         states=$(node_states)
-        [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated|completing)')" = "$NODES" ] && return 0
+        [ "$(echo "$states" | grep -cE "$UP")" = "$NODES" ] && return 0
         sleep 0.5
     done
     echo "cluster.sh: not every node is up (states: $(echo "${states:-none}" | tr '\n' ' '))" >&2
