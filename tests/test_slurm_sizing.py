@@ -4,6 +4,7 @@ runs in tests/test_slurm.py.)"""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from workflow_scripts.cluster import sizing, slurm
 from workflow_scripts.collectives import rank_counts, variant_spec
 from workflow_scripts.launchers.torchrun import LAUNCHER as TORCHRUN
-from workflow_scripts.launchers.torchrun import interface_address
+from workflow_scripts.launchers.torchrun import ephemeral_ports, free_port, interface_address
 from workflow_scripts.spec.settings import SETTING_DEFAULTS
 from workflow_scripts.study import StudyConfigError, load_study
 from workflow_scripts.workloads import estimated_memory_mb
@@ -188,6 +189,35 @@ def test_several_node_ranks_talk_over_the_interface_set(make_spec, monkeypatch):
     assert env["GLOO_SOCKET_IFNAME"] == env["CCL_KVS_IFACE"] == "lo"
     assert env["MASTER_ADDR"] == "127.0.0.1" == interface_address("lo")
     assert interface_address("no-such-if0") is None
+
+
+def test_a_rendezvous_port_is_one_no_socket_bound_to_port_0_can_take(make_spec):
+    """Rank 0's store listens on its port seconds after the launcher drew it, while srun
+    (or mpirun) binds listeners of its own to port 0: a port drawn from the kernel's
+    ephemeral range could go to one of them first (the two-node collectives job once
+    failed so: "The server socket has failed to listen on any local network address").
+    The port is free and outside that range, and differs from launch to launch."""
+    ephemeral = ephemeral_ports()
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) > 1 and not [p for p in ports if p in ephemeral], ports
+    held = []
+    try:
+        for _ in range(300):  # as srun's listeners and any connection would
+            s = socket.socket()
+            held.append(s)
+            s.bind(("", 0))
+            assert s.getsockname()[1] in ephemeral
+            assert s.getsockname()[1] not in ports
+        for port in ports:  # and each is free
+            with socket.socket() as s:
+                s.bind(("", port))
+    finally:
+        for s in held:
+            s.close()
+    spec = make_spec(launcher="torchrun", ranks=1, nodes=2, threads=1, batch_size=8)
+    assert int(TORCHRUN.environment(spec, starter="srun")["MASTER_PORT"]) not in ephemeral
+    # none outside free after its tries: any free port
+    assert free_port(tries=0) in ephemeral
 
 
 def test_several_node_ccl_ranks_name_the_provider_between_their_nodes(make_spec, monkeypatch):

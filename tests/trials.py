@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 
 import pytest
 
 from workflow_scripts import trial
+from workflow_scripts.launchers.torchrun import free_port  # noqa: F401 (the tests' own too)
 
 NOISE_FIELDS = {f.name for f in dataclasses.fields(trial.Noise)}
 
@@ -69,12 +69,6 @@ TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 def bert(make_spec, **fields) -> dict:
     fields.setdefault("id", "bert")
     return make_spec(model="bert-tiny", image_size=None, seq_len=32, **fields)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_pids(needle: str) -> list[int]:

@@ -250,10 +250,42 @@ def interface_address(name: str) -> str | None:
     return socket.inet_ntoa(packed[20:24])
 
 
-def free_port() -> int:
-    """A TCP port free on this host now, for the ranks' rendezvous."""
+#: the ports a rendezvous port is drawn from, less the kernel's ephemeral range
+RENDEZVOUS_PORTS = range(10000, 65536)
+#: ip_local_port_range's default, where /proc does not say
+EPHEMERAL_DEFAULT = (32768, 60999)
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to a socket bound to port 0 or an outgoing
+    connection (``net.ipv4.ip_local_port_range``)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = EPHEMERAL_DEFAULT
+    return range(low, high + 1)
+
+
+def free_port(tries: int = 200) -> int:
+    """A TCP port free on this host now, for the ranks' rendezvous: rank 0's store
+    listens on it seconds later. Drawn at random from outside the kernel's ephemeral
+    range: a port of that range, free now, is the kernel's to hand to any socket bound
+    to port 0 in between (srun's and mpirun's own listeners, which start right after,
+    or any connection), and rank 0 then fails ("The server socket has failed to listen
+    on any local network address"); a port outside it is taken only by a program that
+    names it. Any free port where none outside is (after ``tries``)."""
+    import random
     import socket
 
+    ephemeral = ephemeral_ports()
+    pool = [p for p in RENDEZVOUS_PORTS if p not in ephemeral]
+    for port in random.sample(pool, min(tries, len(pool))):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
