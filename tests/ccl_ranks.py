@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.trials import free_port
 from workflow_scripts import shm
+from workflow_scripts.launchers.torchrun import free_port
 
 SCRUBBED = ("LD_LIBRARY_PATH", "LD_PRELOAD", "FI_PROVIDER_PATH", "FI_PROVIDER", "STUDY_CCL_DIR")
 

@@ -10,8 +10,9 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, spec_of
-from tests.trials import TWO_CPUS, assert_ok, free_port, rank_pids, run
+from tests.trials import TWO_CPUS, assert_ok, rank_pids, run
 from workflow_scripts import collectives, digits, experiment, metrics
+from workflow_scripts.launchers.torchrun import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

@@ -10,7 +10,6 @@ import os
 import pytest
 
 from workflow_scripts import trial
-from workflow_scripts.launchers.torchrun import free_port  # noqa: F401 (the tests' own too)
 
 NOISE_FIELDS = {f.name for f in dataclasses.fields(trial.Noise)}
 

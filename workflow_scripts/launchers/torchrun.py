@@ -279,16 +279,14 @@ def free_port(tries: int = 200) -> int:
 
     ephemeral = ephemeral_ports()
     pool = [p for p in RENDEZVOUS_PORTS if p not in ephemeral]
-    for port in random.sample(pool, min(tries, len(pool))):
+    for port in [*random.sample(pool, min(tries, len(pool))), 0]:
         with socket.socket() as s:
             try:
                 s.bind(("", port))
             except OSError:
                 continue
-            return port
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+            return s.getsockname()[1]
+    raise OSError("no free TCP port on this host")
 
 
 def merge_ok(results: list[dict]) -> dict:
