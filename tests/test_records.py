@@ -111,6 +111,48 @@ def test_pct_of_peak_only_of_a_calibrated_ceiling():
     assert math.isnan(row["load_avg_1m"])
 
 
+def test_a_share_of_the_ceiling_is_judged_against_the_machines_best_calibration():
+    """Each environment's calibration measures the same CPUs: a run above its own
+    environment's ceiling (one calibrated in a slower minute) but within another's is no
+    measurement error; one above the best of them still is; a ceiling of another dtype,
+    thread count or node type is not taken in."""
+
+    def run(name, env, sps, ceiling, threads=2, dtype="bf16", cpu=None):
+        r = trial(name, sps=sps, env=env, precision=dtype, flops=8e9, ceiling=ceiling,
+                  ceiling_dtype=dtype)  # fmt: skip
+        r["checks"] = {"threads": threads}
+        if cpu:
+            r["provenance"] |= {"cpu_model": cpu, "logical_cpus": 2}
+        m = r["metrics"]
+        if m["pct_of_peak"] > 100:  # as the trial policy writes it (trial.with_ceiling)
+            pct = m.pop("pct_of_peak")
+            m.update(pct_of_peak=None, pct_of_peak_measured=pct,
+                     measurement_error=f"{pct:.0f}% of the calibrated ceiling")  # fmt: skip
+        return r
+
+    records = [
+        run("slow-calibration", "upstream", 120.0, 850.0),  # 960 GFLOP/s: 113 % of 850
+        run("other-env", "ipex", 100.0, 1000.0),
+        run("above-both", "upstream", 130.0, 850.0),  # 1040: above 1000 too
+        run("fp32", "upstream", 40.0, 400.0, dtype="fp32"),
+        run("one-thread", "upstream", 55.0, 450.0, threads=1),
+        run("other-node", "upstream", 80.0, 700.0, cpu="Another CPU"),
+    ]
+    f = frame(records).xs(0, level="trial")
+    lifted = f.loc["slow-calibration"]
+    assert lifted["ceiling_gflops"] == 1000.0 and lifted["pct_of_peak"] == pytest.approx(96.0)
+    assert pd.isna(lifted["measurement_error"])
+    above = f.loc["above-both"]
+    assert math.isnan(above["pct_of_peak"]) and above["ceiling_gflops"] == 1000.0
+    assert above["measurement_error"].startswith("104% of the machine's calibrated ceiling")
+    expected = {"other-env": (1000.0, 80.0), "fp32": (400.0, 80.0),
+                "one-thread": (450.0, 440 / 4.5), "other-node": (700.0, 640 / 7)}  # fmt: skip
+    for name, (ceiling, pct) in expected.items():
+        assert f.loc[name, "ceiling_gflops"] == ceiling
+        assert f.loc[name, "pct_of_peak"] == pytest.approx(pct)
+        assert pd.isna(f.loc[name, "measurement_error"])
+
+
 def test_truncation_and_within_trial_columns():
     r = trial("a", steps_timed=3, time_budget_hit=True)
     r["metrics"]["step_time_s"] = {"mean": 2.0, "stdev": 0.5, "median": 2.0}

@@ -459,11 +459,13 @@ def _pair_text(r: Mapping) -> str:
 def ceiling_section(roof: pd.DataFrame, svg: str) -> Section:
     roof_note = (
         '<p class="note">FLOPs per sample: one forward + backward pass of the model at '
-        "batch size 1, counted by torch.utils.flop_counter (2 FLOPs per multiply-add of "
-        "the convolutions and matrix products; normalization and activations are not "
-        "counted). Achieved GFLOP/s = FLOPs per sample × samples/s, as a percentage of "
-        "the dense matmul rate measured on this machine with the same threads and dtype "
-        "(the calibrated ceiling; older records: the trial's own noise probe). There is "
+        "batch size 1 (a served model: one forward pass), counted by "
+        "torch.utils.flop_counter (2 FLOPs per multiply-add of the convolutions and "
+        "matrix products; normalization and activations are not counted). Achieved "
+        "GFLOP/s = FLOPs per sample × samples/s, as a percentage of the best dense rate "
+        "(a matmul or a 3x3 convolution) that any of the study's calibrations measured "
+        "on this machine with the same threads and dtype (the calibrated ceiling; older "
+        "records: the trial's own noise probe). There is "
         "no arithmetic-intensity axis, so this is not a roofline: it says how far the "
         "training step is from what the matrix units deliver here. A share above 100% is "
         "a measurement error and is shown as such.</p>"
