@@ -144,7 +144,8 @@ def test_a_share_of_the_ceiling_is_judged_against_the_machines_best_calibration(
     assert pd.isna(lifted["measurement_error"])
     above = f.loc["above-both"]
     assert math.isnan(above["pct_of_peak"]) and above["ceiling_gflops"] == 1000.0
-    assert above["measurement_error"].startswith("104% of the machine's calibrated ceiling")
+    assert above["measurement_error"].startswith("104% of the calibrated ceiling (1000.0")
+    assert "the machine's: the best of the study's calibrations" in above["measurement_error"]
     expected = {"other-env": (1000.0, 80.0), "fp32": (400.0, 80.0),
                 "one-thread": (450.0, 440 / 4.5), "other-node": (700.0, 640 / 7)}  # fmt: skip
     for name, (ceiling, pct) in expected.items():

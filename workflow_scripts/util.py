@@ -22,6 +22,22 @@ def finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def ceiling_threads(record: dict) -> float | None:
+    """The threads a record's ceiling is for: all of its run's (per rank x ranks)."""
+    checks, spec = record.get("checks") or {}, record.get("spec") or {}
+    threads = checks.get("threads") or spec.get("threads")
+    return threads * (checks.get("world_size") or 1) if finite(threads) else None
+
+
+def beyond_ceiling(pct: float, rate: float, how: str) -> str:
+    """The ``measurement_error`` of a share ``pct`` above 100 of the ceiling ``rate``."""
+    return (
+        f"{pct:.0f}% of the calibrated ceiling ({rate:.1f} GFLOP/s, {how}): a run cannot "
+        "compute faster than the machine's best dense kernel, so the FLOP count or the "
+        "ceiling is wrong"
+    )
+
+
 def beside_records(out: Path | str, name: str) -> Path:
     """A study's side folder ``name`` for the trial record ``out``:
     ``<results>/records/<experiment>/trial<k>.json`` -> ``<results>/<name>``; a record

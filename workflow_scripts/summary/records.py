@@ -453,14 +453,11 @@ def ceiling_key(record: Mapping[str, Any]) -> tuple | None:
     record = _as_dict(record)
     metrics = _as_dict(record.get("metrics"))
     rate, dtype = _num(metrics.get("ceiling_gflops")), _text(metrics.get("ceiling_dtype"))
-    spec, checks = _as_dict(record.get("spec")), _as_dict(record.get("checks"))
-    threads = _num(checks.get("threads") or spec.get("threads"))
-    if not rate > 0 or dtype is None or not threads > 0:
+    threads = util.ceiling_threads(record)
+    if not rate > 0 or dtype is None or not (threads or 0) > 0:
         return None
     prov = _as_dict(record.get("provenance"))
-    node = node_type(prov) if prov.get("cpu_model") else None
-    world = _num(checks.get("world_size"))
-    return node, dtype, threads * (world if world > 0 else 1)
+    return node_type(prov) if prov.get("cpu_model") else None, dtype, threads
 
 
 def machine_ceilings(rows: list[dict], keys: list[tuple | None]) -> None:
@@ -485,10 +482,8 @@ def machine_ceilings(rows: list[dict], keys: list[tuple | None]) -> None:
         row["pct_of_peak"] = pct if pct <= 100.0 else math.nan
         row["measurement_error"] = None
         if pct > 100.0:
-            row["measurement_error"] = (
-                f"{pct:.0f}% of the machine's calibrated ceiling ({rate:.1f} GFLOP/s, the "
-                "best of the study's calibrations): a run cannot compute faster than the "
-                "machine's best dense kernel, so the FLOP count or the ceiling is wrong"
+            row["measurement_error"] = util.beyond_ceiling(
+                pct, rate, "the machine's: the best of the study's calibrations"
             )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from ..rank import probe
-from ..util import finite
+from ..util import beyond_ceiling, ceiling_threads, finite
 from . import peers
 from .reference import measured_on
 
@@ -168,10 +168,7 @@ def with_ceiling(record: dict, reference: dict | None) -> dict:
     if record.get("status") != "ok" or not isinstance(m, dict):
         return record
     spec = record.get("spec") or {}
-    checks = record.get("checks") or {}
-    threads = checks.get("threads") or spec.get("threads")
-    world = checks.get("world_size") or 1
-    total = threads * world if finite(threads) else None
+    total = ceiling_threads(record)
     rate, dtype, how = probe.ceiling_rate(reference, spec.get("precision", "fp32"), total)
     m.update(ceiling_gflops=rate, ceiling_dtype=dtype, ceiling_source=how, pct_of_peak=None)
     achieved = m.get("achieved_gflops")
@@ -181,9 +178,5 @@ def with_ceiling(record: dict, reference: dict | None) -> dict:
             m["pct_of_peak"] = pct
         else:
             m["pct_of_peak_measured"] = pct
-            m["measurement_error"] = (
-                f"{pct:.0f}% of the calibrated ceiling ({rate:.1f} GFLOP/s, {how}): a run "
-                "cannot compute faster than the machine's best dense matmul, so the FLOP "
-                "count or the ceiling is wrong"
-            )
+            m["measurement_error"] = beyond_ceiling(pct, rate, how)
     return record
