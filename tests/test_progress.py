@@ -416,17 +416,57 @@ def test_the_adaptive_rounds_have_a_time_left_too(tmp_path):
     guess, upper = ab + chance["a"] * ab + after, 2 * ab + after
     assert f"about {human(guess)} left, up to {human(upper)} if every one goes on" in text, text
     assert "x 1.00: measured/estimated so far" in text
-    # a's trial 2 done, taking twice its estimate: the rest is scaled by what was measured
+    # a's trial 2 done, taking twice its estimate: the rest is scaled by what was measured,
+    # b's trial 2 at b's own later trial (on time) drawn towards its group's ratio
     write_record(tmp_path, "a", 2, wall=2 * later["a"])
     text = progress.line(s, tmp_path, started=0.0, now=900.0, machine=m)
     assert text.startswith("[progress] 7 of 8 trials have a record") and "1 trial without" in text
     done = sum(per[e]["seconds"] + later[e] for e in "abc")
-    assert f"x {(done + 2 * later['a']) / (done + later['a']):.2f}: measured" in text, text
+    run = (done + 2 * later["a"]) / (done + later["a"])  # (one group: its ratio is the run's)
+    own = {"a": (3 + run) / 3, "b": (1 + run) / 2, "c": (1 + run) / 2}
+    ratio = sum(later[e] * own[e] for e in "abc") / sum(later.values())
+    assert f"x {ratio:.2f}: measured/estimated so far by group (the run's {run:.2f})" in text
     # round 2 done, its report decides every comparison: nothing is left
     write_record(tmp_path, "b", 2, wall=later["b"])
     write_round(tmp_path, 2, [], decided=[("a", "b"), ("a", "c")])
     text = progress.line(s, tmp_path, started=0.0, now=1200.0, machine=m)
     assert "8 of 8 trials have a record" in text and "every trial is done" in text, text
+
+
+def test_a_rounds_trials_are_at_their_own_experiments_ratio(tmp_path):
+    """The adaptive rounds run the experiments whose comparisons stay undecided, which
+    are not their group's average: a round's trial is scaled by its experiment's own
+    later trials (measured over estimated, drawn towards its group's as if the group's
+    were one more of them), not by the group's alone; a first trial (which pays the
+    compile and the check its later trials carry) is not one of them."""
+    s, m = adaptive_study(), machine(calibration())
+    per = study_estimate.total(s.experiments, 2, m, Setup(s.envs))["experiments"]
+    later = {e: per[e]["later_seconds"] for e in "abc"}
+    # every first trial on time; the second trials: a and b at half their estimates, c
+    # (whose comparison is decided) at twice its estimate
+    at = {"a": 0.5, "b": 0.5, "c": 2.0}
+    for e in "abc":
+        write_record(tmp_path, e, 0, wall=per[e]["seconds"])
+        write_record(tmp_path, e, 1, wall=at[e] * later[e])
+    write_round(tmp_path, 1, [("a", "b")], decided=[("a", "c")])
+    text = progress.line(s, tmp_path, started=0.0, now=600.0, machine=m)
+    est = sum(per[e]["seconds"] + later[e] for e in "abc")
+    run = sum(per[e]["seconds"] + at[e] * later[e] for e in "abc") / est
+    own = {e: (at[e] + run) / 2 for e in "abc"}
+    # round 2: a and b, each at its own ratio; round 3 as forecast (the same two, by chance)
+    rows = rounds.read_rows(tmp_path / "rounds" / "1" / "comparisons.csv")
+    chance = forecast.chances(rows, s.settings, 1, 3, {"a", "b"})["a"]
+    after = progress.after_trials(s, tmp_path)
+    ab = later["a"] * own["a"] + later["b"] * own["b"]
+    left = ab * (1 + chance) + after.seconds + after.each_report
+    assert f"about {estimate_text.human(left)} left" in text, text
+    walls = {(e, 0): per[e]["seconds"] for e in "abc"} | {(e, 1): at[e] * later[e] for e in "abc"}
+    speed = progress.speed_of(walls, lambda e, k: per[e]["seconds"] if k == 0 else later[e],
+                              progress.groups_of(s.experiments))  # fmt: skip
+    assert speed.own == pytest.approx(own) and speed.groups["g"] == pytest.approx(run)
+    assert speed.of_trial("a", 0, {"a": "g"}) == pytest.approx(run)  # a first trial: its group's
+    # at the group's ratio a's and b's trials would have counted well over what their own say
+    assert own["a"] == own["b"] < 0.8 * run
 
 
 def test_an_experiment_that_sat_out_a_round_and_comes_back_is_in_the_time_left(tmp_path):

@@ -36,7 +36,10 @@ left); once a round's report has decided which experiments go on, their trials w
 a record, plus the later rounds as forecast, and at most every one of them to the cap;
 the trials of the rounds count in the ratio like the others. (Counted as a bound beside
 the minimum, the rounds made the default study's lines 0.94x to 7.5x of the time it
-then took; forecast, 0.75x to 1.19x.)
+then took; forecast, 0.75x to 1.19x.) A round's trial is scaled by its experiment's own
+later trials where it has one (:func:`own_ratios`, drawn towards its group's): the
+rounds run the experiments whose comparisons stay undecided, and these are not their
+groups' average (``tests/benchmarks/progress_states.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +69,14 @@ RATIO_BOUNDS = clock.RATIO_BOUNDS
 #: trials at 1.26x their estimate while the run's ratio was 0.83 (the ladder's 0.77):
 #: its last lines said 0.69-0.76x of the time then left; replayed by group, 0.83-0.88x
 GROUP_PRIOR_TRIALS = 1
+#: an experiment's later trials measure its own ratio, drawn towards its group's as if the
+#: group's were this many more of its trials. The adaptive rounds run the experiments
+#: whose comparisons stay undecided, and these are not their groups' average: in the
+#: default study's run of 2026-12-07 (2-vCPU AVX-512 EPYC) its third trials took 0.94x
+#: their experiments' second ones but 0.83x what their groups' ratios said (more of
+#: them stopped far from their baselines or at their step precision); at the start of
+#: round 2 the line said 44 min left where 35 were
+OWN_PRIOR_TRIALS = 1
 #: the time left is given as a range too where the trials' ratios make it this uncertain
 RANGE_FROM = 1.15
 #: the noise reruns' rate so far counts as if this many more trials had had none (one
@@ -192,25 +203,58 @@ def group_ratios(
     return ratios
 
 
+def own_ratios(
+    walls: Mapping[tuple[str, int], float], predicted, group_of: Mapping[str, str],
+    groups: Mapping[str, float], run: float,
+) -> dict[str, float]:  # fmt: skip
+    """Each experiment's measured over estimated of its later trials in ``walls`` (trial 1
+    on: a first trial pays what they carry, its compile and gradient check), drawn
+    towards its group's ratio (``groups``, else ``run``) as if the group's were
+    :data:`OWN_PRIOR_TRIALS` more of its trials; within :data:`RATIO_BOUNDS`. An
+    experiment without a later trial done is not in it (its group's is its best guess)."""
+    sums: dict[str, list[float]] = {}
+    for (e, k), wall in walls.items():
+        est = predicted(e, k)
+        if k > 0 and est > 0:
+            got = sums.setdefault(e, [0.0, 0.0, 0])
+            got[0], got[1], got[2] = got[0] + wall, got[1] + est, got[2] + 1
+    ratios = {}
+    for e, (wall, est, n) in sums.items():
+        prior = OWN_PRIOR_TRIALS * est / n
+        ratio = (wall + prior * groups.get(group_of.get(e, e), run)) / (est + prior)
+        ratios[e] = min(max(ratio, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+    return ratios
+
+
 class Speed(NamedTuple):
     """How far an estimate is off for the trials with a record: the run's measured over
-    estimated, each group's (:func:`group_ratios`), and how many trials they are from."""
+    estimated, each group's (:func:`group_ratios`), and how many trials they are from;
+    and each experiment's for its later trials where it has one done (:func:`own_ratios`)."""
 
     run: float
     groups: dict[str, float]
     trials: int
+    own: Mapping[str, float] = {}
 
     def of(self, group: str) -> float:
         """The ratio a trial of ``group`` is scaled by: its group's, else the run's."""
         return self.groups.get(group, self.run)
 
-    def ahead(self, trials: Iterable[tuple[str, float]], group_of: Mapping[str, str]) -> float:
-        """The ratio of the ``trials`` ahead ((experiment, estimated seconds) pairs), each
-        at its group's (:meth:`of`), weighed by its estimate; the run's without any."""
+    def of_trial(self, e: str, k: int, group_of: Mapping[str, str]) -> float:
+        """The ratio trial ``k`` of experiment ``e`` is scaled by: a later trial's at its
+        experiment's own where it has a later trial done, else at its group's."""
+        if k > 0 and e in self.own:
+            return self.own[e]
+        return self.of(group_of.get(e, e))
+
+    def ahead(self, trials: Iterable[tuple[str, int, float]], group_of: Mapping[str, str]) -> float:
+        """The ratio of the ``trials`` ahead ((experiment, trial, estimated seconds)),
+        each at its own (:meth:`of_trial`), weighed by its estimate; the run's without
+        any."""
         est = at = 0.0
-        for e, seconds in trials:
+        for e, k, seconds in trials:
             est += seconds
-            at += seconds * self.of(group_of.get(e, e))
+            at += seconds * self.of_trial(e, k, group_of)
         return at / est if est > 0 else self.run
 
 
@@ -220,7 +264,8 @@ def speed_of(
     """The :class:`Speed` of the trials ``walls`` (``predicted(e, k)``: a trial's
     estimate)."""
     run = ratio_of(walls, predicted)
-    return Speed(run, group_ratios(walls, predicted, group_of, run), len(walls))
+    groups = group_ratios(walls, predicted, group_of, run)
+    return Speed(run, groups, len(walls), own_ratios(walls, predicted, group_of, groups, run))
 
 
 def speed(study, results: Path | str, per: Mapping[str, Mapping]) -> Speed:
@@ -633,15 +678,23 @@ def line(
     run = speed.run
     finished = set(done)
     left_trials = [
-        (e, predicted(e, k))
+        (e, k, predicted(e, k))
         for e, p in per.items()
         for k in range(int(p.get("trials", trials)))
         if (e, k) not in finished and not (k and e in failed)
     ]
     if not left_trials:
-        left_trials = [(e, predicted(e, 1)) for e, p in per.items() if p.get("trials", 0) >= trials]
+        left_trials = [
+            (e, 1, predicted(e, 1)) for e, p in per.items() if p.get("trials", 0) >= trials
+        ]
     ratio = speed.ahead(left_trials, group_of)
-    ahead = rounds_ahead(study.ids, per, here, trials, most, study.settings)
+    # the rounds' trials each at its experiment's own ratio (its group's where it has no
+    # later trial yet), stated at the line's
+    rounds_per = {
+        e: {**p, "later_seconds": predicted(e, 1) * speed.of_trial(e, 1, group_of) / ratio}
+        for e, p in per.items()
+    }
+    ahead = rounds_ahead(study.ids, rounds_per, here, trials, most, study.settings)
     total = est["planned_trials"] + (ahead.decided if ahead else 0)
     began = started if started is not None else started_at()
     elapsed = (now if now is not None else time.time()) - began
