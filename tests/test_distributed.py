@@ -398,3 +398,36 @@ def test_ranks_killed_mid_training_leave_nothing_in_dev_shm(oneccl_env, make_spe
         assert "shared-memory segment(s) the run's processes left" in log.read_text()
     finally:
         other.unlink(missing_ok=True)
+
+
+@needs_two
+def test_a_trials_processes_leave_nothing_in_the_temporary_folder(
+    upstream_env, ipex_env, make_spec, tmp_path, monkeypatch
+):
+    """A rank ends without the interpreter's teardown (run_trial._exit_now), which would
+    have removed the folders its imports made (torch._dynamo's for RemoteModule's code,
+    which transformers and torchvision import; multiprocessing's pymp-* for a
+    DataLoader's workers); torchrun leaves its log folder (torchelastic_*) for every
+    run. A two-rank torchrun trial whose ranks load their data in a worker process
+    leaves nothing behind in the temporary folder; an IPEX trial (torch 2.8's
+    torch._dynamo makes a folder as it is imported) leaves only its compile pool's."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    spec = ddp_spec(make_spec, id="nothing-left", data="per_sample", num_workers=1, steps=3,
+                    warmup_steps=1)  # fmt: skip
+    record = run(spec, upstream_env, tmp_path / "out")
+    assert_ranks(assert_ok(record), 2)
+    assert sorted(p.name for p in scratch.iterdir()) == []
+    spec = make_spec(id="nothing-left-ipex", backend="ipex", ipex_optimize=True, steps=2,
+                     warmup_steps=1)  # fmt: skip
+    assert_ok(run(spec, ipex_env, tmp_path / "out"), torch="2.8.")
+    # what stays: torch's own compile cache (shared by every run on the machine), and the
+    # folder of the compile pool that IPEX's import starts (a process of its own, killed
+    # with the trial's process group: ending it cleanly costs 1.0 s a trial); the rank's
+    # own folder is gone (before: 2 folders)
+    left = [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")]
+    assert len(left) <= 1 and all(name.startswith("tmp") for name in left), left

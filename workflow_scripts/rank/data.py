@@ -6,6 +6,7 @@ next tokens), and a generated text-classification task with a held-out split
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .. import workloads
+from . import tempdirs
 
 
 class SyntheticPerSample(Dataset):
@@ -285,4 +287,14 @@ def batches(spec: dict, data_path: str | None, rank: int = 0, world: int = 1) ->
     )
     if len(loader) == 0:
         raise ValueError(f"dataset of {len(dataset)} samples is smaller than one batch of {bs}")
+    if spec["num_workers"] > 0:
+        tempdirs.on_exit(functools.partial(end_workers, loader))
     return Batches(loader, sampler)
+
+
+def end_workers(loader: DataLoader) -> None:
+    """End a DataLoader's persistent workers as it would at a normal exit (each then
+    removes its own temporary folder: rank/tempdirs.py)."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()

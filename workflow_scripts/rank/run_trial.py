@@ -44,7 +44,13 @@ def _exit_now(code: int) -> None:
     (0.5 s of finalizing torch's modules per process here, paid by every rank of every
     trial and measured by nothing): the output flushed first. What the run started and
     left behind (a DataLoader's workers, a compile pool) goes as before: they watch this
-    process, and the trial's policy kills what is left of its process group."""
+    process, and the trial's policy kills what is left of its process group. The
+    temporary folders its imports made, which that teardown would have removed, are
+    removed here (rank/tempdirs.py)."""
+    with contextlib.suppress(Exception):
+        from workflow_scripts.rank import tempdirs
+
+        tempdirs.remove()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -509,6 +509,9 @@ def _child(request: dict, fds: list[int], close: list) -> None:
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         _own_pages()
+        from ..rank import tempdirs
+
+        tempdirs.inherit()  # (the server's folders are the server's)
         import torch
 
         torch.set_num_threads(int(request["threads"]))
