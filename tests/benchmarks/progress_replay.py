@@ -69,6 +69,14 @@ def sessions(results: Path, written: list[float]) -> list[tuple[float, float]]:
     return [(min(written, default=last), last)]
 
 
+def within(values: list[float]) -> str:
+    """How far lines were off: their range of the time then left, and how many of them
+    were beyond 1.3x either way."""
+    outside = sum(1 for v in values if not 1 / 1.3 <= v <= 1.3)
+    return (f"{min(values):.2f}-{max(values):.2f}x of the time then left, {outside} of "
+            f"{len(values)} beyond 1.3x")  # fmt: skip
+
+
 def running_left(t: float, spans: list[tuple[float, float]]) -> float:
     """The running time of ``spans`` after ``t``: the time then left, pauses between
     sessions not counted."""
@@ -132,10 +140,7 @@ def main(argv: list[str]) -> int:
         print(f"{i + 1:>5} {left:>8.0f} {rows[-1][2]:>7.2f} {rows[-1][3]:>9.2f}")
     late = [row for row in rows if row[0] >= len(lines) / 10]
     for name, col in (("as said", 2), ("the other way", 3)):
-        values = [row[col] for row in late]
-        outside = sum(1 for v in values if not 1 / 1.3 <= v <= 1.3)
-        print(f"{name}: the lines after the first tenth {min(values):.2f}-{max(values):.2f}x "
-              f"of the time then left, {outside} of {len(values)} beyond 1.3x")  # fmt: skip
+        print(f"{name}: the lines after the first tenth {within([row[col] for row in late])}")
     return 0
 
 
