@@ -238,7 +238,13 @@ def test_a_failing_rank_fails_the_trial_naming_it(upstream_env, make_spec, tmp_p
 
 @needs_two
 @pytest.mark.parametrize("variant", ["gloo", "ccl-shm", "ccl-shm-offload"])
-def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys):
+def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"  # (the temporary folder of the run's processes)
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     env = {"upstream": upstream_env, "oneccl": oneccl_env}[collectives.env_of(variant)]
     env_json = tmp_path / "env.json"
     env_json.write_text(json.dumps(env))
@@ -258,6 +264,8 @@ def test_collectives_job(variant, upstream_env, oneccl_env, tmp_path, capsys):
         assert rec["error"]["message"].startswith("3 ranks: ")
         assert "3 ranks need 3 CPUs, but the trial has" in rec["error"]["message"]
     assert not list(tmp_path.glob(f".{variant}.r*"))  # no part left behind
+    # nor a log folder of torchrun's (runtimes.measured.elastic_logs)
+    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []
     ok_counts = [b["ranks"] for b in rec["by_ranks"] if b["status"] == "ok"]
     assert rec["group"]["dist_backend"] == variant.split("-")[0]
     got = {(r["ranks"], r["dtype"], r["bytes"]) for r in rec["results"]}
@@ -293,7 +301,8 @@ def test_the_microbenchmark_checks_sums_at_three_ranks(backend, upstream_env, on
     out = tmp_path / "r{rank}.json"
     subprocess.run(
         [env["python"], "-m", "torch.distributed.run", "--nproc-per-node=3",
-         "--master-port", str(free_port()), str(collectives.PROGRAM),
+         "--master-port", str(free_port()), f"--log-dir={tmp_path / 'torchrun'}",
+         str(collectives.PROGRAM),
          "--spec-json", json.dumps(spec), "--sizes-kb=1,1000.5", "--dtypes=float32,bfloat16",
          "--iterations=4", f"--out={out}"],
         check=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -159,6 +161,20 @@ class Process:
     warm: tuple[str, tuple[str, ...]] | None = None
 
 
+def elastic_logs(runtime: Runtime, cmd: Sequence[str], env: dict[str, str], label: str):
+    """torchrun's log folder, for a run it launches on this host: a temporary folder of
+    the run's own (``PET_LOG_DIR``, its ``--log-dir``), to remove afterwards; None for
+    another command or a container (whose /tmp goes with it). Without one torchrun
+    makes ``/tmp/torchelastic_*`` for every run and leaves it (the folders of its ranks'
+    logs, empty: the study does not redirect their output there); a day of studies and
+    test suites here had left 507."""
+    if runtime.name != "local" or "torch.distributed.run" not in cmd:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix=f"torchelastic-{label}-"))
+    env["PET_LOG_DIR"] = str(folder)
+    return folder
+
+
 def run_measured(
     runtime: Runtime, process: Process, *, log: Path, timeout_s: float, results: Sequence[Path]
 ) -> Ran:
@@ -172,6 +188,7 @@ def run_measured(
     pids = shm.make_folder() if runtime.shares_host_shm else None
     if pids:  # where the run's oneCCL processes register (what they leave is removed)
         env = {**env, shm.PIDS_VAR: pids}
+    elastic = elastic_logs(runtime, cmd, env, process.label)
     wrapped = runtime.wrap(
         cmd, env, label=process.label, mounts=list(process.mounts), cpus=process.cpus
     )
@@ -189,6 +206,8 @@ def run_measured(
         raise
     finally:
         runtime.cleanup(wrapped)
+        if elastic is not None:
+            shutil.rmtree(elastic, ignore_errors=True)
         problems: list[str] = []
         left = shm.cleanup(pids, problems=problems)
         # a killed rank's first-step gradients (another node's: in the cleanup above; a

@@ -14,7 +14,7 @@ from ..launchers import harness_args, result_paths
 from ..rank import references
 from ..runtimes import warm
 from ..runtimes.measured import Process, environment, run_measured
-from .environment import absolute_path, compile_cache, elastic_logs, run_mounts
+from .environment import absolute_path, compile_cache, run_mounts
 from .outcome import assemble, failure, outcome
 
 
@@ -66,7 +66,6 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
     cpus = sysinfo.parse_cpu_list(spec["cpus"]) if spec.get("cpus") else None
     started = sysinfo.now()
     offset = log.stat().st_size if log.exists() else 0  # this attempt's output: after it
-    elastic = elastic_logs(cmd, env, label, container)
     try:
         process = Process(
             cmd, env, f"{spec['id']}-t{trial}-a{attempt}",
@@ -77,8 +76,6 @@ def attempt_once(job: Trial, attempt: int, cache_plan: dict | None = None) -> di
         )  # fmt: skip
         ran = run_measured(runtime, process, log=log, timeout_s=spec["timeout_s"], results=results)
     finally:
-        if elastic is not None:
-            shutil.rmtree(elastic, ignore_errors=True)
         if cache_folder is not None:
             shutil.rmtree(cache_folder, ignore_errors=True)
             cache["removed"] = not cache_folder.exists()

@@ -100,20 +100,6 @@ def _compile_cache(
     return {"dir": str(folder), "fresh": True}, folder
 
 
-def elastic_logs(cmd: list[str], env: dict[str, str], label: str, container: bool) -> Path | None:
-    """torchrun's log folder, for a run it launches on this host: a temporary folder of
-    the attempt's own (``PET_LOG_DIR``, its ``--log-dir``), to remove afterwards.
-    Without one torchrun makes ``/tmp/torchelastic_*`` for every run and leaves it (the
-    folders of its ranks' logs, empty: the study does not redirect their output there);
-    a day of studies and test suites here had left 507. In a container, /tmp goes with
-    it."""
-    if container or "torch.distributed.run" not in cmd:
-        return None
-    folder = Path(tempfile.mkdtemp(prefix=f"torchelastic-{label}-"))
-    env["PET_LOG_DIR"] = str(folder)
-    return folder
-
-
 def _point(env: dict[str, str], folder: Path) -> None:
     env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     env["TRITON_CACHE_DIR"] = str(folder / "triton")
