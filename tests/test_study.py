@@ -195,7 +195,7 @@ def test_shipped_default_study(shipped):
     ]
     # batch-1 inference times 100 steps: enough for a p99 latency
     infer = {s["id"]: s for s in study.experiments if s["group"] == "inference"}
-    assert all(s["steps"] == (100 if s["batch_size"] == 1 else 8) for s in infer.values())
+    assert all(s["steps"] == (100 if s["batch_size"] == 1 else 4) for s in infer.values())
     assert study.envs == ["ipex", "oneccl", "upstream", "xla"]
     # the transformers at the Accelerate example's and GPT-2 fine-tuning's shapes
     text = {s["id"]: s for s in study.experiments if s["group"] == "transformers"}
