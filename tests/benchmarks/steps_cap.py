@@ -10,7 +10,7 @@ The trials are the ones the study ran: with fewer steps its adaptive rounds migh
 run others. Run on one study, this says what that study's trials held, not what
 another machine's will.
 
-    .venv/bin/python tests/benchmarks/steps_cap.py results/records --cap 8 6 5 4 3
+    .venv/bin/python tests/benchmarks/steps_cap.py results/records --cap 6 5 4 3
 """
 
 from __future__ import annotations
@@ -82,17 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", type=Path)
     parser.add_argument("--cap", type=int, nargs="+", default=[6, 5, 4, 3])
-    parser.add_argument("--study-cap", type=int, default=8, help="the study's `steps`")
+    parser.add_argument("--study-cap", type=int, help="the study's `steps` (default: its "
+                        "records' most common, epochs runs left out)")  # fmt: skip
     parser.add_argument("--looks", type=int, default=3, help="the study's max_trials - trials + 1")
     args = parser.parse_args(argv)
     found = records(args.records)
+    study_cap = args.study_cap or statistics.mode(
+        (r.get("spec") or {}).get("steps") for r in found if not (r.get("spec") or {}).get("epochs")
+    )
     ran = comparisons(found, args.looks)
-    print(f"{len(found)} trials; as they ran: {ran['verdict'].isin(DECIDED).sum()} of "
+    print(f"{len(found)} trials, {study_cap} timed steps at most; as they ran: "
+          f"{ran['verdict'].isin(DECIDED).sum()} of "
           f"{len(ran)} comparisons decided, median interval width (log) "
           f"{(ran['ci_high'] / ran['ci_low']).map(math.log).median():.4f}; "
           f"headline {headline(ran)}")  # fmt: skip
     for cap in args.cap:
-        pairs = [cut(r, cap, args.study_cap) for r in found]
+        pairs = [cut(r, cap, study_cap) for r in found]
         c = comparisons([r for r, _ in pairs], args.looks)
         both = ran.merge(c, on=KEY, suffixes=("_ran", "_cut"))
         changed = both[both["verdict_ran"] != both["verdict_cut"]]
