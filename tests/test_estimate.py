@@ -164,6 +164,16 @@ def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):
     assert "bf16 native" in native["basis"] and "bf16 emulated" in emulated["basis"]
     ratio = estimate.BF16_EMULATED_RATIO / estimate.BF16_NATIVE_RATIO
     assert (emulated["step_s"] - 0.01) == pytest.approx(ratio * (native["step_s"] - 0.01), 1e-3)
+    # AVX-512 without BF16 (a VM may hide BF16 and AMX): emulated, but in AVX-512 registers,
+    # a few times fp32's step and not the AVX2 fallback's tens of times
+    avx512 = ["avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"]
+    wide = estimate.trial(spec, machine(quick=170.0, flags=avx512))
+    assert "bf16 emulated on AVX-512" in wide["basis"]
+    ratio = estimate.BF16_AVX512_RATIO / estimate.BF16_NATIVE_RATIO
+    assert (wide["step_s"] - 0.01) == pytest.approx(ratio * (native["step_s"] - 0.01), 1e-3)
+    assert native["step_s"] < wide["step_s"] < emulated["step_s"]
+    assert estimate.bf16_kind(avx512 + ["amx_bf16"]) == "native"
+    assert estimate.bf16_kind(["avx2", "avx512f"]) == "emulated"  # no AVX-512BW: AVX2's kernels
     # a container's start is dearer than a local process's, before anything measured it
     local = estimate.trial(spec, machine(quick=170.0))
     boxed = estimate.trial(spec, machine(quick=170.0, container=True))

@@ -6,7 +6,8 @@ matmul ceiling per thread count, the bf16/fp32 ratio of a small training step of
 model's kind, the cost of starting a process there), or, before a calibration exists,
 a quick fp32 matmul in this process (one thread's rate by its own CPU time, times the
 CPUs: a busy neighbour does not move it) and the CPU's flags (bf16 native with
-AVX-512 BF16 or AMX, else emulated). The arithmetic, per trial::
+AVX-512 BF16 or AMX, else emulated: on AVX-512 a few times fp32's step, on AVX2
+tens of times). The arithmetic, per trial::
 
     step     = FLOPs per sample x batch / (fp32 ceiling x EFFICIENCY x backend speed)
                x bf16/fp32 ratio (bf16 runs) or INT8's (int8) + STEP_OVERHEAD_S
@@ -108,9 +109,13 @@ COMPILED_SPEED = 1.2
 INT8_VNNI_RATIO = 0.25
 INT8_RATIO = 0.5
 # bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
-# native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated, a step measured 9-12x
-# fp32's (ResNet-50) to 40x (BERT-base) on a 2-vCPU AVX2 EPYC: 20x between them.
+# native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated on AVX-512 without BF16
+# (oneDNN's AVX-512 kernels convert), the calibration's training proxies 2.9-3.9x fp32's
+# on a 2-vCPU Xeon that shows AVX-512 and VNNI but neither BF16 nor AMX (CPUID family 6,
+# model 207): 3.5x; emulated on AVX2 (a slow fallback), a step measured 9-12x fp32's
+# (ResNet-50) to 40x (BERT-base) on a 2-vCPU AVX2 EPYC: 20x between them.
 BF16_NATIVE_RATIO = 0.5
+BF16_AVX512_RATIO = 3.5
 BF16_EMULATED_RATIO = 20.0
 # The gradient check (rank/gradcheck.py) after the steps: an fp64 eager step (fp64
 # matmuls run at about half the fp32 rate, its other work slower still) and, for a rung
@@ -246,6 +251,16 @@ def bf16_native(flags: Iterable[str]) -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
+def bf16_kind(flags: Iterable[str]) -> str:
+    """How this CPU computes bf16, by its flags: ``native`` (AVX-512 BF16 or AMX),
+    ``avx512`` (emulated in AVX-512 registers: a few times fp32's step) or ``emulated``
+    (AVX2 and older: a slow fallback, tens of times fp32's)."""
+    flags = set(flags)
+    if bf16_native(flags):
+        return "native"
+    return "avx512" if {"avx512f", "avx512bw", "avx512vl"} <= flags else "emulated"
+
+
 def int8_vnni(flags: Iterable[str]) -> bool:
     return bool(set(flags) & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
@@ -268,6 +283,7 @@ class Machine:
         self.quick = quick_gflops
         self.cpus = max(1, cpus)
         self.native = bf16_native(flags)
+        self.bf16 = bf16_kind(flags)
         self.int8_ratio = INT8_VNNI_RATIO if int8_vnni(flags) else INT8_RATIO
         self.container = container
         #: each experiment's measured pre-flight (:func:`read_preflight`), by id
@@ -282,7 +298,7 @@ class Machine:
     def basis(self, env: str) -> str:
         if self.calibration(env):
             return "calibration"
-        bf16 = "native" if self.native else "emulated"
+        bf16 = {"native": "native", "avx512": "emulated on AVX-512"}.get(self.bf16, "emulated")
         return f"quick measurement (fp32 matmul) and CPU flags (bf16 {bf16})"
 
     def fp32_rate(self, env: str, threads: int) -> float:
@@ -309,7 +325,9 @@ class Machine:
             ratio = (cal.get(key) or {}).get("bf16_over_fp32")
             if finite(ratio) and ratio > 0:
                 return float(ratio)
-        return BF16_NATIVE_RATIO if self.native else BF16_EMULATED_RATIO
+        return {"native": BF16_NATIVE_RATIO, "avx512": BF16_AVX512_RATIO}.get(
+            self.bf16, BF16_EMULATED_RATIO
+        )
 
     def process_start(self, env: str) -> float:
         """A trial's process start: the calibration's second, warm start where it has
