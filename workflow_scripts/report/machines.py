@@ -145,8 +145,8 @@ def isa_verdict(flags: set[str]) -> tuple[str, str]:
     if "avx512f" in flags:
         return (
             "AVX-512 (no BF16)",
-            "bf16 is emulated in AVX-512 registers: expect bf16 slower than fp32 "
-            "(by less than on AVX2)",
+            "bf16 is emulated in AVX-512 registers: expect bf16 slower than fp32, "
+            "though by less than on AVX2",
         )
     if "avx2" in flags:
         return "AVX2 only", "bf16 is emulated and slow: expect bf16 slower than fp32"
