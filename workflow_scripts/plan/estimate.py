@@ -110,7 +110,7 @@ INT8_VNNI_RATIO = 0.25
 INT8_RATIO = 0.5
 # bf16 autocast over fp32, from the CPU's flags when no calibration measured it:
 # native bf16 (AVX-512 BF16, AMX) about 2x faster; emulated on AVX-512 without BF16
-# (oneDNN's AVX-512 kernels convert), the calibration's training proxies 2.9-3.9x fp32's
+# (oneDNN's AVX-512 kernels convert), the calibration's training proxies 2.9-4.1x fp32's
 # on a 2-vCPU Xeon that shows AVX-512 and VNNI but neither BF16 nor AMX (CPUID family 6,
 # model 207): 3.5x; emulated on AVX2 (a slow fallback), a step measured 9-12x fp32's
 # (ResNet-50) to 40x (BERT-base) on a 2-vCPU AVX2 EPYC: 20x between them.
