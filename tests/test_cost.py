@@ -84,12 +84,13 @@ print(json.dumps({{"ok": True}}))
         assert proxy["seconds"]["fp32"] > 0 and proxy["bf16_over_fp32"] > 0
         assert proxy["elapsed_s"] < 2 * probe.PROXY_BUDGET_S + 5
     # before any calibration the estimate takes the ratio from the CPU's flags (native
-    # 0.5x, emulated on AVX-512 3.5x, on AVX2 20x): within 3x of what the proxies measure
-    # (where bf16 is native, AMX's tiles may beat the guess by more: not under it)
+    # 0.5x, emulated on AVX-512 3.5x, on AVX2 20x): where bf16 is emulated, within 3x of
+    # what the proxies measure (where it is native the small proxies' ratio is not pinned
+    # down on every kind: AMX's tiles, autocast's casts)
     guess = estimate.Machine({}, None, 2, sysinfo.topology()["cpu_flags"]).bf16_ratio("upstream")
     for key in ("train_proxy", "text_proxy"):
         ratio = cal[key]["bf16_over_fp32"] / guess
-        assert ratio < 3 and (native_bf16() or ratio > 1 / 3), (key, cal[key], guess)
+        assert native_bf16() or 1 / 3 < ratio < 3, (key, cal[key], guess)
 
 
 def test_the_probe_skips_a_dtype_over_its_budget_and_says_why(upstream_env):
