@@ -174,6 +174,11 @@ def test_without_a_calibration_the_quick_rate_and_the_flags_decide(make_spec):
     assert native["step_s"] < wide["step_s"] < emulated["step_s"]
     assert estimate.bf16_kind(avx512 + ["amx_bf16"]) == "native"
     assert estimate.bf16_kind(["avx2", "avx512f"]) == "emulated"  # no AVX-512BW: AVX2's kernels
+    # and the report names the ISA by the same rule
+    from workflow_scripts.report.machines import isa_verdict
+
+    assert isa_verdict(set(avx512))[0] == "AVX-512 (no BF16)"
+    assert isa_verdict({"avx2", "avx512f"})[0] == "AVX2 only"
     # a container's start is dearer than a local process's, before anything measured it
     local = estimate.trial(spec, machine(quick=170.0))
     boxed = estimate.trial(spec, machine(quick=170.0, container=True))

@@ -282,7 +282,6 @@ class Machine:
         self.calibrations = dict(calibrations)
         self.quick = quick_gflops
         self.cpus = max(1, cpus)
-        self.native = bf16_native(flags)
         self.bf16 = bf16_kind(flags)
         self.int8_ratio = INT8_VNNI_RATIO if int8_vnni(flags) else INT8_RATIO
         self.container = container
@@ -290,6 +289,11 @@ class Machine:
         self.preflight = dict(preflight or {})
         #: a single-process trial is forked from a warm interpreter (runtime local)
         self.forks = forks
+
+    @property
+    def native(self) -> bool:
+        """bf16 is native here (AVX-512 BF16 or AMX), by the flags."""
+        return self.bf16 == "native"
 
     def calibration(self, env: str) -> Mapping | None:
         cal = self.calibrations.get(env)

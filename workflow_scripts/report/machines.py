@@ -22,6 +22,7 @@ import pandas as pd
 from workflow_scripts.summary.machine_results import machine_files, result_files  # noqa: F401 (API)
 from workflow_scripts.summary.records import DEFAULT_NOISE_THRESHOLD, load_records, summary_frame
 
+from ..plan.estimate import bf16_kind
 from .compare import SETTING_KEYS, WORKLOAD_KEYS, differences, geomean, same_workload
 from .figures import STYLE, WIDE, inline_svg, save_svg
 from .formatting import fmt_num, fmt_text, fmt_usd
@@ -142,7 +143,7 @@ def isa_verdict(flags: set[str]) -> tuple[str, str]:
             "AVX-512 BF16, no AMX",
             "native bf16 dot products, no matrix tiles: bf16 can beat fp32, by less than on AMX",
         )
-    if "avx512f" in flags:
+    if bf16_kind(flags) == "avx512":
         return (
             "AVX-512 (no BF16)",
             "bf16 is emulated in AVX-512 registers: expect bf16 slower than fp32, "
